@@ -1,0 +1,89 @@
+// loom check: parse, evaluate and validate a schedule against a reference model.
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "lang/interpreter.h"
+#include "lang/trace.h"
+#include "models/zoo.h"
+
+namespace loom::cli {
+namespace {
+
+struct CheckOptions {
+  std::string file;
+  std::string model;
+  int world = 1;
+  int local_world = 0;
+  std::vector<std::string> sets;
+  bool print = false;
+  bool json = false;
+  std::string trace_json;
+  std::string stdlib = LOOM_STDLIB_DIR;
+};
+
+void emit(const Diagnostic& d, const SourceManager& sources, bool json) {
+  if (json) std::cout << render_json(d) << "\n";
+  else std::cerr << render(d, &sources);
+}
+
+int run_check(const CheckOptions& o) {
+  SourceManager sources;
+  std::shared_ptr<const ModuleTree> tree;
+  try {
+    tree = module_tree_of(o.model);
+  } catch (const UserError& e) {
+    emit(e.diagnostic(), sources, o.json);
+    return kUsageError;
+  }
+  try {
+    Schedule sch(tree, ScheduleContext{o.world, o.local_world});
+    for (auto& s : o.sets) {
+      size_t eq = s.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        emit(Diagnostic{Severity::Error, {}, "--set expects name=value, got '" + s + "'", "e.g. --set micro_batch=4"}, sources, o.json);
+        return kUsageError;
+      }
+      sch.knobs().set_override(s.substr(0, eq), s.substr(eq + 1));
+    }
+    InterpreterOptions opts;
+    opts.stdlib_dir = o.stdlib;
+    opts.print_to = o.json ? &std::cerr : &std::cout;
+    Interpreter interp(sch, sources, opts);
+    interp.run_file(o.file);
+    sch.knobs().check_overrides_used();
+    for (auto& w : sch.warnings()) emit(w, sources, o.json);
+    if (o.print) std::cout << trace_to_sched(sch);
+    if (!o.trace_json.empty()) {
+      std::ofstream out(o.trace_json);
+      out << trace_to_json(sch) << "\n";
+    }
+    if (!o.json)
+      std::cerr << o.file << ": ok (" << sch.trace().size() << " directives, " << sch.warnings().size() << " warnings) for "
+                << o.model << " at world " << o.world << "\n";
+    return kOk;
+  } catch (const UserError& e) {
+    emit(e.diagnostic(), sources, o.json);
+    return kUserError;
+  }
+}
+
+}  // namespace
+
+void add_check(CLI::App& app, std::function<int()>& run) {
+  auto o = std::make_shared<CheckOptions>();
+  CLI::App* c = app.add_subcommand("check", "Parse, evaluate and validate a schedule against a model; print its directive trace");
+  c->add_option("file", o->file, "the .sched file")->required();
+  c->add_option("--model", o->model, "reference model, e.g. gpt2, llama-7b (see `loom models`)")->required();
+  c->add_option("--world", o->world, "total number of ranks the schedule is written for")->check(CLI::PositiveNumber);
+  c->add_option("--local-world", o->local_world, "ranks per node (default: all ranks on one node)")->check(CLI::NonNegativeNumber);
+  c->add_option("--set", o->sets, "fix a tune() knob: --set micro_batch=4 (repeatable)");
+  c->add_flag("--print", o->print, "print the directive trace as canonical .sched text");
+  c->add_flag("--json", o->json, "emit diagnostics as JSON objects, one per line, on stdout");
+  c->add_option("--trace-json", o->trace_json, "write the directive trace as JSON to this file");
+  c->add_option("--stdlib", o->stdlib, "directory of the standard schedules (import \"stdlib/...\")");
+  c->callback([&run, o] { run = [o] { return run_check(*o); }; });
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,20 @@
+// The loom subcommands: each registers its options on a CLI11 app and returns an exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace loom::cli {
+
+// Exit codes shared by all subcommands.
+constexpr int kOk = 0;
+constexpr int kUserError = 1;   // the schedule (or data) is wrong
+constexpr int kUsageError = 2;  // the command line is wrong
+
+// Adds a subcommand; `run` is set to the function to call when it is chosen.
+void add_check(CLI::App& app, std::function<int()>& run);
+void add_fmt(CLI::App& app, std::function<int()>& run);
+void add_tree(CLI::App& app, std::function<int()>& run);
+void add_models(CLI::App& app, std::function<int()>& run);
+
+}  // namespace loom::cli

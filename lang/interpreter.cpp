@@ -1,0 +1,508 @@
+#include "lang/interpreter.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "grammar/parse.h"
+#include "lang/printer.h"
+
+namespace loom {
+
+namespace fs = std::filesystem;
+
+namespace {
+const std::set<std::string> kBuiltinNames = {"sch", "world", "local_world", "dp", "len", "range", "min",
+                                             "max", "print", "tune", "constrain"};
+}  // namespace
+
+bool truthy(const Value& v) {
+  switch (v.kind()) {
+    case ValueKind::None: return false;
+    case ValueKind::Bool: return v.as_bool();
+    case ValueKind::Int:
+    case ValueKind::Bytes: return v.as_int() != 0;
+    case ValueKind::Float: return v.as_number() != 0;
+    case ValueKind::String: return !v.as_string().empty();
+    case ValueKind::List: return !v.as_list().empty();
+    default: return true;
+  }
+}
+
+Interpreter::Interpreter(Schedule& schedule, SourceManager& sources, InterpreterOptions options)
+    : schedule_(schedule), sources_(sources), options_(std::move(options)) {
+  // `sch` refers to the caller's schedule; the no-op deleter leaves ownership with them.
+  sch_ = Value::selection(std::shared_ptr<const Selection>(&schedule_, [](const Selection*) {}));
+  frames_.push_back(Frame{{Scope{}}});
+}
+
+void Interpreter::run_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(SourceRange{}, "cannot read schedule file '" + path + "'", "check the path");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  run_source(path, buf.str());
+}
+
+void Interpreter::run_source(const std::string& name, const std::string& text) {
+  const SourceFile& file = sources_.add(name, text);
+  std::error_code ec;
+  std::string key = fs::weakly_canonical(name, ec).string();
+  imported_.insert(key);
+  import_stack_.push_back(key);
+  run_program(parse_program(file));
+  import_stack_.pop_back();
+}
+
+void Interpreter::run_program(std::shared_ptr<const ast::Program> program) { exec_block(program->stmts, program); }
+
+Interpreter::Flow Interpreter::exec_block(const std::vector<ast::StmtPtr>& stmts,
+                                          const std::shared_ptr<const ast::Program>& program) {
+  for (auto& s : stmts)
+    if (exec(*s, program) == Flow::Return) return Flow::Return;
+  return Flow::Normal;
+}
+
+Value* Interpreter::lookup(const std::string& name) {
+  Frame& f = frames_.back();
+  for (auto it = f.scopes.rbegin(); it != f.scopes.rend(); ++it) {
+    auto v = it->find(name);
+    if (v != it->end()) return &v->second;
+  }
+  if (frames_.size() > 1) {
+    auto& globals = frames_.front().scopes.front();
+    auto v = globals.find(name);
+    if (v != globals.end()) return &v->second;
+  }
+  return nullptr;
+}
+
+void Interpreter::declare(const std::string& name, Value v, const SourceRange& where) {
+  if (kBuiltinNames.count(name))
+    throw UserError(where, "'" + name + "' is a built-in name and cannot be redefined", "choose another name");
+  Scope& scope = frames_.back().scopes.back();
+  if (scope.count(name))
+    throw UserError(where, "'" + name + "' is already declared in this scope", "assign to it with " + name + " = ...");
+  scope[name] = std::move(v);
+}
+
+namespace {
+// A block's variables live until its closing brace.
+struct ScopeGuard {
+  std::vector<Interpreter::Scope>& scopes;
+  explicit ScopeGuard(std::vector<Interpreter::Scope>& s) : scopes(s) { scopes.emplace_back(); }
+  ~ScopeGuard() { scopes.pop_back(); }
+};
+}  // namespace
+
+Interpreter::Flow Interpreter::exec(const ast::Stmt& s, const std::shared_ptr<const ast::Program>& program) {
+  switch (s.kind) {
+    case ast::StmtKind::Import:
+      if (frames_.size() > 1 || frames_.back().scopes.size() > 1)
+        throw UserError(s.range, "import is only allowed at the top level of a file", "move it to the top of the file");
+      run_import(s);
+      return Flow::Normal;
+    case ast::StmtKind::Let:
+      declare(s.name, eval(*s.expr), s.name_range);
+      return Flow::Normal;
+    case ast::StmtKind::Assign: {
+      Value v = eval(*s.expr);
+      Value* slot = lookup(s.name);
+      if (!slot) {
+        if (kBuiltinNames.count(s.name))
+          throw UserError(s.name_range, "'" + s.name + "' is a built-in name and cannot be assigned", "choose another name");
+        throw UserError(s.name_range, "assignment to undeclared variable '" + s.name + "'", "declare it first: let " + s.name + " = ...");
+      }
+      *slot = std::move(v);
+      return Flow::Normal;
+    }
+    case ast::StmtKind::If: {
+      ScopeGuard guard(frames_.back().scopes);
+      if (truthy(eval(*s.expr))) return exec_block(s.body, program);
+      if (s.has_else) return exec_block(s.else_body, program);
+      return Flow::Normal;
+    }
+    case ast::StmtKind::For: {
+      Value iterable = eval(*s.expr);
+      std::vector<Value> items;
+      if (iterable.is(ValueKind::List)) {
+        items = iterable.as_list();
+      } else if (iterable.is(ValueKind::Selection)) {
+        for (auto& e : iterable.as_selection()->elements()) items.push_back(Value::selection(std::make_shared<Selection>(e)));
+      } else {
+        throw UserError(s.expr->range, std::string("cannot iterate over a ") + kind_name(iterable.kind()),
+                        "loop over a list, range(...) or a module selection");
+      }
+      for (auto& item : items) {
+        ScopeGuard guard(frames_.back().scopes);
+        declare(s.name, item, s.name_range);
+        if (exec_block(s.body, program) == Flow::Return) return Flow::Return;
+      }
+      return Flow::Normal;
+    }
+    case ast::StmtKind::Def:
+      declare(s.name, Value::function(std::make_shared<FunctionValue>(FunctionValue{&s, program})), s.name_range);
+      return Flow::Normal;
+    case ast::StmtKind::Return:
+      if (frames_.size() == 1) throw UserError(s.range, "return outside a function", "return may only appear inside def");
+      return_value_ = s.expr ? eval(*s.expr) : Value::none();
+      return Flow::Return;
+    case ast::StmtKind::Expr:
+      eval(*s.expr);
+      return Flow::Normal;
+  }
+  return Flow::Normal;
+}
+
+std::string Interpreter::resolve_import(const std::string& path, const SourceRange& where) const {
+  std::vector<fs::path> candidates;
+  fs::path importer = fs::path(where.file).parent_path();
+  candidates.push_back(importer / path);
+  if (!options_.stdlib_dir.empty()) {
+    fs::path p(path);
+    auto first = p.begin();
+    if (first != p.end() && *first == "stdlib") {
+      fs::path rest;
+      for (auto it = std::next(first); it != p.end(); ++it) rest /= *it;
+      candidates.push_back(fs::path(options_.stdlib_dir) / rest);
+    }
+    candidates.push_back(fs::path(options_.stdlib_dir) / path);
+  }
+  for (auto& c : candidates) {
+    std::error_code ec;
+    if (fs::is_regular_file(c, ec)) return c.lexically_normal().string();
+  }
+  std::string tried;
+  for (auto& c : candidates) tried += (tried.empty() ? "" : ", ") + c.lexically_normal().string();
+  throw UserError(where, "cannot find imported file " + quote_string(path), "looked in: " + tried);
+}
+
+void Interpreter::run_import(const ast::Stmt& s) {
+  std::string path = resolve_import(s.name, s.name_range);
+  std::error_code ec;
+  std::string key = fs::weakly_canonical(path, ec).string();
+  for (size_t i = 0; i < import_stack_.size(); ++i)
+    if (import_stack_[i] == key) {
+      std::string chain;
+      for (size_t j = i; j < import_stack_.size(); ++j) chain += import_stack_[j] + " -> ";
+      throw UserError(s.name_range, "import cycle: " + chain + key, "remove one of the imports in the cycle");
+    }
+  if (imported_.count(key)) return;  // each file is evaluated once
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const SourceFile& file = sources_.add(path, buf.str());
+  imported_.insert(key);
+  import_stack_.push_back(key);
+  auto program = parse_program(file);
+  exec_block(program->stmts, program);
+  import_stack_.pop_back();
+}
+
+Value Interpreter::lookup_or_builtin(const ast::Expr& e) {
+  if (Value* v = lookup(e.text)) return *v;
+  if (e.text == "sch") return sch_;
+  if (e.text == "world") return Value::integer(schedule_.world());
+  if (e.text == "local_world") return Value::integer(schedule_.local_world());
+  if (e.text == "dp") return Value::integer(schedule_.read_dp(e.range));
+  if (kBuiltinNames.count(e.text)) return Value::builtin(e.text);
+  // Suggest from everything visible.
+  std::vector<std::string> names(kBuiltinNames.begin(), kBuiltinNames.end());
+  for (auto& f : frames_)
+    for (auto& scope : f.scopes)
+      for (auto& [n, v] : scope) names.push_back(n);
+  auto near = closest(e.text, names, 1);
+  throw UserError(e.range, "unknown name '" + e.text + "'",
+                  near.empty() ? "declare it with let " + e.text + " = ..." : "did you mean '" + near[0] + "'?");
+}
+
+namespace {
+[[noreturn]] void type_error(const ast::Expr& e, const Value& a, const Value& b) {
+  throw UserError(e.range,
+                  std::string("operator ") + e.text + " does not apply to " + kind_name(a.kind()) + " and " + kind_name(b.kind()),
+                  "convert the operands, or check the expression");
+}
+}  // namespace
+
+Value Interpreter::eval_binary(const ast::Expr& e) {
+  const std::string& op = e.text;
+  if (op == "and") {
+    if (!truthy(eval(*e.operands[0]))) return Value::boolean(false);
+    return Value::boolean(truthy(eval(*e.operands[1])));
+  }
+  if (op == "or") {
+    if (truthy(eval(*e.operands[0]))) return Value::boolean(true);
+    return Value::boolean(truthy(eval(*e.operands[1])));
+  }
+  Value a = eval(*e.operands[0]);
+  Value b = eval(*e.operands[1]);
+  if (op == "==") return Value::boolean(a == b);
+  if (op == "!=") return Value::boolean(a != b);
+  if (op == "<" || op == "<=" || op == ">" || op == ">=") {
+    int cmp;
+    if (a.is_number() && b.is_number()) {
+      double x = a.as_number(), y = b.as_number();
+      cmp = x < y ? -1 : x > y ? 1 : 0;
+    } else if (a.is(ValueKind::String) && b.is(ValueKind::String)) {
+      cmp = a.as_string().compare(b.as_string());
+    } else {
+      type_error(e, a, b);
+    }
+    if (op == "<") return Value::boolean(cmp < 0);
+    if (op == "<=") return Value::boolean(cmp <= 0);
+    if (op == ">") return Value::boolean(cmp > 0);
+    return Value::boolean(cmp >= 0);
+  }
+  if (op == "+" && a.is(ValueKind::String) && b.is(ValueKind::String)) return Value::string(a.as_string() + b.as_string());
+  if (op == "+" && a.is(ValueKind::List) && b.is(ValueKind::List)) {
+    auto items = a.as_list();
+    items.insert(items.end(), b.as_list().begin(), b.as_list().end());
+    return Value::list(std::move(items));
+  }
+  if (!a.is_number() || !b.is_number()) type_error(e, a, b);
+  bool bytes = a.is(ValueKind::Bytes) || b.is(ValueKind::Bytes);
+  bool floating = a.is(ValueKind::Float) || b.is(ValueKind::Float);
+  auto make = [&](double d, int64_t i, bool exact_int) -> Value {
+    if (bytes) return Value::bytes(exact_int ? i : static_cast<int64_t>(d));
+    if (floating || !exact_int) return Value::floating(d);
+    return Value::integer(i);
+  };
+  double x = a.as_number(), y = b.as_number();
+  int64_t i = a.as_int(), j = b.as_int();
+  bool ints = !floating;
+  if (op == "+") return make(x + y, i + j, ints);
+  if (op == "-") return make(x - y, i - j, ints);
+  if (op == "*") return make(x * y, i * j, ints);
+  if (op == "/" || op == "//" || op == "%") {
+    if (y == 0) throw UserError(e.operands[1]->range, "division by zero", "check the divisor");
+    if (op == "/") {
+      if (a.is(ValueKind::Bytes) && b.is(ValueKind::Bytes)) return Value::floating(x / y);
+      if (bytes) return Value::bytes(static_cast<int64_t>(x / y));
+      return Value::floating(x / y);
+    }
+    if (op == "//") {
+      if (ints) {
+        int64_t q = i / j;
+        if ((i % j != 0) && ((i < 0) != (j < 0))) --q;  // floor, like Python
+        return make(0, q, true);
+      }
+      return make(std::floor(x / y), 0, false);
+    }
+    if (ints) {
+      int64_t r = i % j;
+      if (r != 0 && ((r < 0) != (j < 0))) r += j;
+      return make(0, r, true);
+    }
+    return make(x - std::floor(x / y) * y, 0, false);
+  }
+  type_error(e, a, b);
+}
+
+Value Interpreter::eval(const ast::Expr& e) {
+  switch (e.kind) {
+    case ast::ExprKind::Int: return Value::integer(e.int_value);
+    case ast::ExprKind::Float: return Value::floating(e.float_value);
+    case ast::ExprKind::Bytes: return Value::bytes(e.int_value);
+    case ast::ExprKind::Bool: return Value::boolean(e.bool_value);
+    case ast::ExprKind::None: return Value::none();
+    case ast::ExprKind::Auto: return Value::auto_();
+    case ast::ExprKind::String: {
+      std::string out;
+      for (auto& p : e.parts) out += p.expr ? eval(*p.expr).to_display() : p.text;
+      return Value::string(std::move(out));
+    }
+    case ast::ExprKind::Name: return lookup_or_builtin(e);
+    case ast::ExprKind::List: {
+      std::vector<Value> items;
+      for (auto& o : e.operands) items.push_back(eval(*o));
+      return Value::list(std::move(items));
+    }
+    case ast::ExprKind::Member:
+      throw UserError(e.range, "'." + e.text + "' must be called", "write ." + e.text + "(...)");
+    case ast::ExprKind::Index: {
+      Value object = eval(*e.operands[0]);
+      Value index = eval(*e.operands[1]);
+      if (object.is(ValueKind::Selection)) {
+        if (!index.is(ValueKind::String))
+          throw UserError(e.operands[1]->range, "modules are selected by a path string, not a " + std::string(kind_name(index.kind())),
+                          "e.g. sch[\"h.{i}\"]");
+        return Value::selection(std::make_shared<Selection>(object.as_selection()->select(index.as_string(), e.operands[1]->range)));
+      }
+      if (object.is(ValueKind::List)) {
+        if (!index.is(ValueKind::Int))
+          throw UserError(e.operands[1]->range, "list index must be an int", "e.g. xs[0]");
+        int64_t n = static_cast<int64_t>(object.as_list().size()), k = index.as_int();
+        if (k < 0) k += n;
+        if (k < 0 || k >= n)
+          throw UserError(e.operands[1]->range, "index " + std::to_string(index.as_int()) + " is out of range for a list of " + std::to_string(n),
+                          "valid indices are 0.." + std::to_string(n - 1));
+        return object.as_list()[k];
+      }
+      throw UserError(e.operands[0]->range, std::string("cannot index a ") + kind_name(object.kind()), "index lists or module selections");
+    }
+    case ast::ExprKind::Unary: {
+      Value v = eval(*e.operands[0]);
+      if (e.text == "not") return Value::boolean(!truthy(v));
+      if (v.is(ValueKind::Int)) return Value::integer(-v.as_int());
+      if (v.is(ValueKind::Float)) return Value::floating(-v.as_number());
+      if (v.is(ValueKind::Bytes)) return Value::bytes(-v.as_int());
+      throw UserError(e.range, std::string("cannot negate a ") + kind_name(v.kind()), "negate numbers only");
+    }
+    case ast::ExprKind::Binary: return eval_binary(e);
+    case ast::ExprKind::Call: return eval_call(e);
+  }
+  throw InternalError("unknown expression kind");
+}
+
+Value Interpreter::eval_call(const ast::Expr& e) {
+  std::vector<ArgValue> args;
+  std::vector<std::pair<std::string, ArgValue>> kwargs;
+  const ast::Expr& callee = *e.operands[0];
+  Value object;
+  if (callee.kind == ast::ExprKind::Member) object = eval(*callee.operands[0]);
+  for (auto& a : e.args) {
+    ArgValue v{eval(*a.value), a.value->range};
+    if (a.name.empty()) args.push_back(std::move(v));
+    else kwargs.push_back({a.name, std::move(v)});
+  }
+  if (callee.kind == ast::ExprKind::Member) {
+    if (!object.is(ValueKind::Selection))
+      throw UserError(callee.range, std::string("a ") + kind_name(object.kind()) + " has no method '" + callee.text + "'",
+                      "primitives are called on module selections: sch[\"path\"]." + callee.text + "(...)");
+    CallArgs call{std::move(args), std::move(kwargs), e.range, SourceRange{callee.range.file, callee.range.end, callee.range.end}};
+    // Underline the method name: it ends where the callee ends.
+    call.name_range.begin.column = callee.range.end.column - static_cast<int>(callee.text.size());
+    object.as_selection()->apply(callee.text, call);
+    return object;
+  }
+  Value f = eval(callee);
+  if (f.is(ValueKind::Builtin)) return call_builtin(f.as_string(), e, args, kwargs);
+  if (f.is(ValueKind::Function)) return call_function(*f.as_function(), e, args, kwargs);
+  throw UserError(callee.range, std::string("a ") + kind_name(f.kind()) + " is not callable", "call functions defined with def, or built-ins");
+}
+
+Value Interpreter::call_function(const FunctionValue& f, const ast::Expr& call, const std::vector<ArgValue>& args,
+                                 const std::vector<std::pair<std::string, ArgValue>>& kwargs) {
+  const ast::Stmt& def = *f.def;
+  if (static_cast<int>(frames_.size()) > options_.max_call_depth)
+    throw UserError(call.range, "calls nested more than " + std::to_string(options_.max_call_depth) + " deep (runaway recursion?)",
+                    "check the recursion in " + def.name);
+  std::string signature = def.name + "(";
+  for (size_t i = 0; i < def.params.size(); ++i) signature += (i ? ", " : "") + def.params[i];
+  signature += ")";
+  if (args.size() > def.params.size())
+    throw UserError(call.range, def.name + " takes " + std::to_string(def.params.size()) + " arguments but " +
+                                    std::to_string(args.size()) + " were given",
+                    "its signature is " + signature);
+  std::vector<const Value*> bound(def.params.size(), nullptr);
+  for (size_t i = 0; i < args.size(); ++i) bound[i] = &args[i].value;
+  for (auto& [name, a] : kwargs) {
+    auto it = std::find(def.params.begin(), def.params.end(), name);
+    if (it == def.params.end())
+      throw UserError(a.range, def.name + " has no parameter '" + name + "'", "its signature is " + signature);
+    bound[it - def.params.begin()] = &a.value;
+  }
+  Frame frame{{Scope{}}};
+  for (size_t i = 0; i < def.params.size(); ++i) {
+    if (!bound[i]) throw UserError(call.range, def.name + " is missing argument '" + def.params[i] + "'", "its signature is " + signature);
+    frame.scopes.back()[def.params[i]] = *bound[i];
+  }
+  frames_.push_back(std::move(frame));
+  return_value_ = Value::none();
+  Flow flow;
+  try {
+    flow = exec_block(def.body, f.program);
+  } catch (...) {
+    frames_.pop_back();
+    throw;
+  }
+  frames_.pop_back();
+  Value result = flow == Flow::Return ? return_value_ : Value::none();
+  return_value_ = Value::none();
+  return result;
+}
+
+Value Interpreter::call_builtin(const std::string& name, const ast::Expr& call, const std::vector<ArgValue>& args,
+                                const std::vector<std::pair<std::string, ArgValue>>& kwargs) {
+  if (!kwargs.empty() && name != "tune")
+    throw UserError(kwargs[0].second.range, name + "() takes no keyword arguments", "pass the arguments by position");
+  auto need = [&](size_t lo, size_t hi, const char* signature) {
+    if (args.size() < lo || args.size() > hi)
+      throw UserError(call.range, name + "() takes " + (lo == hi ? std::to_string(lo) : std::to_string(lo) + " to " + std::to_string(hi)) +
+                                      " argument" + (hi == 1 ? "" : "s") + ", got " + std::to_string(args.size()),
+                      std::string("usage: ") + signature);
+  };
+  auto want_int = [&](const ArgValue& a) {
+    if (!a.value.is(ValueKind::Int))
+      throw UserError(a.range, name + "() needs an int here, got " + std::string(kind_name(a.value.kind())), "pass a whole number");
+    return a.value.as_int();
+  };
+  if (name == "len") {
+    need(1, 1, "len(list | string | selection)");
+    const Value& v = args[0].value;
+    if (v.is(ValueKind::List)) return Value::integer(static_cast<int64_t>(v.as_list().size()));
+    if (v.is(ValueKind::String)) return Value::integer(static_cast<int64_t>(v.as_string().size()));
+    if (v.is(ValueKind::Selection)) return Value::integer(static_cast<int64_t>(v.as_selection()->elements().size()));
+    throw UserError(args[0].range, std::string("len() of a ") + kind_name(v.kind()), "len takes a list, a string or a module selection");
+  }
+  if (name == "range") {
+    need(1, 3, "range(stop) | range(start, stop) | range(start, stop, step)");
+    int64_t start = 0, stop, step = 1;
+    if (args.size() == 1) stop = want_int(args[0]);
+    else start = want_int(args[0]), stop = want_int(args[1]);
+    if (args.size() == 3) step = want_int(args[2]);
+    if (step == 0) throw UserError(args[2].range, "range() step must not be zero", "use a positive or negative step");
+    int64_t count = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0) : (start > stop ? (start - stop - step - 1) / -step : 0);
+    if (count > options_.max_range)
+      throw UserError(call.range, "range() of " + std::to_string(count) + " elements is too large",
+                      "ranges are limited to " + std::to_string(options_.max_range) + " elements");
+    std::vector<Value> items;
+    items.reserve(count);
+    for (int64_t k = 0; k < count; ++k) items.push_back(Value::integer(start + k * step));
+    return Value::list(std::move(items));
+  }
+  if (name == "min" || name == "max") {
+    if (args.empty()) need(1, 1000000, "min(a, b, ...) | min(list)");
+    std::vector<ArgValue> items = args;
+    if (args.size() == 1 && args[0].value.is(ValueKind::List)) {
+      items.clear();
+      for (auto& v : args[0].value.as_list()) items.push_back({v, args[0].range});
+      if (items.empty()) throw UserError(args[0].range, name + "() of an empty list", "pass at least one value");
+    }
+    Value best = items[0].value;
+    for (auto& a : items) {
+      if (!a.value.is_number()) throw UserError(a.range, name + "() compares numbers, got a " + std::string(kind_name(a.value.kind())), "pass numbers or sizes");
+      if (!best.is_number()) throw UserError(items[0].range, name + "() compares numbers", "pass numbers or sizes");
+      bool better = name == "min" ? a.value.as_number() < best.as_number() : a.value.as_number() > best.as_number();
+      if (better) best = a.value;
+    }
+    return best;
+  }
+  if (name == "print") {
+    std::string line;
+    for (size_t i = 0; i < args.size(); ++i) line += (i ? " " : "") + args[i].value.to_display();
+    *options_.print_to << line << "\n";
+    return Value::none();
+  }
+  if (name == "tune") {
+    std::vector<ArgValue> all = args;
+    for (auto& [n, a] : kwargs) {
+      if (n != "name" && n != "values")
+        throw UserError(a.range, "tune() has no parameter '" + n + "'", "usage: tune(\"name\", [values])");
+      all.push_back(a);
+    }
+    if (all.size() != 2) throw UserError(call.range, "tune() takes a name and a list of values", "usage: tune(\"micro_batch\", [1, 2, 4])");
+    if (!all[0].value.is(ValueKind::String)) throw UserError(all[0].range, "a knob's name must be a string", "usage: tune(\"name\", [values])");
+    if (!all[1].value.is(ValueKind::List)) throw UserError(all[1].range, "a knob's domain must be a list", "usage: tune(\"name\", [values])");
+    return schedule_.knobs().declare(all[0].value.as_string(), all[1].value.as_list(), call.range);
+  }
+  if (name == "constrain") {
+    need(1, 1, "constrain(condition)");
+    schedule_.knobs().constrain(truthy(args[0].value), format_expr(*call.args[0].value), call.range);
+    return Value::none();
+  }
+  throw UserError(call.range, "'" + name + "' is not a function", "see docs/language.md for the built-ins");
+}
+
+}  // namespace loom

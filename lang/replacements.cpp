@@ -1,0 +1,31 @@
+#include "lang/replacements.h"
+
+namespace loom {
+
+ReplacementRegistry& ReplacementRegistry::global() {
+  static ReplacementRegistry registry;
+  return registry;
+}
+
+void ReplacementRegistry::add(Replacement r) {
+  for (auto& existing : all_)
+    if (existing.name == r.name) {
+      existing = std::move(r);
+      return;
+    }
+  all_.push_back(std::move(r));
+}
+
+const Replacement* ReplacementRegistry::find(const std::string& name) const {
+  for (auto& r : all_)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+std::vector<std::string> ReplacementRegistry::names() const {
+  std::vector<std::string> out;
+  for (auto& r : all_) out.push_back(r.name);
+  return out;
+}
+
+}  // namespace loom

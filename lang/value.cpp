@@ -1,0 +1,141 @@
+#include "lang/value.h"
+
+#include <charconv>
+#include <cmath>
+
+#include "lang/schedule.h"
+
+namespace loom {
+
+Value Value::boolean(bool b) { Value v(ValueKind::Bool); v.b_ = b; return v; }
+Value Value::integer(int64_t i) { Value v(ValueKind::Int); v.i_ = i; return v; }
+Value Value::floating(double f) { Value v(ValueKind::Float); v.f_ = f; return v; }
+Value Value::bytes(int64_t n) { Value v(ValueKind::Bytes); v.i_ = n; return v; }
+Value Value::string(std::string s) { Value v(ValueKind::String); v.s_ = std::move(s); return v; }
+Value Value::list(std::vector<Value> items) {
+  Value v(ValueKind::List);
+  v.list_ = std::make_shared<const std::vector<Value>>(std::move(items));
+  return v;
+}
+Value Value::selection(std::shared_ptr<const Selection> s) { Value v(ValueKind::Selection); v.selection_ = std::move(s); return v; }
+Value Value::function(std::shared_ptr<const FunctionValue> f) { Value v(ValueKind::Function); v.function_ = std::move(f); return v; }
+Value Value::builtin(std::string name) { Value v(ValueKind::Builtin); v.s_ = std::move(name); return v; }
+
+double Value::as_number() const { return kind_ == ValueKind::Float ? f_ : static_cast<double>(i_); }
+
+bool Value::is_data() const {
+  switch (kind_) {
+    case ValueKind::Selection:
+    case ValueKind::Function:
+    case ValueKind::Builtin: return false;
+    case ValueKind::List:
+      for (auto& v : *list_)
+        if (!v.is_data()) return false;
+      return true;
+    default: return true;
+  }
+}
+
+const char* kind_name(ValueKind k) {
+  switch (k) {
+    case ValueKind::None: return "none";
+    case ValueKind::Auto: return "auto";
+    case ValueKind::Bool: return "bool";
+    case ValueKind::Int: return "int";
+    case ValueKind::Float: return "float";
+    case ValueKind::Bytes: return "bytes";
+    case ValueKind::String: return "string";
+    case ValueKind::List: return "list";
+    case ValueKind::Selection: return "module selection";
+    case ValueKind::Function: return "function";
+    case ValueKind::Builtin: return "built-in function";
+  }
+  return "value";
+}
+
+std::string format_float(double f) {
+  if (std::isinf(f)) return f > 0 ? "1e999" : "-1e999";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, f);
+  std::string s(buf, end);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string format_bytes(int64_t n) {
+  static const std::pair<const char*, int64_t> units[] = {
+      {"TiB", int64_t(1) << 40}, {"GiB", int64_t(1) << 30}, {"MiB", int64_t(1) << 20}, {"KiB", int64_t(1) << 10},
+      {"TB", 1000000000000LL}, {"GB", 1000000000LL}, {"MB", 1000000LL}, {"KB", 1000LL}};
+  if (n != 0)
+    for (auto& [name, size] : units)
+      if (n % size == 0) return std::to_string(n / size) + name;
+  return std::to_string(n) + "B";
+}
+
+std::string quote_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\\': out += "\\\\"; break;
+      case '"': out += "\\\""; break;
+      case '{': out += "\\{"; break;
+      case '}': out += "\\}"; break;
+      default: out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string Value::to_source() const {
+  switch (kind_) {
+    case ValueKind::None: return "none";
+    case ValueKind::Auto: return "auto";
+    case ValueKind::Bool: return b_ ? "true" : "false";
+    case ValueKind::Int: return std::to_string(i_);
+    case ValueKind::Float: return format_float(f_);
+    case ValueKind::Bytes: return format_bytes(i_);
+    case ValueKind::String: return quote_string(s_);
+    case ValueKind::List: {
+      std::string out = "[";
+      for (size_t i = 0; i < list_->size(); ++i) out += (i ? ", " : "") + (*list_)[i].to_source();
+      return out + "]";
+    }
+    case ValueKind::Selection: return selection_->describe();
+    case ValueKind::Function: return "<function>";
+    case ValueKind::Builtin: return "<built-in " + s_ + ">";
+  }
+  return "";
+}
+
+std::string Value::to_display() const {
+  if (kind_ == ValueKind::String) return s_;
+  if (kind_ == ValueKind::List) {
+    std::string out = "[";
+    for (size_t i = 0; i < list_->size(); ++i) out += (i ? ", " : "") + (*list_)[i].to_source();
+    return out + "]";
+  }
+  return to_source();
+}
+
+bool Value::operator==(const Value& o) const {
+  if (is_number() && o.is_number()) {
+    if (kind_ == ValueKind::Float || o.kind_ == ValueKind::Float) return as_number() == o.as_number();
+    return i_ == o.i_;
+  }
+  if (kind_ != o.kind_) return false;
+  switch (kind_) {
+    case ValueKind::None:
+    case ValueKind::Auto: return true;
+    case ValueKind::Bool: return b_ == o.b_;
+    case ValueKind::String:
+    case ValueKind::Builtin: return s_ == o.s_;
+    case ValueKind::List: return *list_ == *o.list_;
+    case ValueKind::Selection: return selection_->paths() == o.selection_->paths();
+    case ValueKind::Function: return function_ == o.function_;
+    default: return false;
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,34 @@
+#include "models/nn/module.h"
+
+namespace loom::nn {
+namespace {
+thread_local CallInterceptor* current_interceptor = nullptr;
+thread_local torch::Device current_device = torch::kCPU;
+}  // namespace
+
+CallInterceptor* set_call_interceptor(CallInterceptor* interceptor) {
+  std::swap(current_interceptor, interceptor);
+  return interceptor;
+}
+
+torch::Tensor dispatch(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs, const Forward& forward) {
+  if (!current_interceptor) return forward(inputs);
+  // Calls made inside the interceptor's own forward see the interceptor again (nested modules).
+  return current_interceptor->intercept(module, inputs, forward);
+}
+
+torch::Device construction_device() { return current_device; }
+
+ConstructionDevice::ConstructionDevice(torch::Device device) : previous_(current_device) { current_device = device; }
+ConstructionDevice::~ConstructionDevice() { current_device = previous_; }
+
+torch::Tensor new_parameter(torch::IntArrayRef shape, const std::function<void(torch::Tensor&)>& init) {
+  torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(torch::kFloat32).device(current_device));
+  if (!current_device.is_meta()) {
+    torch::NoGradGuard no_grad;
+    init(t);
+  }
+  return t;
+}
+
+}  // namespace loom::nn

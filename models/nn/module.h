@@ -1,0 +1,77 @@
+// LOOM_MODULE and the call interception point: every call of a Loom module goes
+// through loom::nn::dispatch, where a schedule's runtime (gather, checkpoint,
+// replace, hooks) can act. Modules stay ordinary torch::nn::Modules.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+namespace loom::nn {
+
+using Forward = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
+
+// Sees every Loom module call. `forward` runs the module on (possibly different) inputs,
+// so an interceptor can run it, rerun it (checkpointing) or wrap it.
+class CallInterceptor {
+ public:
+  virtual ~CallInterceptor() = default;
+  virtual torch::Tensor intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
+                                  const Forward& forward) = 0;
+};
+
+// Installs the interceptor for this thread (nullptr removes it); returns the previous one.
+CallInterceptor* set_call_interceptor(CallInterceptor* interceptor);
+
+// Runs one module call through the current interceptor, or directly when there is none.
+torch::Tensor dispatch(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs, const Forward& forward);
+
+// Where new parameters are created; kMeta builds a model's structure without memory.
+torch::Device construction_device();
+// Sets the construction device for a scope (e.g. ConstructionDevice meta(torch::kMeta);).
+class ConstructionDevice {
+ public:
+  explicit ConstructionDevice(torch::Device device);
+  ~ConstructionDevice();
+
+ private:
+  torch::Device previous_;
+};
+
+// A parameter tensor on the construction device; filled by `init` unless on meta.
+torch::Tensor new_parameter(torch::IntArrayRef shape, const std::function<void(torch::Tensor&)>& init);
+
+// The holder behind LOOM_MODULE: like TORCH_MODULE's, but operator() dispatches through Loom.
+template <class Impl>
+class ModuleHolder : public torch::nn::ModuleHolder<Impl> {
+ public:
+  using torch::nn::ModuleHolder<Impl>::ModuleHolder;
+
+  template <class... Tensors>
+  torch::Tensor operator()(Tensors&&... inputs) {
+    Impl* impl = this->get();
+    return dispatch(*impl, {torch::Tensor(inputs)...}, [impl](const std::vector<torch::Tensor>& xs) {
+      return call(impl, xs, std::index_sequence_for<Tensors...>{});
+    });
+  }
+
+ private:
+  template <size_t... I>
+  static torch::Tensor call(Impl* impl, const std::vector<torch::Tensor>& xs, std::index_sequence<I...>) {
+    return impl->forward(xs[I]...);
+  }
+};
+
+}  // namespace loom::nn
+
+// Declares `Name` as the holder of `NameImpl`, whose calls go through Loom.
+#define LOOM_MODULE(Name)                                          \
+  class Name : public ::loom::nn::ModuleHolder<Name##Impl> {       \
+   public:                                                         \
+    using ::loom::nn::ModuleHolder<Name##Impl>::ModuleHolder;      \
+  }

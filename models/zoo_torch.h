@@ -1,0 +1,29 @@
+// Building the reference models as LibTorch modules, and extracting module trees from any module.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <torch/nn/module.h>
+
+#include "lang/module_tree.h"
+
+namespace loom {
+
+// A built language model: its module and its forward from token ids (B, T) to logits (B, T, V).
+struct BuiltModel {
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<torch::Tensor(const torch::Tensor& ids)> forward;
+  int64_t vocab_size = 0;
+  int64_t max_seq = 0;
+};
+
+// Builds a named model on `device` (torch::kMeta for structure only). Throws UserError for unknown names.
+BuiltModel build_model(const std::string& name, torch::Device device = torch::kCPU);
+
+// The torch-free module tree of any module: named_modules() order, type names,
+// direct parameters and buffers, tied tensors marked.
+ModuleTree extract_module_tree(const torch::nn::Module& root, const std::string& model_name);
+
+}  // namespace loom

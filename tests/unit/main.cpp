@@ -1,0 +1,3 @@
+// The doctest runner of the language-core tests.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
