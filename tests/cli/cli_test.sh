@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The loom command line as a user meets it: exit codes (0 ok, 1 schedule error,
+# 2 usage error), rendered diagnostics, --json, --print, --set and fmt.
+set -uo pipefail
+loom="$1"
+src="$2"
+cd "$src"
+passed=0
+failed=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+expect() {  # expect NAME WANT_RC WANT_TEXT -- command...
+  local name="$1" want_rc="$2" want_text="$3"
+  shift 4
+  "$@" >"$tmp/out" 2>&1
+  local rc=$?
+  if [ "$rc" -ne "$want_rc" ] || { [ -n "$want_text" ] && ! grep -qF -- "$want_text" "$tmp/out"; }; then
+    echo "FAIL $name: rc=$rc (want $want_rc), output:"
+    sed 's/^/    /' "$tmp/out"
+    echo "    (wanted: $want_text)"
+    failed=$((failed + 1))
+  else
+    passed=$((passed + 1))
+  fi
+}
+
+expect "check ok" 0 "ok (5 directives, 0 warnings)" -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2
+expect "check --print" 0 'sch["h.3"].prefetch(budget=auto)' -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --print
+expect "check --set" 0 "# knobs: micro_batch=2, ckpt_ratio=0.5" -- "$loom" check examples/gpt_tuned.sched --model gpt2 --world 8 --set micro_batch=2 --set ckpt_ratio=0.5 --print
+expect "error location" 1 "tests/error/no_match.sched:4:5: error: no module matches \"h.40.mlp\" in model gpt2" -- "$loom" check tests/error/no_match.sched --model gpt2
+expect "error underline" 1 "    ^~~~~~~~~~" -- "$loom" check tests/error/no_match.sched --model gpt2
+expect "error hint" 1 "hint: did you mean" -- "$loom" check tests/error/no_match.sched --model gpt2
+expect "json diagnostics" 1 '"range":{"end":{"column":15,"line":4},"start":{"column":5,"line":4}},"severity":"error"' -- "$loom" check tests/error/no_match.sched --model gpt2 --json
+expect "json warnings" 0 '"severity":"warning"' -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --json
+expect "unknown knob in --set" 1 "--set names knob 'micro_bach'" -- "$loom" check examples/gpt_tuned.sched --model gpt2 --world 8 --set micro_bach=2
+expect "bad --set" 2 "--set expects name=value" -- "$loom" check examples/gpt_tuned.sched --model gpt2 --set micro_batch
+expect "unknown model" 2 "did you mean 'gpt2'?" -- "$loom" check examples/gpt_tp.sched --model gpt3
+expect "missing --model" 2 "--model is required" -- "$loom" check examples/gpt_tp.sched
+expect "bad world" 2 "--world" -- "$loom" check examples/gpt_tp.sched --model gpt2 --world 0
+expect "local world must divide" 1 "local_world 3 does not divide world 8" -- "$loom" check examples/gpt_tp.sched --model gpt2 --world 8 --local-world 3
+expect "missing file" 1 "cannot read schedule file 'nope.sched'" -- "$loom" check nope.sched --model gpt2
+expect "no subcommand" 2 "A subcommand is required" -- "$loom"
+expect "help" 0 "check" -- "$loom" --help
+expect "check help" 0 "--local-world" -- "$loom" check --help
+expect "fmt" 0 "let x = (1 + 2) * 3  # trailing comment" -- "$loom" fmt tests/golden/fmt/messy.sched
+expect "fmt --check canonical" 0 "" -- "$loom" fmt --check examples/gpt_tp.sched
+expect "fmt --check not canonical" 1 "" -- "$loom" fmt --check tests/golden/fmt/messy.sched
+expect "fmt syntax error" 1 "unterminated string literal" -- "$loom" fmt tests/error/syntax_unterminated_string.sched
+expect "tree" 0 "h.0.attn.c_attn  Linear  weight[384,128]  bias[384]" -- "$loom" tree --model gpt:tiny
+expect "models" 0 "llama3-70b" -- "$loom" models
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,177 @@
+// The reference models: published sizes, HuggingFace names, trees, interception, training and saving.
+#include "doctest_torch.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "lang/schedule.h"
+#include "lang/trace.h"
+#include "models/gpt.h"
+#include "models/nn/module.h"
+#include "models/zoo.h"
+#include "models/zoo_torch.h"
+
+using namespace loom;
+
+TEST_CASE("parameter counts match the published sizes within 1%") {
+  for (auto& m : model_catalog()) {
+    if (m.published_params == 0) continue;
+    CAPTURE(m.name);
+    int64_t count = module_tree_of(m.name)->parameter_count();
+    double rel = std::abs(static_cast<double>(count - m.published_params)) / static_cast<double>(m.published_params);
+    CHECK(rel < 0.01);
+  }
+  CHECK(module_tree_of("gpt2")->parameter_count() == 124'439'808);  // HF gpt2, tied head counted once
+}
+
+TEST_CASE("module names follow the HuggingFace conventions") {
+  auto gpt = module_tree_of("gpt2");
+  for (const char* p : {"wte", "wpe", "h.0.attn.c_attn", "h.11.mlp.c_fc", "h.3.ln_2", "ln_f", "lm_head"}) CHECK(gpt->find(p) >= 0);
+  CHECK(gpt->node(gpt->find("h")).type == "ModuleList");
+  auto llama = module_tree_of("llama3-70b");
+  for (const char* p : {"embed_tokens", "layers.79.self_attn.k_proj", "layers.0.mlp.gate_proj", "layers.0.input_layernorm", "norm"})
+    CHECK(llama->find(p) >= 0);
+  // Grouped-query attention: 8 kv heads of 128 -> k_proj is (1024, 8192).
+  CHECK((llama->node(llama->find("layers.0.self_attn.k_proj")).params[0].shape == std::vector<int64_t>{1024, 8192}));
+  auto bert = module_tree_of("bert-large");
+  for (const char* p : {"bert.embeddings.word_embeddings", "bert.encoder.layer.23.attention.self.query",
+                        "bert.encoder.layer.0.output.LayerNorm", "cls.predictions.decoder"})
+    CHECK(bert->find(p) >= 0);
+  auto moe = module_tree_of("mixtral-8x7b");
+  for (const char* p : {"layers.31.block_sparse_moe.gate", "layers.0.block_sparse_moe.experts.7.w3"}) CHECK(moe->find(p) >= 0);
+}
+
+TEST_CASE("tied weights are marked and counted once") {
+  auto gpt = module_tree_of("gpt:tiny");
+  const ModuleNode& head = gpt->node(gpt->find("lm_head"));
+  REQUIRE(head.params.size() == 1);
+  CHECK(head.params[0].tied_to == "wte.weight");
+  auto bert = module_tree_of("bert:tiny");
+  CHECK(bert->node(bert->find("cls.predictions.decoder")).params[0].tied_to == "bert.embeddings.word_embeddings.weight");
+}
+
+TEST_CASE("the core tests' tree fixtures are what the models produce") {
+  for (const char* name : {"gpt2", "gpt:tiny", "llama-13b"}) {
+    CAPTURE(name);
+    std::string file = name;
+    for (char& c : file)
+      if (c == ':') c = '_';
+    std::ifstream in(std::string(LOOM_SOURCE_DIR) + "/tests/golden/trees/" + file + ".json");
+    std::stringstream buf;
+    buf << in.rdbuf();
+    CHECK(module_tree_to_json(*module_tree_of(name)) + "\n" == buf.str());
+  }
+}
+
+TEST_CASE("every tiny model runs forward and backward with finite values") {
+  for (std::string name : {"gpt:tiny", "llama:tiny", "bert:tiny", "mixtral:tiny"}) {
+    CAPTURE(name);
+    torch::manual_seed(0);
+    BuiltModel m = build_model(name);
+    torch::Tensor ids = torch::randint(m.vocab_size, {2, 16}, torch::kLong);
+    torch::Tensor logits = m.forward(ids);
+    CHECK(logits.sizes() == torch::IntArrayRef({2, 16, m.vocab_size}));
+    // Next-token targets: with a tied head, predicting the input token itself would be easier than chance.
+    torch::Tensor loss = torch::cross_entropy_loss(logits.narrow(1, 0, 15).reshape({-1, m.vocab_size}),
+                                                   ids.narrow(1, 1, 15).reshape({-1}));
+    loss.backward();
+    CHECK(std::isfinite(loss.item<double>()));
+    CHECK(std::abs(loss.item<double>() - std::log(static_cast<double>(m.vocab_size))) < 1.0);  // near uniform at init
+    for (auto& p : m.module->named_parameters()) {
+      CAPTURE(p.key());
+      REQUIRE(p.value().grad().defined());
+      CHECK(torch::isfinite(p.value().grad()).all().item<bool>());
+    }
+  }
+}
+
+TEST_CASE("a few optimizer steps on one batch lower the loss (the models are trainable)") {
+  torch::manual_seed(0);
+  BuiltModel m = build_model("gpt:tiny");
+  torch::Tensor ids = torch::randint(m.vocab_size, {4, 32}, torch::kLong);
+  torch::optim::AdamW opt(m.module->parameters(), torch::optim::AdamWOptions(3e-3));
+  auto loss_of = [&] {
+    torch::Tensor logits = m.forward(ids.narrow(1, 0, 31));
+    return torch::cross_entropy_loss(logits.reshape({-1, m.vocab_size}), ids.narrow(1, 1, 31).reshape({-1}));
+  };
+  double first = loss_of().item<double>();
+  for (int i = 0; i < 20; ++i) {
+    opt.zero_grad();
+    torch::Tensor loss = loss_of();
+    loss.backward();
+    opt.step();
+  }
+  CHECK(loss_of().item<double>() < first - 0.5);
+}
+
+namespace {
+// Records the type of every module call, and optionally scales one module's output.
+struct Recorder : nn::CallInterceptor {
+  std::vector<std::string> calls;
+  std::string scale_type;
+  torch::Tensor intercept(torch::nn::Module& m, const std::vector<torch::Tensor>& in, const nn::Forward& f) override {
+    calls.push_back(m.name());
+    torch::Tensor out = f(in);
+    return m.name() == scale_type ? out * 0 : out;
+  }
+};
+}  // namespace
+
+TEST_CASE("every module call goes through the interception point") {
+  torch::manual_seed(0);
+  BuiltModel m = build_model("gpt:tiny");
+  torch::Tensor ids = torch::randint(m.vocab_size, {1, 8}, torch::kLong);
+  torch::Tensor plain = m.forward(ids);
+  Recorder rec;
+  nn::set_call_interceptor(&rec);
+  torch::Tensor seen = m.forward(ids);
+  nn::set_call_interceptor(nullptr);
+  // Root, wte, wpe, drop, 4 blocks x (block, ln_1, attn, c_attn, c_proj, resid_dropout, ln_2, mlp, c_fc, act, c_proj, dropout), ln_f, lm_head.
+  CHECK(rec.calls.size() == 1 + 3 + 4 * 12 + 2);
+  CHECK(rec.calls.front() == "GPT2Model");
+  CHECK(torch::equal(plain, seen));
+  // An interceptor changes what a module computes: zeroing every MLP changes the logits.
+  Recorder zero;
+  zero.scale_type = "GPT2MLP";
+  nn::set_call_interceptor(&zero);
+  torch::Tensor changed = m.forward(ids);
+  nn::set_call_interceptor(nullptr);
+  CHECK(!torch::allclose(plain, changed));
+}
+
+TEST_CASE("Loom modules are ordinary torch modules: saved and loaded with torch::save/load") {
+  torch::manual_seed(1);
+  models::GPT2Model a(models::GPTConfig{256, 64, 32, 2, 2, 0.0});
+  torch::manual_seed(2);
+  models::GPT2Model b(models::GPTConfig{256, 64, 32, 2, 2, 0.0});
+  std::stringstream stream;
+  torch::save(a, stream);
+  torch::load(b, stream);
+  torch::Tensor ids = torch::randint(256, {1, 8}, torch::kLong);
+  CHECK(torch::equal(a(ids), b(ids)));
+}
+
+TEST_CASE("the registered alternative attention computes what GPT2Attention computes") {
+  torch::manual_seed(0);
+  models::GPTConfig c{256, 64, 64, 1, 4, 0.0};
+  auto plain = std::make_shared<models::GPT2AttentionImpl>(c);
+  auto chunked = std::make_shared<models::GPT2ChunkedAttentionImpl>(c, 3);
+  chunked->c_attn->weight.data().copy_(plain->c_attn->weight.data());
+  chunked->c_attn->bias.data().copy_(plain->c_attn->bias.data());
+  chunked->c_proj->weight.data().copy_(plain->c_proj->weight.data());
+  chunked->c_proj->bias.data().copy_(plain->c_proj->bias.data());
+  torch::Tensor x = torch::randn({2, 10, 64});
+  CHECK(torch::allclose(plain->forward(x), chunked->forward(x), 1e-5, 1e-6));
+}
+
+TEST_CASE("a schedule over a model built in C++: extract the tree, use the fluent API") {
+  BuiltModel m = build_model("llama:tiny");
+  auto tree = std::make_shared<const ModuleTree>(extract_module_tree(*m.module, "llama:tiny"));
+  Schedule sch(tree, {4, 0});
+  sch.fsdp();
+  sch["layers.0"].prefetch();
+  sch["layers.*.mlp"].bucket().checkpoint();
+  CHECK(sch.trace().size() == 1 + 1 + 2 * 4);
+  CHECK(trace_to_sched(sch).find("sch[\"layers.3.mlp\"].checkpoint()") != std::string::npos);
+}

@@ -1,0 +1,106 @@
+// Correctness of the language: each test states the values a construct must produce.
+#include <doctest/doctest.h>
+
+#include "helpers.h"
+
+using namespace loom;
+using loom::testing::error_of;
+using loom::testing::evaluate;
+
+TEST_CASE("literals, arithmetic and printing") {
+  auto e = evaluate(R"(print(1 + 2 * 3, 7 // 2, -7 // 2, 7 % 3, 7 / 2, 2 * 1.5)
+print(512MiB, 2GiB, 64KB, 1.5KiB, 2GiB / 2, 1GiB + 1GiB)
+print(true and false, true or false, not true, 1 < 2, "a" < "b", 3 == 3.0, none, auto)
+print([1, 2] + [3], "ab" + "c", 1_000_000)
+)");
+  CHECK(e->printed == "7 3 -4 1 3.5 3.0\n512MiB 2GiB 64KB 1536B 1GiB 2GiB\nfalse true false true true true none auto\n[1, 2, 3] abc 1000000\n");
+}
+
+TEST_CASE("strings interpolate expressions") {
+  auto e = evaluate(R"(let i = 3
+let name = "h"
+print("{name}.{i + 1}.mlp", "\{literal\}", "q{[1, 2]}")
+)");
+  CHECK(e->printed == "h.4.mlp {literal} q[1, 2]\n");
+}
+
+TEST_CASE("let, assignment, if/else and for") {
+  auto e = evaluate(R"(let total = 0
+for i in range(5) {
+    if i % 2 == 0 {
+        total = total + i
+    } else if i == 3 {
+        total = total + 100
+    } else {
+        total = total - 1
+    }
+}
+print(total)
+for x in [10, 20] { print(x) }
+print(range(2, 10, 3), range(3, 0, -1), len([1, 2, 3]), len("abcd"), min(3, 1, 2), max([4, 9, 2]))
+)");
+  CHECK(e->printed == "105\n10\n20\n[2, 5, 8] [3, 2, 1] 3 4 1 9\n");
+}
+
+TEST_CASE("def, return, recursion and keyword arguments") {
+  auto e = evaluate(R"(def fib(n) {
+    if n < 2 { return n }
+    return fib(n - 1) + fib(n - 2)
+}
+def scale(x, by) { return x * by }
+print(fib(10), scale(by=3, x=2), scale(4, 5))
+def nothing() { }
+print(nothing())
+)");
+  CHECK(e->printed == "55 6 20\nnone\n");
+}
+
+TEST_CASE("variables are scoped to their block; functions see globals") {
+  auto e = evaluate(R"(let g = 1
+def f() { return g + 1 }
+if true { let local = 5; print(local) }
+print(f())
+)");
+  CHECK(e->printed == "5\n2\n");
+  CHECK(error_of("if true { let y = 1 }\nprint(y)\n").find("unknown name 'y'") != std::string::npos);
+}
+
+TEST_CASE("world, local_world and dp follow the run and the mesh") {
+  auto e = evaluate("print(world, local_world, dp)\n", "gpt2", {8, 4});
+  CHECK(e->printed == "8 4 8\n");
+  auto m = evaluate("sch.mesh(tp=2, pp=2)\nprint(dp)\n", "gpt2", {8, 0});
+  CHECK(m->printed == "2\n");
+}
+
+TEST_CASE("module selection: exact, glob, relative, len and iteration") {
+  auto e = evaluate(R"(print(len(sch["h"]), len(sch["h.*"]), len(sch["h.*.mlp.c_*"]))
+let b = sch["h.3"]
+b["attn.c_attn"].checkpoint()
+for blk in sch["h.1?"] { blk["mlp"].checkpoint() }
+print(len(sch["h.0"]))
+)");
+  CHECK(e->printed == "12 12 24\n4\n");
+  auto& trace = e->schedule->trace();
+  REQUIRE(trace.size() == 3);
+  CHECK(trace[0].target == "h.3.attn.c_attn");
+  CHECK(trace[1].target == "h.10.mlp");
+  CHECK(trace[2].target == "h.11.mlp");
+}
+
+TEST_CASE("a call on a multi-module selection applies to each match in order") {
+  auto e = evaluate("sch[\"h.*.attn\"].checkpoint()\n");
+  REQUIRE(e->schedule->trace().size() == 12);
+  for (int i = 0; i < 12; ++i) CHECK(e->schedule->trace()[i].target == "h." + std::to_string(i) + ".attn");
+}
+
+TEST_CASE("import evaluates a file once, relative to the importer, then the stdlib") {
+  auto e = evaluate("import \"stdlib/zero3.sched\"\nimport \"stdlib/zero3.sched\"\n", "gpt2", {4, 0});
+  CHECK(e->schedule->trace().size() == 13);  // shard_states + 12 prefetch, once
+  CHECK(e->schedule->trace()[0].to_sched() == "sch.shard_states(params=4, grads=4, optim=4)");
+}
+
+TEST_CASE("evaluation limits turn runaway programs into errors") {
+  CHECK(error_of("def f(n) { return f(n + 1) }\nf(0)\n").find("nested more than 200 deep") != std::string::npos);
+  CHECK(error_of("let x = range(100000000)\n").find("too large") != std::string::npos);
+  CHECK(error_of("print(1 // 0)\n").find("division by zero") != std::string::npos);
+}
