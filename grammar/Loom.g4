@@ -29,7 +29,7 @@ stmt
 
 ifClause : 'if' expr block (NEWLINE* 'else' (ifClause | block))? ;
 
-block : '{' sep* (stmt (sep+ stmt)*)? sep* '}' ;
+block : LBRACE sep* (stmt (sep+ stmt)*)? sep* RBRACE ;
 
 sep : NEWLINE | ';' ;
 
@@ -38,11 +38,11 @@ expr
   | expr '.' NAME                                       # memberExpr
   | expr LPAREN (arg (',' arg)* ','?)? RPAREN           # callExpr
   | expr LBRACK expr RBRACK                             # indexExpr
-  | op='-' expr                                         # unaryExpr
+  | op=MINUS expr                                        # unaryExpr
   | expr op=('*' | '/' | '//' | '%') expr               # binaryExpr
-  | expr op=('+' | '-') expr                            # binaryExpr
+  | expr op=('+' | MINUS) expr                          # binaryExpr
   | expr op=('<' | '<=' | '>' | '>=' | '==' | '!=') expr  # binaryExpr
-  | op='not' expr                                       # unaryExpr
+  | op=NOT expr                                         # unaryExpr
   | expr op='and' expr                                  # binaryExpr
   | expr op='or' expr                                   # binaryExpr
   ;
@@ -61,6 +61,12 @@ primary
   | LBRACK (expr (',' expr)* ','?)? RBRACK              # listLit
   | LPAREN expr RPAREN                                  # parenExpr
   ;
+
+// Named so that the token checks compare types, not text.
+LBRACE : '{' ;
+RBRACE : '}' ;
+MINUS : '-' ;
+NOT : 'not' ;
 
 LPAREN : '(' { open_brackets++; } ;
 RPAREN : ')' { if (open_brackets > 0) open_brackets--; } ;
@@ -86,8 +92,8 @@ NAME : [a-zA-Z_] [a-zA-Z_0-9]* ;
 
 NEWLINE : ('\r'? '\n' | '\r') { if (open_brackets > 0) skip(); } ;
 COMMENT : '#' ~[\r\n]* -> channel(HIDDEN) ;
-WS : [ \t\f]+ -> channel(HIDDEN) ;
-LINE_CONTINUATION : '\\' [ \t]* ('\r'? '\n') -> channel(HIDDEN) ;
+WS : [ \t\f]+ -> skip ;
+LINE_CONTINUATION : '\\' [ \t]* ('\r'? '\n') -> skip ;
 
 // Anything else becomes one token that the parser rejects with a located error.
 UNEXPECTED_CHAR : . ;

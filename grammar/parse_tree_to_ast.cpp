@@ -120,7 +120,7 @@ std::string describe_expected(const antlr4::misc::IntervalSet& set, const antlr4
     }
     std::string literal = vocab.getLiteralName(type);
     if (literal.empty()) continue;
-    if (literal == "'-'" || literal == "'not'" || literal == "'true'" || literal == "'false'" ||
+    if (type == LoomLexer::MINUS || type == LoomLexer::NOT || literal == "'true'" || literal == "'false'" ||
         literal == "'none'" || literal == "'auto'") {
       expression = true;
       continue;
@@ -166,47 +166,45 @@ void check_tokens(const std::vector<antlr4::Token*>& tokens, const Ranges& range
   };
   std::vector<Open> open;
   int unary_run = 0;
+  auto closer_of = [](char bracket) { return std::string(bracket == '(' ? ")" : bracket == '[' ? "]" : "}"); };
   for (const antlr4::Token* t : tokens) {
     if (t->getChannel() != antlr4::Token::DEFAULT_CHANNEL) continue;
-    std::string text = t->getText();
-    switch (t->getType()) {
+    size_t type = t->getType();
+    switch (type) {
       case LoomLexer::UNEXPECTED_CHAR:
-        throw UserError(ranges.of(t), "unexpected character '" + text + "'",
+        throw UserError(ranges.of(t), "unexpected character '" + t->getText() + "'",
                         "Loom's operators are + - * / // % < <= > >= == != and, or, not");
       case LoomLexer::UNTERMINATED_STRING:
         throw UserError(ranges.of(t), "unterminated string literal",
-                        std::string("close the string with ") + text[0] + " on the same line");
+                        std::string("close the string with ") + t->getText()[0] + " on the same line");
       default: break;
     }
-    bool unary = text == "-" || text == "not";
-    unary_run = unary ? unary_run + 1 : 0;
+    unary_run = (type == LoomLexer::MINUS || type == LoomLexer::NOT) ? unary_run + 1 : 0;
     if (unary_run > kMaxNesting)
       throw UserError(ranges.of(t), "too many operators in a row", "simplify the expression");
-    if (text == "(" || text == "[" || text == "{") {
-      open.push_back({text[0], t});
+    char opening = type == LoomLexer::LPAREN ? '(' : type == LoomLexer::LBRACK ? '[' : type == LoomLexer::LBRACE ? '{' : 0;
+    char closing = type == LoomLexer::RPAREN ? '(' : type == LoomLexer::RBRACK ? '[' : type == LoomLexer::RBRACE ? '{' : 0;
+    if (opening) {
+      open.push_back({opening, t});
       if (static_cast<int>(open.size()) > kMaxNesting)
         throw UserError(ranges.of(t), "brackets nested more than " + std::to_string(kMaxNesting) + " deep",
                         "split the expression with let");
-    } else if (text == ")" || text == "]" || text == "}") {
-      char want = text == ")" ? '(' : text == "]" ? '[' : '{';
+    } else if (closing) {
+      std::string text = closer_of(closing);
       if (open.empty())
         throw UserError(ranges.of(t), "unexpected '" + text + "' with no matching opening bracket",
                         "remove it, or add the missing opening bracket before it");
-      if (open.back().bracket != want) {
-        std::string closer = open.back().bracket == '(' ? ")" : open.back().bracket == '[' ? "]" : "}";
+      if (open.back().bracket != closing)
         throw UserError(ranges.of(t),
                         "'" + text + "' does not match the '" + std::string(1, open.back().bracket) + "' opened at " +
                             ranges.of(open.back().token).to_string(),
-                        "insert '" + closer + "' before it");
-      }
+                        "insert '" + closer_of(open.back().bracket) + "' before it");
       open.pop_back();
     }
   }
   if (!open.empty()) {
-    std::string closer = open.back().bracket == '(' ? ")" : open.back().bracket == '[' ? "]" : "}";
-    throw UserError(ranges.of(open.back().token),
-                    "'" + std::string(1, open.back().bracket) + "' is never closed",
-                    "add the missing '" + closer + "'");
+    throw UserError(ranges.of(open.back().token), "'" + std::string(1, open.back().bracket) + "' is never closed",
+                    "add the missing '" + closer_of(open.back().bracket) + "'");
   }
 }
 
@@ -297,7 +295,11 @@ class AstBuilder {
     s->range = ranges_.of(ctx);
     s->leading_comments = take_comments_before(ctx->getStart()->getTokenIndex());
     std::vector<std::string> inner;  // comments left at the end of a block: keep them above the next statement
-    if (auto* c = dynamic_cast<LoomParser::ImportStmtContext*>(ctx)) {
+    // Casts are tried most common first: a failed dynamic_cast is the costly case.
+    if (auto* c = dynamic_cast<LoomParser::ExprStmtContext*>(ctx)) {
+      s->kind = ast::StmtKind::Expr;
+      s->expr = expr(c->expr());
+    } else if (auto* c = dynamic_cast<LoomParser::ImportStmtContext*>(ctx)) {
       s->kind = ast::StmtKind::Import;
       s->name_range = ranges_.of(c->STRING()->getSymbol());
       ast::ExprPtr path = string_literal(c->STRING()->getSymbol());
@@ -339,9 +341,6 @@ class AstBuilder {
     } else if (auto* c = dynamic_cast<LoomParser::ReturnStmtContext*>(ctx)) {
       s->kind = ast::StmtKind::Return;
       if (c->expr()) s->expr = expr(c->expr());
-    } else if (auto* c = dynamic_cast<LoomParser::ExprStmtContext*>(ctx)) {
-      s->kind = ast::StmtKind::Expr;
-      s->expr = expr(c->expr());
     } else {
       throw InternalError("parse tree has a statement kind the AST builder does not know");
     }
@@ -435,6 +434,12 @@ class AstBuilder {
 
   ast::ExprPtr primary(LoomParser::PrimaryContext* ctx) {
     SourceRange r = ranges_.of(ctx);
+    if (auto* c = dynamic_cast<LoomParser::NameRefContext*>(ctx)) {
+      auto e = make(ast::ExprKind::Name, r);
+      e->text = c->NAME()->getText();
+      return e;
+    }
+    if (auto* c = dynamic_cast<LoomParser::StringLitContext*>(ctx)) return string_literal(c->STRING()->getSymbol());
     if (dynamic_cast<LoomParser::IntLitContext*>(ctx)) {
       auto e = make(ast::ExprKind::Int, r);
       e->int_value = parse_int(ctx->getText(), r);
@@ -447,7 +452,6 @@ class AstBuilder {
       return e;
     }
     if (dynamic_cast<LoomParser::BytesLitContext*>(ctx)) return bytes_literal(ctx->getText(), r);
-    if (auto* c = dynamic_cast<LoomParser::StringLitContext*>(ctx)) return string_literal(c->STRING()->getSymbol());
     if (dynamic_cast<LoomParser::BoolLitContext*>(ctx)) {
       auto e = make(ast::ExprKind::Bool, r);
       e->bool_value = ctx->getText() == "true";
@@ -455,11 +459,6 @@ class AstBuilder {
     }
     if (dynamic_cast<LoomParser::NoneLitContext*>(ctx)) return make(ast::ExprKind::None, r);
     if (dynamic_cast<LoomParser::AutoLitContext*>(ctx)) return make(ast::ExprKind::Auto, r);
-    if (auto* c = dynamic_cast<LoomParser::NameRefContext*>(ctx)) {
-      auto e = make(ast::ExprKind::Name, r);
-      e->text = c->NAME()->getText();
-      return e;
-    }
     if (auto* c = dynamic_cast<LoomParser::ListLitContext*>(ctx)) {
       auto e = make(ast::ExprKind::List, r);
       for (auto* item : c->expr()) e->operands.push_back(expr(item));
@@ -562,9 +561,10 @@ class AstBuilder {
   int depth_ = 0;
 };
 
-// Parses the expression inside `{...}`; columns continue from the brace.
-ast::ExprPtr AstBuilder::parse_interpolation(const std::string& text, int line, int brace_column) {
-  Ranges ranges(ranges_.file(), line - 1, brace_column);
+// Lexes, checks and parses `text` with `rule`, then hands the tree and tokens
+// to `build` while the ANTLR objects that own them are still alive.
+template <class Rule, class Build>
+auto parse_with(const std::string& text, const Ranges& ranges, Rule rule, Build build) {
   antlr4::ANTLRInputStream input(text);
   LoomLexer lexer(&input);
   lexer.removeErrorListeners();
@@ -573,10 +573,19 @@ ast::ExprPtr AstBuilder::parse_interpolation(const std::string& text, int line, 
   check_tokens(tokens.getTokens(), ranges);
   LoomParser parser(&tokens);
   ThrowingErrorListener listener(ranges);
-  auto* tree = run_parser(parser, tokens, listener, &LoomParser::exprOnly);
-  AstBuilder inner(ranges, tokens.getTokens());
-  inner.depth_ = depth_;
-  return inner.expr(tree->expr());
+  auto* tree = run_parser(parser, tokens, listener, rule);
+  return build(tree, tokens.getTokens());
+}
+
+// Parses the expression inside `{...}`; columns continue from the brace.
+ast::ExprPtr AstBuilder::parse_interpolation(const std::string& text, int line, int brace_column) {
+  Ranges ranges(ranges_.file(), line - 1, brace_column);
+  int depth = depth_;
+  return parse_with(text, ranges, &LoomParser::exprOnly, [&](LoomParser::ExprOnlyContext* tree, const auto& tokens) {
+    AstBuilder inner(ranges, tokens);
+    inner.depth_ = depth;
+    return inner.expr(tree->expr());
+  });
 }
 
 }  // namespace
@@ -584,17 +593,9 @@ ast::ExprPtr AstBuilder::parse_interpolation(const std::string& text, int line, 
 std::shared_ptr<ast::Program> parse_program(const SourceFile& file) {
   check_utf8(file);
   Ranges ranges(file.name, 0, 0);
-  antlr4::ANTLRInputStream input(file.text);
-  LoomLexer lexer(&input);
-  lexer.removeErrorListeners();
-  antlr4::CommonTokenStream tokens(&lexer);
-  tokens.fill();
-  check_tokens(tokens.getTokens(), ranges);
-  LoomParser parser(&tokens);
-  ThrowingErrorListener listener(ranges);
-  auto* tree = run_parser(parser, tokens, listener, &LoomParser::program);
-  AstBuilder builder(ranges, tokens.getTokens());
-  return builder.program(tree);
+  return parse_with(file.text, ranges, &LoomParser::program, [&](LoomParser::ProgramContext* tree, const auto& tokens) {
+    return AstBuilder(ranges, tokens).program(tree);
+  });
 }
 
 }  // namespace loom

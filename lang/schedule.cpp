@@ -162,6 +162,14 @@ void Schedule::record(Directive d) {
   trace_.push_back(std::move(d));
 }
 
+const Directive* Schedule::enclosing_directive(int module, const std::string& primitive) const {
+  for (int m = module; m >= 0; m = tree_->node(m).parent) {
+    auto found = directives_on(tree_->node(m).path, primitive);
+    if (!found.empty()) return found.front();
+  }
+  return nullptr;
+}
+
 std::vector<const Directive*> Schedule::directives_on(const std::string& target, const std::string& primitive) const {
   std::vector<const Directive*> out;
   auto [lo, hi] = by_target_.equal_range(target);

@@ -135,6 +135,8 @@ class Schedule : public Selection {
 
   void record(Directive d);
   void warn(Diagnostic d) { warnings_.push_back(std::move(d)); }
+  // The first `primitive` directive on `module` or its nearest ancestor that has one (checkpoint, bucket).
+  const Directive* enclosing_directive(int module, const std::string& primitive) const;
   // Directives of `primitive` recorded on exactly `target`, in order.
   std::vector<const Directive*> directives_on(const std::string& target, const std::string& primitive) const;
 

@@ -10,13 +10,8 @@ void check_bucketable(const PrimitiveCall& c) {
   const Schedule& s = c.schedule();
   if (s.tree().parameter_count(c.module()) == 0)
     c.fail("the module owns no parameters, so there is nothing to bucket", "select a module with weights");
-  for (int m = c.module(); m >= 0; m = s.tree().node(m).parent) {
-    auto earlier = s.directives_on(s.tree().node(m).path, "bucket");
-    if (!earlier.empty()) {
-      c.warn("already in the bucket declared at " + earlier[0]->where.to_string(), "remove one of the two calls");
-      return;
-    }
-  }
+  if (const Directive* earlier = s.enclosing_directive(c.module(), "bucket"))
+    c.warn("already in the bucket declared at " + earlier->where.to_string(), "remove one of the two calls");
 }
 }  // namespace
 

@@ -7,15 +7,11 @@ using namespace loom;
 
 // Warnings: checkpointing twice, or inside a module that is already checkpointed.
 void check_not_redundant(const PrimitiveCall& c) {
-  const Schedule& s = c.schedule();
-  for (int m = c.module(); m >= 0; m = s.tree().node(m).parent) {
-    auto earlier = s.directives_on(s.tree().node(m).path, "checkpoint");
-    if (earlier.empty()) continue;
-    c.warn(m == c.module() ? "already checkpointed at " + earlier[0]->where.to_string()
-                           : "inside `" + s.tree().node(m).path + "`, checkpointed at " + earlier[0]->where.to_string(),
-           "the outer checkpoint already recomputes this module; remove one call");
-    return;
-  }
+  const Directive* earlier = c.schedule().enclosing_directive(c.module(), "checkpoint");
+  if (!earlier) return;
+  c.warn(earlier->target == c.node().path ? "already checkpointed at " + earlier->where.to_string()
+                                          : "inside `" + earlier->target + "`, checkpointed at " + earlier->where.to_string(),
+         "the outer checkpoint already recomputes this module; remove one call");
 }
 }  // namespace
 

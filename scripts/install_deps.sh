@@ -7,6 +7,7 @@ packages=(
   antlr4 libantlr4-runtime-dev default-jre-headless
   doctest-dev nlohmann-json3-dev libcli11-dev libfmt-dev pybind11-dev libgloo-dev
   python3 python3-torch iproute2
+  libtcmalloc-minimal4                  # the allocator loom links (faster parsing)
 )
 missing=()
 for p in "${packages[@]}"; do
