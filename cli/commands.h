@@ -16,5 +16,6 @@ void add_check(CLI::App& app, std::function<int()>& run);
 void add_fmt(CLI::App& app, std::function<int()>& run);
 void add_tree(CLI::App& app, std::function<int()>& run);
 void add_models(CLI::App& app, std::function<int()>& run);
+void add_primitives(CLI::App& app, std::function<int()>& run);
 
 }  // namespace loom::cli

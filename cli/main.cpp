@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   loom::cli::add_fmt(app, run);
   loom::cli::add_tree(app, run);
   loom::cli::add_models(app, run);
+  loom::cli::add_primitives(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

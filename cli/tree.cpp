@@ -4,6 +4,8 @@
 #include "cli/commands.h"
 #include "lang/diagnostics.h"
 #include "models/zoo.h"
+#include "primitives/all.h"
+#include "primitives/registry.h"
 
 namespace loom::cli {
 
@@ -37,6 +39,20 @@ void add_tree(CLI::App& app, std::function<int()>& run) {
         std::cerr << render(e.diagnostic(), nullptr);
         return kUsageError;
       }
+    };
+  });
+}
+
+void add_primitives(CLI::App& app, std::function<int()>& run) {
+  app.add_subcommand("primitives", "List the schedule primitives with their signatures")->callback([&run] {
+    run = [] {
+      register_builtin_primitives();
+      const char* scopes[] = {"sch only", "any module", "below the root"};
+      for (auto& spec : PrimitiveRegistry::global().all()) {
+        std::cout << signature(spec) << "\n    " << spec.doc << " [" << scopes[static_cast<int>(spec.scope)] << "]\n";
+        for (auto& p : spec.params) std::cout << "    " << p.name << ": " << p.doc << "\n";
+      }
+      return kOk;
     };
   });
 }

@@ -167,6 +167,16 @@ std::vector<std::string> PrimitiveRegistry::names() const {
   return out;
 }
 
+std::string signature(const PrimitiveSpec& spec) {
+  std::string out = spec.name + "(";
+  for (size_t i = 0; i < spec.params.size(); ++i) {
+    const ParamSpec& p = spec.params[i];
+    out += (i ? ", " : "") + p.name + ": " + p.type.describe();
+    if (p.default_value) out += " = " + p.default_value->to_source();
+  }
+  return out + ")";
+}
+
 // ---- binding ----
 
 std::vector<std::pair<std::string, ArgValue>> bind_arguments(const PrimitiveSpec& spec, const CallArgs& call) {

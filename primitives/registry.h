@@ -123,6 +123,9 @@ class PrimitiveRegistry {
   std::vector<PrimitiveSpec> specs_;
 };
 
+// "shard(params: string or list of strings, axis: int)": the documented signature.
+std::string signature(const PrimitiveSpec& spec);
+
 // Binds call arguments to a primitive's parameters: positional in order, then by
 // keyword; reports unknown, missing and mistyped arguments at their locations.
 std::vector<std::pair<std::string, ArgValue>> bind_arguments(const PrimitiveSpec& spec, const CallArgs& args);

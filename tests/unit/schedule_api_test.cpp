@@ -3,6 +3,7 @@
 
 #include "helpers.h"
 #include "lang/trace.h"
+#include "primitives/all.h"
 #include "primitives/registry.h"
 
 using namespace loom;
@@ -133,4 +134,14 @@ TEST_CASE("a user-registered primitive works from .sched files and the fluent AP
   CHECK(sch.trace()[0].to_sched() == "sch[\"h.1.mlp\"].test_tag(label=\"cold\", weight=1.0)");
   CHECK(testing::error_of("sch[\"h.0\"].test_tag(\"\")\n") == "test.sched:1:21: test_tag on `h.0`: label must not be empty");
   CHECK(testing::error_of("sch.test_tag(\"x\")\n").find("applies to a module, not the whole model") != std::string::npos);
+}
+
+TEST_CASE("docs/primitives.md documents every built-in primitive with its exact signature") {
+  register_builtin_primitives();
+  std::string doc = read_file(source_path("docs/primitives.md"));
+  for (auto& spec : PrimitiveRegistry::global().all()) {
+    if (spec.name == "test_tag") continue;
+    CAPTURE(spec.name);
+    CHECK(doc.find("### `" + signature(spec) + "`") != std::string::npos);
+  }
 }
