@@ -23,6 +23,8 @@ struct CheckOptions {
   std::string stdlib = LOOM_STDLIB_DIR;
 };
 
+std::string plural(size_t n, const std::string& word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
+
 void emit(const Diagnostic& d, const SourceManager& sources, bool json) {
   if (json) std::cout << render_json(d) << "\n";
   else std::cerr << render(d, &sources);
@@ -60,7 +62,7 @@ int run_check(const CheckOptions& o) {
       out << trace_to_json(sch) << "\n";
     }
     if (!o.json)
-      std::cerr << o.file << ": ok (" << sch.trace().size() << " directives, " << sch.warnings().size() << " warnings) for "
+      std::cerr << o.file << ": ok (" << plural(sch.trace().size(), "directive") << ", " << plural(sch.warnings().size(), "warning") << ") for "
                 << o.model << " at world " << o.world << "\n";
     return kOk;
   } catch (const UserError& e) {
