@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace loom::cli {
 
@@ -17,5 +19,10 @@ void add_fmt(CLI::App& app, std::function<int()>& run);
 void add_tree(CLI::App& app, std::function<int()>& run);
 void add_models(CLI::App& app, std::function<int()>& run);
 void add_primitives(CLI::App& app, std::function<int()>& run);
+void add_run(CLI::App& app, std::function<int()>& run);
+void add_data(CLI::App& app, std::function<int()>& run);
+
+// The command-line arguments after the program name (a launcher re-runs them in each rank).
+const std::vector<std::string>& original_arguments();
 
 }  // namespace loom::cli

@@ -3,7 +3,15 @@
 
 #include "cli/commands.h"
 
+namespace loom::cli {
+namespace {
+std::vector<std::string> arguments;
+}
+const std::vector<std::string>& original_arguments() { return arguments; }
+}  // namespace loom::cli
+
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) loom::cli::arguments.push_back(argv[i]);
   CLI::App app{
       "Loom: a schedule language for distributed training of LibTorch models.\n"
       "A model is written once; how it is trained (sharded, tensor-parallel, pipelined,\n"
@@ -16,6 +24,8 @@ int main(int argc, char** argv) {
   loom::cli::add_tree(app, run);
   loom::cli::add_models(app, run);
   loom::cli::add_primitives(app, run);
+  loom::cli::add_run(app, run);
+  loom::cli::add_data(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

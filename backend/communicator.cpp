@@ -1,0 +1,203 @@
+#include "backend/communicator.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "backend/torch_compat.h"
+#include "lang/diagnostics.h"
+
+namespace loom::comm {
+
+class GroupImpl {
+ public:
+  c10::intrusive_ptr<compat::C10dGroup> pg;
+  c10::intrusive_ptr<c10d::Store> store;
+  std::shared_ptr<::gloo::transport::Device> device;
+  std::chrono::milliseconds timeout;
+  std::vector<int> ranks;
+  int rank = 0;
+  std::string name;
+  int subgroups_created = 0;
+};
+
+Group::Group(std::unique_ptr<GroupImpl> impl) : impl_(std::move(impl)) {}
+Group::~Group() = default;
+int Group::rank() const { return impl_->rank; }
+int Group::size() const { return static_cast<int>(impl_->ranks.size()); }
+const std::vector<int>& Group::global_ranks() const { return impl_->ranks; }
+const std::string& Group::name() const { return impl_->name; }
+
+Work::Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what)
+    : work_(std::move(work)), finish_(std::move(finish)), what_(std::move(what)) {}
+
+void Work::wait() {
+  try {
+    if (work_) work_->wait();
+  } catch (const std::exception& e) {
+    work_.reset();
+    finish_ = nullptr;
+    throw CommError(what_ + " failed: " + e.what());
+  }
+  work_.reset();
+  if (finish_) {
+    auto f = std::move(finish_);
+    finish_ = nullptr;
+    f();
+  }
+}
+
+namespace {
+
+std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master_addr) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  if (master_addr == "127.0.0.1" || master_addr == "localhost")
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+c10::intrusive_ptr<compat::C10dGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                const std::shared_ptr<::gloo::transport::Device>& device,
+                                                std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  options->devices.push_back(device);
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+}
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return c10d::ReduceOp::SUM;
+    case ReduceOp::Max: return c10d::ReduceOp::MAX;
+    case ReduceOp::Min: return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+void require_contiguous(const at::Tensor& t, const char* what) {
+  if (!t.is_contiguous()) throw InternalError(std::string(what) + ": tensors must be contiguous");
+}
+
+}  // namespace
+
+std::shared_ptr<Group> init_world(const RankEnv& env, const WorldOptions& options) {
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(env.master_port);
+  store_options.isServer = env.rank == 0;
+  store_options.numWorkers = env.world;
+  store_options.timeout = options.timeout;
+  auto impl = std::make_unique<GroupImpl>();
+  try {
+    impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  } catch (const std::exception& e) {
+    throw CommError("rank " + std::to_string(env.rank) + " could not join the store at " + env.master_addr + ":" +
+                    std::to_string(env.master_port) + ": " + e.what());
+  }
+  impl->device = make_device(env.master_addr);
+  impl->timeout = options.timeout;
+  impl->rank = env.rank;
+  for (int r = 0; r < env.world; ++r) impl->ranks.push_back(r);
+  impl->name = "world";
+  impl->pg = make_gloo(c10::make_intrusive<c10d::PrefixStore>("world", impl->store), env.rank, env.world, impl->device,
+                       options.timeout);
+  return std::make_shared<Group>(std::move(impl));
+}
+
+std::shared_ptr<Group> new_subgroup(Group& world, const std::vector<int>& ranks) {
+  GroupImpl& w = world.impl();
+  std::string name = "group" + std::to_string(w.subgroups_created++);
+  for (int r : ranks) name += "_" + std::to_string(r);
+  auto it = std::find(ranks.begin(), ranks.end(), w.rank);
+  if (it == ranks.end()) return nullptr;
+  auto impl = std::make_unique<GroupImpl>();
+  impl->store = w.store;
+  impl->device = w.device;
+  impl->timeout = w.timeout;
+  impl->ranks = ranks;
+  impl->rank = static_cast<int>(it - ranks.begin());
+  impl->name = name;
+  impl->pg = make_gloo(c10::make_intrusive<c10d::PrefixStore>(name, w.store), impl->rank, static_cast<int>(ranks.size()),
+                       w.device, w.timeout);
+  return std::make_shared<Group>(std::move(impl));
+}
+
+Work all_reduce(Group& group, at::Tensor& tensor, const AllReduceOptions& options) {
+  require_contiguous(tensor, "all_reduce");
+  if (group.size() == 1 || tensor.numel() == 0) return Work();
+  std::vector<at::Tensor> ts{tensor};
+  c10d::AllreduceOptions o;
+  o.reduceOp = to_c10d(options.op);
+  o.timeout = group.impl().timeout;
+  return Work(group.impl().pg->allreduce(ts, o), nullptr, "all_reduce of " + std::to_string(tensor.numel()) + " elements on " + group.name());
+}
+
+Work broadcast(Group& group, at::Tensor& tensor, const BroadcastOptions& options) {
+  require_contiguous(tensor, "broadcast");
+  if (group.size() == 1 || tensor.numel() == 0) return Work();
+  std::vector<at::Tensor> ts{tensor};
+  c10d::BroadcastOptions o;
+  o.rootRank = options.root;
+  o.timeout = group.impl().timeout;
+  return Work(group.impl().pg->broadcast(ts, o), nullptr, "broadcast on " + group.name());
+}
+
+Work all_gather(Group& group, const at::Tensor& shard, at::Tensor& out) {
+  require_contiguous(shard, "all_gather");
+  require_contiguous(out, "all_gather");
+  int64_t n = shard.numel();
+  if (out.numel() != n * group.size())
+    throw InternalError("all_gather: output has " + std::to_string(out.numel()) + " elements, expected " +
+                        std::to_string(n * group.size()));
+  if (n == 0) return Work();
+  if (group.size() == 1) {
+    out.view({-1}).copy_(shard.view({-1}));
+    return Work();
+  }
+  // The list form gloo supports, with each output a view into the flat buffer.
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  at::Tensor flat = out.view({-1});
+  for (int r = 0; r < group.size(); ++r) outputs[0].push_back(flat.narrow(0, r * n, n));
+  std::vector<at::Tensor> inputs{shard.view({-1})};
+  c10d::AllgatherOptions o;
+  o.timeout = group.impl().timeout;
+  return Work(group.impl().pg->allgather(outputs, inputs, o), nullptr, "all_gather on " + group.name());
+}
+
+Work reduce_scatter(Group& group, const at::Tensor& input, at::Tensor& out, const ReduceScatterOptions& options) {
+  require_contiguous(input, "reduce_scatter");
+  require_contiguous(out, "reduce_scatter");
+  int64_t n = out.numel();
+  int world = group.size();
+  if (input.numel() != n * world)
+    throw InternalError("reduce_scatter: input has " + std::to_string(input.numel()) + " elements, expected " +
+                        std::to_string(n * world));
+  if (n == 0) return Work();
+  if (world == 1) {
+    out.view({-1}).copy_(input.view({-1}));
+    return Work();
+  }
+  // alltoall sends chunk r to rank r; the received chunks are then reduced locally.
+  at::Tensor received = at::empty({world * n}, input.options());
+  at::Tensor send = input.view({-1});
+  std::vector<int64_t> splits;
+  c10d::AllToAllOptions o;
+  o.timeout = group.impl().timeout;
+  auto work = group.impl().pg->alltoall_base(received, send, splits, splits, o);
+  ReduceOp op = options.op;
+  return Work(work,
+              [received, out, world, n, op]() mutable {
+                at::Tensor chunks = received.view({world, n});
+                at::Tensor flat = out.view({-1});
+                if (op == ReduceOp::Sum) at::sum_out(flat, chunks, {0});
+                else if (op == ReduceOp::Max) flat.copy_(std::get<0>(chunks.max(0)));
+                else flat.copy_(std::get<0>(chunks.min(0)));
+              },
+              "reduce_scatter on " + group.name());
+}
+
+void barrier(Group& group) {
+  if (group.size() == 1) return;
+  c10d::BarrierOptions o;
+  o.timeout = group.impl().timeout;
+  Work(group.impl().pg->barrier(o), nullptr, "barrier on " + group.name()).wait();
+}
+
+}  // namespace loom::comm

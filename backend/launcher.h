@@ -1,0 +1,31 @@
+// The local launcher behind `loom run --nproc N`: starts N worker processes with the
+// variables torchrun sets, forwards their stderr prefixed by rank, and stops them all
+// when one fails or on Ctrl-C. Torch-free.
+#pragma once
+
+#include <chrono>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+struct LaunchSpec {
+  std::vector<std::string> argv;  // the worker command; argv[0] is the executable
+  int nproc = 1;                  // ranks on this node
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;            // 0: pick a free port (single node only)
+  std::chrono::seconds grace{5};  // how long stopped workers get before SIGKILL
+};
+
+// Runs the workers to completion. Returns 0 when all succeed; otherwise stops the
+// others and returns 1 (130 after Ctrl-C), having written to `err` which rank failed
+// and its last error lines.
+int launch(const LaunchSpec& spec, std::ostream& err);
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int pick_free_port();
+
+}  // namespace loom

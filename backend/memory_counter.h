@@ -1,0 +1,18 @@
+// Peak-memory accounting on CPU: a counting allocator installed as LibTorch's CPU
+// allocator. It sees every CPU tensor allocated after install(), autograd's saved
+// tensors included (not from_blob memory, nor BLAS scratch).
+#pragma once
+
+#include <cstdint>
+
+namespace loom::memory {
+
+// Installs the counting allocator (idempotent). Call before building the model.
+void install_counting_allocator();
+bool counting_installed();
+int64_t current_bytes();
+int64_t peak_bytes();
+// Starts a new peak window at the current usage.
+void reset_peak();
+
+}  // namespace loom::memory

@@ -1,0 +1,318 @@
+#include "backend/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "backend/activation_checkpoint.h"
+#include "backend/communicator.h"
+#include "backend/gradient_reducer.h"
+#include "backend/memory_counter.h"
+#include "backend/runtime_plan.h"
+#include "backend/token_data.h"
+#include "lang/interpreter.h"
+#include "models/zoo.h"
+#include "models/zoo_torch.h"
+
+namespace loom {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::unique_ptr<Schedule> evaluate_schedule(const TrainOptions& o, int world, int local_world, SourceManager& sources) {
+  auto sch = std::make_unique<Schedule>(module_tree_of(o.model), ScheduleContext{world, local_world});
+  for (auto& s : o.sets) {
+    size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UserError(SourceRange{}, "--set expects name=value, got '" + s + "'", "e.g. --set micro_batch=4");
+    sch->knobs().set_override(s.substr(0, eq), s.substr(eq + 1));
+  }
+  if (!o.schedule_file.empty()) {
+    InterpreterOptions io;
+    io.stdlib_dir = o.stdlib;
+    Interpreter(*sch, sources, io).run_file(o.schedule_file);
+  }
+  sch->knobs().check_overrides_used();
+  return sch;
+}
+
+std::unique_ptr<TokenSource> open_data(const TrainOptions& o) {
+  if (o.data == "synthetic") return synthetic_tokens(256, o.seed);
+  return open_token_file(o.data, o.seq + 1);
+}
+
+void check_options(const TrainOptions& o) {
+  auto positive = [](int64_t v, const char* flag) {
+    if (v < 1) throw UserError(SourceRange{}, std::string(flag) + " must be at least 1, got " + std::to_string(v), "");
+  };
+  positive(o.micro_batch, "--micro-batch");
+  positive(o.seq, "--seq");
+  positive(o.steps, "--steps");
+  positive(o.accum, "--accum");
+  if (!(o.lr > 0)) throw UserError(SourceRange{}, "--lr must be positive", "e.g. --lr 3e-3");
+}
+
+// Checkpoints: DIR/step-000010/{model.pt, optimizer.pt, rng.pt, trainer.json} and DIR/latest.
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%06lld", static_cast<long long>(step));
+  return buf;
+}
+
+void write_checkpoint(const TrainOptions& o, int world, int64_t steps_done, torch::nn::Module& model,
+                      torch::optim::Optimizer& opt) {
+  fs::create_directories(o.save_dir);
+  std::string name = step_name(steps_done);
+  fs::path tmp = fs::path(o.save_dir) / (".tmp-" + name);
+  fs::path final_dir = fs::path(o.save_dir) / name;
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  {
+    torch::serialize::OutputArchive archive;
+    model.save(archive);
+    archive.save_to((tmp / "model.pt").string());
+  }
+  torch::save(opt, (tmp / "optimizer.pt").string());
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    torch::save(gen.get_state(), (tmp / "rng.pt").string());
+  }
+  nlohmann::json meta{{"step", steps_done}, {"model", o.model}, {"world", world}, {"seed", o.seed},
+                      {"format", "loom-checkpoint-1"}};
+  std::ofstream(tmp / "trainer.json") << meta.dump(2) << "\n";
+  // Renames are atomic: a crash leaves either the previous checkpoint or this whole one.
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  fs::path latest_tmp = fs::path(o.save_dir) / ".latest.tmp";
+  std::ofstream(latest_tmp) << name << "\n";
+  fs::rename(latest_tmp, fs::path(o.save_dir) / "latest");
+}
+
+fs::path resolve_checkpoint(const std::string& path) {
+  fs::path p(path);
+  if (fs::exists(p / "trainer.json")) return p;
+  if (fs::exists(p / "latest")) {
+    std::ifstream in(p / "latest");
+    std::string name;
+    in >> name;
+    if (fs::exists(p / name / "trainer.json")) return p / name;
+  }
+  throw UserError(SourceRange{}, "no checkpoint found at '" + path + "'",
+                  "pass a directory written by --save (it holds 'latest') or one of its step-N folders");
+}
+
+int64_t load_checkpoint(const TrainOptions& o, torch::nn::Module& model, torch::optim::Optimizer& opt) {
+  fs::path dir = resolve_checkpoint(o.resume);
+  nlohmann::json meta = nlohmann::json::parse(std::ifstream(dir / "trainer.json"));
+  if (meta.value("model", "") != o.model)
+    throw UserError(SourceRange{}, "checkpoint '" + dir.string() + "' is of model " + meta.value("model", "?") + ", not " + o.model,
+                    "resume with --model " + meta.value("model", "?"));
+  {
+    torch::serialize::InputArchive archive;
+    archive.load_from((dir / "model.pt").string());
+    model.load(archive);
+  }
+  torch::load(opt, (dir / "optimizer.pt").string());
+  {
+    torch::Tensor state;
+    torch::load(state, (dir / "rng.pt").string());
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(state);
+  }
+  return meta.at("step").get<int64_t>();
+}
+
+std::string human_bytes(int64_t b) {
+  char buf[32];
+  if (b >= (1LL << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1LL << 30));
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", b / double(1LL << 20));
+  return buf;
+}
+
+// Progress: a redrawn bar on a terminal, plain lines otherwise.
+class Progress {
+ public:
+  Progress(int64_t total) : total_(total), tty_(isatty(STDOUT_FILENO)) {}
+  void update(int64_t step, double loss, double tokens_per_s, double step_ms, int64_t peak) {
+    char line[256];
+    std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  %.0f tok/s  %.1f ms/step  peak %s",
+                  static_cast<long long>(step), static_cast<long long>(total_), loss, tokens_per_s, step_ms,
+                  human_bytes(peak).c_str());
+    if (tty_) {
+      int width = 24, filled = static_cast<int>(width * step / std::max<int64_t>(total_, 1));
+      std::string bar = "[" + std::string(filled, '=') + std::string(width - filled, ' ') + "] ";
+      std::cout << "\r" << bar << line << std::flush;
+      if (step == total_) std::cout << "\n";
+    } else {
+      std::cout << line << "\n" << std::flush;
+    }
+  }
+
+ private:
+  int64_t total_;
+  bool tty_;
+};
+
+}  // namespace
+
+double learning_rate(const TrainOptions& o, int64_t step) {
+  if (o.warmup > 0 && step < o.warmup) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup);
+  int64_t decay_steps = std::max<int64_t>(1, o.steps - o.warmup);
+  double progress = std::min(1.0, static_cast<double>(step - o.warmup) / static_cast<double>(decay_steps));
+  double min_lr = o.lr * o.min_lr_ratio;
+  return min_lr + 0.5 * (o.lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+void validate_run(const TrainOptions& o, int world, int local_world) {
+  check_options(o);
+  SourceManager sources;
+  try {
+    auto sch = evaluate_schedule(o, world, local_world, sources);
+    plan_runtime(*sch);
+  } catch (const UserError& e) {
+    // Re-throw with the rendered source context, which only `sources` can provide.
+    throw UserError(Diagnostic{Severity::Error, SourceRange{}, render(e.diagnostic(), &sources), ""});
+  }
+  open_data(o);
+}
+
+int train(const TrainOptions& o, const RankEnv& env) {
+  int threads = o.threads > 0 ? o.threads
+                              : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, env.local_world));
+  torch::set_num_threads(threads);
+  memory::install_counting_allocator();
+  SourceManager sources;
+  std::unique_ptr<Schedule> sch;
+  RuntimePlan plan;
+  std::unique_ptr<TokenSource> data;
+  try {
+    check_options(o);
+    sch = evaluate_schedule(o, env.world, env.local_world, sources);
+    plan = plan_runtime(*sch);
+    data = open_data(o);
+  } catch (const UserError& e) {
+    std::cerr << render(e.diagnostic(), &sources);
+    return 1;
+  }
+
+  comm::WorldOptions wo;
+  wo.timeout = std::chrono::seconds(o.timeout_s);
+  auto world = comm::init_world(env, wo);
+
+  torch::manual_seed(static_cast<uint64_t>(o.seed));
+  BuiltModel model = build_model(o.model);
+  if (static_cast<int64_t>(data->vocab_size()) > model.vocab_size) {
+    std::cerr << "error: the data's vocabulary (" << data->vocab_size() << ") is larger than model " << o.model << "'s ("
+              << model.vocab_size << ")\n  hint: choose a model with a larger vocabulary\n";
+    return 1;
+  }
+  if (o.seq > model.max_seq) {
+    std::cerr << "error: --seq " << o.seq << " is longer than model " << o.model << "'s context of " << model.max_seq
+              << " tokens\n  hint: use --seq " << model.max_seq << " or less\n";
+    return 1;
+  }
+  auto params = model.module->parameters();
+  {
+    // Every rank starts from rank 0's weights.
+    torch::NoGradGuard no_grad;
+    for (auto& p : params) comm::broadcast(*world, p).wait();
+  }
+
+  std::unordered_set<const torch::nn::Module*> checkpointed;
+  for (auto& item : model.module->named_modules("", /*include_self=*/true))
+    for (auto& path : plan.checkpoint)
+      if (item.key() == path) checkpointed.insert(item.value().get());
+  ActivationCheckpointer checkpointer(checkpointed);
+  if (!checkpointed.empty()) nn::set_call_interceptor(&checkpointer);
+
+  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay));
+  int64_t start = 0;
+  if (!o.resume.empty()) {
+    try {
+      start = load_checkpoint(o, *model.module, optimizer);
+    } catch (const UserError& e) {
+      std::cerr << render(e.diagnostic(), nullptr);
+      return 1;
+    }
+  }
+  std::unique_ptr<GradientReducer> reducer;
+  if (env.world > 1) reducer = std::make_unique<GradientReducer>(params, *world, o.bucket_bytes);
+
+  bool lead = env.rank == 0;
+  std::ofstream metrics;
+  if (lead && !o.metrics.empty()) metrics.open(o.metrics, start > 0 ? std::ios::app : std::ios::trunc);
+  if (lead)
+    std::cout << "loom run: " << o.model << " (" << module_tree_of(o.model)->parameter_count() << " parameters), "
+              << env.world << " rank" << (env.world == 1 ? "" : "s") << " x " << threads << " thread"
+              << (threads == 1 ? "" : "s") << ", " << data->describe() << ", " << plan.checkpoint.size()
+              << " checkpointed modules" << (start > 0 ? ", resuming after step " + std::to_string(start) : "") << "\n"
+              << std::flush;
+  Progress progress(o.steps);
+  int64_t V = model.vocab_size;
+  std::vector<int64_t> tokens(static_cast<size_t>(o.micro_batch * (o.seq + 1)));
+  for (int64_t step = start; step < o.steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    memory::reset_peak();
+    double lr = learning_rate(o, step);
+    for (auto& group : optimizer.param_groups())
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    optimizer.zero_grad();
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < o.accum; ++micro) {
+      for (int64_t i = 0; i < o.micro_batch; ++i)
+        data->sample(sample_index(step, micro, o.accum, env.world, env.rank, o.micro_batch, i), o.seq + 1,
+                     tokens.data() + i * (o.seq + 1));
+      torch::Tensor batch = torch::from_blob(tokens.data(), {o.micro_batch, o.seq + 1}, torch::kLong);
+      torch::Tensor x = batch.narrow(1, 0, o.seq), y = batch.narrow(1, 1, o.seq).contiguous();
+      torch::Tensor logits = model.forward(x);
+      torch::Tensor loss = torch::cross_entropy_loss(logits.reshape({-1, V}), y.reshape({-1})) / static_cast<double>(o.accum);
+      if (reducer) reducer->prepare(micro == o.accum - 1);
+      loss.backward();
+      if (reducer) reducer->finish();
+      loss_sum += loss.item<double>();
+    }
+    if (o.clip > 0) torch::nn::utils::clip_grad_norm_(params, o.clip);
+    optimizer.step();
+    torch::Tensor loss_t = torch::tensor({loss_sum}, torch::kDouble);
+    comm::all_reduce(*world, loss_t).wait();
+    double loss = loss_t.item<double>() / env.world;
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    double tokens_per_s = static_cast<double>(env.world * o.micro_batch * o.seq * o.accum) / (ms / 1000.0);
+    int64_t peak = memory::peak_bytes();
+    if (lead) {
+      if (metrics.is_open()) {
+        char loss_text[40];
+        std::snprintf(loss_text, sizeof loss_text, "%.17g", loss);
+        nlohmann::json m{{"step", step + 1}, {"loss", nlohmann::json::parse(loss_text)}, {"lr", lr},
+                         {"tokens_per_s", tokens_per_s}, {"step_ms", ms}, {"peak_mem_bytes", peak}};
+        metrics << m.dump() << "\n" << std::flush;
+      }
+      progress.update(step + 1, loss, tokens_per_s, ms, peak);
+    }
+    bool last = step + 1 == o.steps;
+    if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
+      comm::barrier(*world);
+      if (lead) write_checkpoint(o, env.world, step + 1, *model.module, optimizer);
+      comm::barrier(*world);
+    }
+  }
+  nn::set_call_interceptor(nullptr);
+  comm::barrier(*world);
+  return 0;
+}
+
+}  // namespace loom

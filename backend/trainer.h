@@ -1,0 +1,48 @@
+// The training loop of one rank: model, data, data-parallel gradient reduction,
+// AdamW with warmup + cosine learning rate, gradient clipping and accumulation,
+// checkpoint()'s recomputation, metrics, and checkpoints that resume exactly.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backend/rank_env.h"
+
+namespace loom {
+
+struct TrainOptions {
+  std::string schedule_file;          // empty: no directives (plain data parallelism)
+  std::string model = "gpt:tiny";
+  std::string data = "synthetic";     // a token file, or "synthetic"
+  int64_t micro_batch = 4;            // sequences per rank per micro-batch
+  int64_t seq = 128;                  // tokens per sequence
+  int64_t steps = 50;
+  int64_t accum = 1;                  // micro-batches per optimizer step
+  double lr = 3e-3;                   // peak learning rate
+  double min_lr_ratio = 0.1;          // cosine decays to lr * min_lr_ratio
+  int64_t warmup = 10;                // linear warmup steps
+  double weight_decay = 0.1;
+  double clip = 1.0;                  // global gradient-norm clip; 0 disables
+  uint64_t seed = 1234;
+  int threads = 0;                    // intra-op threads per rank; 0: cores / local ranks
+  std::string save_dir;               // write checkpoints here
+  int64_t save_every = 0;             // also every K steps (0: only at the end)
+  std::string resume;                 // a checkpoint directory (or its parent) to continue from
+  std::string metrics;                // JSON lines, one per step (rank 0)
+  int timeout_s = 300;                // store and collective timeout
+  int64_t bucket_bytes = 1 << 20;     // gradient bucket size
+  std::vector<std::string> sets;      // --set knob=value
+  std::string stdlib;
+};
+
+// Validates everything that can be checked before starting ranks: the schedule (at
+// `world` ranks) and the data file. Throws UserError.
+void validate_run(const TrainOptions& options, int world, int local_world);
+
+// Trains on this rank. Returns the process exit code; user errors are printed.
+int train(const TrainOptions& options, const RankEnv& env);
+
+// The learning rate at `step`: linear warmup, then cosine decay to lr * min_lr_ratio.
+double learning_rate(const TrainOptions& options, int64_t step);
+
+}  // namespace loom
