@@ -10,6 +10,7 @@
 #include <iostream>
 #include <sstream>
 #include <thread>
+#include <unordered_set>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
@@ -225,7 +226,14 @@ int train(const TrainOptions& o, const RankEnv& env) {
               << " tokens\n  hint: use --seq " << model.max_seq << " or less\n";
     return 1;
   }
-  auto params = model.module->parameters();
+  // LibTorch's parameters() lists a tied tensor once per owner (wte and lm_head); the
+  // optimizer and clipping must see it once.
+  std::vector<torch::Tensor> params;
+  {
+    std::unordered_set<const void*> seen;
+    for (auto& p : model.module->parameters())
+      if (seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
+  }
   {
     // Every rank starts from rank 0's weights.
     torch::NoGradGuard no_grad;

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The launcher with real processes and real signals: a killed rank brings the run down
+# with a message naming it; Ctrl-C stops every rank; ranks started by hand with
+# torchrun's variables join one run; bad data files get clear errors.
+set -uo pipefail
+loom="$1"
+cd "$2"
+passed=0
+failed=0
+tmp=$(mktemp -d)
+trap 'pkill -P $$ 2>/dev/null; rm -rf "$tmp"' EXIT
+ok() { passed=$((passed + 1)); }
+bad() { echo "FAIL $1"; [ -f "$tmp/err" ] && sed 's/^/    /' "$tmp/err" | tail -15; failed=$((failed + 1)); }
+long_run="run --model gpt:tiny --data synthetic --seq 32 --micro-batch 2 --steps 100000 --threads 1"
+
+wait_for_steps() {  # wait until the metrics file has $2 lines (at most 60 s)
+  for _ in $(seq 600); do
+    [ -f "$1" ] && [ "$(wc -l < "$1")" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# 1. Kill one rank mid-run: the launcher stops the other and names the dead rank, within 30 s.
+"$loom" $long_run --nproc 2 --metrics "$tmp/kill.jsonl" > /dev/null 2> "$tmp/err" &
+launcher=$!
+if wait_for_steps "$tmp/kill.jsonl" 3; then
+  victim=$(pgrep -P "$launcher" | sort -n | tail -1)
+  start=$(date +%s)
+  kill -9 "$victim"
+  wait "$launcher"
+  rc=$?
+  elapsed=$(( $(date +%s) - start ))
+  if [ "$rc" -ne 0 ] && [ "$elapsed" -le 30 ] && grep -q "rank 1 failed (killed by signal 9" "$tmp/err" \
+     && grep -q "stopped the other ranks" "$tmp/err" && ! pgrep -P "$launcher" > /dev/null; then ok
+  else bad "kill a rank (rc=$rc, ${elapsed}s)"; fi
+else
+  bad "kill a rank: training did not start"; kill "$launcher"
+fi
+
+# 2. Ctrl-C (SIGINT to the launcher) stops every rank.
+"$loom" $long_run --nproc 2 --metrics "$tmp/int.jsonl" > /dev/null 2> "$tmp/err" &
+launcher=$!
+if wait_for_steps "$tmp/int.jsonl" 2; then
+  children=$(pgrep -P "$launcher")
+  kill -INT "$launcher"
+  wait "$launcher"
+  rc=$?
+  alive=0
+  for c in $children; do kill -0 "$c" 2>/dev/null && alive=1; done
+  if [ "$rc" -eq 130 ] && [ "$alive" -eq 0 ] && grep -q "interrupted; stopped all ranks" "$tmp/err"; then ok
+  else bad "Ctrl-C (rc=$rc, children alive=$alive)"; fi
+else
+  bad "Ctrl-C: training did not start"; kill "$launcher"
+fi
+
+# 3. A rank that throws (here: a worker whose data file vanished) stops the run with its error.
+printf 'tiny text for a short-lived token file\n%.0s' $(seq 40) > "$tmp/text.txt"
+"$loom" data prepare "$tmp/text.txt" --out "$tmp/vanish.bin" > /dev/null
+RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 "$loom" run --model gpt:tiny --data "$tmp/missing.bin" --steps 1 \
+  > /dev/null 2> "$tmp/err"
+if [ $? -eq 1 ] && grep -q "data file '$tmp/missing.bin': cannot open" "$tmp/err"; then ok; else bad "worker error"; fi
+
+# 4. Ranks started by hand with torchrun's variables join one run.
+port=$((30000 + RANDOM % 20000))
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    "$loom" run --model gpt:tiny --data synthetic --seq 32 --micro-batch 2 --steps 3 --threads 1 \
+    --metrics "$tmp/manual$r.jsonl" > "$tmp/out$r" 2> "$tmp/err$r" &
+done
+wait %1; rc0=$?
+wait %2; rc1=$?
+if [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] && [ "$(wc -l < "$tmp/manual0.jsonl")" -eq 3 ] && grep -q "2 ranks" "$tmp/out0"; then ok
+else cat "$tmp/err0" "$tmp/err1" > "$tmp/err"; bad "torchrun-style ranks (rc $rc0 $rc1)"; fi
+
+# 5. Slurm and Open MPI variables are understood too (one rank, world 1).
+SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_LOCALID=0 MASTER_PORT=$((port + 1)) "$loom" run --model gpt:tiny --data synthetic \
+  --seq 16 --micro-batch 1 --steps 1 --threads 1 > "$tmp/out" 2> "$tmp/err" && ok || bad "slurm variables"
+OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=1 MASTER_PORT=$((port + 2)) "$loom" run --model gpt:tiny --data synthetic \
+  --seq 16 --micro-batch 1 --steps 1 --threads 1 > "$tmp/out" 2> "$tmp/err" && ok || bad "openmpi variables"
+RANK=3 WORLD_SIZE=2 "$loom" run --model gpt:tiny --steps 1 > /dev/null 2> "$tmp/err"
+if [ $? -eq 2 ] && grep -q "rank 3 is not below the world size 2" "$tmp/err"; then ok; else bad "bad RANK"; fi
+
+# 6. Bad data files: empty, wrong header, truncated, too short for one sequence.
+: > "$tmp/empty.bin"
+printf 'NOTLOOM!xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' > "$tmp/magic.bin"
+head -c 40 "$tmp/vanish.bin" > "$tmp/trunc.bin"
+expect_data_error() {  # file, message, extra arguments
+  "$loom" run --model gpt:tiny --data "$1" --steps 1 --nproc 2 ${3:-} > /dev/null 2> "$tmp/err"
+  if [ $? -eq 1 ] && grep -qF -- "$2" "$tmp/err" && grep -q "hint: write token files with" "$tmp/err"; then ok; else bad "data error: $2"; fi
+}
+expect_data_error "$tmp/empty.bin" "the file is empty"
+expect_data_error "$tmp/magic.bin" "not a Loom token file (no LOOMTOK1 header)"
+expect_data_error "$tmp/trunc.bin" "truncated: the header promises"
+expect_data_error "$tmp/vanish.bin" "it holds 1560 tokens, fewer than one sequence of 4097" "--seq 4096"
+"$loom" data prepare "$tmp/nope.txt" --out "$tmp/x.bin" > /dev/null 2> "$tmp/err"
+if [ $? -eq 1 ] && grep -q "cannot read text file" "$tmp/err"; then ok; else bad "prepare missing input"; fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
