@@ -19,6 +19,7 @@
 #include "backend/activation_checkpoint.h"
 #include "backend/communicator.h"
 #include "backend/gradient_reducer.h"
+#include "backend/lr_schedule.h"
 #include "backend/memory_counter.h"
 #include "backend/runtime_plan.h"
 #include "backend/token_data.h"
@@ -171,11 +172,7 @@ class Progress {
 }  // namespace
 
 double learning_rate(const TrainOptions& o, int64_t step) {
-  if (o.warmup > 0 && step < o.warmup) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup);
-  int64_t decay_steps = std::max<int64_t>(1, o.steps - o.warmup);
-  double progress = std::min(1.0, static_cast<double>(step - o.warmup) / static_cast<double>(decay_steps));
-  double min_lr = o.lr * o.min_lr_ratio;
-  return min_lr + 0.5 * (o.lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+  return LrSchedule{o.lr, o.min_lr_ratio, o.warmup, o.steps}.at(step);
 }
 
 void validate_run(const TrainOptions& o, int world, int local_world) {

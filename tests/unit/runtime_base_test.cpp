@@ -1,0 +1,123 @@
+// The torch-free parts of the runtime: rank environments, data slicing, token files,
+// the learning-rate schedule and the runtime plan.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "backend/lr_schedule.h"
+#include "backend/rank_env.h"
+#include "backend/runtime_plan.h"
+#include "backend/token_data.h"
+#include "helpers.h"
+
+using namespace loom;
+
+TEST_CASE("rank environments from torchrun, Slurm and Open MPI variables") {
+  CHECK(!rank_env_from({}).has_value());
+  auto t = rank_env_from({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                          {"MASTER_ADDR", "10.0.0.5"}, {"MASTER_PORT", "1234"}});
+  REQUIRE(t.has_value());
+  CHECK(t->rank == 3);
+  CHECK(t->world == 8);
+  CHECK(t->local_rank == 1);
+  CHECK(t->local_world == 2);
+  CHECK(t->master_addr == "10.0.0.5");
+  CHECK(t->master_port == 1234);
+  CHECK(t->source == "torchrun");
+  auto s = rank_env_from({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS_PER_NODE", "4"},
+                          {"SLURM_STEP_NODELIST", "gpu[07-08]"}});
+  REQUIRE(s.has_value());
+  CHECK(s->rank == 5);
+  CHECK(s->local_world == 4);
+  CHECK(s->master_addr == "gpu07");
+  CHECK(s->source == "slurm");
+  auto m = rank_env_from({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                          {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MASTER_ADDR", "head"}});
+  REQUIRE(m.has_value());
+  CHECK(m->rank == 2);
+  CHECK(m->master_addr == "head");
+  // The launcher's variables read back as the same environment.
+  std::map<std::string, std::string> vars;
+  for (auto& kv : torchrun_variables(*t)) vars.insert(kv);
+  CHECK(rank_env_from(vars)->rank == 3);
+}
+
+TEST_CASE("inconsistent launcher variables are errors that name the variable") {
+  CHECK_THROWS_WITH_AS(rank_env_from({{"RANK", "0"}}), "launcher variable WORLD_SIZE is missing", UserError);
+  CHECK_THROWS_WITH_AS(rank_env_from({{"RANK", "x"}, {"WORLD_SIZE", "2"}}),
+                       "launcher variable RANK='x' is not a non-negative integer", UserError);
+  CHECK_THROWS_WITH_AS(rank_env_from({{"RANK", "2"}, {"WORLD_SIZE", "2"}}), "rank 2 is not below the world size 2", UserError);
+  CHECK_THROWS_WITH_AS(rank_env_from({{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_WORLD_SIZE", "3"}}),
+                       "local rank 0 of 3 per node does not fit a world of 4", UserError);
+}
+
+TEST_CASE("each rank reads its own slice; together the ranks read the single-rank batch") {
+  for (int world : {1, 2, 4}) {
+    std::set<uint64_t> all;
+    int64_t mb = 8 / world;
+    for (int r = 0; r < world; ++r)
+      for (int64_t i = 0; i < mb; ++i) all.insert(sample_index(3, 1, 2, world, r, mb, i));
+    std::set<uint64_t> single;
+    for (int64_t i = 0; i < 8; ++i) single.insert(sample_index(3, 1, 2, 1, 0, 8, i));
+    CHECK(all == single);
+  }
+  CHECK(sample_index(0, 0, 1, 2, 1, 4, 0) == 4);
+}
+
+TEST_CASE("token files round-trip and sample deterministically") {
+  auto base = std::filesystem::temp_directory_path() / ("loom_tokens_" + std::to_string(::getpid()));
+  std::string text_path = base.string() + ".txt", bin_path = base.string() + ".bin";
+  std::ofstream(text_path) << "hello loom, hello tokens";
+  TokenFileHeader h = prepare_token_file({text_path}, bin_path);
+  CHECK(h.count == 24);
+  auto source = open_token_file(bin_path, 5);
+  CHECK(source->vocab_size() == 256);
+  std::vector<int64_t> a(5), b(5);
+  source->sample(42, 5, a.data());
+  source->sample(42, 5, b.data());
+  CHECK(a == b);
+  std::string text = "hello loom, hello tokens";
+  CHECK(text.find(std::string(a.begin(), a.end())) != std::string::npos);  // a window of the text
+  CHECK_THROWS_WITH_AS(open_token_file(bin_path, 100),
+                       ("data file '" + bin_path + "': it holds 24 tokens, fewer than one sequence of 100; use more text or a shorter --seq").c_str(),
+                       UserError);
+  auto synth = synthetic_tokens(256, 7);
+  synth->sample(1, 5, a.data());
+  synth->sample(1, 5, b.data());
+  CHECK(a == b);
+  std::remove(text_path.c_str());
+  std::remove(bin_path.c_str());
+}
+
+TEST_CASE("learning rate: linear warmup, cosine decay to the floor") {
+  LrSchedule s{1.0, 0.1, 4, 14};
+  CHECK(s.at(0) == doctest::Approx(0.25));
+  CHECK(s.at(3) == doctest::Approx(1.0));
+  CHECK(s.at(4) == doctest::Approx(1.0));
+  CHECK(s.at(9) == doctest::Approx(0.55));  // halfway through the decay: (1 + 0.1) / 2
+  CHECK(s.at(14) == doctest::Approx(0.1));
+  CHECK(s.at(100) == doctest::Approx(0.1));
+}
+
+TEST_CASE("the runtime plan accepts checkpoint and plain data parallelism, and names what it cannot run") {
+  auto ok = testing::evaluate("sch.shard_states(params=1, grads=1, optim=1)\nsch[\"h.*\"].checkpoint()\n", "gpt:tiny", {2, 0});
+  CHECK(plan_runtime(*ok->schedule).checkpoint.size() == 4);
+  auto zero = testing::evaluate("sch.zero(stage=3)\n", "gpt:tiny", {2, 0});
+  CHECK_THROWS_WITH_AS(plan_runtime(*zero->schedule),
+                       "shard_states is not yet supported at runtime: sharded execution (factors above 1) is not implemented yet",
+                       UserError);
+  auto pf = testing::evaluate("sch[\"h.0\"].prefetch()\n", "gpt:tiny", {1, 0});
+  try {
+    plan_runtime(*pf->schedule);
+    FAIL("prefetch was accepted");
+  } catch (const UserError& e) {
+    CHECK(e.diagnostic().range.to_string() == "test.sched:1:1");
+    CHECK(e.diagnostic().hint.find("sch[\"h.0\"].prefetch(budget=auto)") != std::string::npos);
+  }
+}
