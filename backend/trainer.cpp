@@ -1,5 +1,6 @@
 #include "backend/trainer.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -157,7 +158,7 @@ class Progress {
     if (tty_) {
       int width = 24, filled = static_cast<int>(width * step / std::max<int64_t>(total_, 1));
       std::string bar = "[" + std::string(filled, '=') + std::string(width - filled, ' ') + "] ";
-      std::cout << "\r" << bar << line << std::flush;
+      std::cout << "\r" << bar << line << "\033[K" << std::flush;
       if (step == total_) std::cout << "\n";
     } else {
       std::cout << line << "\n" << std::flush;
@@ -302,8 +303,11 @@ int train(const TrainOptions& o, const RankEnv& env) {
       if (metrics.is_open()) {
         char loss_text[40];
         std::snprintf(loss_text, sizeof loss_text, "%.17g", loss);
+        rusage usage{};
+        getrusage(RUSAGE_SELF, &usage);
         nlohmann::json m{{"step", step + 1}, {"loss", nlohmann::json::parse(loss_text)}, {"lr", lr},
-                         {"tokens_per_s", tokens_per_s}, {"step_ms", ms}, {"peak_mem_bytes", peak}};
+                         {"tokens_per_s", tokens_per_s}, {"step_ms", ms}, {"peak_mem_bytes", peak},
+                         {"max_rss_bytes", static_cast<int64_t>(usage.ru_maxrss) * 1024}};
         metrics << m.dump() << "\n" << std::flush;
       }
       progress.update(step + 1, loss, tokens_per_s, ms, peak);

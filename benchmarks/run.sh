@@ -12,3 +12,5 @@ if [ -n "$tc" ]; then
   echo "== parse/evaluate, tcmalloc (what the loom binary links)"
   LD_PRELOAD="$tc" "$bench"
 fi
+echo "== training: loom vs PyTorch DDP"
+bash benchmarks/train_bench.sh
