@@ -18,6 +18,7 @@ class GroupImpl {
   int rank = 0;
   std::string name;
   int subgroups_created = 0;
+  Backend backend = Backend::Gloo;
 };
 
 Group::Group(std::unique_ptr<GroupImpl> impl) : impl_(std::move(impl)) {}
@@ -55,9 +56,10 @@ std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
-c10::intrusive_ptr<compat::C10dGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                                const std::shared_ptr<::gloo::transport::Device>& device,
-                                                std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<compat::C10dGroup> make_group(Backend backend, const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                 int size, const std::shared_ptr<::gloo::transport::Device>& device,
+                                                 std::chrono::milliseconds timeout) {
+  if (backend == Backend::Nccl) return compat::make_nccl_group(store, rank, size, timeout);
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   options->devices.push_back(device);
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
@@ -96,8 +98,9 @@ std::shared_ptr<Group> init_world(const RankEnv& env, const WorldOptions& option
   impl->rank = env.rank;
   for (int r = 0; r < env.world; ++r) impl->ranks.push_back(r);
   impl->name = "world";
-  impl->pg = make_gloo(c10::make_intrusive<c10d::PrefixStore>("world", impl->store), env.rank, env.world, impl->device,
-                       options.timeout);
+  impl->backend = options.backend;
+  impl->pg = make_group(options.backend, c10::make_intrusive<c10d::PrefixStore>("world", impl->store), env.rank, env.world,
+                        impl->device, options.timeout);
   return std::make_shared<Group>(std::move(impl));
 }
 
@@ -114,8 +117,9 @@ std::shared_ptr<Group> new_subgroup(Group& world, const std::vector<int>& ranks)
   impl->ranks = ranks;
   impl->rank = static_cast<int>(it - ranks.begin());
   impl->name = name;
-  impl->pg = make_gloo(c10::make_intrusive<c10d::PrefixStore>(name, w.store), impl->rank, static_cast<int>(ranks.size()),
-                       w.device, w.timeout);
+  impl->backend = w.backend;
+  impl->pg = make_group(w.backend, c10::make_intrusive<c10d::PrefixStore>(name, w.store), impl->rank,
+                        static_cast<int>(ranks.size()), w.device, w.timeout);
   return std::make_shared<Group>(std::move(impl));
 }
 

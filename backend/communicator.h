@@ -1,5 +1,5 @@
 // Process groups and the collectives Loom uses: one options struct and one free
-// function per operation. Gloo on CPU (c10d); the collectives gloo lacks in
+// function per operation. Gloo on CPU, NCCL on GPU (c10d); the collectives gloo lacks in
 // LibTorch 1.13 (reduce-scatter, flat all-gather) are built here from ones it has.
 #pragma once
 
@@ -53,8 +53,14 @@ class Work {
   std::string what_;
 };
 
+enum class Backend {
+  Gloo,  // CPU tensors
+  Nccl,  // CUDA tensors (CUDA builds only)
+};
+
 struct WorldOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // store rendezvous and every collective
+  Backend backend = Backend::Gloo;
 };
 
 // Joins the world: rendezvous through a TCPStore at master_addr:master_port (rank 0 serves it).

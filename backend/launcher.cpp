@@ -182,7 +182,11 @@ int launch(const LaunchSpec& spec, std::ostream& err) {
   if (failed >= 0) {
     Worker& w = workers[failed];
     err << "loom run: rank " << w.rank << " failed (" << describe_exit(w.status) << ")";
-    if (!w.last.empty()) err << ": " << w.last.back();
+    // Quote the error itself, not a hint printed after it.
+    std::string quoted = w.last.empty() ? "" : w.last.back();
+    for (auto& line : w.last)
+      if (line.find("error") != std::string::npos) quoted = line;
+    if (!quoted.empty()) err << ": " << quoted;
     err << "\nloom run: stopped the other ranks\n";
     return 1;
   }

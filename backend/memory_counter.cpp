@@ -3,6 +3,8 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 
+#include "backend/torch_compat.h"
+
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
@@ -37,7 +39,7 @@ void release(void* ptr) {
 
 class CountingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) LOOM_ALLOCATOR_ALLOCATE_QUALIFIER override {
     void* ptr = n ? c10::alloc_cpu(n) : nullptr;
     if (ptr) {
       {
@@ -52,6 +54,7 @@ class CountingAllocator final : public c10::Allocator {
     return {ptr, ptr, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  LOOM_ALLOCATOR_COPY_DATA
 };
 
 CountingAllocator allocator;

@@ -1,5 +1,10 @@
-// The one place for code that differs between LibTorch 1.13 (Debian, CPU) and 2.x (CUDA builds).
+// The one place for code that differs between LibTorch 1.13 (Debian, CPU) and 2.x
+// (the CUDA builds), and for everything that needs CUDA. Without LOOM_WITH_CUDA the
+// CUDA functions report that CUDA is unavailable.
 #pragma once
+
+#include <chrono>
+#include <cstdint>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/version.h>
@@ -7,11 +12,39 @@
 namespace loom::compat {
 
 #if TORCH_VERSION_MAJOR >= 2
-// 2.x: ProcessGroupGloo is a c10d::Backend; collectives are called on it directly.
+// 2.x: ProcessGroupGloo and ProcessGroupNCCL are c10d::Backends; collectives are called on them.
 using C10dGroup = c10d::Backend;
 #else
 // 1.13: ProcessGroupGloo is itself a c10d::ProcessGroup.
 using C10dGroup = c10d::ProcessGroup;
 #endif
+
+// c10::Allocator: 1.13's allocate() is const; 2.x's is not, and 2.x adds a pure copy_data().
+#if TORCH_VERSION_MAJOR >= 2
+#define LOOM_ALLOCATOR_ALLOCATE_QUALIFIER
+#define LOOM_ALLOCATOR_COPY_DATA \
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+#else
+#define LOOM_ALLOCATOR_ALLOCATE_QUALIFIER const
+#define LOOM_ALLOCATOR_COPY_DATA
+#endif
+
+// Whether this build has CUDA and a GPU is visible.
+bool cuda_available();
+int cuda_device_count();
+void set_cuda_device(int index);
+void cuda_synchronize();
+// The CUDA caching allocator's peak of allocated bytes on `device` since the last reset.
+int64_t cuda_peak_bytes(int device);
+void cuda_reset_peak(int device);
+
+// An NCCL process group (CUDA builds only; throws otherwise).
+c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                              std::chrono::milliseconds timeout);
+
+// bf16 autocast of CUDA operations, weights staying fp32 (the master copy).
+void set_bf16_autocast(bool enabled);
+// Drops autocast's cast cache; call after each forward.
+void clear_autocast_cache();
 
 }  // namespace loom::compat

@@ -24,6 +24,7 @@
 #include "backend/memory_counter.h"
 #include "backend/runtime_plan.h"
 #include "backend/token_data.h"
+#include "backend/torch_compat.h"
 #include "lang/interpreter.h"
 #include "models/zoo.h"
 #include "models/zoo_torch.h"
@@ -178,6 +179,9 @@ double learning_rate(const TrainOptions& o, int64_t step) {
 
 void validate_run(const TrainOptions& o, int world, int local_world) {
   check_options(o);
+  if (o.device == "cuda" && !compat::cuda_available())
+    throw UserError(SourceRange{}, "--device cuda, but this loom has no CUDA or sees no GPU",
+                    "build with -DLOOM_WITH_CUDA=ON against a CUDA LibTorch, or use --device cpu");
   SourceManager sources;
   try {
     auto sch = evaluate_schedule(o, world, local_world, sources);
@@ -208,12 +212,30 @@ int train(const TrainOptions& o, const RankEnv& env) {
     return 1;
   }
 
+  // GPU ranks: one device each (by local rank), NCCL, bf16 autocast over fp32 master weights.
+  bool cuda = o.device == "cuda" || (o.device == "auto" && compat::cuda_available());
+  if (cuda && !compat::cuda_available()) {
+    std::cerr << "error: --device cuda, but this loom has no CUDA or sees no GPU\n"
+                 "  hint: build with -DLOOM_WITH_CUDA=ON against a CUDA LibTorch, or use --device cpu\n";
+    return 1;
+  }
+  if (cuda && env.local_rank >= compat::cuda_device_count()) {
+    std::cerr << "error: local rank " << env.local_rank << " has no GPU of its own (" << compat::cuda_device_count()
+              << " visible)\n  hint: run at most one rank per GPU per node (--nproc)\n";
+    return 1;
+  }
+  torch::Device device = cuda ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
+  if (cuda) compat::set_cuda_device(env.local_rank);
+
   comm::WorldOptions wo;
   wo.timeout = std::chrono::seconds(o.timeout_s);
+  wo.backend = cuda ? comm::Backend::Nccl : comm::Backend::Gloo;
   auto world = comm::init_world(env, wo);
 
   torch::manual_seed(static_cast<uint64_t>(o.seed));
   BuiltModel model = build_model(o.model);
+  model.module->to(device);
+  if (cuda) compat::set_bf16_autocast(true);
   if (static_cast<int64_t>(data->vocab_size()) > model.vocab_size) {
     std::cerr << "error: the data's vocabulary (" << data->vocab_size() << ") is larger than model " << o.model << "'s ("
               << model.vocab_size << ")\n  hint: choose a model with a larger vocabulary\n";
@@ -265,7 +287,8 @@ int train(const TrainOptions& o, const RankEnv& env) {
     std::cout << "loom run: " << o.model << " (" << module_tree_of(o.model)->parameter_count() << " parameters), "
               << env.world << " rank" << (env.world == 1 ? "" : "s") << " x " << threads << " thread"
               << (threads == 1 ? "" : "s") << ", " << data->describe() << ", " << plan.checkpoint.size()
-              << " checkpointed modules" << (start > 0 ? ", resuming after step " + std::to_string(start) : "") << "\n"
+              << " checkpointed modules, " << (cuda ? "cuda (bf16 autocast, fp32 weights, nccl)" : "cpu (fp32, gloo)")
+              << (start > 0 ? ", resuming after step " + std::to_string(start) : "") << "\n"
               << std::flush;
   Progress progress(o.steps);
   int64_t V = model.vocab_size;
@@ -273,6 +296,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
   for (int64_t step = start; step < o.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     memory::reset_peak();
+    if (cuda) compat::cuda_reset_peak(env.local_rank);
     double lr = learning_rate(o, step);
     for (auto& group : optimizer.param_groups())
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
@@ -282,10 +306,13 @@ int train(const TrainOptions& o, const RankEnv& env) {
       for (int64_t i = 0; i < o.micro_batch; ++i)
         data->sample(sample_index(step, micro, o.accum, env.world, env.rank, o.micro_batch, i), o.seq + 1,
                      tokens.data() + i * (o.seq + 1));
-      torch::Tensor batch = torch::from_blob(tokens.data(), {o.micro_batch, o.seq + 1}, torch::kLong);
+      torch::Tensor batch = torch::from_blob(tokens.data(), {o.micro_batch, o.seq + 1}, torch::kLong).to(device);
       torch::Tensor x = batch.narrow(1, 0, o.seq), y = batch.narrow(1, 1, o.seq).contiguous();
       torch::Tensor logits = model.forward(x);
-      torch::Tensor loss = torch::cross_entropy_loss(logits.reshape({-1, V}), y.reshape({-1})) / static_cast<double>(o.accum);
+      // The loss in fp32 whatever the compute dtype.
+      torch::Tensor loss =
+          torch::cross_entropy_loss(logits.to(torch::kFloat).reshape({-1, V}), y.reshape({-1})) / static_cast<double>(o.accum);
+      if (cuda) compat::clear_autocast_cache();
       if (reducer) reducer->prepare(micro == o.accum - 1);
       loss.backward();
       if (reducer) reducer->finish();
@@ -293,12 +320,13 @@ int train(const TrainOptions& o, const RankEnv& env) {
     }
     if (o.clip > 0) torch::nn::utils::clip_grad_norm_(params, o.clip);
     optimizer.step();
-    torch::Tensor loss_t = torch::tensor({loss_sum}, torch::kDouble);
+    torch::Tensor loss_t = torch::tensor({loss_sum}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
     comm::all_reduce(*world, loss_t).wait();
     double loss = loss_t.item<double>() / env.world;
+    if (cuda) compat::cuda_synchronize();
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     double tokens_per_s = static_cast<double>(env.world * o.micro_batch * o.seq * o.accum) / (ms / 1000.0);
-    int64_t peak = memory::peak_bytes();
+    int64_t peak = cuda ? compat::cuda_peak_bytes(env.local_rank) : memory::peak_bytes();
     if (lead) {
       if (metrics.is_open()) {
         char loss_text[40];

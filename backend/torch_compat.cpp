@@ -1,0 +1,61 @@
+#include "backend/torch_compat.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <stdexcept>
+
+#ifdef LOOM_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace loom::compat {
+
+#ifdef LOOM_WITH_CUDA
+bool cuda_available() { return c10::cuda::device_count() > 0; }
+int cuda_device_count() { return c10::cuda::device_count(); }
+void set_cuda_device(int index) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(index)); }
+void cuda_synchronize() { c10::cuda::device_synchronize(); }
+
+int64_t cuda_peak_bytes(int device) {
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  return stats.allocated_bytes[0].peak;  // index 0: all pools
+}
+void cuda_reset_peak(int device) {
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
+}
+
+c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                              std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+}
+#else
+bool cuda_available() { return false; }
+int cuda_device_count() { return 0; }
+void set_cuda_device(int) {}
+void cuda_synchronize() {}
+int64_t cuda_peak_bytes(int) { return 0; }
+void cuda_reset_peak(int) {}
+c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds) {
+  throw std::runtime_error("this loom was built without CUDA; rebuild with -DLOOM_WITH_CUDA=ON against a CUDA LibTorch");
+}
+#endif
+
+#if TORCH_VERSION_MAJOR >= 2
+void set_bf16_autocast(bool enabled) {
+  at::autocast::set_autocast_enabled(at::kCUDA, enabled);
+  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+}
+#else
+void set_bf16_autocast(bool enabled) {
+  at::autocast::set_enabled(enabled);
+  at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+}
+#endif
+
+void clear_autocast_cache() { at::autocast::clear_cache(); }
+
+}  // namespace loom::compat
