@@ -1,6 +1,7 @@
 #include "backend/communicator.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "backend/torch_compat.h"
@@ -10,6 +11,9 @@ namespace loom::comm {
 
 class GroupImpl {
  public:
+  ~GroupImpl() {
+    if (backend == Backend::Nccl) compat::shutdown_group(pg);
+  }
   c10::intrusive_ptr<compat::C10dGroup> pg;
   c10::intrusive_ptr<c10d::Store> store;
   std::shared_ptr<::gloo::transport::Device> device;

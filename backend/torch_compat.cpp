@@ -45,11 +45,15 @@ c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Sto
 #endif
 
 #if TORCH_VERSION_MAJOR >= 2
+void shutdown_group(const c10::intrusive_ptr<C10dGroup>& group) {
+  if (group) group->shutdown();
+}
 void set_bf16_autocast(bool enabled) {
   at::autocast::set_autocast_enabled(at::kCUDA, enabled);
   at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
 }
 #else
+void shutdown_group(const c10::intrusive_ptr<C10dGroup>&) {}
 void set_bf16_autocast(bool enabled) {
   at::autocast::set_enabled(enabled);
   at::autocast::set_autocast_gpu_dtype(at::kBFloat16);

@@ -6,8 +6,14 @@
 #include <chrono>
 #include <cstdint>
 
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/version.h>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace loom::compat {
 
@@ -41,6 +47,9 @@ void cuda_reset_peak(int device);
 // An NCCL process group (CUDA builds only; throws otherwise).
 c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                               std::chrono::milliseconds timeout);
+
+// Shuts a process group down cleanly before exit (2.x NCCL warns otherwise; 1.13 has no shutdown).
+void shutdown_group(const c10::intrusive_ptr<C10dGroup>& group);
 
 // bf16 autocast of CUDA operations, weights staying fp32 (the master copy).
 void set_bf16_autocast(bool enabled);

@@ -235,7 +235,8 @@ int train(const TrainOptions& o, const RankEnv& env) {
   torch::manual_seed(static_cast<uint64_t>(o.seed));
   BuiltModel model = build_model(o.model);
   model.module->to(device);
-  if (cuda) compat::set_bf16_autocast(true);
+  bool bf16 = cuda && o.precision == "bf16";
+  if (bf16) compat::set_bf16_autocast(true);
   if (static_cast<int64_t>(data->vocab_size()) > model.vocab_size) {
     std::cerr << "error: the data's vocabulary (" << data->vocab_size() << ") is larger than model " << o.model << "'s ("
               << model.vocab_size << ")\n  hint: choose a model with a larger vocabulary\n";
@@ -287,7 +288,8 @@ int train(const TrainOptions& o, const RankEnv& env) {
     std::cout << "loom run: " << o.model << " (" << module_tree_of(o.model)->parameter_count() << " parameters), "
               << env.world << " rank" << (env.world == 1 ? "" : "s") << " x " << threads << " thread"
               << (threads == 1 ? "" : "s") << ", " << data->describe() << ", " << plan.checkpoint.size()
-              << " checkpointed modules, " << (cuda ? "cuda (bf16 autocast, fp32 weights, nccl)" : "cpu (fp32, gloo)")
+              << " checkpointed modules, "
+              << (!cuda ? "cpu (fp32, gloo)" : bf16 ? "cuda (bf16 autocast, fp32 weights, nccl)" : "cuda (fp32, nccl)")
               << (start > 0 ? ", resuming after step " + std::to_string(start) : "") << "\n"
               << std::flush;
   Progress progress(o.steps);
@@ -312,7 +314,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
       // The loss in fp32 whatever the compute dtype.
       torch::Tensor loss =
           torch::cross_entropy_loss(logits.to(torch::kFloat).reshape({-1, V}), y.reshape({-1})) / static_cast<double>(o.accum);
-      if (cuda) compat::clear_autocast_cache();
+      if (bf16) compat::clear_autocast_cache();
       if (reducer) reducer->prepare(micro == o.accum - 1);
       loss.backward();
       if (reducer) reducer->finish();

@@ -76,6 +76,8 @@ void add_run(CLI::App& app, std::function<int()>& run_fn) {
   c->add_option("--threads", t.threads, "intra-op threads per rank (default: cores / ranks)");
   c->add_option("--device", t.device, "cpu, cuda (bf16 autocast, fp32 master weights, NCCL; one GPU per rank) or auto")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  c->add_option("--precision", t.precision, "GPU compute precision: bf16 (autocast over fp32 master weights) or fp32")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
   c->add_option("--save", t.save_dir, "write checkpoints to this directory (at the end, and every --save-every steps)");
   c->add_option("--save-every", t.save_every, "also checkpoint every K steps");
   c->add_option("--resume", t.resume, "continue from a checkpoint directory written by --save");

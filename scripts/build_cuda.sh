@@ -13,6 +13,7 @@ torch_cmake=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_WITH_CUDA=ON \
   -DLOOM_GENERATED_PARSER_DIR="$deps/parser" \
   -DCMAKE_PREFIX_PATH="$torch_cmake;$prefix/usr" -DCMAKE_CXX_FLAGS="-I$prefix/usr/include" \
+  -DCMAKE_EXE_LINKER_FLAGS="-L$prefix/usr/lib/x86_64-linux-gnu" \
   -DLOOM_BUILD_TESTS=OFF
 ninja -C build-cuda loom
 echo "export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu:\$LD_LIBRARY_PATH to run build-cuda/loom"
