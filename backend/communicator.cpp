@@ -53,6 +53,10 @@ void Work::wait() {
 
 namespace {
 
+// Gloo collectives of one rank are skipped (nothing to exchange). NCCL ones still run, so a
+// one-GPU run exercises NCCL itself.
+bool trivial(const Group& group) { return group.size() == 1 && group.impl().backend == Backend::Gloo; }
+
 std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master_addr) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
   if (master_addr == "127.0.0.1" || master_addr == "localhost")
@@ -129,7 +133,7 @@ std::shared_ptr<Group> new_subgroup(Group& world, const std::vector<int>& ranks)
 
 Work all_reduce(Group& group, at::Tensor& tensor, const AllReduceOptions& options) {
   require_contiguous(tensor, "all_reduce");
-  if (group.size() == 1 || tensor.numel() == 0) return Work();
+  if (trivial(group) || tensor.numel() == 0) return Work();
   std::vector<at::Tensor> ts{tensor};
   c10d::AllreduceOptions o;
   o.reduceOp = to_c10d(options.op);
@@ -139,7 +143,7 @@ Work all_reduce(Group& group, at::Tensor& tensor, const AllReduceOptions& option
 
 Work broadcast(Group& group, at::Tensor& tensor, const BroadcastOptions& options) {
   require_contiguous(tensor, "broadcast");
-  if (group.size() == 1 || tensor.numel() == 0) return Work();
+  if (trivial(group) || tensor.numel() == 0) return Work();
   std::vector<at::Tensor> ts{tensor};
   c10d::BroadcastOptions o;
   o.rootRank = options.root;
@@ -202,7 +206,7 @@ Work reduce_scatter(Group& group, const at::Tensor& input, at::Tensor& out, cons
 }
 
 void barrier(Group& group) {
-  if (group.size() == 1) return;
+  if (trivial(group)) return;
   c10d::BarrierOptions o;
   o.timeout = group.impl().timeout;
   Work(group.impl().pg->barrier(o), nullptr, "barrier on " + group.name()).wait();
