@@ -21,6 +21,7 @@ void add_models(CLI::App& app, std::function<int()>& run);
 void add_primitives(CLI::App& app, std::function<int()>& run);
 void add_run(CLI::App& app, std::function<int()>& run);
 void add_data(CLI::App& app, std::function<int()>& run);
+void add_explain(CLI::App& app, std::function<int()>& run);
 
 // The command-line arguments after the program name (a launcher re-runs them in each rank).
 const std::vector<std::string>& original_arguments();

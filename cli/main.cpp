@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   loom::cli::add_primitives(app, run);
   loom::cli::add_run(app, run);
   loom::cli::add_data(app, run);
+  loom::cli::add_explain(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -17,8 +17,12 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
   torch::Tensor k = rotary_emb(nn::split_heads(k_proj(x), kv_heads));
   torch::Tensor v = nn::split_heads(v_proj(x), kv_heads);
   if (kv_heads != heads) {  // grouped-query attention: each kv head serves heads/kv_heads query heads
-    k = k.repeat_interleave(heads / kv_heads, 1);
-    v = v.repeat_interleave(heads / kv_heads, 1);
+    auto repeat = [&](const torch::Tensor& t) {  // (B, kv, T, D) -> (B, heads, T, D), like repeat_interleave
+      return t.unsqueeze(2).expand({t.size(0), kv_heads, heads / kv_heads, t.size(2), t.size(3)})
+          .reshape({t.size(0), heads, t.size(2), t.size(3)});
+    };
+    k = repeat(k);
+    v = repeat(v);
   }
   return o_proj(nn::merge_heads(nn::scaled_dot_product_attention(q, k, v, true, 0.0, false)));
 }
@@ -48,6 +52,12 @@ MixtralSparseMoeImpl::MixtralSparseMoeImpl(const LlamaConfig& c) : torch::nn::Mo
 
 torch::Tensor MixtralSparseMoeImpl::forward(const torch::Tensor& x) {
   torch::Tensor flat = x.reshape({-1, x.size(-1)});
+  if (flat.is_meta()) {
+    // Routing depends on values, which meta tensors lack: a structure-only run calls every expert.
+    torch::Tensor out = gate(flat).sum(-1, true) * flat;
+    for (auto& expert : *experts) out = out + expert(flat);
+    return out.view(x.sizes());
+  }
   torch::Tensor probs = torch::softmax(gate(flat), -1);
   auto [weights, chosen] = probs.topk(top_k, -1);
   weights = weights / weights.sum(-1, true);

@@ -23,13 +23,22 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::linear
 EmbeddingImpl::EmbeddingImpl(int64_t count, int64_t dim, double init_std) : torch::nn::Module("Embedding") {
   weight = register_parameter("weight", new_parameter({count, dim}, normal(init_std)));
 }
-torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) { return torch::embedding(weight, ids); }
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
+  // LibTorch 1.13 has no meta kernel for embedding; structure-only (meta) runs need just the shape.
+  if (weight.is_meta()) {
+    auto shape = ids.sizes().vec();
+    shape.push_back(weight.size(1));
+    return torch::empty(shape, weight.options());
+  }
+  return torch::embedding(weight, ids);
+}
 
 LayerNormImpl::LayerNormImpl(int64_t dim, double e) : torch::nn::Module("LayerNorm"), eps(e) {
   weight = register_parameter("weight", new_parameter({dim}, constant(1)));
   bias = register_parameter("bias", new_parameter({dim}, constant(0)));
 }
 torch::Tensor LayerNormImpl::forward(const torch::Tensor& x) {
+  if (x.is_meta()) return torch::empty_like(x);  // no meta kernel in LibTorch 1.13
   return torch::layer_norm(x, {weight.size(0)}, weight, bias, eps);
 }
 

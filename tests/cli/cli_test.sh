@@ -50,5 +50,12 @@ expect "fmt syntax error" 1 "unterminated string literal" -- "$loom" fmt tests/e
 expect "tree" 0 "h.0.attn.c_attn  Linear  weight[384,128]  bias[384]" -- "$loom" tree --model gpt:tiny
 expect "models" 0 "llama3-70b" -- "$loom" models
 
+expect "explain zero3" 0 "reduce_scatter  h.3.mlp.c_proj.weight" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2
+expect "explain pass log" 0 "#   prefetch: changed" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2
+expect "explain ddp" 0 "all_reduce      lm_head" -- "$loom" explain --model llama:tiny --nproc 2
+expect "explain json" 0 '"gathers_placed": true' -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --json
+expect "explain LOOM_DEBUG" 0 "[loom] pass insert_gather_release: changed" -- env LOOM_DEBUG=1 "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2
+expect "explain schedule error" 1 "error: shard_states on sch: params = 3 does not divide dp = 8" -- "$loom" explain tests/error/shard_states_divide.sched --model gpt2 --nproc 8
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

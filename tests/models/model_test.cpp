@@ -5,6 +5,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "backend/ir/verifier.h"
+#include "backend/model_trace.h"
+#include "backend/pass_pipeline.h"
 #include "lang/schedule.h"
 #include "lang/trace.h"
 #include "models/gpt.h"
@@ -174,4 +177,27 @@ TEST_CASE("a schedule over a model built in C++: extract the tree, use the fluen
   sch["layers.*.mlp"].bucket().checkpoint();
   CHECK(sch.trace().size() == 1 + 1 + 2 * 4);
   CHECK(trace_to_sched(sch).find("sch[\"layers.3.mlp\"].checkpoint()") != std::string::npos);
+}
+
+TEST_CASE("every reference model traces on the meta device and lowers to a verified step under ZeRO-3") {
+  for (const char* name : {"gpt:tiny", "gpt2", "llama3-70b", "bert-large", "mixtral-8x7b"}) {
+    CAPTURE(name);
+    ir::OpTrace trace = trace_model(name);
+    REQUIRE(!trace.forward.empty());
+    Schedule sch(module_tree_of(name), {8, 0});
+    sch.fsdp();
+    ir::Program program = plan_step(sch, trace, nullptr, {});
+    CHECK(ir::verify_complete(program) == "");
+    // Planning twice (as two ranks would) gives the same collectives.
+    CHECK(ir::compare_collectives(program, plan_step(sch, trace_model(name), nullptr, {})) == "");
+    // Every unique parameter of the model is used by some op.
+    CHECK(static_cast<int64_t>(trace.params.size()) > 0);
+    int64_t traced = 0;
+    for (auto& p : trace.params) traced += p.numel;
+    CHECK(traced == module_tree_of(name)->parameter_count());  // on meta, every expert runs
+  }
+  // The tied head uses the embedding's tensor, under the embedding's name.
+  ir::OpTrace gpt = trace_model("gpt:tiny");
+  CHECK(gpt.forward.back().module == "lm_head");
+  CHECK(gpt.forward.back().params == std::vector<std::string>{"wte.weight"});
 }

@@ -1,0 +1,91 @@
+#include "backend/ir/ir.h"
+
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+namespace loom::ir {
+
+const char* op_name(OpKind k) {
+  switch (k) {
+    case OpKind::Compute: return "compute";
+    case OpKind::AllGather: return "all_gather";
+    case OpKind::Wait: return "wait";
+    case OpKind::Release: return "release";
+    case OpKind::ReduceScatter: return "reduce_scatter";
+    case OpKind::AllReduce: return "all_reduce";
+    case OpKind::SelectDrop: return "select_drop";
+    case OpKind::Broadcast: return "broadcast";
+    case OpKind::OptimizerStep: return "optimizer_step";
+    case OpKind::Offload: return "offload";
+    case OpKind::Reload: return "reload";
+    case OpKind::Compress: return "compress";
+  }
+  return "?";
+}
+
+const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::Forward: return "fwd";
+    case Phase::Backward: return "bwd";
+    case Phase::Step: return "step";
+  }
+  return "?";
+}
+
+namespace {
+std::string human(int64_t b) {
+  char buf[32];
+  if (b >= (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
+  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
+  return buf;
+}
+}  // namespace
+
+std::string Program::to_text() const {
+  std::string out = "# step of " + model + ": dp=" + std::to_string(sharding.dp) + " s_p=" + std::to_string(sharding.params) +
+                    " s_g=" + std::to_string(sharding.grads) + " s_os=" + std::to_string(sharding.optim) + ", " +
+                    std::to_string(instrs.size()) + " instructions\n";
+  char line[512];
+  for (size_t i = 0; i < instrs.size(); ++i) {
+    const Instr& in = instrs[i];
+    std::string what = in.kind == OpKind::Compute ? in.module : "";
+    if (in.kind == OpKind::OptimizerStep) what = std::to_string(in.params.size()) + " parameters (local shards)";
+    else if (in.kind != OpKind::Compute)
+      for (int p : in.params) what += (what.empty() ? "" : ",") + params[p].name;
+    if (in.kind == OpKind::Wait) what = "%" + std::to_string(in.handle);
+    std::string extra;
+    if (!in.group.role.empty()) extra += in.group.role + "(" + std::to_string(in.group.size) + ")  ";
+    if (in.bytes) extra += human(in.bytes) + "  ";
+    if (in.handle >= 0 && in.kind != OpKind::Wait) extra += "-> %" + std::to_string(in.handle);
+    std::snprintf(line, sizeof line, "%5zu %-4s %-15s %-40s %s\n", i, phase_name(in.phase), op_name(in.kind), what.c_str(),
+                  extra.c_str());
+    out += line;
+  }
+  return out;
+}
+
+std::string Program::to_json() const {
+  nlohmann::json j;
+  j["model"] = model;
+  j["sharding"] = {{"dp", sharding.dp}, {"params", sharding.params}, {"grads", sharding.grads}, {"optim", sharding.optim}};
+  j["guarantees"] = {{"gathers_placed", gathers_placed}, {"reductions_placed", reductions_placed}};
+  j["params"] = nlohmann::json::array();
+  for (auto& p : params) j["params"].push_back({{"name", p.name}, {"numel", p.numel}, {"element_bytes", p.element_bytes}});
+  j["instructions"] = nlohmann::json::array();
+  for (auto& in : instrs) {
+    nlohmann::json x{{"op", op_name(in.kind)}, {"phase", phase_name(in.phase)}};
+    if (!in.module.empty()) x["module"] = in.module;
+    if (!in.params.empty()) x["params"] = in.params;
+    if (!in.group.role.empty()) x["group"] = {{"role", in.group.role}, {"size", in.group.size}};
+    if (in.bytes) x["bytes"] = in.bytes;
+    if (in.handle >= 0) x["handle"] = in.handle;
+    j["instructions"].push_back(x);
+  }
+  return j.dump(1);
+}
+
+bool Program::operator==(const Program& o) const { return to_json() == o.to_json(); }
+
+}  // namespace loom::ir

@@ -1,0 +1,76 @@
+// Loom's instruction IR: one explicit list of instructions for one training step —
+// forward and backward compute ops, and the communication and memory instructions
+// placed between them (deepcompile.txt §3-4.1). Passes transform it (backend/passes/).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/ir/op_trace.h"
+
+namespace loom::ir {
+
+enum class Phase { Forward, Backward, Step };
+
+enum class OpKind {
+  Compute,        // run a module (forward or backward) on gathered parameters
+  AllGather,      // gather a parameter (or bucket) from its shards; async, finished by Wait
+  Wait,           // wait for the collective `handle`
+  Release,        // free a gathered parameter's storage
+  ReduceScatter,  // reduce a gradient to its shard owners
+  AllReduce,      // reduce a gradient (or its shard) across a group
+  SelectDrop,     // keep this rank's part of a reduced gradient, drop the rest (Lins §IV-C)
+  Broadcast,      // spread updated parameters inside the optimizer-state group (Lins §IV-C.2)
+  OptimizerStep,  // update this rank's shard of parameters and states
+  Offload,        // reserved for the offloading pass
+  Reload,         // reserved for the offloading pass
+  Compress,       // reserved for the compression pass
+};
+
+const char* op_name(OpKind k);
+const char* phase_name(Phase p);
+
+// A process group as the IR sees it: a role and a size.
+struct GroupRef {
+  std::string role;  // "params" (s_p), "grads" (s_g), "replicas", "optim", "dp"
+  int size = 1;
+};
+
+struct Instr {
+  OpKind kind = OpKind::Compute;
+  Phase phase = Phase::Forward;
+  std::string module;       // Compute: the module path
+  std::vector<int> params;  // indices into Program::params
+  GroupRef group;           // collectives
+  int64_t bytes = 0;        // bytes moved (collectives) or freed (Release)
+  int handle = -1;          // collectives: the handle they produce; Wait: the one it waits for
+};
+
+// The sharding the program implements (lins.txt factors; 1 = replicated).
+struct Sharding {
+  int dp = 1;
+  int params = 1;  // s_p
+  int grads = 1;   // s_g
+  int optim = 1;   // s_os
+};
+
+struct Program {
+  std::string model;
+  Sharding sharding;
+  std::vector<TracedParam> params;
+  std::vector<Instr> instrs;
+  int next_handle = 0;
+  int64_t memory_limit = 0;  // bytes of gathered parameters allowed at once; 0: unlimited
+  // Guarantees established by passes; the verifier checks each one from then on.
+  bool gathers_placed = false;     // every use of a sharded parameter is gathered and waited
+  bool reductions_placed = false;  // every gradient is reduced and waited before the step
+
+  int new_handle() { return next_handle++; }
+  // One instruction per line: "  12 fwd  all_gather  h.0.mlp.c_fc.weight  params(2)  1.5 MiB  -> %4".
+  std::string to_text() const;
+  std::string to_json() const;
+  bool operator==(const Program& other) const;
+};
+
+}  // namespace loom::ir

@@ -1,0 +1,38 @@
+#include "backend/ir/lower.h"
+
+#include <map>
+
+#include "lang/diagnostics.h"
+
+namespace loom::ir {
+
+Program lower(const OpTrace& trace, const Sharding& sharding) {
+  Program p;
+  p.model = trace.model;
+  p.sharding = sharding;
+  p.params = trace.params;
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < p.params.size(); ++i) index[p.params[i].name] = static_cast<int>(i);
+  auto compute = [&](const TracedOp& op, Phase phase) {
+    Instr in;
+    in.kind = OpKind::Compute;
+    in.phase = phase;
+    in.module = op.module;
+    for (auto& name : op.params) {
+      auto it = index.find(name);
+      if (it == index.end()) throw InternalError("traced op " + op.module + " uses unknown parameter " + name);
+      in.params.push_back(it->second);
+    }
+    return in;
+  };
+  for (auto& op : trace.forward) p.instrs.push_back(compute(op, Phase::Forward));
+  for (auto it = trace.forward.rbegin(); it != trace.forward.rend(); ++it) p.instrs.push_back(compute(*it, Phase::Backward));
+  Instr step;
+  step.kind = OpKind::OptimizerStep;
+  step.phase = Phase::Step;
+  for (size_t i = 0; i < p.params.size(); ++i) step.params.push_back(static_cast<int>(i));
+  p.instrs.push_back(step);
+  return p;
+}
+
+}  // namespace loom::ir

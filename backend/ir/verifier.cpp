@@ -1,0 +1,115 @@
+#include "backend/ir/verifier.h"
+
+#include <map>
+#include <set>
+
+namespace loom::ir {
+namespace {
+
+bool is_collective(OpKind k) {
+  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce || k == OpKind::Broadcast;
+}
+
+std::string at(size_t i, const Program& p, const std::string& what) {
+  const Instr& in = p.instrs[i];
+  return "instruction " + std::to_string(i) + " (" + phase_name(in.phase) + " " + op_name(in.kind) +
+         (in.module.empty() ? "" : " " + in.module) + "): " + what;
+}
+
+}  // namespace
+
+std::string verify(const Program& p) {
+  bool sharded = p.sharding.params > 1;
+  enum class State { Sharded, InFlight, Resident };
+  std::vector<State> state(p.params.size(), sharded ? State::Sharded : State::Resident);
+  std::map<int, std::vector<int>> gather_of;  // handle -> params it gathers
+  std::map<int, size_t> issued;               // handle -> instruction index
+  std::set<int> waited;
+  std::vector<bool> reduced(p.params.size(), false);
+  std::set<int> reduction_handles;
+  int64_t gathered = 0;
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    const Instr& in = p.instrs[i];
+    for (int q : in.params)
+      if (q < 0 || q >= static_cast<int>(p.params.size())) return at(i, p, "refers to parameter " + std::to_string(q) + ", which does not exist");
+    if (is_collective(in.kind)) {
+      if (in.handle < 0 || issued.count(in.handle)) return at(i, p, "a collective needs a fresh handle");
+      issued[in.handle] = i;
+    }
+    switch (in.kind) {
+      case OpKind::Compute:
+        if (!p.gathers_placed) break;
+        for (int q : in.params)
+          if (state[q] != State::Resident)
+            return at(i, p, "uses " + p.params[q].name + (state[q] == State::InFlight ? " before waiting for its gather" : " while it is not gathered"));
+        break;
+      case OpKind::AllGather:
+        if (!sharded) return at(i, p, "gathers although parameters are not sharded");
+        for (int q : in.params) {
+          if (state[q] != State::Sharded) return at(i, p, "gathers " + p.params[q].name + ", which is already gathered");
+          state[q] = State::InFlight;
+          gathered += p.params[q].numel * p.params[q].element_bytes;
+        }
+        gather_of[in.handle] = in.params;
+        if (p.memory_limit > 0 && gathered > p.memory_limit)
+          return at(i, p, "gathered parameters take " + std::to_string(gathered) + " bytes, over the limit of " + std::to_string(p.memory_limit));
+        break;
+      case OpKind::Wait: {
+        if (!issued.count(in.handle)) return at(i, p, "waits for %" + std::to_string(in.handle) + ", which was never issued");
+        if (!waited.insert(in.handle).second) return at(i, p, "waits for %" + std::to_string(in.handle) + " twice");
+        for (int q : gather_of[in.handle]) state[q] = State::Resident;
+        break;
+      }
+      case OpKind::Release:
+        for (int q : in.params) {
+          if (state[q] != State::Resident) return at(i, p, "releases " + p.params[q].name + ", which is not gathered");
+          state[q] = State::Sharded;
+          gathered -= p.params[q].numel * p.params[q].element_bytes;
+        }
+        break;
+      case OpKind::ReduceScatter:
+      case OpKind::AllReduce:
+        if (in.phase == Phase::Backward) {
+          for (int q : in.params) reduced[q] = true;
+          reduction_handles.insert(in.handle);
+        }
+        break;
+      case OpKind::OptimizerStep:
+        if (p.sharding.dp > 1 && p.reductions_placed) {
+          for (size_t q = 0; q < p.params.size(); ++q)
+            if (!reduced[q]) return at(i, p, "updates " + p.params[q].name + " before its gradient is reduced");
+          for (int h : reduction_handles)
+            if (!waited.count(h)) return at(i, p, "updates parameters before waiting for gradient reduction %" + std::to_string(h));
+        }
+        break;
+      default: break;
+    }
+  }
+  for (auto& [h, i] : issued)
+    if (!waited.count(h)) return at(i, p, "collective %" + std::to_string(h) + " is never waited");
+  for (size_t q = 0; q < p.params.size(); ++q)
+    if (sharded && p.gathers_placed && state[q] != State::Sharded) return "end of step: " + p.params[q].name + " is still gathered";
+  return "";
+}
+
+std::string verify_complete(const Program& p) {
+  if (!p.gathers_placed) return "no pass placed the gathers of sharded parameters";
+  if (!p.reductions_placed) return "no pass placed the gradient reductions";
+  return verify(p);
+}
+
+std::string compare_collectives(const Program& a, const Program& b) {
+  std::vector<const Instr*> ca, cb;
+  for (auto& in : a.instrs)
+    if (is_collective(in.kind)) ca.push_back(&in);
+  for (auto& in : b.instrs)
+    if (is_collective(in.kind)) cb.push_back(&in);
+  for (size_t i = 0; i < std::min(ca.size(), cb.size()); ++i)
+    if (ca[i]->kind != cb[i]->kind || ca[i]->params != cb[i]->params || ca[i]->group.role != cb[i]->group.role ||
+        ca[i]->group.size != cb[i]->group.size)
+      return "collective " + std::to_string(i) + " differs: " + op_name(ca[i]->kind) + " vs " + op_name(cb[i]->kind);
+  if (ca.size() != cb.size()) return std::to_string(ca.size()) + " collectives vs " + std::to_string(cb.size());
+  return "";
+}
+
+}  // namespace loom::ir

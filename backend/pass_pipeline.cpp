@@ -1,0 +1,81 @@
+#include "backend/pass_pipeline.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <ostream>
+
+#include "backend/ir/lower.h"
+#include "backend/ir/verifier.h"
+#include "backend/passes/insert_gather_release.h"
+#include "backend/passes/insert_gradient_reduction.h"
+#include "backend/passes/insert_parameter_broadcast.h"
+#include "backend/passes/prefetch.h"
+
+namespace loom {
+
+const std::vector<std::pair<std::string, passes::Pass>>& pipeline_passes() {
+  static const std::vector<std::pair<std::string, passes::Pass>> list = {
+      {"insert_gather_release", passes::insert_gather_release},          // Fig. 4: gather before first use, release after last
+      {"insert_gradient_reduction", passes::insert_gradient_reduction},  // Lins: reduce each gradient when complete
+      {"insert_parameter_broadcast", passes::insert_parameter_broadcast},  // Lins: s_os > s_p spreads updated params
+      {"prefetch", passes::prefetch},                                     // gathers of the next block, ahead
+  };
+  return list;
+}
+
+PipelineDebug PipelineDebug::from_environment(std::ostream& out) {
+  PipelineDebug d;
+  if (const char* v = std::getenv("LOOM_DEBUG")) d.level = std::atoi(v);
+  if (const char* v = std::getenv("LOOM_TIME_PASSES")) d.time = std::atoi(v) != 0;
+  d.out = &out;
+  return d;
+}
+
+namespace {
+void check(const ir::Program& p, const std::string& after) {
+  std::string problem = ir::verify(p);
+  if (!problem.empty()) throw InternalError("IR verifier, after " + after + ": " + problem);
+}
+}  // namespace
+
+ir::Program run_passes(ir::Program program, const passes::PassInputs& inputs,
+                       const std::vector<std::pair<std::string, passes::Pass>>& list, std::vector<PassRecord>* records,
+                       const PipelineDebug& debug) {
+  check(program, "lowering");
+  for (auto& [name, pass] : list) {
+    auto t0 = std::chrono::steady_clock::now();
+    bool changed = pass(program, inputs);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    check(program, "pass '" + name + "'");
+    if (records) records->push_back({name, changed, ms, program.instrs.size()});
+    if (debug.out && (debug.level >= 1 || debug.time)) {
+      *debug.out << "[loom] pass " << name << ": " << (changed ? "changed" : "unchanged") << ", "
+                 << program.instrs.size() << " instructions";
+      if (debug.time) *debug.out << ", " << ms << " ms";
+      *debug.out << "\n";
+    }
+    if (debug.out && debug.level >= 2 && changed) *debug.out << program.to_text();
+  }
+  return program;
+}
+
+ir::Program plan_step(const Schedule& schedule, const ir::OpTrace& trace, std::vector<PassRecord>* records,
+                      const PipelineDebug& debug) {
+  ir::Sharding s;
+  s.dp = schedule.dp();
+  s.params = schedule.sharding().params;
+  s.grads = schedule.sharding().grads;
+  s.optim = schedule.sharding().optim;
+  passes::PassInputs inputs;
+  for (const Directive& d : schedule.trace())
+    if (d.primitive == "prefetch") {
+      const Value& b = *d.arg("budget");
+      inputs.prefetch.push_back({d.target, b.is(ValueKind::Bytes) ? b.as_int() : 0});
+    }
+  ir::Program program = run_passes(ir::lower(trace, s), inputs, pipeline_passes(), records, debug);
+  std::string problem = ir::verify_complete(program);
+  if (!problem.empty()) throw InternalError("IR verifier, end of pipeline: " + problem);
+  return program;
+}
+
+}  // namespace loom

@@ -1,0 +1,84 @@
+#include "backend/passes/insert_gradient_reduction.h"
+
+#include <map>
+
+namespace loom::passes {
+namespace {
+
+using ir::Instr;
+using ir::OpKind;
+
+Instr collective(ir::Program& p, OpKind kind, int q, ir::GroupRef group, int64_t bytes) {
+  Instr in;
+  in.kind = kind;
+  in.phase = ir::Phase::Backward;
+  in.params = {q};
+  in.group = std::move(group);
+  in.bytes = bytes;
+  in.handle = p.new_handle();
+  return in;
+}
+
+Instr wait_for(int handle, ir::Phase phase) {
+  Instr w;
+  w.kind = OpKind::Wait;
+  w.phase = phase;
+  w.handle = handle;
+  return w;
+}
+
+}  // namespace
+
+bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
+  const ir::Sharding& s = p.sharding;
+  p.reductions_placed = true;  // one rank has nothing to reduce
+  if (s.dp <= 1) return false;
+  std::map<int, size_t> last_backward_use;
+  for (size_t i = 0; i < p.instrs.size(); ++i)
+    if (p.instrs[i].kind == OpKind::Compute && p.instrs[i].phase == ir::Phase::Backward)
+      for (int q : p.instrs[i].params) last_backward_use[q] = i;
+  std::vector<Instr> out;
+  std::vector<Instr> pending;  // waits (and select & drops) to run before the optimizer step
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    if (p.instrs[i].kind == OpKind::OptimizerStep) {
+      for (auto& w : pending) out.push_back(w);
+      pending.clear();
+    }
+    out.push_back(p.instrs[i]);
+    // After a compute op (or its release), launch the reductions of the gradients it completed.
+    if (p.instrs[i].kind != OpKind::Compute || p.instrs[i].phase != ir::Phase::Backward) continue;
+    for (auto& [q, last] : last_backward_use) {
+      if (last != i) continue;
+      int64_t bytes = p.params[q].numel * p.params[q].element_bytes;
+      if (s.grads == 1) {
+        Instr ar = collective(p, OpKind::AllReduce, q, {"dp", s.dp}, bytes);
+        pending.push_back(wait_for(ar.handle, ir::Phase::Backward));
+        out.push_back(ar);
+        continue;
+      }
+      int64_t shard_bytes = bytes / s.params;
+      if (s.params > 1) {
+        Instr rs = collective(p, OpKind::ReduceScatter, q, {"params", s.params}, bytes);
+        out.push_back(rs);
+        out.push_back(wait_for(rs.handle, ir::Phase::Backward));
+      }
+      if (s.dp / s.params > 1) {
+        Instr ar = collective(p, OpKind::AllReduce, q, {"replicas", s.dp / s.params}, shard_bytes);
+        pending.push_back(wait_for(ar.handle, ir::Phase::Backward));
+        out.push_back(ar);
+      }
+      if (s.grads > s.params) {
+        Instr drop;
+        drop.kind = OpKind::SelectDrop;
+        drop.phase = ir::Phase::Backward;
+        drop.params = {q};
+        drop.group = {"grads", s.grads / s.params};
+        pending.push_back(drop);
+      }
+    }
+  }
+  p.instrs = std::move(out);
+  return true;
+}
+
+}  // namespace loom::passes

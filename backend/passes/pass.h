@@ -1,0 +1,24 @@
+// What every pass receives besides the program: the schedule's requests, resolved.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/ir/ir.h"
+
+namespace loom::passes {
+
+struct PrefetchRequest {
+  std::string module;  // the prefetch directive's target (a block, e.g. "h.3")
+  int64_t budget = 0;  // bytes gathered ahead; 0 means auto (one block ahead)
+};
+
+struct PassInputs {
+  std::vector<PrefetchRequest> prefetch;
+};
+
+// A pass rewrites the program and says whether it changed anything.
+using Pass = bool (*)(ir::Program& program, const PassInputs& inputs);
+
+}  // namespace loom::passes

@@ -1,0 +1,72 @@
+// loom explain: print the instruction IR a schedule lowers to, and the per-pass log, without training.
+#include <iostream>
+
+#include "backend/model_trace.h"
+#include "backend/pass_pipeline.h"
+#include "cli/commands.h"
+#include "lang/interpreter.h"
+#include "models/zoo.h"
+
+namespace loom::cli {
+namespace {
+
+struct ExplainOptions {
+  std::string file;
+  std::string model;
+  int nproc = 1;
+  int local_world = 0;
+  std::vector<std::string> sets;
+  bool json = false;
+  std::string stdlib = LOOM_STDLIB_DIR;
+};
+
+int explain(const ExplainOptions& o) {
+  SourceManager sources;
+  try {
+    Schedule sch(module_tree_of(o.model), ScheduleContext{o.nproc, o.local_world});
+    for (auto& s : o.sets) {
+      size_t eq = s.find('=');
+      if (eq == std::string::npos || eq == 0) throw UserError(SourceRange{}, "--set expects name=value, got '" + s + "'", "");
+      sch.knobs().set_override(s.substr(0, eq), s.substr(eq + 1));
+    }
+    if (!o.file.empty()) {
+      InterpreterOptions io;
+      io.stdlib_dir = o.stdlib;
+      io.print_to = &std::cerr;
+      Interpreter(sch, sources, io).run_file(o.file);
+    }
+    sch.knobs().check_overrides_used();
+    std::vector<PassRecord> records;
+    ir::Program program = plan_step(sch, trace_model(o.model), &records, PipelineDebug::from_environment(std::cerr));
+    if (o.json) {
+      std::cout << program.to_json() << "\n";
+      return kOk;
+    }
+    std::cout << "# passes (in order):\n";
+    for (auto& r : records)
+      std::cout << "#   " << r.pass << ": " << (r.changed ? "changed" : "unchanged") << ", " << r.instructions
+                << " instructions\n";
+    std::cout << program.to_text();
+    return kOk;
+  } catch (const UserError& e) {
+    std::cerr << render(e.diagnostic(), &sources);
+    return e.diagnostic().range.known() ? kUserError : kUsageError;
+  }
+}
+
+}  // namespace
+
+void add_explain(CLI::App& app, std::function<int()>& run) {
+  auto o = std::make_shared<ExplainOptions>();
+  CLI::App* c = app.add_subcommand("explain", "Print the instruction IR a schedule lowers to, and the per-pass log (no training)");
+  c->add_option("file", o->file, "the .sched file (optional)");
+  c->add_option("--model", o->model, "reference model (see `loom models`)")->required();
+  c->add_option("--nproc", o->nproc, "ranks the step is planned for")->check(CLI::PositiveNumber);
+  c->add_option("--local-world", o->local_world, "ranks per node (default: all on one node)")->check(CLI::NonNegativeNumber);
+  c->add_option("--set", o->sets, "fix a tune() knob: --set name=value (repeatable)");
+  c->add_flag("--json", o->json, "print the IR as JSON");
+  c->add_option("--stdlib", o->stdlib, "directory of the standard schedules");
+  c->callback([&run, o] { run = [o] { return explain(*o); }; });
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,180 @@
+// The instruction IR and its first passes on small hand-built graphs.
+#include <doctest/doctest.h>
+
+#include <sstream>
+
+#include "backend/ir/lower.h"
+#include "backend/ir/verifier.h"
+#include "backend/pass_pipeline.h"
+#include "lang/diagnostics.h"
+
+using namespace loom;
+using ir::OpKind;
+
+namespace {
+
+// emb (wte) -> blk0.fc (w1) -> blk0.proj (w2) -> blk1.fc (w1 again) -> head (wte again, tied)
+ir::OpTrace small_trace() {
+  ir::OpTrace t;
+  t.model = "toy";
+  t.params = {{"wte", 1000, 4}, {"w1", 100, 4}, {"w2", 100, 4}};
+  t.forward = {{"emb", {"wte"}}, {"blk0.fc", {"w1"}}, {"blk0.proj", {"w2"}}, {"blk1.fc", {"w1"}}, {"head", {"wte"}}};
+  return t;
+}
+
+ir::Program run(const ir::OpTrace& t, ir::Sharding s, passes::PassInputs in = {}) {
+  return run_passes(ir::lower(t, s), in, pipeline_passes(), nullptr, {});
+}
+
+// Index of the first instruction matching kind/phase/param (or module), from `from`.
+int find(const ir::Program& p, OpKind kind, ir::Phase phase, const std::string& name, size_t from = 0) {
+  for (size_t i = from; i < p.instrs.size(); ++i) {
+    const auto& in = p.instrs[i];
+    if (in.kind != kind || in.phase != phase) continue;
+    if (kind == OpKind::Compute ? in.module == name : (!in.params.empty() && p.params[in.params[0]].name == name))
+      return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int count(const ir::Program& p, OpKind kind) {
+  int n = 0;
+  for (auto& in : p.instrs) n += in.kind == kind;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("lowering: forward in order, backward reversed, then the optimizer step") {
+  ir::Program p = ir::lower(small_trace(), {});
+  REQUIRE(p.instrs.size() == 11);
+  CHECK(p.instrs[0].module == "emb");
+  CHECK(p.instrs[5].module == "head");
+  CHECK(p.instrs[5].phase == ir::Phase::Backward);
+  CHECK(p.instrs[9].module == "emb");
+  CHECK(p.instrs[10].kind == OpKind::OptimizerStep);
+  CHECK(ir::verify(p) == "");  // replicated parameters need no gathers
+}
+
+TEST_CASE("gather just before first use, release right after last use; a parameter used twice is released after the last") {
+  ir::Program p = run(small_trace(), {2, 2, 2, 2});
+  auto F = ir::Phase::Forward;
+  int gather_w1 = find(p, OpKind::AllGather, F, "w1");
+  int first_use = find(p, OpKind::Compute, F, "blk0.fc");
+  int second_use = find(p, OpKind::Compute, F, "blk1.fc");
+  int release_w1 = find(p, OpKind::Release, F, "w1");
+  CHECK(gather_w1 < first_use);
+  CHECK(p.instrs[gather_w1 + 1].kind == OpKind::Wait);
+  CHECK(release_w1 == second_use + 1);  // not after blk0.fc
+  // Tied weight: wte stays gathered from the embedding to the head.
+  CHECK(find(p, OpKind::Release, F, "wte") == find(p, OpKind::Compute, F, "head") + 1);
+  CHECK(count(p, OpKind::AllGather) == 6);  // each parameter once per phase
+  CHECK(ir::verify(p) == "");
+}
+
+TEST_CASE("gradient reduction follows the sharding factors") {
+  auto kinds = [](const ir::Program& p) {
+    std::string s;
+    for (auto& in : p.instrs)
+      if (in.phase == ir::Phase::Backward && in.kind != OpKind::Compute && in.kind != OpKind::Wait &&
+          in.kind != OpKind::AllGather && in.kind != OpKind::Release && !in.params.empty() && p.params[in.params[0]].name == "w2")
+        s += std::string(ir::op_name(in.kind)) + "(" + in.group.role + " " + std::to_string(in.group.size) + ") ";
+    return s;
+  };
+  CHECK(kinds(run(small_trace(), {4, 1, 1, 1})) == "all_reduce(dp 4) ");                                   // data parallel
+  CHECK(kinds(run(small_trace(), {4, 1, 1, 4})) == "all_reduce(dp 4) ");                                   // ZeRO-1
+  CHECK(kinds(run(small_trace(), {4, 1, 4, 4})) == "all_reduce(replicas 4) select_drop(grads 4) ");        // ZeRO-2
+  CHECK(kinds(run(small_trace(), {4, 4, 4, 4})) == "reduce_scatter(params 4) ");                           // ZeRO-3
+  CHECK(kinds(run(small_trace(), {8, 2, 2, 2})) == "reduce_scatter(params 2) all_reduce(replicas 4) ");     // MiCS-style
+  CHECK(kinds(run(small_trace(), {8, 2, 4, 4})) == "reduce_scatter(params 2) all_reduce(replicas 4) select_drop(grads 2) ");
+  // Lins Table III's (4, 4, 8) at dp 8: updated parameters are broadcast in pairs.
+  ir::Program lins = run(small_trace(), {8, 4, 4, 8});
+  CHECK(count(lins, OpKind::Broadcast) == 3);
+  CHECK(lins.instrs[find(lins, OpKind::Broadcast, ir::Phase::Step, "w1")].group.size == 2);
+}
+
+TEST_CASE("prefetch issues the next block's gathers before the current block computes") {
+  ir::OpTrace t;
+  t.model = "blocks";
+  t.params = {{"a", 10, 4}, {"b", 10, 4}, {"c", 10, 4}};
+  t.forward = {{"h.0.fc", {"a"}}, {"h.1.fc", {"b"}}, {"h.2.fc", {"c"}}};
+  passes::PassInputs in;
+  for (auto m : {"h.0", "h.1", "h.2"}) in.prefetch.push_back({m, 0});
+  ir::Program plain = run(t, {2, 2, 2, 2});
+  ir::Program ahead = run(t, {2, 2, 2, 2}, in);
+  auto F = ir::Phase::Forward;
+  CHECK(find(plain, OpKind::AllGather, F, "b") > find(plain, OpKind::Compute, F, "h.0.fc"));
+  CHECK(find(ahead, OpKind::AllGather, F, "b") < find(ahead, OpKind::Compute, F, "h.0.fc"));
+  CHECK(find(ahead, OpKind::AllGather, F, "c") < find(ahead, OpKind::Compute, F, "h.1.fc"));
+  CHECK(find(ahead, OpKind::AllGather, F, "c") > find(ahead, OpKind::Compute, F, "h.0.fc"));  // one block ahead, not two
+  // b's wait stays after block 0's compute, so its transfer overlaps that compute.
+  int handle_b = ahead.instrs[find(ahead, OpKind::AllGather, F, "b")].handle;
+  int wait_b = -1;
+  for (size_t i = 0; i < ahead.instrs.size(); ++i)
+    if (ahead.instrs[i].kind == OpKind::Wait && ahead.instrs[i].handle == handle_b) wait_b = static_cast<int>(i);
+  CHECK(wait_b > find(ahead, OpKind::Compute, F, "h.0.fc"));
+  CHECK(wait_b < find(ahead, OpKind::Compute, F, "h.1.fc"));
+  // A budget of two blocks moves c's gather two blocks ahead.
+  for (auto& r : in.prefetch) r.budget = 80;
+  ir::Program budget = run(t, {2, 2, 2, 2}, in);
+  CHECK(find(budget, OpKind::AllGather, F, "c") < find(budget, OpKind::Compute, F, "h.0.fc"));
+}
+
+TEST_CASE("every rank lowers to the same collectives") {
+  ir::Program a = run(small_trace(), {8, 4, 4, 8});
+  ir::Program b = run(small_trace(), {8, 4, 4, 8});
+  CHECK(ir::compare_collectives(a, b) == "");
+  CHECK(a == b);
+  CHECK(ir::compare_collectives(a, run(small_trace(), {8, 2, 2, 2})) != "");
+}
+
+namespace {
+// A deliberately broken pass: moves the first release in front of the compute that precedes it.
+bool release_too_early(ir::Program& p, const passes::PassInputs&) {
+  for (size_t i = 1; i < p.instrs.size(); ++i)
+    if (p.instrs[i].kind == OpKind::Release) {
+      std::swap(p.instrs[i], p.instrs[i - 1]);
+      return true;
+    }
+  return false;
+}
+bool drop_a_wait(ir::Program& p, const passes::PassInputs&) {
+  for (size_t i = 0; i < p.instrs.size(); ++i)
+    if (p.instrs[i].kind == OpKind::Wait && p.instrs[i].phase == ir::Phase::Backward) {
+      p.instrs.erase(p.instrs.begin() + i);
+      return true;
+    }
+  return false;
+}
+}  // namespace
+
+TEST_CASE("the verifier catches a broken pass and names it") {
+  auto list = pipeline_passes();
+  list.push_back({"release_too_early", release_too_early});
+  CHECK_THROWS_WITH_AS(run_passes(ir::lower(small_trace(), {2, 2, 2, 2}), {}, list, nullptr, {}),
+                       doctest::Contains("IR verifier, after pass 'release_too_early': instruction"), InternalError);
+  auto list2 = pipeline_passes();
+  list2.insert(list2.begin() + 1, {"drop_a_wait", drop_a_wait});
+  CHECK_THROWS_WITH_AS(run_passes(ir::lower(small_trace(), {2, 2, 2, 2}), {}, list2, nullptr, {}),
+                       doctest::Contains("after pass 'drop_a_wait'"), InternalError);
+}
+
+TEST_CASE("a memory limit on gathered parameters is enforced") {
+  ir::Program p = ir::lower(small_trace(), {2, 2, 2, 2});
+  p.memory_limit = 4000;  // wte alone is 4000 bytes; wte + w1 is over
+  CHECK_THROWS_WITH_AS(run_passes(p, {}, pipeline_passes(), nullptr, {}), doctest::Contains("over the limit of 4000"),
+                       InternalError);
+}
+
+TEST_CASE("the pipeline logs each pass, and prints the IR when it changed") {
+  std::ostringstream log;
+  PipelineDebug debug{2, true, &log};
+  std::vector<PassRecord> records;
+  run_passes(ir::lower(small_trace(), {2, 2, 2, 2}), {}, pipeline_passes(), &records, debug);
+  REQUIRE(records.size() == pipeline_passes().size());
+  CHECK(records[0].changed);
+  CHECK(!records[2].changed);  // s_os = s_p: no broadcast
+  CHECK(log.str().find("[loom] pass insert_gather_release: changed") != std::string::npos);
+  CHECK(log.str().find("all_gather") != std::string::npos);
+  CHECK(log.str().find(" ms") != std::string::npos);
+}
