@@ -17,8 +17,12 @@ RuntimePlan plan_runtime(const Schedule& schedule) {
     if (d.primitive == "checkpoint") {
       plan.checkpoint.push_back(d.target);
     } else if (d.primitive == "shard_states") {
-      for (const char* f : {"params", "grads", "optim"})
-        if (d.arg(f)->as_int() != 1) unsupported(d, "sharded execution (factors above 1) is not implemented yet");
+      int64_t p = d.arg("params")->as_int(), g = d.arg("grads")->as_int(), os = d.arg("optim")->as_int();
+      if (p != g || g != os)
+        unsupported(d, "the sharded executor runs equal factors (s_p = s_g = s_os) so far; unequal ones are not implemented yet");
+      plan.shard = static_cast<int>(p);
+    } else if (d.primitive == "prefetch") {
+      // Honoured by the sharded executor, which follows the IR's placement of gathers.
     } else if (d.primitive == "mesh") {
       if (d.arg("tp")->as_int() != 1 || d.arg("pp")->as_int() != 1)
         unsupported(d, "tensor and pipeline parallelism are not implemented yet");
@@ -26,6 +30,19 @@ RuntimePlan plan_runtime(const Schedule& schedule) {
       unsupported(d, "its runtime effect is not implemented yet");
     }
   }
+  if (plan.shard > 1) {
+    const Directive* sharding = nullptr;
+    for (auto& d : schedule.trace())
+      if (d.primitive == "shard_states") sharding = &d;
+    if (!plan.checkpoint.empty())
+      unsupported(*sharding, "checkpoint() combined with sharded parameters is not implemented yet");
+    for (int i = 0; i < schedule.tree().size(); ++i)
+      if (schedule.tree().node(i).type == "MixtralSparseMoe")
+        unsupported(*sharding, "sharding a mixture of experts (data-dependent call order) is not implemented yet");
+  }
+  for (const Directive& d : schedule.trace())
+    if (d.primitive == "prefetch" && plan.shard == 1)
+      unsupported(d, "prefetch gathers sharded parameters, but this schedule does not shard them");
   return plan;
 }
 

@@ -10,12 +10,13 @@ namespace loom {
 
 struct RuntimePlan {
   std::vector<std::string> checkpoint;  // module paths whose forward is recomputed in backward
+  int shard = 1;                        // s_p = s_g = s_os when parameters are sharded, else 1
 };
 
 // The plan for a validated schedule. A directive whose runtime effect does not exist
 // yet is a UserError at its source location naming it: never a silent no-op.
-// Supported: checkpoint(), and shard_states/mesh/zero/fsdp only where they amount to
-// plain data parallelism (every factor and degree 1).
+// Supported: checkpoint(); shard_states/zero/fsdp with equal factors s_p = s_g = s_os (ZeRO-3,
+// MiCS-style; the sharded executor) and prefetch with them; mesh with tp = pp = 1.
 RuntimePlan plan_runtime(const Schedule& schedule);
 
 }  // namespace loom

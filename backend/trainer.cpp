@@ -22,7 +22,10 @@
 #include "backend/gradient_reducer.h"
 #include "backend/lr_schedule.h"
 #include "backend/memory_counter.h"
+#include "backend/model_trace.h"
+#include "backend/pass_pipeline.h"
 #include "backend/runtime_plan.h"
+#include "backend/sharded_executor.h"
 #include "backend/token_data.h"
 #include "backend/torch_compat.h"
 #include "lang/interpreter.h"
@@ -76,7 +79,7 @@ std::string step_name(int64_t step) {
 }
 
 void write_checkpoint(const TrainOptions& o, int world, int64_t steps_done, torch::nn::Module& model,
-                      torch::optim::Optimizer& opt) {
+                      torch::optim::Optimizer& opt, bool model_only) {
   fs::create_directories(o.save_dir);
   std::string name = step_name(steps_done);
   fs::path tmp = fs::path(o.save_dir) / (".tmp-" + name);
@@ -88,14 +91,14 @@ void write_checkpoint(const TrainOptions& o, int world, int64_t steps_done, torc
     model.save(archive);
     archive.save_to((tmp / "model.pt").string());
   }
-  torch::save(opt, (tmp / "optimizer.pt").string());
+  if (!model_only) torch::save(opt, (tmp / "optimizer.pt").string());
   {
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     torch::save(gen.get_state(), (tmp / "rng.pt").string());
   }
   nlohmann::json meta{{"step", steps_done}, {"model", o.model}, {"world", world}, {"seed", o.seed},
-                      {"format", "loom-checkpoint-1"}};
+                      {"format", "loom-checkpoint-1"}, {"optimizer_saved", !model_only}};
   std::ofstream(tmp / "trainer.json") << meta.dump(2) << "\n";
   // Renames are atomic: a crash leaves either the previous checkpoint or this whole one.
   fs::remove_all(final_dir);
@@ -177,6 +180,15 @@ double learning_rate(const TrainOptions& o, int64_t step) {
   return LrSchedule{o.lr, o.min_lr_ratio, o.warmup, o.steps}.at(step);
 }
 
+void check_sharded_options(const TrainOptions& o, const RuntimePlan& plan, bool cuda) {
+  if (plan.shard <= 1) return;
+  if (!o.resume.empty())
+    throw UserError(SourceRange{}, "resuming a run with sharded parameters is not implemented yet",
+                    "sharded runs save a consolidated model (model.pt) but not their sharded optimizer states");
+  if (cuda)
+    throw UserError(SourceRange{}, "the sharded executor runs on CPU only so far", "use --device cpu");
+}
+
 void validate_run(const TrainOptions& o, int world, int local_world) {
   check_options(o);
   if (o.device == "cuda" && !compat::cuda_available())
@@ -185,7 +197,8 @@ void validate_run(const TrainOptions& o, int world, int local_world) {
   SourceManager sources;
   try {
     auto sch = evaluate_schedule(o, world, local_world, sources);
-    plan_runtime(*sch);
+    RuntimePlan plan = plan_runtime(*sch);
+    check_sharded_options(o, plan, o.device == "cuda");
   } catch (const UserError& e) {
     // Re-throw with the rendered source context, which only `sources` can provide.
     throw UserError(Diagnostic{Severity::Error, SourceRange{}, render(e.diagnostic(), &sources), ""});
@@ -268,7 +281,37 @@ int train(const TrainOptions& o, const RankEnv& env) {
   ActivationCheckpointer checkpointer(checkpointed);
   if (!checkpointed.empty()) nn::set_call_interceptor(&checkpointer);
 
-  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay));
+  // Sharded parameters: groups of k consecutive ranks share one copy; ranks at the same
+  // position in each group are replicas. Every rank creates every subgroup, in order.
+  std::unique_ptr<ShardedExecutor> sharded;
+  std::vector<torch::Tensor> optimized = params;
+  if (plan.shard > 1) {
+    try {
+      check_sharded_options(o, plan, cuda);
+    } catch (const UserError& e) {
+      std::cerr << render(e.diagnostic(), nullptr);
+      return 1;
+    }
+    int k = plan.shard, dp = env.world;
+    std::shared_ptr<comm::Group> shard_group, replicas;
+    for (int b = 0; b < dp / k; ++b) {
+      std::vector<int> ranks;
+      for (int i = 0; i < k; ++i) ranks.push_back(b * k + i);
+      if (auto g = comm::new_subgroup(*world, ranks)) shard_group = g;
+    }
+    if (dp / k > 1)
+      for (int i = 0; i < k; ++i) {
+        std::vector<int> ranks;
+        for (int b = 0; b < dp / k; ++b) ranks.push_back(b * k + i);
+        if (auto g = comm::new_subgroup(*world, ranks)) replicas = g;
+      }
+    ir::Program step = plan_step(*sch, trace_model(o.model), nullptr, PipelineDebug::from_environment(std::cerr));
+    sharded = std::make_unique<ShardedExecutor>(*model.module, std::move(step), shard_group, replicas, dp);
+    optimized = sharded->shards();
+    nn::set_call_interceptor(sharded.get());
+  }
+
+  torch::optim::AdamW optimizer(optimized, torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay));
   int64_t start = 0;
   if (!o.resume.empty()) {
     try {
@@ -288,7 +331,8 @@ int train(const TrainOptions& o, const RankEnv& env) {
     std::cout << "loom run: " << o.model << " (" << module_tree_of(o.model)->parameter_count() << " parameters), "
               << env.world << " rank" << (env.world == 1 ? "" : "s") << " x " << threads << " thread"
               << (threads == 1 ? "" : "s") << ", " << data->describe() << ", " << plan.checkpoint.size()
-              << " checkpointed modules, "
+              << " checkpointed modules, " << (plan.shard > 1 ? "parameters sharded over " + std::to_string(plan.shard) + " ranks, " : "")
+              << ""
               << (!cuda ? "cpu (fp32, gloo)" : bf16 ? "cuda (bf16 autocast, fp32 weights, nccl)" : "cuda (fp32, nccl)")
               << (start > 0 ? ", resuming after step " + std::to_string(start) : "") << "\n"
               << std::flush;
@@ -310,7 +354,9 @@ int train(const TrainOptions& o, const RankEnv& env) {
                      tokens.data() + i * (o.seq + 1));
       torch::Tensor batch = torch::from_blob(tokens.data(), {o.micro_batch, o.seq + 1}, torch::kLong).to(device);
       torch::Tensor x = batch.narrow(1, 0, o.seq), y = batch.narrow(1, 1, o.seq).contiguous();
+      if (sharded) sharded->begin_forward();
       torch::Tensor logits = model.forward(x);
+      if (sharded) sharded->finish_forward();
       // The loss in fp32 whatever the compute dtype.
       torch::Tensor loss =
           torch::cross_entropy_loss(logits.to(torch::kFloat).reshape({-1, V}), y.reshape({-1})) / static_cast<double>(o.accum);
@@ -318,9 +364,15 @@ int train(const TrainOptions& o, const RankEnv& env) {
       if (reducer) reducer->prepare(micro == o.accum - 1);
       loss.backward();
       if (reducer) reducer->finish();
+      if (sharded) sharded->finish_backward();
       loss_sum += loss.item<double>();
     }
-    if (o.clip > 0) torch::nn::utils::clip_grad_norm_(params, o.clip);
+    if (sharded) {
+      sharded->average_gradients();
+      if (o.clip > 0) sharded->clip_gradients(o.clip);
+    } else if (o.clip > 0) {
+      torch::nn::utils::clip_grad_norm_(params, o.clip);
+    }
     optimizer.step();
     torch::Tensor loss_t = torch::tensor({loss_sum}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
     comm::all_reduce(*world, loss_t).wait();
@@ -345,7 +397,9 @@ int train(const TrainOptions& o, const RankEnv& env) {
     bool last = step + 1 == o.steps;
     if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
       comm::barrier(*world);
-      if (lead) write_checkpoint(o, env.world, step + 1, *model.module, optimizer);
+      if (sharded) sharded->gather_all();  // a consolidated model; sharded optimizer states are not saved yet
+      if (lead) write_checkpoint(o, env.world, step + 1, *model.module, optimizer, sharded != nullptr);
+      if (sharded) sharded->release_all();
       comm::barrier(*world);
     }
   }

@@ -105,13 +105,19 @@ TEST_CASE("learning rate: linear warmup, cosine decay to the floor") {
   CHECK(s.at(100) == doctest::Approx(0.1));
 }
 
-TEST_CASE("the runtime plan accepts checkpoint and plain data parallelism, and names what it cannot run") {
+TEST_CASE("the runtime plan accepts checkpoint, data parallelism and equal sharding factors, and names what it cannot run") {
   auto ok = testing::evaluate("sch.shard_states(params=1, grads=1, optim=1)\nsch[\"h.*\"].checkpoint()\n", "gpt:tiny", {2, 0});
   CHECK(plan_runtime(*ok->schedule).checkpoint.size() == 4);
-  auto zero = testing::evaluate("sch.zero(stage=3)\n", "gpt:tiny", {2, 0});
-  CHECK_THROWS_WITH_AS(plan_runtime(*zero->schedule),
-                       "shard_states is not yet supported at runtime: sharded execution (factors above 1) is not implemented yet",
+  auto zero3 = testing::evaluate("sch.zero(stage=3)\nsch[\"h.*\"].prefetch()\n", "gpt:tiny", {2, 0});
+  CHECK(plan_runtime(*zero3->schedule).shard == 2);
+  auto zero1 = testing::evaluate("sch.zero(stage=1)\n", "gpt:tiny", {2, 0});
+  CHECK_THROWS_WITH_AS(plan_runtime(*zero1->schedule),
+                       doctest::Contains("shard_states is not yet supported at runtime: the sharded executor runs equal factors"),
                        UserError);
+  auto both = testing::evaluate("sch.fsdp()\nsch[\"h.0\"].checkpoint()\n", "gpt:tiny", {2, 0});
+  CHECK_THROWS_WITH_AS(plan_runtime(*both->schedule), doctest::Contains("checkpoint() combined with sharded parameters"), UserError);
+  auto moe = testing::evaluate("sch.fsdp()\n", "gpt2", {2, 0});
+  CHECK(plan_runtime(*moe->schedule).shard == 2);
   auto pf = testing::evaluate("sch[\"h.0\"].prefetch()\n", "gpt:tiny", {1, 0});
   try {
     plan_runtime(*pf->schedule);
@@ -119,5 +125,6 @@ TEST_CASE("the runtime plan accepts checkpoint and plain data parallelism, and n
   } catch (const UserError& e) {
     CHECK(e.diagnostic().range.to_string() == "test.sched:1:1");
     CHECK(e.diagnostic().hint.find("sch[\"h.0\"].prefetch(budget=auto)") != std::string::npos);
+    CHECK(std::string(e.what()).find("prefetch gathers sharded parameters, but this schedule does not shard them") != std::string::npos);
   }
 }
