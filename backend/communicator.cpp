@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "backend/timeline.h"
 #include "backend/torch_compat.h"
 #include "lang/diagnostics.h"
 
@@ -33,7 +34,8 @@ const std::vector<int>& Group::global_ranks() const { return impl_->ranks; }
 const std::string& Group::name() const { return impl_->name; }
 
 Work::Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what)
-    : work_(std::move(work)), finish_(std::move(finish)), what_(std::move(what)) {}
+    : work_(std::move(work)), finish_(std::move(finish)), what_(std::move(what)),
+      launched_us_(timeline::enabled() ? timeline::now_us() : 0) {}
 
 void Work::wait() {
   try {
@@ -49,6 +51,7 @@ void Work::wait() {
     finish_ = nullptr;
     f();
   }
+  if (timeline::enabled() && !what_.empty()) timeline::record(what_, "collective", timeline::Track::Comm, launched_us_, timeline::now_us());
 }
 
 namespace {

@@ -51,6 +51,7 @@ class Work {
   c10::intrusive_ptr<c10d::Work> work_;
   std::function<void()> finish_;  // local post-processing after the transfer (e.g. summing)
   std::string what_;
+  double launched_us_ = 0;        // for the timeline
 };
 
 enum class Backend {

@@ -26,6 +26,7 @@
 #include "backend/pass_pipeline.h"
 #include "backend/runtime_plan.h"
 #include "backend/sharded_executor.h"
+#include "backend/timeline.h"
 #include "backend/token_data.h"
 #include "backend/torch_compat.h"
 #include "lang/interpreter.h"
@@ -142,6 +143,26 @@ int64_t load_checkpoint(const TrainOptions& o, torch::nn::Module& model, torch::
   }
   return meta.at("step").get<int64_t>();
 }
+
+// Module calls as timeline spans, named by module path.
+class TimelineObserver : public nn::CallObserver {
+ public:
+  explicit TimelineObserver(torch::nn::Module& root) {
+    for (auto& item : root.named_modules("", true)) paths_[item.value().get()] = item.key().empty() ? "model" : item.key();
+  }
+  void begin(torch::nn::Module&) override { starts_.push_back(timeline::now_us()); }
+  void end(torch::nn::Module& m) override {
+    double start = starts_.back();
+    starts_.pop_back();
+    auto it = paths_.find(&m);
+    timeline::record(it == paths_.end() ? m.name() : it->second, torch::GradMode::is_enabled() ? "forward" : "no_grad",
+                     timeline::Track::Compute, start, timeline::now_us());
+  }
+
+ private:
+  std::unordered_map<const torch::nn::Module*, std::string> paths_;
+  std::vector<double> starts_;
+};
 
 std::string human_bytes(int64_t b) {
   char buf[32];
@@ -324,6 +345,13 @@ int train(const TrainOptions& o, const RankEnv& env) {
   std::unique_ptr<GradientReducer> reducer;
   if (env.world > 1) reducer = std::make_unique<GradientReducer>(params, *world, o.bucket_bytes);
 
+  std::unique_ptr<TimelineObserver> observer;
+  if (!o.trace.empty()) {
+    timeline::enable(env.rank);
+    observer = std::make_unique<TimelineObserver>(*model.module);
+    nn::set_call_observer(observer.get());
+  }
+
   bool lead = env.rank == 0;
   std::ofstream metrics;
   if (lead && !o.metrics.empty()) metrics.open(o.metrics, start > 0 ? std::ios::app : std::ios::trunc);
@@ -355,25 +383,35 @@ int train(const TrainOptions& o, const RankEnv& env) {
       torch::Tensor batch = torch::from_blob(tokens.data(), {o.micro_batch, o.seq + 1}, torch::kLong).to(device);
       torch::Tensor x = batch.narrow(1, 0, o.seq), y = batch.narrow(1, 1, o.seq).contiguous();
       if (sharded) sharded->begin_forward();
-      torch::Tensor logits = model.forward(x);
-      if (sharded) sharded->finish_forward();
+      torch::Tensor logits;
+      {
+        timeline::Span span("forward", "phase");
+        logits = model.forward(x);
+        if (sharded) sharded->finish_forward();
+      }
       // The loss in fp32 whatever the compute dtype.
       torch::Tensor loss =
           torch::cross_entropy_loss(logits.to(torch::kFloat).reshape({-1, V}), y.reshape({-1})) / static_cast<double>(o.accum);
       if (bf16) compat::clear_autocast_cache();
       if (reducer) reducer->prepare(micro == o.accum - 1);
-      loss.backward();
-      if (reducer) reducer->finish();
-      if (sharded) sharded->finish_backward();
+      {
+        timeline::Span span("backward", "phase");
+        loss.backward();
+        if (reducer) reducer->finish();
+        if (sharded) sharded->finish_backward();
+      }
       loss_sum += loss.item<double>();
     }
-    if (sharded) {
-      sharded->average_gradients();
-      if (o.clip > 0) sharded->clip_gradients(o.clip);
-    } else if (o.clip > 0) {
-      torch::nn::utils::clip_grad_norm_(params, o.clip);
+    {
+      timeline::Span optimizer_span("optimizer", "phase");
+      if (sharded) {
+        sharded->average_gradients();
+        if (o.clip > 0) sharded->clip_gradients(o.clip);
+      } else if (o.clip > 0) {
+        torch::nn::utils::clip_grad_norm_(params, o.clip);
+      }
+      optimizer.step();
     }
-    optimizer.step();
     torch::Tensor loss_t = torch::tensor({loss_sum}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
     comm::all_reduce(*world, loss_t).wait();
     double loss = loss_t.item<double>() / env.world;
@@ -404,6 +442,13 @@ int train(const TrainOptions& o, const RankEnv& env) {
     }
   }
   nn::set_call_interceptor(nullptr);
+  nn::set_call_observer(nullptr);
+  if (!o.trace.empty()) {
+    // Each rank writes its events; rank 0 merges them (ranks of one node share the file system).
+    timeline::write_rank_events(o.trace + ".rank" + std::to_string(env.rank));
+    comm::barrier(*world);
+    if (lead && env.world == env.local_world) timeline::merge(o.trace, env.world, o.trace);
+  }
   comm::barrier(*world);
   return 0;
 }

@@ -32,6 +32,7 @@ struct TrainOptions {
   int64_t save_every = 0;             // also every K steps (0: only at the end)
   std::string resume;                 // a checkpoint directory (or its parent) to continue from
   std::string metrics;                // JSON lines, one per step (rank 0)
+  std::string trace;                  // Chrome trace of the executed timeline (all ranks, merged by rank 0)
   int timeout_s = 300;                // store and collective timeout
   int64_t bucket_bytes = 1 << 20;     // gradient bucket size
   std::vector<std::string> sets;      // --set knob=value

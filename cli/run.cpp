@@ -82,6 +82,7 @@ void add_run(CLI::App& app, std::function<int()>& run_fn) {
   c->add_option("--save-every", t.save_every, "also checkpoint every K steps");
   c->add_option("--resume", t.resume, "continue from a checkpoint directory written by --save");
   c->add_option("--metrics", t.metrics, "write one JSON object per step to this file");
+  c->add_option("--trace", t.trace, "write the executed timeline (Chrome trace format, open in Perfetto) to this file");
   c->add_option("--timeout", t.timeout_s, "seconds a rank waits for the rendezvous or a collective before failing");
   c->add_option("--set", t.sets, "fix a tune() knob: --set micro_batch=4 (repeatable)");
   c->add_option("--stdlib", t.stdlib, "directory of the standard schedules");

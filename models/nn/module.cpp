@@ -3,6 +3,18 @@
 namespace loom::nn {
 namespace {
 thread_local CallInterceptor* current_interceptor = nullptr;
+thread_local CallObserver* current_observer = nullptr;
+
+struct ObservedCall {
+  torch::nn::Module& module;
+  CallObserver* observer;
+  ObservedCall(torch::nn::Module& m, CallObserver* o) : module(m), observer(o) {
+    if (observer) observer->begin(module);
+  }
+  ~ObservedCall() {
+    if (observer) observer->end(module);
+  }
+};
 thread_local torch::Device current_device = torch::kCPU;
 }  // namespace
 
@@ -11,7 +23,13 @@ CallInterceptor* set_call_interceptor(CallInterceptor* interceptor) {
   return interceptor;
 }
 
+CallObserver* set_call_observer(CallObserver* observer) {
+  std::swap(current_observer, observer);
+  return observer;
+}
+
 torch::Tensor dispatch(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs, const Forward& forward) {
+  ObservedCall observed(module, current_observer);
   if (!current_interceptor) return forward(inputs);
   // Calls made inside the interceptor's own forward see the interceptor again (nested modules).
   return current_interceptor->intercept(module, inputs, forward);

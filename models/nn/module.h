@@ -25,6 +25,17 @@ class CallInterceptor {
                                   const Forward& forward) = 0;
 };
 
+// Sees the start and end of every Loom module call, whatever the interceptor does (timelines).
+class CallObserver {
+ public:
+  virtual ~CallObserver() = default;
+  virtual void begin(torch::nn::Module& module) = 0;
+  virtual void end(torch::nn::Module& module) = 0;
+};
+
+// Installs the observer for this thread (nullptr removes it); returns the previous one.
+CallObserver* set_call_observer(CallObserver* observer);
+
 // Installs the interceptor for this thread (nullptr removes it); returns the previous one.
 CallInterceptor* set_call_interceptor(CallInterceptor* interceptor);
 

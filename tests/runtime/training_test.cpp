@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -172,6 +173,25 @@ TEST_CASE("fully sharded training (ZeRO-3 at world 2, MiCS-style groups of 2 at 
   MESSAGE("max |world 1 - ZeRO-3 world 2| = " << z3 << ", max |world 1 - MiCS world 4| = " << mics);
   CHECK(z3 < 1e-5);
   CHECK(mics < 1e-5);
+}
+
+TEST_CASE("--trace writes the executed timeline of every rank in Chrome trace format") {
+  fs::path trace = scratch() / "timeline.json";
+  REQUIRE(run_loom("run " + std::string(LOOM_SOURCE_DIR) + "/stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --steps 2 "
+                   "--seq 32 --micro-batch 2 --threads 1 --trace " + trace.string()) == 0);
+  auto events = nlohmann::json::parse(std::ifstream(trace)).at("traceEvents");
+  std::map<std::pair<int, std::string>, int> count;
+  for (auto& e : events)
+    if (e.at("ph") == "X") {
+      CHECK(e.at("dur").get<double>() >= 0);
+      ++count[{e.at("pid").get<int>(), e.at("cat").get<std::string>()}];
+    }
+  for (int rank : {0, 1}) {
+    CHECK(count[{rank, "collective"}] > 0);  // every gather and reduce-scatter, launch to completion
+    CHECK(count[{rank, "forward"}] > 0);     // module calls
+    CHECK(count[{rank, "phase"}] == 2 * 3);  // forward, backward, optimizer per step
+  }
+  CHECK(!fs::exists(trace.string() + ".rank1"));  // merged into one file
 }
 
 TEST_CASE("directives without a runtime effect stop loom run before training, naming the directive") {

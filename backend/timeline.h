@@ -1,0 +1,40 @@
+// The executed timeline of a run, in Chrome trace format (viewable in Perfetto): module
+// calls and phases on one track, collectives on another (from launch to the wait that
+// completed them), one process per rank. Torch-free; off unless enabled.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace loom::timeline {
+
+// Starts recording on this process (rank `rank`); everything before is not recorded.
+void enable(int rank);
+bool enabled();
+// Microseconds since enable().
+double now_us();
+
+enum class Track { Compute = 0, Comm = 1 };
+// Records a finished span.
+void record(const std::string& name, const char* category, Track track, double start_us, double end_us);
+
+// Records the span of its scope on the compute track.
+class Span {
+ public:
+  Span(std::string name, const char* category);
+  ~Span();
+
+ private:
+  std::string name_;
+  const char* category_;
+  double start_;
+  bool active_;
+};
+
+// Writes this rank's events as JSON lines to `path`.
+void write_rank_events(const std::string& path);
+// Merges the per-rank files `prefix.rank<N>` for N < world into one Chrome trace at `path`.
+void merge(const std::string& prefix, int world, const std::string& path);
+
+}  // namespace loom::timeline
