@@ -18,9 +18,13 @@ RuntimePlan plan_runtime(const Schedule& schedule) {
       plan.checkpoint.push_back(d.target);
     } else if (d.primitive == "shard_states") {
       int64_t p = d.arg("params")->as_int(), g = d.arg("grads")->as_int(), os = d.arg("optim")->as_int();
-      if (p != g || g != os)
-        unsupported(d, "the sharded executor runs equal factors (s_p = s_g = s_os) so far; unequal ones are not implemented yet");
-      plan.shard = static_cast<int>(p);
+      if (p == 1 && os > 1)
+        plan.optim_shard = static_cast<int>(os);  // ZeRO-1/2 (s_g is 1 or s_os by the dependency rule)
+      else if (p == g && g == os)
+        plan.shard = static_cast<int>(p);
+      else
+        unsupported(d, "the runtime shards parameters with equal factors (s_p = s_g = s_os) or only optimizer states "
+                       "(s_p = 1) so far; hybrids such as these are not implemented yet");
     } else if (d.primitive == "prefetch") {
       // Honoured by the sharded executor, which follows the IR's placement of gathers.
     } else if (d.primitive == "mesh") {

@@ -23,6 +23,7 @@
 #include "backend/lr_schedule.h"
 #include "backend/memory_counter.h"
 #include "backend/model_trace.h"
+#include "backend/optimizer_sharder.h"
 #include "backend/pass_pipeline.h"
 #include "backend/runtime_plan.h"
 #include "backend/sharded_executor.h"
@@ -164,6 +165,18 @@ class TimelineObserver : public nn::CallObserver {
   std::vector<double> starts_;
 };
 
+// This rank's group among groups of `k` consecutive ranks ({0..k-1}, {k..2k-1}, ...): fill a
+// node first (lins.txt Eq. 7). Every rank creates every group, in order, as c10d requires.
+std::shared_ptr<comm::Group> consecutive_group(comm::Group& world, int k) {
+  std::shared_ptr<comm::Group> mine;
+  for (int b = 0; b < world.size() / k; ++b) {
+    std::vector<int> ranks;
+    for (int i = 0; i < k; ++i) ranks.push_back(b * k + i);
+    if (auto g = comm::new_subgroup(world, ranks)) mine = g;
+  }
+  return mine;
+}
+
 std::string human_bytes(int64_t b) {
   char buf[32];
   if (b >= (1LL << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1LL << 30));
@@ -202,10 +215,11 @@ double learning_rate(const TrainOptions& o, int64_t step) {
 }
 
 void check_sharded_options(const TrainOptions& o, const RuntimePlan& plan, bool cuda) {
-  if (plan.shard <= 1) return;
+  if (plan.shard <= 1 && plan.optim_shard <= 1) return;
   if (!o.resume.empty())
-    throw UserError(SourceRange{}, "resuming a run with sharded parameters is not implemented yet",
+    throw UserError(SourceRange{}, "resuming a run with sharded parameters or optimizer states is not implemented yet",
                     "sharded runs save a consolidated model (model.pt) but not their sharded optimizer states");
+  if (plan.shard <= 1) return;
   if (cuda)
     throw UserError(SourceRange{}, "the sharded executor runs on CPU only so far", "use --device cpu");
 }
@@ -314,12 +328,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
       return 1;
     }
     int k = plan.shard, dp = env.world;
-    std::shared_ptr<comm::Group> shard_group, replicas;
-    for (int b = 0; b < dp / k; ++b) {
-      std::vector<int> ranks;
-      for (int i = 0; i < k; ++i) ranks.push_back(b * k + i);
-      if (auto g = comm::new_subgroup(*world, ranks)) shard_group = g;
-    }
+    std::shared_ptr<comm::Group> shard_group = consecutive_group(*world, k), replicas;
     if (dp / k > 1)
       for (int i = 0; i < k; ++i) {
         std::vector<int> ranks;
@@ -330,6 +339,19 @@ int train(const TrainOptions& o, const RankEnv& env) {
     sharded = std::make_unique<ShardedExecutor>(*model.module, std::move(step), shard_group, replicas, dp);
     optimized = sharded->shards();
     nn::set_call_interceptor(sharded.get());
+  }
+
+  // Optimizer-state sharding (ZeRO-1/2): optimizer groups of s_os consecutive ranks.
+  std::unique_ptr<OptimizerSharder> optim_sharder;
+  if (plan.optim_shard > 1) {
+    try {
+      check_sharded_options(o, plan, cuda);
+    } catch (const UserError& e) {
+      std::cerr << render(e.diagnostic(), nullptr);
+      return 1;
+    }
+    optim_sharder = std::make_unique<OptimizerSharder>(params, consecutive_group(*world, plan.optim_shard));
+    optimized = optim_sharder->shards();
   }
 
   torch::optim::AdamW optimizer(optimized, torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay));
@@ -360,6 +382,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
               << env.world << " rank" << (env.world == 1 ? "" : "s") << " x " << threads << " thread"
               << (threads == 1 ? "" : "s") << ", " << data->describe() << ", " << plan.checkpoint.size()
               << " checkpointed modules, " << (plan.shard > 1 ? "parameters sharded over " + std::to_string(plan.shard) + " ranks, " : "")
+              << (plan.optim_shard > 1 ? "optimizer states sharded over " + std::to_string(plan.optim_shard) + " ranks, " : "")
               << ""
               << (!cuda ? "cpu (fp32, gloo)" : bf16 ? "cuda (bf16 autocast, fp32 weights, nccl)" : "cuda (fp32, nccl)")
               << (start > 0 ? ", resuming after step " + std::to_string(start) : "") << "\n"
@@ -407,10 +430,14 @@ int train(const TrainOptions& o, const RankEnv& env) {
       if (sharded) {
         sharded->average_gradients();
         if (o.clip > 0) sharded->clip_gradients(o.clip);
+      } else if (optim_sharder) {
+        optim_sharder->take_gradients();
+        if (o.clip > 0) optim_sharder->clip_gradients(o.clip);
       } else if (o.clip > 0) {
         torch::nn::utils::clip_grad_norm_(params, o.clip);
       }
       optimizer.step();
+      if (optim_sharder) optim_sharder->publish();
     }
     torch::Tensor loss_t = torch::tensor({loss_sum}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
     comm::all_reduce(*world, loss_t).wait();
@@ -436,7 +463,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
     if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
       comm::barrier(*world);
       if (sharded) sharded->gather_all();  // a consolidated model; sharded optimizer states are not saved yet
-      if (lead) write_checkpoint(o, env.world, step + 1, *model.module, optimizer, sharded != nullptr);
+      if (lead) write_checkpoint(o, env.world, step + 1, *model.module, optimizer, sharded || optim_sharder);
       if (sharded) sharded->release_all();
       comm::barrier(*world);
     }

@@ -111,8 +111,10 @@ TEST_CASE("the runtime plan accepts checkpoint, data parallelism and equal shard
   auto zero3 = testing::evaluate("sch.zero(stage=3)\nsch[\"h.*\"].prefetch()\n", "gpt:tiny", {2, 0});
   CHECK(plan_runtime(*zero3->schedule).shard == 2);
   auto zero1 = testing::evaluate("sch.zero(stage=1)\n", "gpt:tiny", {2, 0});
-  CHECK_THROWS_WITH_AS(plan_runtime(*zero1->schedule),
-                       doctest::Contains("shard_states is not yet supported at runtime: the sharded executor runs equal factors"),
+  CHECK(plan_runtime(*zero1->schedule).optim_shard == 2);
+  auto hybrid = testing::evaluate("sch.shard_states(params=2, grads=2, optim=4)\n", "gpt:tiny", {4, 0});
+  CHECK_THROWS_WITH_AS(plan_runtime(*hybrid->schedule),
+                       doctest::Contains("shard_states is not yet supported at runtime: the runtime shards parameters with equal factors"),
                        UserError);
   auto both = testing::evaluate("sch.fsdp()\nsch[\"h.0\"].checkpoint()\n", "gpt:tiny", {2, 0});
   CHECK_THROWS_WITH_AS(plan_runtime(*both->schedule), doctest::Contains("checkpoint() combined with sharded parameters"), UserError);

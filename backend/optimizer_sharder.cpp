@@ -1,0 +1,67 @@
+#include "backend/optimizer_sharder.h"
+
+#include <cmath>
+
+namespace loom {
+
+struct OptimizerSharder::State {
+  std::shared_ptr<comm::Group> group;
+  std::vector<torch::Tensor> params;
+  std::vector<int64_t> chunk;
+  std::vector<torch::Tensor> shards;
+};
+
+OptimizerSharder::OptimizerSharder(const std::vector<torch::Tensor>& params, std::shared_ptr<comm::Group> group)
+    : s_(std::make_unique<State>()) {
+  s_->group = std::move(group);
+  s_->params = params;
+  int k = s_->group->size(), r = s_->group->rank();
+  torch::NoGradGuard no_grad;
+  for (auto& p : params) {
+    int64_t c = (p.numel() + k - 1) / k;
+    torch::Tensor padded = torch::zeros({c * k}, p.options().requires_grad(false));
+    padded.narrow(0, 0, p.numel()).copy_(p.detach().reshape({-1}));
+    s_->chunk.push_back(c);
+    s_->shards.push_back(padded.narrow(0, r * c, c).clone().requires_grad_(true));
+  }
+}
+
+OptimizerSharder::~OptimizerSharder() = default;
+
+const std::vector<torch::Tensor>& OptimizerSharder::shards() const { return s_->shards; }
+
+void OptimizerSharder::take_gradients() {
+  int k = s_->group->size(), r = s_->group->rank();
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < s_->params.size(); ++i) {
+    torch::Tensor& p = s_->params[i];
+    int64_t c = s_->chunk[i];
+    torch::Tensor padded = torch::zeros({c * k}, p.options().requires_grad(false));
+    if (p.grad().defined()) padded.narrow(0, 0, p.numel()).copy_(p.grad().reshape({-1}));
+    s_->shards[i].mutable_grad() = padded.narrow(0, r * c, c).clone();
+    p.mutable_grad() = torch::Tensor();  // select & drop
+  }
+}
+
+void OptimizerSharder::clip_gradients(double max_norm) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor sq = torch::zeros({1}, torch::kDouble);
+  for (auto& s : s_->shards) sq += s.grad().to(torch::kDouble).pow(2).sum();
+  comm::all_reduce(*s_->group, sq).wait();
+  double coef = max_norm / (std::sqrt(sq.item<double>()) + 1e-6);
+  if (coef < 1)
+    for (auto& s : s_->shards) s.mutable_grad().mul_(coef);
+}
+
+void OptimizerSharder::publish() {
+  int k = s_->group->size();
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < s_->params.size(); ++i) {
+    torch::Tensor gathered = torch::empty({s_->chunk[i] * k}, s_->shards[i].options().requires_grad(false));
+    comm::all_gather(*s_->group, s_->shards[i].detach(), gathered).wait();
+    torch::Tensor& p = s_->params[i];
+    p.data().view({-1}).copy_(gathered.narrow(0, 0, p.numel()));
+  }
+}
+
+}  // namespace loom
