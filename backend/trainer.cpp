@@ -316,17 +316,18 @@ int train(const TrainOptions& o, const RankEnv& env) {
   ActivationCheckpointer checkpointer(checkpointed);
   if (!checkpointed.empty()) nn::set_call_interceptor(&checkpointer);
 
+  try {
+    check_sharded_options(o, plan, cuda);
+  } catch (const UserError& e) {
+    std::cerr << render(e.diagnostic(), nullptr);
+    return 1;
+  }
+
   // Sharded parameters: groups of k consecutive ranks share one copy; ranks at the same
   // position in each group are replicas. Every rank creates every subgroup, in order.
   std::unique_ptr<ShardedExecutor> sharded;
   std::vector<torch::Tensor> optimized = params;
   if (plan.shard > 1) {
-    try {
-      check_sharded_options(o, plan, cuda);
-    } catch (const UserError& e) {
-      std::cerr << render(e.diagnostic(), nullptr);
-      return 1;
-    }
     int k = plan.shard, dp = env.world;
     std::shared_ptr<comm::Group> shard_group = consecutive_group(*world, k), replicas;
     if (dp / k > 1)
@@ -344,12 +345,6 @@ int train(const TrainOptions& o, const RankEnv& env) {
   // Optimizer-state sharding (ZeRO-1/2): optimizer groups of s_os consecutive ranks.
   std::unique_ptr<OptimizerSharder> optim_sharder;
   if (plan.optim_shard > 1) {
-    try {
-      check_sharded_options(o, plan, cuda);
-    } catch (const UserError& e) {
-      std::cerr << render(e.diagnostic(), nullptr);
-      return 1;
-    }
     optim_sharder = std::make_unique<OptimizerSharder>(params, consecutive_group(*world, plan.optim_shard));
     optimized = optim_sharder->shards();
   }
