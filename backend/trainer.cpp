@@ -42,12 +42,7 @@ namespace {
 
 std::unique_ptr<Schedule> evaluate_schedule(const TrainOptions& o, int world, int local_world, SourceManager& sources) {
   auto sch = std::make_unique<Schedule>(module_tree_of(o.model), ScheduleContext{world, local_world});
-  for (auto& s : o.sets) {
-    size_t eq = s.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw UserError(SourceRange{}, "--set expects name=value, got '" + s + "'", "e.g. --set micro_batch=4");
-    sch->knobs().set_override(s.substr(0, eq), s.substr(eq + 1));
-  }
+  apply_settings(sch->knobs(), o.sets);
   if (!o.schedule_file.empty()) {
     InterpreterOptions io;
     io.stdlib_dir = o.stdlib;

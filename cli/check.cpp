@@ -41,13 +41,11 @@ int run_check(const CheckOptions& o) {
   }
   try {
     Schedule sch(tree, ScheduleContext{o.world, o.local_world});
-    for (auto& s : o.sets) {
-      size_t eq = s.find('=');
-      if (eq == std::string::npos || eq == 0) {
-        emit(Diagnostic{Severity::Error, {}, "--set expects name=value, got '" + s + "'", "e.g. --set micro_batch=4"}, sources, o.json);
-        return kUsageError;
-      }
-      sch.knobs().set_override(s.substr(0, eq), s.substr(eq + 1));
+    try {
+      apply_settings(sch.knobs(), o.sets);
+    } catch (const UserError& e) {
+      emit(e.diagnostic(), sources, o.json);
+      return kUsageError;
     }
     InterpreterOptions opts;
     opts.stdlib_dir = o.stdlib;

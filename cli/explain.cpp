@@ -24,11 +24,7 @@ int explain(const ExplainOptions& o) {
   SourceManager sources;
   try {
     Schedule sch(module_tree_of(o.model), ScheduleContext{o.nproc, o.local_world});
-    for (auto& s : o.sets) {
-      size_t eq = s.find('=');
-      if (eq == std::string::npos || eq == 0) throw UserError(SourceRange{}, "--set expects name=value, got '" + s + "'", "");
-      sch.knobs().set_override(s.substr(0, eq), s.substr(eq + 1));
-    }
+    apply_settings(sch.knobs(), o.sets);
     if (!o.file.empty()) {
       InterpreterOptions io;
       io.stdlib_dir = o.stdlib;

@@ -80,6 +80,15 @@ void KnobSpace::check_overrides_used() const {
     }
 }
 
+void apply_settings(KnobSpace& knobs, const std::vector<std::string>& settings) {
+  for (auto& s : settings) {
+    size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UserError(SourceRange{}, "--set expects name=value, got '" + s + "'", "e.g. --set micro_batch=4");
+    knobs.set_override(s.substr(0, eq), s.substr(eq + 1));
+  }
+}
+
 std::vector<Configuration> enumerate_space(const std::function<void(KnobSpace&)>& evaluate, size_t limit,
                                            size_t* pruned) {
   std::vector<Configuration> out;

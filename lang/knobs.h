@@ -55,6 +55,10 @@ class KnobSpace {
   std::map<std::string, Value> assignment_;
 };
 
+// Applies command-line `name=value` settings (--set) to a knob space. A setting without a
+// name or '=' is a UserError without a location; values are matched when knobs are declared.
+void apply_settings(KnobSpace& knobs, const std::vector<std::string>& settings);
+
 // One point of the search space: a value for every knob, in declaration order.
 using Configuration = std::vector<std::pair<std::string, Value>>;
 

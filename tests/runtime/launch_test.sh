@@ -96,5 +96,24 @@ expect_data_error "$tmp/vanish.bin" "it holds 1560 tokens, fewer than one sequen
 "$loom" data prepare "$tmp/nope.txt" --out "$tmp/x.bin" > /dev/null 2> "$tmp/err"
 if [ $? -eq 1 ] && grep -q "cannot read text file" "$tmp/err"; then ok; else bad "prepare missing input"; fi
 
+# 7. Run-time options and combinations that are refused, each with its message.
+expect_run_error() {  # exit code, message, arguments...
+  local want_rc="$1" want="$2"
+  shift 2
+  "$loom" run "$@" > /dev/null 2> "$tmp/err"
+  local rc=$?
+  if [ "$rc" -eq "$want_rc" ] && grep -qF -- "$want" "$tmp/err"; then ok; else bad "run error (rc=$rc): $want"; fi
+}
+expect_run_error 1 "error: --device cuda, but this loom has no CUDA or sees no GPU" --model gpt:tiny --device cuda --steps 1
+expect_run_error 1 "resuming a run with sharded parameters or optimizer states is not implemented yet" \
+  stdlib_schedules/zero1.sched --model gpt:tiny --nproc 2 --resume "$tmp" --steps 1
+expect_run_error 1 "sharding a mixture of experts (data-dependent call order) is not implemented yet" \
+  tests/golden/mics2.sched --model mixtral:tiny --nproc 2 --steps 1
+expect_run_error 1 "rank 0 failed (exit code 1): error: --seq 4096 is longer than model gpt:tiny's context of 256 tokens" \
+  --model gpt:tiny --seq 4096 --steps 1
+expect_run_error 1 "error: --micro-batch must be at least 1, got 0" --model gpt:tiny --micro-batch 0 --steps 1
+expect_run_error 1 "error: --set expects name=value, got 'oops'" --model gpt:tiny --set oops --steps 1
+expect_run_error 2 "--device: oops not in {auto,cpu,cuda}" --model gpt:tiny --device oops
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
