@@ -14,17 +14,10 @@ namespace {
 class Recorder : public nn::CallInterceptor {
  public:
   Recorder(torch::nn::Module& root, ir::OpTrace& trace) : trace_(trace) {
-    for (auto& item : root.named_modules("", /*include_self=*/true)) {
-      torch::nn::Module* m = item.value().get();
-      std::vector<std::string> names;
-      for (auto& p : m->named_parameters(/*recurse=*/false)) {
-        const void* impl = p.value().unsafeGetTensorImpl();
-        std::string full = item.key().empty() ? p.key() : item.key() + "." + p.key();
-        auto [it, fresh] = owner_.insert({impl, full});  // a tied tensor keeps its first owner's name
-        if (fresh) numel_[full] = p.value().numel(), bytes_[full] = p.value().element_size();
-        names.push_back(it->second);
-      }
-      if (!names.empty()) modules_[m] = {item.key(), names};
+    for (auto& m : parameters_by_module(root)) {
+      for (size_t i = 0; i < m.names.size(); ++i)
+        numel_[m.names[i]] = m.tensors[i].numel(), bytes_[m.names[i]] = m.tensors[i].element_size();
+      modules_[m.module] = {m.path, m.names};
     }
   }
 
@@ -40,7 +33,6 @@ class Recorder : public nn::CallInterceptor {
 
  private:
   ir::OpTrace& trace_;
-  std::unordered_map<const void*, std::string> owner_;
   std::unordered_map<std::string, int64_t> numel_, bytes_;
   std::unordered_map<const torch::nn::Module*, std::pair<std::string, std::vector<std::string>>> modules_;
   std::unordered_set<std::string> seen_;

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "lang/diagnostics.h"
+#include "models/zoo_torch.h"
 
 namespace loom {
 
@@ -175,25 +176,16 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < s.program.params.size(); ++i) index[s.program.params[i].name] = i;
   s.params.resize(s.program.params.size());
-  std::unordered_map<const void*, size_t> by_impl;
-  for (auto& item : model.named_modules("", /*include_self=*/true)) {
+  for (auto& m : parameters_by_module(model)) {
     std::vector<size_t> mine;
-    for (auto& p : item.value()->named_parameters(/*recurse=*/false)) {
-      const void* impl = p.value().unsafeGetTensorImpl();
-      auto known = by_impl.find(impl);
-      if (known == by_impl.end()) {
-        std::string full = item.key().empty() ? p.key() : item.key() + "." + p.key();
-        auto it = index.find(full);
-        if (it == index.end()) throw InternalError("sharded executor: parameter " + full + " is not in the traced step");
-        known = by_impl.insert({impl, it->second}).first;
-        s.params[it->second].full = p.value();
-      }
-      mine.push_back(known->second);
+    for (size_t j = 0; j < m.names.size(); ++j) {
+      auto it = index.find(m.names[j]);
+      if (it == index.end()) throw InternalError("sharded executor: parameter " + m.names[j] + " is not in the traced step");
+      if (!s.params[it->second].full.defined()) s.params[it->second].full = m.tensors[j];
+      mine.push_back(it->second);
     }
-    if (!mine.empty()) {
-      s.params_of[item.value().get()] = mine;
-      s.path_of[item.value().get()] = item.key();
-    }
+    s.params_of[m.module] = mine;
+    s.path_of[m.module] = m.path;
   }
   int r = shard_group->rank();
   torch::NoGradGuard no_grad;

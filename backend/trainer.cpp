@@ -172,13 +172,6 @@ std::shared_ptr<comm::Group> consecutive_group(comm::Group& world, int k) {
   return mine;
 }
 
-std::string human_bytes(int64_t b) {
-  char buf[32];
-  if (b >= (1LL << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1LL << 30));
-  else std::snprintf(buf, sizeof buf, "%.1f MiB", b / double(1LL << 20));
-  return buf;
-}
-
 // Progress: a redrawn bar on a terminal, plain lines otherwise.
 class Progress {
  public:
@@ -187,7 +180,7 @@ class Progress {
     char line[256];
     std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  %.0f tok/s  %.1f ms/step  peak %s",
                   static_cast<long long>(step), static_cast<long long>(total_), loss, tokens_per_s, step_ms,
-                  human_bytes(peak).c_str());
+                  format_size(peak).c_str());
     if (tty_) {
       int width = 24, filled = static_cast<int>(width * step / std::max<int64_t>(total_, 1));
       std::string bar = "[" + std::string(filled, '=') + std::string(width - filled, ' ') + "] ";

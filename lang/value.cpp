@@ -1,6 +1,7 @@
 #include "lang/value.h"
 
 #include <charconv>
+#include <cstdio>
 #include <cmath>
 
 #include "lang/schedule.h"
@@ -70,6 +71,15 @@ std::string format_bytes(int64_t n) {
     for (auto& [name, size] : units)
       if (n % size == 0) return std::to_string(n / size) + name;
   return std::to_string(n) + "B";
+}
+
+std::string format_size(int64_t b) {
+  char buf[32];
+  if (b >= (int64_t(1) << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(int64_t(1) << 30));
+  else if (b >= (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / double(1 << 20));
+  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
+  return buf;
 }
 
 std::string quote_string(const std::string& s) {

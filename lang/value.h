@@ -71,6 +71,8 @@ const char* kind_name(ValueKind k);
 std::string format_float(double f);
 // Bytes in the largest binary (or decimal) unit that divides them exactly: 2GiB, 64KB, 17B.
 std::string format_bytes(int64_t n);
+// A size for people to read, rounded: 512 B, 1.5 KiB, 12.3 MiB, 2.05 GiB.
+std::string format_size(int64_t bytes);
 // A string literal with quotes and escapes (braces escaped, since strings interpolate).
 std::string quote_string(const std::string& s);
 

@@ -162,6 +162,21 @@ ModuleTree extract_module_tree(const torch::nn::Module& root, const std::string&
   return tree;
 }
 
+std::vector<ModuleParameters> parameters_by_module(torch::nn::Module& root) {
+  std::vector<ModuleParameters> out;
+  std::unordered_map<const void*, std::string> owner;  // TensorImpl -> first full name
+  for (auto& item : root.named_modules("", /*include_self=*/true)) {
+    ModuleParameters m{item.value().get(), item.key(), {}, {}};
+    for (auto& p : item.value()->named_parameters(/*recurse=*/false)) {
+      std::string full = item.key().empty() ? p.key() : item.key() + "." + p.key();
+      m.names.push_back(owner.insert({p.value().unsafeGetTensorImpl(), full}).first->second);
+      m.tensors.push_back(p.value());
+    }
+    if (!m.names.empty()) out.push_back(std::move(m));
+  }
+  return out;
+}
+
 std::shared_ptr<const ModuleTree> module_tree_of(const std::string& name) {
   static std::mutex mutex;
   static std::map<std::string, std::shared_ptr<const ModuleTree>> cache;

@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/nn/module.h>
 
@@ -21,6 +22,18 @@ struct BuiltModel {
 
 // Builds a named model on `device` (torch::kMeta for structure only). Throws UserError for unknown names.
 BuiltModel build_model(const std::string& name, torch::Device device = torch::kCPU);
+
+// One module that owns parameters, with its parameters named by their first owner: a tied
+// tensor (GPT's lm_head.weight) keeps one name ("wte.weight") and one tensor.
+struct ModuleParameters {
+  torch::nn::Module* module;
+  std::string path;                   // "" for the root
+  std::vector<std::string> names;     // full names, first owner's for tied tensors
+  std::vector<torch::Tensor> tensors; // in the same order
+};
+
+// Every module owning parameters, in named_modules() order.
+std::vector<ModuleParameters> parameters_by_module(torch::nn::Module& root);
 
 // The torch-free module tree of any module: named_modules() order, type names,
 // direct parameters and buffers, tied tensors marked.

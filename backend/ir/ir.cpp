@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lang/value.h"
+
 namespace loom::ir {
 
 const char* op_name(OpKind k) {
@@ -33,16 +35,6 @@ const char* phase_name(Phase p) {
   return "?";
 }
 
-namespace {
-std::string human(int64_t b) {
-  char buf[32];
-  if (b >= (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
-  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
-  return buf;
-}
-}  // namespace
-
 std::string Program::to_text() const {
   std::string out = "# step of " + model + ": dp=" + std::to_string(sharding.dp) + " s_p=" + std::to_string(sharding.params) +
                     " s_g=" + std::to_string(sharding.grads) + " s_os=" + std::to_string(sharding.optim) + ", " +
@@ -57,7 +49,7 @@ std::string Program::to_text() const {
     if (in.kind == OpKind::Wait) what = "%" + std::to_string(in.handle);
     std::string extra;
     if (!in.group.role.empty()) extra += in.group.role + "(" + std::to_string(in.group.size) + ")  ";
-    if (in.bytes) extra += human(in.bytes) + "  ";
+    if (in.bytes) extra += format_size(in.bytes) + "  ";
     if (in.handle >= 0 && in.kind != OpKind::Wait) extra += "-> %" + std::to_string(in.handle);
     std::snprintf(line, sizeof line, "%5zu %-4s %-15s %-40s %s\n", i, phase_name(in.phase), op_name(in.kind), what.c_str(),
                   extra.c_str());
