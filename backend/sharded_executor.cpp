@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <cmath>
 #include <map>
 #include <unordered_set>
 
@@ -30,39 +31,45 @@ struct ShardedExecutor::State {
   struct Param {
     torch::Tensor full;       // the module's parameter; storage present only while gathered
     int64_t numel = 0;
-    int64_t chunk = 0;        // shard length (numel padded to a multiple of k, divided by k)
-    torch::Tensor shard;      // this rank's shard: a leaf the optimizer updates
+    int64_t padded = 0;       // numel padded to a multiple of s_os
+    int64_t chunk = 0;        // parameter shard length: padded / s_p
+    torch::Tensor shard;      // this rank's parameter shard
+    torch::Tensor slice;      // its optimizer slice: a leaf view into `shard` the optimizer updates
     bool resident = false;
     bool gathering = false;
     comm::Work gather_work;
     torch::Tensor gather_buffer;
-    // Gradient reduction of the current backward.
+    // Gradient reduction of the current micro-batch.
     bool grad_ready = false;
-    torch::Tensor grad_flat;  // padded full gradient, input of the reduce-scatter
-    torch::Tensor grad_shard; // its output
+    bool reduce_launched = false;
+    torch::Tensor grad_flat;   // padded full gradient, input of the reduce-scatter
+    torch::Tensor grad_shard;  // its output (1/s_p)
     comm::Work reduce_work;
+    // Kept across micro-batches: 1/s_g of the parameter shard (or all of it when s_g = s_p).
+    torch::Tensor grad_kept;
+    comm::Work peer_work;
   };
 
   ir::Program program;
-  std::shared_ptr<comm::Group> shard_group;
-  std::shared_ptr<comm::Group> replicas;
-  int dp;
-  int k;
+  ShardGroups groups;
+  nn::CallInterceptor* inner = nullptr;
+  int s_p = 1, m_g = 1, m_os = 1;
   std::vector<Param> params;
-  std::vector<torch::Tensor> shards;
+  std::vector<torch::Tensor> optimized;
   std::unordered_map<const torch::nn::Module*, std::vector<size_t>> params_of;
   std::unordered_map<const torch::nn::Module*, std::string> path_of;
   std::vector<size_t> forward_instrs;  // indices of the program's forward instructions
   size_t cursor = 0;                   // next forward instruction to execute
+  bool in_backward = false;            // module calls now are recomputations (checkpoint())
   std::vector<size_t> reduce_order;    // parameters in the order their gradients are reduced
   size_t next_reduce = 0;
-  std::vector<size_t> launched_order;
+  std::map<int, std::vector<int>> gathers_by_handle;
 
   void launch_gather(size_t p) {
     Param& q = params[p];
     if (q.resident || q.gathering) return;
-    q.gather_buffer = torch::empty({q.chunk * k}, q.shard.options().requires_grad(false));
-    q.gather_work = comm::all_gather(*shard_group, q.shard.detach(), q.gather_buffer);
+    q.gather_buffer = torch::empty({q.padded}, q.shard.options());
+    q.gather_work = comm::all_gather(*groups.params, q.shard, q.gather_buffer);
     q.gathering = true;
   }
 
@@ -112,7 +119,6 @@ struct ShardedExecutor::State {
     if (!module.empty()) throw InternalError("sharded executor: `" + module + "` is not in the traced forward");
   }
 
-  std::map<int, std::vector<int>> gathers_by_handle;
   void wait_handle(int handle) {
     auto it = gathers_by_handle.find(handle);
     if (it == gathers_by_handle.end()) return;
@@ -121,10 +127,16 @@ struct ShardedExecutor::State {
 
   void on_grad(size_t p, const torch::Tensor& grad) {
     Param& q = params[p];
+    if (q.reduce_launched)
+      throw InternalError("sharded executor: parameter " + program.params[p].name +
+                          " received a second gradient after its reduction started (a weight used both inside and "
+                          "outside a checkpoint()ed module); this combination is not supported yet");
     torch::NoGradGuard no_grad;
-    q.grad_flat = torch::zeros({q.chunk * k}, grad.options());
-    q.grad_flat.narrow(0, 0, q.numel).copy_(grad.reshape({-1}));
-    q.grad_ready = true;
+    if (!q.grad_ready) {
+      q.grad_flat = torch::zeros({q.padded}, grad.options());
+      q.grad_ready = true;
+    }
+    q.grad_flat.narrow(0, 0, q.numel).add_(grad.reshape({-1}));
     // Its gradient is complete, so no backward op needs the gathered weight any more.
     release(p);
     launch_reductions();
@@ -135,7 +147,8 @@ struct ShardedExecutor::State {
     while (next_reduce < reduce_order.size() && params[reduce_order[next_reduce]].grad_ready) {
       Param& q = params[reduce_order[next_reduce++]];
       q.grad_shard = torch::empty({q.chunk}, q.grad_flat.options());
-      q.reduce_work = comm::reduce_scatter(*shard_group, q.grad_flat, q.grad_shard);
+      q.reduce_work = comm::reduce_scatter(*groups.params, q.grad_flat, q.grad_shard);
+      q.reduce_launched = true;
     }
   }
 };
@@ -164,15 +177,18 @@ struct RegatherBeforeBackward : public torch::autograd::Function<RegatherBeforeB
 
 }  // namespace
 
-ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, std::shared_ptr<comm::Group> shard_group,
-                                 std::shared_ptr<comm::Group> replicas, int dp)
+ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, ShardGroups groups, nn::CallInterceptor* inner)
     : s_(std::make_unique<State>()) {
   State& s = *s_;
   s.program = std::move(program);
-  s.shard_group = shard_group;
-  s.replicas = std::move(replicas);
-  s.dp = dp;
-  s.k = shard_group->size();
+  s.groups = std::move(groups);
+  s.inner = inner;
+  const ir::Sharding& f = s.groups.factors;
+  if (f.params < 2 || !s.groups.params)
+    throw InternalError("sharded executor: parameters must be sharded over at least 2 ranks (s_p = " + std::to_string(f.params) + ")");
+  s.s_p = f.params;
+  s.m_g = f.grads / f.params;
+  s.m_os = f.optim / f.params;
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < s.program.params.size(); ++i) index[s.program.params[i].name] = i;
   s.params.resize(s.program.params.size());
@@ -187,17 +203,20 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
     s.params_of[m.module] = mine;
     s.path_of[m.module] = m.path;
   }
-  int r = shard_group->rank();
+  int r = s.groups.params->rank();
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < s.params.size(); ++i) {
     State::Param& q = s.params[i];
     if (!q.full.defined()) throw InternalError("sharded executor: traced parameter " + s.program.params[i].name + " not found in the model");
     q.numel = q.full.numel();
-    q.chunk = (q.numel + s.k - 1) / s.k;
-    torch::Tensor padded = torch::zeros({q.chunk * s.k}, q.full.options().requires_grad(false));
+    q.padded = (q.numel + f.optim - 1) / f.optim * f.optim;
+    q.chunk = q.padded / s.s_p;
+    torch::Tensor padded = torch::zeros({q.padded}, q.full.options().requires_grad(false));
     padded.narrow(0, 0, q.numel).copy_(q.full.detach().reshape({-1}));
-    q.shard = padded.narrow(0, r * q.chunk, q.chunk).clone().requires_grad_(true);
-    s.shards.push_back(q.shard);
+    q.shard = padded.narrow(0, r * q.chunk, q.chunk).clone();
+    int64_t slice = q.chunk / s.m_os;
+    q.slice = q.shard.narrow(0, s.groups.optim_slot * slice, slice).requires_grad_(true);
+    s.optimized.push_back(q.slice);
     free_storage(q.full);
     State* state = s_.get();
     q.full.register_hook([state, i](torch::Tensor grad) {
@@ -219,7 +238,7 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
 
 ShardedExecutor::~ShardedExecutor() = default;
 
-const std::vector<torch::Tensor>& ShardedExecutor::shards() const { return s_->shards; }
+const std::vector<torch::Tensor>& ShardedExecutor::optimized() const { return s_->optimized; }
 
 const std::vector<size_t>& ShardedExecutor::params_of(const torch::nn::Module* module) const {
   static const std::vector<size_t> none;
@@ -240,18 +259,25 @@ void ShardedExecutor::release_all() {
 void ShardedExecutor::begin_forward() {
   s_->cursor = 0;
   s_->next_reduce = 0;
-  for (auto& q : s_->params) q.grad_ready = false;
+  s_->in_backward = false;
+  for (auto& q : s_->params) q.grad_ready = q.reduce_launched = false;
 }
 
-void ShardedExecutor::finish_forward() { s_->run_forward_until(""); }
+void ShardedExecutor::finish_forward() {
+  s_->run_forward_until("");
+  s_->in_backward = true;
+}
 
 torch::Tensor ShardedExecutor::intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
                                          const nn::Forward& forward) {
+  auto run = [&] { return s_->inner ? s_->inner->intercept(module, inputs, forward) : forward(inputs); };
   auto it = s_->path_of.find(&module);
-  if (it == s_->path_of.end()) return forward(inputs);
-  s_->run_forward_until(it->second);
+  if (it == s_->path_of.end()) return run();
+  // In forward, the IR's instructions up to this op; in backward (a checkpoint() recomputation),
+  // a gather at need, in the same order on every rank.
+  if (!s_->in_backward) s_->run_forward_until(it->second);
   for (size_t p : s_->params_of[&module]) s_->finish_gather(p);  // the IR waited already; a no-op then
-  torch::Tensor out = forward(inputs);
+  torch::Tensor out = run();
   if (!torch::GradMode::is_enabled() || !out.requires_grad()) return out;
   auto holder = c10::make_intrusive<RegatherHolder>();
   holder->executor = this;
@@ -259,36 +285,66 @@ torch::Tensor ShardedExecutor::intercept(torch::nn::Module& module, const std::v
   return RegatherBeforeBackward::apply(out, holder);
 }
 
-void ShardedExecutor::finish_backward() {
+void ShardedExecutor::finish_backward(bool last_micro_batch) {
   State& s = *s_;
   // Parameters that received no gradient contribute zeros, in the same order on every rank.
   for (size_t p : s.reduce_order) {
     State::Param& q = s.params[p];
     if (q.grad_ready) continue;
-    q.grad_flat = torch::zeros({q.chunk * s.k}, q.shard.options().requires_grad(false));
+    q.grad_flat = torch::zeros({q.padded}, q.shard.options());
     q.grad_ready = true;
   }
   s.launch_reductions();
   torch::NoGradGuard no_grad;
+  bool peer_reduce = s.m_g > 1 && !last_micro_batch;
   for (size_t p : s.reduce_order) {
     State::Param& q = s.params[p];
     q.reduce_work.wait();
-    if (q.shard.grad().defined()) q.shard.mutable_grad().add_(q.grad_shard);
-    else q.shard.mutable_grad() = q.grad_shard.clone();
     q.grad_flat = torch::Tensor();
-    q.grad_shard = torch::Tensor();
     q.full.mutable_grad() = torch::Tensor();  // the full gradient was only the reduction's input
     s.release(p);
+    if (peer_reduce) q.peer_work = comm::all_reduce(*s.groups.grad_peers, q.grad_shard);
+  }
+  for (size_t p : s.reduce_order) {
+    State::Param& q = s.params[p];
+    if (s.m_g == 1) {
+      // s_g = s_p: the whole parameter shard's gradient accumulates.
+      if (q.grad_kept.defined()) q.grad_kept.add_(q.grad_shard);
+      else q.grad_kept = q.grad_shard;
+    } else if (peer_reduce) {
+      // Select & drop: keep this rank's 1/s_g of the peers' sum.
+      q.peer_work.wait();
+      int64_t part = q.chunk / s.m_g;
+      torch::Tensor mine = q.grad_shard.narrow(0, s.groups.grad_slot * part, part);
+      if (q.grad_kept.defined()) q.grad_kept.add_(mine);
+      else q.grad_kept = mine.clone();
+    } else {
+      // The last micro-batch: its whole shard gradient, plus what this rank kept, goes to the
+      // all-reduce over replicas (each kept slice counted once, by its keeper).
+      int64_t part = q.chunk / s.m_g;
+      if (q.grad_kept.defined()) q.grad_shard.narrow(0, s.groups.grad_slot * part, part).add_(q.grad_kept);
+      q.grad_kept = q.grad_shard;
+    }
+    q.grad_shard = torch::Tensor();
   }
 }
 
 void ShardedExecutor::average_gradients() {
   State& s = *s_;
   torch::NoGradGuard no_grad;
-  for (auto& q : s.params) {
-    if (!q.shard.grad().defined()) q.shard.mutable_grad() = torch::zeros_like(q.shard);
-    if (s.replicas) comm::all_reduce(*s.replicas, q.shard.mutable_grad()).wait();
-    q.shard.mutable_grad().div_(static_cast<double>(s.dp));
+  std::vector<comm::Work> works(s.params.size());
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    State::Param& q = s.params[p];
+    if (!q.grad_kept.defined()) q.grad_kept = torch::zeros({q.chunk}, q.shard.options());
+    if (s.groups.replicas) works[p] = comm::all_reduce(*s.groups.replicas, q.grad_kept);
+  }
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    State::Param& q = s.params[p];
+    works[p].wait();
+    // Select & drop: this rank's optimizer slice of the reduced shard gradient.
+    int64_t slice = q.slice.numel();
+    q.slice.mutable_grad() = q.grad_kept.narrow(0, s.groups.optim_slot * slice, slice).div(static_cast<double>(s.groups.factors.dp));
+    q.grad_kept = torch::Tensor();
   }
 }
 
@@ -296,12 +352,53 @@ void ShardedExecutor::clip_gradients(double max_norm) {
   State& s = *s_;
   torch::NoGradGuard no_grad;
   torch::Tensor sq = torch::zeros({1}, torch::kDouble);
-  for (auto& q : s.params) sq += q.shard.grad().to(torch::kDouble).pow(2).sum();
-  comm::all_reduce(*s.shard_group, sq).wait();  // replicas hold the same shards: the shard group covers every element once
-  double norm = std::sqrt(sq.item<double>());
-  double coef = max_norm / (norm + 1e-6);
+  for (auto& q : s.params) sq += q.slice.grad().to(torch::kDouble).pow(2).sum();
+  // The s_os ranks of one optimizer block hold every element once.
+  if (s.groups.optim_block) comm::all_reduce(*s.groups.optim_block, sq).wait();
+  double coef = max_norm / (std::sqrt(sq.item<double>()) + 1e-6);
   if (coef < 1)
-    for (auto& q : s.params) q.shard.mutable_grad().mul_(coef);
+    for (auto& q : s.params) q.slice.mutable_grad().mul_(coef);
+}
+
+void ShardedExecutor::publish() {
+  State& s = *s_;
+  if (!s.groups.optim_peers) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> gathered(s.params.size());
+  std::vector<comm::Work> works(s.params.size());
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    gathered[p] = torch::empty({s.params[p].chunk}, s.params[p].shard.options());
+    works[p] = comm::all_gather(*s.groups.optim_peers, s.params[p].slice.detach(), gathered[p]);
+  }
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    works[p].wait();
+    s.params[p].shard.copy_(gathered[p]);
+  }
+}
+
+std::vector<ShardedExecutor::ShardLayout> ShardedExecutor::layout() const {
+  const State& s = *s_;
+  std::vector<ShardLayout> out;
+  int r = s.groups.params->rank();
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const State::Param& q = s.params[i];
+    ShardLayout l;
+    l.name = s.program.params[i].name;
+    l.shape = q.full.sizes().vec();
+    l.numel = q.numel;
+    l.padded = q.padded;
+    l.shard_offset = r * q.chunk;
+    l.optim_numel = q.slice.numel();
+    l.optim_offset = l.shard_offset + s.groups.optim_slot * l.optim_numel;
+    out.push_back(l);
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> ShardedExecutor::parameter_shards() const {
+  std::vector<torch::Tensor> out;
+  for (auto& q : s_->params) out.push_back(q.shard);
+  return out;
 }
 
 }  // namespace loom

@@ -1,10 +1,15 @@
-// Fully sharded execution of a step (first version: s_p = s_g = s_os = k, i.e. ZeRO-3 when
-// k = dp and MiCS-style groups when k < dp). Each rank keeps a flat, padded 1/k shard of every
-// parameter; the full tensors' storage is freed. The forward follows the step's IR: gathers are
-// launched where the IR puts them (so prefetch overlaps), waited before use, released after the
-// last use. In backward, a pass-through autograd node on each module's output re-gathers its
-// parameters just before its backward runs; each parameter's gradient is reduce-scattered to
-// its owners as soon as it is complete (simplefsdp.txt §3.1), in the same order on every rank.
+// Fully sharded execution of a step with Lins factors s_p <= s_g <= s_os (s_p >= 2: ZeRO-3,
+// MiCS-style groups, and hybrids such as Table III's (4,4,8)). Each rank keeps a flat, padded
+// 1/s_p shard of every parameter; the full tensors' storage is freed. The forward follows the
+// step's IR: gathers are launched where the IR puts them (so prefetch overlaps), waited before
+// use, released after the last use. In backward, a pass-through autograd node on each module's
+// output re-gathers its parameters just before its backward runs; each parameter's gradient is
+// reduce-scattered to its s_p owners as soon as it is complete (simplefsdp.txt §3.1), in the
+// same order on every rank. Gradients (lins.txt §IV-C): when s_g > s_p, every micro-batch but
+// the last is all-reduced among the s_g / s_p peers and each keeps its 1/s_g (select & drop);
+// the last is all-reduced over all dp / s_p replicas and each rank keeps the 1/s_os slice its
+// optimizer states cover. The optimizer updates that slice in place inside the parameter shard,
+// and the s_os / s_p peers all-gather the updated slices (the paper's broadcasts, as one collective).
 #pragma once
 
 #include <memory>
@@ -15,32 +20,36 @@
 
 #include "backend/communicator.h"
 #include "backend/ir/ir.h"
+#include "backend/shard_groups.h"
 #include "models/nn/module.h"
 
 namespace loom {
 
 class ShardedExecutor : public nn::CallInterceptor {
  public:
-  // `shard_group`: the k ranks sharing one copy of the parameters; `replicas`: the dp / k ranks
-  // holding the same shard (nullptr when k = dp). The program must be the step planned for
-  // this model and sharding (plan_step).
-  ShardedExecutor(torch::nn::Module& model, ir::Program program, std::shared_ptr<comm::Group> shard_group,
-                  std::shared_ptr<comm::Group> replicas, int dp);
+  // The program must be the step planned for this model and sharding (plan_step). `inner`
+  // (may be null) runs each module call once its parameters are resident: the activation
+  // checkpointer, whose recomputation in backward re-gathers through this executor.
+  ShardedExecutor(torch::nn::Module& model, ir::Program program, ShardGroups groups, nn::CallInterceptor* inner);
   ~ShardedExecutor() override;
 
-  // The tensors the optimizer updates: this rank's shards, with gradients after finish_backward.
-  const std::vector<torch::Tensor>& shards() const;
+  // The tensors the optimizer updates: this rank's 1/s_os slices, views into its parameter
+  // shards, with gradients after average_gradients.
+  const std::vector<torch::Tensor>& optimized() const;
 
   // Before each micro-batch's forward.
   void begin_forward();
   // After the forward returned: runs the IR's remaining forward instructions (final releases).
   void finish_forward();
-  // After backward: waits for the gradient reductions and adds them to the shards' gradients.
-  void finish_backward();
-  // After the last micro-batch: averages the shards' gradients over all dp ranks.
+  // After backward: waits for the gradient reductions and keeps this rank's part.
+  void finish_backward(bool last_micro_batch);
+  // After the last micro-batch: all-reduces over replicas, selects the optimizer slice and
+  // averages over all dp ranks.
   void average_gradients();
-  // Clips the global gradient norm (over all shards of all ranks) to `max_norm`.
+  // Clips the global gradient norm (over all slices of all ranks) to `max_norm`.
   void clip_gradients(double max_norm);
+  // After the optimizer step: spreads the updated slices inside each optimizer subgroup.
+  void publish();
 
   torch::Tensor intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
                           const nn::Forward& forward) override;
@@ -52,6 +61,21 @@ class ShardedExecutor : public nn::CallInterceptor {
   // Gathers parameter `p` now if it is not resident (used by the backward re-gather).
   void ensure_resident(size_t p);
   const std::vector<size_t>& params_of(const torch::nn::Module* module) const;
+
+  // This rank's flat padded parameter shard and optimizer slice layout, by traced parameter
+  // (sharded checkpoints).
+  struct ShardLayout {
+    std::string name;
+    std::vector<int64_t> shape;
+    int64_t numel = 0;
+    int64_t padded = 0;        // numel padded to a multiple of s_os
+    int64_t shard_offset = 0;  // where this rank's parameter shard starts in the padded flat tensor
+    int64_t optim_offset = 0;  // where its optimizer slice starts
+    int64_t optim_numel = 0;
+  };
+  std::vector<ShardLayout> layout() const;
+  // The parameter shards (index as layout()).
+  std::vector<torch::Tensor> parameter_shards() const;
 
  private:
   struct State;

@@ -26,6 +26,7 @@
 #include "backend/optimizer_sharder.h"
 #include "backend/pass_pipeline.h"
 #include "backend/runtime_plan.h"
+#include "backend/shard_groups.h"
 #include "backend/sharded_executor.h"
 #include "backend/timeline.h"
 #include "backend/token_data.h"
@@ -160,18 +161,6 @@ class TimelineObserver : public nn::CallObserver {
   std::vector<double> starts_;
 };
 
-// This rank's group among groups of `k` consecutive ranks ({0..k-1}, {k..2k-1}, ...): fill a
-// node first (lins.txt Eq. 7). Every rank creates every group, in order, as c10d requires.
-std::shared_ptr<comm::Group> consecutive_group(comm::Group& world, int k) {
-  std::shared_ptr<comm::Group> mine;
-  for (int b = 0; b < world.size() / k; ++b) {
-    std::vector<int> ranks;
-    for (int i = 0; i < k; ++i) ranks.push_back(b * k + i);
-    if (auto g = comm::new_subgroup(world, ranks)) mine = g;
-  }
-  return mine;
-}
-
 // Progress: a redrawn bar on a terminal, plain lines otherwise.
 class Progress {
  public:
@@ -203,11 +192,11 @@ double learning_rate(const TrainOptions& o, int64_t step) {
 }
 
 void check_sharded_options(const TrainOptions& o, const RuntimePlan& plan, bool cuda) {
-  if (plan.shard <= 1 && plan.optim_shard <= 1) return;
+  if (plan.factors.optim <= 1) return;
   if (!o.resume.empty())
     throw UserError(SourceRange{}, "resuming a run with sharded parameters or optimizer states is not implemented yet",
                     "sharded runs save a consolidated model (model.pt) but not their sharded optimizer states");
-  if (plan.shard <= 1) return;
+  if (plan.factors.params <= 1) return;
   if (cuda)
     throw UserError(SourceRange{}, "the sharded executor runs on CPU only so far", "use --device cpu");
 }
@@ -311,29 +300,23 @@ int train(const TrainOptions& o, const RankEnv& env) {
     return 1;
   }
 
-  // Sharded parameters: groups of k consecutive ranks share one copy; ranks at the same
-  // position in each group are replicas. Every rank creates every subgroup, in order.
+  // Sharded parameters (s_p > 1): the sharded executor runs every module call, the
+  // activation checkpointer inside it. Every rank creates every subgroup, in order.
   std::unique_ptr<ShardedExecutor> sharded;
   std::vector<torch::Tensor> optimized = params;
-  if (plan.shard > 1) {
-    int k = plan.shard, dp = env.world;
-    std::shared_ptr<comm::Group> shard_group = consecutive_group(*world, k), replicas;
-    if (dp / k > 1)
-      for (int i = 0; i < k; ++i) {
-        std::vector<int> ranks;
-        for (int b = 0; b < dp / k; ++b) ranks.push_back(b * k + i);
-        if (auto g = comm::new_subgroup(*world, ranks)) replicas = g;
-      }
+  if (plan.factors.params > 1) {
+    plan.factors.dp = env.world;
     ir::Program step = plan_step(*sch, trace_model(o.model), nullptr, PipelineDebug::from_environment(std::cerr));
-    sharded = std::make_unique<ShardedExecutor>(*model.module, std::move(step), shard_group, replicas, dp);
-    optimized = sharded->shards();
+    sharded = std::make_unique<ShardedExecutor>(*model.module, std::move(step), make_shard_groups(*world, plan.factors),
+                                                checkpointed.empty() ? nullptr : &checkpointer);
+    optimized = sharded->optimized();
     nn::set_call_interceptor(sharded.get());
   }
 
-  // Optimizer-state sharding (ZeRO-1/2): optimizer groups of s_os consecutive ranks.
+  // Optimizer-state sharding with replicated parameters (ZeRO-1/2): groups of s_os consecutive ranks.
   std::unique_ptr<OptimizerSharder> optim_sharder;
-  if (plan.optim_shard > 1) {
-    optim_sharder = std::make_unique<OptimizerSharder>(params, consecutive_group(*world, plan.optim_shard));
+  if (plan.factors.params == 1 && plan.factors.optim > 1) {
+    optim_sharder = std::make_unique<OptimizerSharder>(params, strided_group(*world, plan.factors.optim, 1));
     optimized = optim_sharder->shards();
   }
 
@@ -348,7 +331,8 @@ int train(const TrainOptions& o, const RankEnv& env) {
     }
   }
   std::unique_ptr<GradientReducer> reducer;
-  if (env.world > 1) reducer = std::make_unique<GradientReducer>(params, *world, o.bucket_bytes);
+  // Replicated parameters are all-reduced in buckets; sharded ones by the executor.
+  if (env.world > 1 && !sharded) reducer = std::make_unique<GradientReducer>(params, *world, o.bucket_bytes);
 
   std::unique_ptr<TimelineObserver> observer;
   if (!o.trace.empty()) {
@@ -364,9 +348,9 @@ int train(const TrainOptions& o, const RankEnv& env) {
     std::cout << "loom run: " << o.model << " (" << module_tree_of(o.model)->parameter_count() << " parameters), "
               << env.world << " rank" << (env.world == 1 ? "" : "s") << " x " << threads << " thread"
               << (threads == 1 ? "" : "s") << ", " << data->describe() << ", " << plan.checkpoint.size()
-              << " checkpointed modules, " << (plan.shard > 1 ? "parameters sharded over " + std::to_string(plan.shard) + " ranks, " : "")
-              << (plan.optim_shard > 1 ? "optimizer states sharded over " + std::to_string(plan.optim_shard) + " ranks, " : "")
-              << ""
+              << " checkpointed modules, " << (plan.factors.optim > 1 ? "sharding (s_p, s_g, s_os) = (" + std::to_string(plan.factors.params) + ", " +
+                                                 std::to_string(plan.factors.grads) + ", " + std::to_string(plan.factors.optim) + "), "
+                                           : "")
               << (!cuda ? "cpu (fp32, gloo)" : bf16 ? "cuda (bf16 autocast, fp32 weights, nccl)" : "cuda (fp32, nccl)")
               << (start > 0 ? ", resuming after step " + std::to_string(start) : "") << "\n"
               << std::flush;
@@ -404,7 +388,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
         timeline::Span span("backward", "phase");
         loss.backward();
         if (reducer) reducer->finish();
-        if (sharded) sharded->finish_backward();
+        if (sharded) sharded->finish_backward(micro == o.accum - 1);
       }
       loss_sum += loss.item<double>();
     }
@@ -421,6 +405,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
       }
       optimizer.step();
       if (optim_sharder) optim_sharder->publish();
+      if (sharded) sharded->publish();
     }
     torch::Tensor loss_t = torch::tensor({loss_sum}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
     comm::all_reduce(*world, loss_t).wait();
