@@ -30,6 +30,8 @@ OptimizerSharder::~OptimizerSharder() = default;
 
 const std::vector<torch::Tensor>& OptimizerSharder::shards() const { return s_->shards; }
 
+int64_t OptimizerSharder::offset(size_t i) const { return s_->group->rank() * s_->chunk[i]; }
+
 void OptimizerSharder::take_gradients() {
   int k = s_->group->size(), r = s_->group->rank();
   torch::NoGradGuard no_grad;

@@ -22,6 +22,8 @@ class OptimizerSharder {
 
   // The tensors the optimizer updates: this rank's slices.
   const std::vector<torch::Tensor>& shards() const;
+  // Where this rank's slice of parameter `i` starts in its flat padded tensor.
+  int64_t offset(size_t i) const;
   // Takes this rank's slice of each averaged gradient and drops the full gradients.
   void take_gradients();
   // Clips the global gradient norm to `max_norm`, over the slices of the whole group.

@@ -2,7 +2,10 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <sstream>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 
 #ifdef LOOM_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -61,5 +64,35 @@ void set_bf16_autocast(bool enabled) {
 #endif
 
 void clear_autocast_cache() { at::autocast::clear_cache(); }
+
+namespace {
+
+template <typename Key>
+Key state_key(const at::Tensor& p) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream s;  // what c10::guts::to_string(p.unsafeGetTensorImpl()) gives
+    s << static_cast<const void*>(p.unsafeGetTensorImpl());
+    return s.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+
+}  // namespace
+
+torch::optim::AdamWParamState& adamw_state(torch::optim::AdamW& optimizer, const at::Tensor& p) {
+  auto& states = optimizer.state();
+  using Key = typename std::decay_t<decltype(states)>::key_type;
+  Key key = state_key<Key>(p);
+  auto it = states.find(key);
+  if (it == states.end()) {
+    auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+    fresh->step(0);
+    fresh->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+    fresh->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+    it = states.insert({key, std::move(fresh)}).first;
+  }
+  return static_cast<torch::optim::AdamWParamState&>(*it->second);
+}
 
 }  // namespace loom::compat

@@ -14,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #endif
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/optim/adamw.h>
 
 namespace loom::compat {
 
@@ -55,5 +56,10 @@ void shutdown_group(const c10::intrusive_ptr<C10dGroup>& group);
 void set_bf16_autocast(bool enabled);
 // Drops autocast's cast cache; call after each forward.
 void clear_autocast_cache();
+
+// The AdamW state of parameter `p`, created (zeros, step 0) when the optimizer has none yet.
+// The optimizer's state map is keyed by a string of the TensorImpl address in 1.13 and by the
+// address itself in later versions.
+torch::optim::AdamWParamState& adamw_state(torch::optim::AdamW& optimizer, const at::Tensor& p);
 
 }  // namespace loom::compat

@@ -23,6 +23,7 @@
 #include "backend/lr_schedule.h"
 #include "backend/memory_counter.h"
 #include "backend/model_trace.h"
+#include "backend/optimizer_checkpoint.h"
 #include "backend/optimizer_sharder.h"
 #include "backend/pass_pipeline.h"
 #include "backend/runtime_plan.h"
@@ -69,34 +70,43 @@ void check_options(const TrainOptions& o) {
   if (!(o.lr > 0)) throw UserError(SourceRange{}, "--lr must be positive", "e.g. --lr 3e-3");
 }
 
-// Checkpoints: DIR/step-000010/{model.pt, optimizer.pt, rng.pt, trainer.json} and DIR/latest.
+// Checkpoints: DIR/step-000010/{model.pt, optim/rank-R.{pt,json}, rng.pt, trainer.json} and
+// DIR/latest. model.pt is the consolidated model (it loads into the plain LibTorch model);
+// optim/ holds the optimizer states by range, written by the ranks of the first optimizer
+// block, so any later world size and sharding can resume from it (optimizer_checkpoint.h).
 std::string step_name(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step-%06lld", static_cast<long long>(step));
   return buf;
 }
 
-void write_checkpoint(const TrainOptions& o, int world, int64_t steps_done, torch::nn::Module& model,
-                      torch::optim::Optimizer& opt, bool model_only) {
-  fs::create_directories(o.save_dir);
+// Every rank calls this with every parameter resident; ranks below `optim_writers` write
+// their optimizer ranges. The directory appears whole or not at all.
+void write_checkpoint(const TrainOptions& o, comm::Group& world, int64_t steps_done, torch::nn::Module& model,
+                      torch::optim::AdamW& opt, const std::vector<OptimizedRange>& ranges, int optim_writers) {
   std::string name = step_name(steps_done);
   fs::path tmp = fs::path(o.save_dir) / (".tmp-" + name);
   fs::path final_dir = fs::path(o.save_dir) / name;
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  {
+  bool lead = world.rank() == 0;
+  if (lead) {
+    fs::create_directories(o.save_dir);
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+  }
+  comm::barrier(world);
+  if (world.rank() < optim_writers) save_optimizer_ranges(tmp, world.rank(), ranges, opt);
+  if (lead) {
     torch::serialize::OutputArchive archive;
     model.save(archive);
     archive.save_to((tmp / "model.pt").string());
-  }
-  if (!model_only) torch::save(opt, (tmp / "optimizer.pt").string());
-  {
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     torch::save(gen.get_state(), (tmp / "rng.pt").string());
   }
-  nlohmann::json meta{{"step", steps_done}, {"model", o.model}, {"world", world}, {"seed", o.seed},
-                      {"format", "loom-checkpoint-1"}, {"optimizer_saved", !model_only}};
+  comm::barrier(world);
+  if (!lead) return;
+  nlohmann::json meta{{"step", steps_done}, {"model", o.model}, {"world", world.size()}, {"seed", o.seed},
+                      {"format", "loom-checkpoint-2"}, {"optimizer_files", optim_writers}};
   std::ofstream(tmp / "trainer.json") << meta.dump(2) << "\n";
   // Renames are atomic: a crash leaves either the previous checkpoint or this whole one.
   fs::remove_all(final_dir);
@@ -119,7 +129,8 @@ fs::path resolve_checkpoint(const std::string& path) {
                   "pass a directory written by --save (it holds 'latest') or one of its step-N folders");
 }
 
-int64_t load_checkpoint(const TrainOptions& o, torch::nn::Module& model, torch::optim::Optimizer& opt) {
+// The model's weights and the random state; returns the checkpoint's folder and step.
+std::pair<fs::path, int64_t> load_model_checkpoint(const TrainOptions& o, torch::nn::Module& model) {
   fs::path dir = resolve_checkpoint(o.resume);
   nlohmann::json meta = nlohmann::json::parse(std::ifstream(dir / "trainer.json"));
   if (meta.value("model", "") != o.model)
@@ -129,8 +140,13 @@ int64_t load_checkpoint(const TrainOptions& o, torch::nn::Module& model, torch::
     torch::serialize::InputArchive archive;
     archive.load_from((dir / "model.pt").string());
     model.load(archive);
+    // The loaded tensors' storage is not resizable, and the sharded executor frees and
+    // refills parameter storage: give every parameter storage of its own.
+    torch::NoGradGuard no_grad;
+    std::unordered_set<const void*> seen;
+    for (auto& p : model.parameters())
+      if (seen.insert(p.unsafeGetTensorImpl()).second) p.set_(p.detach().clone());
   }
-  torch::load(opt, (dir / "optimizer.pt").string());
   {
     torch::Tensor state;
     torch::load(state, (dir / "rng.pt").string());
@@ -138,7 +154,7 @@ int64_t load_checkpoint(const TrainOptions& o, torch::nn::Module& model, torch::
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(state);
   }
-  return meta.at("step").get<int64_t>();
+  return {dir, meta.at("step").get<int64_t>()};
 }
 
 // Module calls as timeline spans, named by module path.
@@ -191,11 +207,7 @@ double learning_rate(const TrainOptions& o, int64_t step) {
   return LrSchedule{o.lr, o.min_lr_ratio, o.warmup, o.steps}.at(step);
 }
 
-void check_sharded_options(const TrainOptions& o, const RuntimePlan& plan, bool cuda) {
-  if (plan.factors.optim <= 1) return;
-  if (!o.resume.empty())
-    throw UserError(SourceRange{}, "resuming a run with sharded parameters or optimizer states is not implemented yet",
-                    "sharded runs save a consolidated model (model.pt) but not their sharded optimizer states");
+void check_sharded_options(const RuntimePlan& plan, bool cuda) {
   if (plan.factors.params <= 1) return;
   if (cuda)
     throw UserError(SourceRange{}, "the sharded executor runs on CPU only so far", "use --device cpu");
@@ -210,7 +222,7 @@ void validate_run(const TrainOptions& o, int world, int local_world) {
   try {
     auto sch = evaluate_schedule(o, world, local_world, sources);
     RuntimePlan plan = plan_runtime(*sch);
-    check_sharded_options(o, plan, o.device == "cuda");
+    check_sharded_options(plan, o.device == "cuda");
   } catch (const UserError& e) {
     // Re-throw with the rendered source context, which only `sources` can provide.
     throw UserError(Diagnostic{Severity::Error, SourceRange{}, render(e.diagnostic(), &sources), ""});
@@ -275,15 +287,30 @@ int train(const TrainOptions& o, const RankEnv& env) {
   // LibTorch's parameters() lists a tied tensor once per owner (wte and lm_head); the
   // optimizer and clipping must see it once.
   std::vector<torch::Tensor> params;
+  std::vector<std::string> param_names;
   {
     std::unordered_set<const void*> seen;
-    for (auto& p : model.module->parameters())
-      if (seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
+    for (auto& p : model.module->named_parameters())
+      if (seen.insert(p.value().unsafeGetTensorImpl()).second) {
+        params.push_back(p.value());
+        param_names.push_back(p.key());
+      }
   }
   {
     // Every rank starts from rank 0's weights.
     torch::NoGradGuard no_grad;
     for (auto& p : params) comm::broadcast(*world, p).wait();
+  }
+  // Resuming: the consolidated weights before any sharding, the optimizer states below.
+  int64_t start = 0;
+  fs::path resume_dir;
+  if (!o.resume.empty()) {
+    try {
+      std::tie(resume_dir, start) = load_model_checkpoint(o, *model.module);
+    } catch (const UserError& e) {
+      std::cerr << render(e.diagnostic(), nullptr);
+      return 1;
+    }
   }
 
   std::unordered_set<const torch::nn::Module*> checkpointed;
@@ -294,7 +321,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
   if (!checkpointed.empty()) nn::set_call_interceptor(&checkpointer);
 
   try {
-    check_sharded_options(o, plan, cuda);
+    check_sharded_options(plan, cuda);
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), nullptr);
     return 1;
@@ -321,10 +348,19 @@ int train(const TrainOptions& o, const RankEnv& env) {
   }
 
   torch::optim::AdamW optimizer(optimized, torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay));
-  int64_t start = 0;
-  if (!o.resume.empty()) {
+  // Each optimized tensor as a range of its parameter's flat tensor (sharded checkpoints).
+  std::vector<OptimizedRange> ranges;
+  if (sharded) {
+    auto layout = sharded->layout();
+    for (size_t i = 0; i < layout.size(); ++i)
+      ranges.push_back({layout[i].name, layout[i].numel, layout[i].optim_offset, optimized[i]});
+  } else {
+    for (size_t i = 0; i < params.size(); ++i)
+      ranges.push_back({param_names[i], params[i].numel(), optim_sharder ? optim_sharder->offset(i) : 0, optimized[i]});
+  }
+  if (!resume_dir.empty()) {
     try {
-      start = load_checkpoint(o, *model.module, optimizer);
+      load_optimizer_ranges(resume_dir, ranges, optimizer);
     } catch (const UserError& e) {
       std::cerr << render(e.diagnostic(), nullptr);
       return 1;
@@ -429,11 +465,9 @@ int train(const TrainOptions& o, const RankEnv& env) {
     }
     bool last = step + 1 == o.steps;
     if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
-      comm::barrier(*world);
-      if (sharded) sharded->gather_all();  // a consolidated model; sharded optimizer states are not saved yet
-      if (lead) write_checkpoint(o, env.world, step + 1, *model.module, optimizer, sharded || optim_sharder);
+      if (sharded) sharded->gather_all();  // for the consolidated model.pt
+      write_checkpoint(o, *world, step + 1, *model.module, optimizer, ranges, std::max(1, plan.factors.optim));
       if (sharded) sharded->release_all();
-      comm::barrier(*world);
     }
   }
   nn::set_call_interceptor(nullptr);

@@ -154,6 +154,41 @@ TEST_CASE("resuming from a checkpoint continues with the same losses, at world 1
   }
 }
 
+TEST_CASE("sharded checkpoints reshard: ZeRO-3 at world 2, then (2,4,4) at world 4, then one rank, equal an uninterrupted run") {
+  std::string args = " --model gpt:tiny --data synthetic --seq 32 --steps 10 --warmup 2 --lr 1e-4 --threads 1";
+  fs::path ref = scratch() / "reshard_ref", a = scratch() / "reshard_a", b = scratch() / "reshard_b", c = scratch() / "reshard_c";
+  REQUIRE(run_loom("run" + args + " --nproc 1 --micro-batch 4 --save " + ref.string() + " --metrics " + ref.string() + ".jsonl") == 0);
+  REQUIRE(run_loom("run " + std::string(LOOM_SOURCE_DIR) + "/stdlib_schedules/zero3.sched" + args +
+                   " --nproc 2 --micro-batch 2 --save-every 4 --save " + a.string()) == 0);
+  // Two ranks wrote their optimizer ranges (s_os = 2).
+  CHECK(fs::exists(a / "step-000004" / "optim" / "rank-1.pt"));
+  CHECK(!fs::exists(a / "step-000004" / "optim" / "rank-2.pt"));
+  fs::path hybrid = scratch() / "reshard_244.sched";
+  std::ofstream(hybrid) << "sch.shard_states(params=2, grads=4, optim=4)\n";
+  REQUIRE(run_loom("run " + hybrid.string() + args + " --nproc 4 --micro-batch 1 --save-every 7 --resume " +
+                   (a / "step-000004").string() + " --save " + b.string() + " --metrics " + b.string() + ".jsonl") == 0);
+  REQUIRE(run_loom("run" + args + " --nproc 1 --micro-batch 4 --resume " + (b / "step-000007").string() + " --save " + c.string() +
+                   " --metrics " + c.string() + ".jsonl") == 0);
+  auto full = read_metrics(ref.string() + ".jsonl").loss;
+  auto middle = read_metrics(b.string() + ".jsonl").loss, last = read_metrics(c.string() + ".jsonl").loss;
+  REQUIRE(full.size() == 10);
+  REQUIRE(middle.size() == 6);  // steps 5..10, saved at 7
+  REQUIRE(last.size() == 3);    // steps 8..10
+  for (size_t i = 0; i < 3; ++i) CHECK(std::abs(middle[i] - full[4 + i]) < 1e-5);
+  for (size_t i = 0; i < 3; ++i) CHECK(std::abs(last[i] - full[7 + i]) < 1e-5);
+  CHECK(max_difference(saved_parameters(ref / "step-000010"), saved_parameters(c / "step-000010")) < 1e-5);
+  // A checkpoint with an optimizer file missing, or none, is refused with what to do.
+  fs::copy(b / "step-000007", scratch() / "reshard_broken", fs::copy_options::recursive);
+  fs::remove(scratch() / "reshard_broken" / "optim" / "rank-3.pt");
+  fs::remove(scratch() / "reshard_broken" / "optim" / "rank-3.json");
+  CHECK(run_loom("run" + args + " --nproc 1 --micro-batch 4 --resume " + (scratch() / "reshard_broken").string()) == 1);
+  CHECK(last_log().find("optimizer-state elements this rank needs for") != std::string::npos);
+  CHECK(last_log().find("a rank file under optim/ is missing") != std::string::npos);
+  fs::remove_all(scratch() / "reshard_broken" / "optim");
+  CHECK(run_loom("run" + args + " --nproc 1 --micro-batch 4 --resume " + (scratch() / "reshard_broken").string()) == 1);
+  CHECK(last_log().find("has no optimizer states (no optim/ folder)") != std::string::npos);
+}
+
 TEST_CASE("a saved model loads into the plain LibTorch model with torch::load") {
   REQUIRE(run_loom("run --model gpt:tiny --data synthetic --seq 32 --steps 2 --threads 1 --micro-batch 2 --save " +
                    (scratch() / "plain_load").string()) == 0);
