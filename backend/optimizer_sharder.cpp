@@ -58,6 +58,8 @@ void OptimizerSharder::clip_gradients(double max_norm) {
 void OptimizerSharder::publish() {
   int k = s_->group->size();
   torch::NoGradGuard no_grad;
+  // The step is done: its gradients go (LibTorch 1.13's zero_grad would keep them, zeroed).
+  for (auto& shard : s_->shards) shard.mutable_grad() = torch::Tensor();
   for (size_t i = 0; i < s_->params.size(); ++i) {
     torch::Tensor gathered = torch::empty({s_->chunk[i] * k}, s_->shards[i].options().requires_grad(false));
     comm::all_gather(*s_->group, s_->shards[i].detach(), gathered).wait();

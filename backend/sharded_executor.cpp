@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
+#include <deque>
 #include <map>
 #include <unordered_set>
 
@@ -47,8 +48,12 @@ struct ShardedExecutor::State {
     comm::Work reduce_work;
     // Kept across micro-batches: 1/s_g of the parameter shard (or all of it when s_g = s_p).
     torch::Tensor grad_kept;
-    comm::Work peer_work;
+    // After the last micro-batch: the reduced gradient of the optimizer slice (sum over dp ranks).
+    torch::Tensor slice_grad;
   };
+
+  // Reductions in flight at once: a bound on the full-size gradients alive during backward.
+  static constexpr size_t kReductionsInFlight = 2;
 
   ir::Program program;
   ShardGroups groups;
@@ -61,6 +66,8 @@ struct ShardedExecutor::State {
   std::vector<size_t> forward_instrs;  // indices of the program's forward instructions
   size_t cursor = 0;                   // next forward instruction to execute
   bool in_backward = false;            // module calls now are recomputations (checkpoint())
+  bool last_micro_batch = true;        // this backward ends the step's accumulation
+  std::deque<size_t> in_flight;        // reductions launched and not yet completed, in launch order
   std::vector<size_t> reduce_order;    // parameters in the order their gradients are reduced
   size_t next_reduce = 0;
   std::map<int, std::vector<int>> gathers_by_handle;
@@ -145,11 +152,54 @@ struct ShardedExecutor::State {
   // Reductions launch in one fixed order on every rank (collectives must match across ranks).
   void launch_reductions() {
     while (next_reduce < reduce_order.size() && params[reduce_order[next_reduce]].grad_ready) {
-      Param& q = params[reduce_order[next_reduce++]];
+      size_t p = reduce_order[next_reduce++];
+      Param& q = params[p];
       q.grad_shard = torch::empty({q.chunk}, q.grad_flat.options());
       q.reduce_work = comm::reduce_scatter(*groups.params, q.grad_flat, q.grad_shard);
       q.reduce_launched = true;
+      in_flight.push_back(p);
     }
+    complete_reductions(kReductionsInFlight);
+  }
+
+  // Completes the oldest reductions until at most `limit` remain in flight, in launch order.
+  void complete_reductions(size_t limit) {
+    while (in_flight.size() > limit) {
+      Param& q = params[in_flight.front()];
+      in_flight.pop_front();
+      q.reduce_work.wait();
+      q.grad_flat = torch::Tensor();
+      q.full.mutable_grad() = torch::Tensor();  // the full gradient was only the reduction's input
+      keep_gradient(q);
+    }
+  }
+
+  // What a rank keeps of a parameter shard's gradient (lins.txt §IV-C).
+  void keep_gradient(Param& q) {
+    torch::NoGradGuard no_grad;
+    int64_t part = q.chunk / m_g;
+    if (!last_micro_batch) {
+      if (m_g == 1) {
+        // s_g = s_p: the whole parameter shard's gradient accumulates.
+        if (q.grad_kept.defined()) q.grad_kept.add_(q.grad_shard);
+        else q.grad_kept = q.grad_shard;
+      } else {
+        // Select & drop: all-reduce among the s_g / s_p peers, keep this rank's 1/s_g.
+        comm::all_reduce(*groups.grad_peers, q.grad_shard).wait();
+        torch::Tensor mine = q.grad_shard.narrow(0, groups.grad_slot * part, part);
+        if (q.grad_kept.defined()) q.grad_kept.add_(mine);
+        else q.grad_kept = mine.clone();
+      }
+    } else {
+      // The last micro-batch: add what this rank kept (each kept part is counted once, by its
+      // keeper), all-reduce over the dp / s_p replicas, keep the optimizer slice.
+      if (q.grad_kept.defined()) q.grad_shard.narrow(0, groups.grad_slot * part, part).add_(q.grad_kept);
+      q.grad_kept = torch::Tensor();
+      if (groups.replicas) comm::all_reduce(*groups.replicas, q.grad_shard).wait();
+      int64_t slice = q.slice.numel();
+      q.slice_grad = q.grad_shard.narrow(0, groups.optim_slot * slice, slice).clone();
+    }
+    q.grad_shard = torch::Tensor();
   }
 };
 
@@ -256,7 +306,8 @@ void ShardedExecutor::release_all() {
   for (size_t p = 0; p < s_->params.size(); ++p) s_->release(p);
 }
 
-void ShardedExecutor::begin_forward() {
+void ShardedExecutor::begin_forward(bool last_micro_batch) {
+  s_->last_micro_batch = last_micro_batch;
   s_->cursor = 0;
   s_->next_reduce = 0;
   s_->in_backward = false;
@@ -285,7 +336,7 @@ torch::Tensor ShardedExecutor::intercept(torch::nn::Module& module, const std::v
   return RegatherBeforeBackward::apply(out, holder);
 }
 
-void ShardedExecutor::finish_backward(bool last_micro_batch) {
+void ShardedExecutor::finish_backward() {
   State& s = *s_;
   // Parameters that received no gradient contribute zeros, in the same order on every rank.
   for (size_t p : s.reduce_order) {
@@ -295,56 +346,17 @@ void ShardedExecutor::finish_backward(bool last_micro_batch) {
     q.grad_ready = true;
   }
   s.launch_reductions();
-  torch::NoGradGuard no_grad;
-  bool peer_reduce = s.m_g > 1 && !last_micro_batch;
-  for (size_t p : s.reduce_order) {
-    State::Param& q = s.params[p];
-    q.reduce_work.wait();
-    q.grad_flat = torch::Tensor();
-    q.full.mutable_grad() = torch::Tensor();  // the full gradient was only the reduction's input
-    s.release(p);
-    if (peer_reduce) q.peer_work = comm::all_reduce(*s.groups.grad_peers, q.grad_shard);
-  }
-  for (size_t p : s.reduce_order) {
-    State::Param& q = s.params[p];
-    if (s.m_g == 1) {
-      // s_g = s_p: the whole parameter shard's gradient accumulates.
-      if (q.grad_kept.defined()) q.grad_kept.add_(q.grad_shard);
-      else q.grad_kept = q.grad_shard;
-    } else if (peer_reduce) {
-      // Select & drop: keep this rank's 1/s_g of the peers' sum.
-      q.peer_work.wait();
-      int64_t part = q.chunk / s.m_g;
-      torch::Tensor mine = q.grad_shard.narrow(0, s.groups.grad_slot * part, part);
-      if (q.grad_kept.defined()) q.grad_kept.add_(mine);
-      else q.grad_kept = mine.clone();
-    } else {
-      // The last micro-batch: its whole shard gradient, plus what this rank kept, goes to the
-      // all-reduce over replicas (each kept slice counted once, by its keeper).
-      int64_t part = q.chunk / s.m_g;
-      if (q.grad_kept.defined()) q.grad_shard.narrow(0, s.groups.grad_slot * part, part).add_(q.grad_kept);
-      q.grad_kept = q.grad_shard;
-    }
-    q.grad_shard = torch::Tensor();
-  }
+  s.complete_reductions(0);
+  for (size_t p = 0; p < s.params.size(); ++p) s.release(p);
 }
 
 void ShardedExecutor::average_gradients() {
   State& s = *s_;
   torch::NoGradGuard no_grad;
-  std::vector<comm::Work> works(s.params.size());
-  for (size_t p = 0; p < s.params.size(); ++p) {
-    State::Param& q = s.params[p];
-    if (!q.grad_kept.defined()) q.grad_kept = torch::zeros({q.chunk}, q.shard.options());
-    if (s.groups.replicas) works[p] = comm::all_reduce(*s.groups.replicas, q.grad_kept);
-  }
-  for (size_t p = 0; p < s.params.size(); ++p) {
-    State::Param& q = s.params[p];
-    works[p].wait();
-    // Select & drop: this rank's optimizer slice of the reduced shard gradient.
-    int64_t slice = q.slice.numel();
-    q.slice.mutable_grad() = q.grad_kept.narrow(0, s.groups.optim_slot * slice, slice).div(static_cast<double>(s.groups.factors.dp));
-    q.grad_kept = torch::Tensor();
+  for (auto& q : s.params) {
+    if (!q.slice_grad.defined()) q.slice_grad = torch::zeros({q.slice.numel()}, q.shard.options());
+    q.slice.mutable_grad() = q.slice_grad.div_(static_cast<double>(s.groups.factors.dp));
+    q.slice_grad = torch::Tensor();
   }
 }
 
@@ -362,6 +374,8 @@ void ShardedExecutor::clip_gradients(double max_norm) {
 
 void ShardedExecutor::publish() {
   State& s = *s_;
+  // The step is done: its gradients go (LibTorch 1.13's zero_grad would keep them, zeroed).
+  for (auto& q : s.params) q.slice.mutable_grad() = torch::Tensor();
   if (!s.groups.optim_peers) return;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> gathered(s.params.size());

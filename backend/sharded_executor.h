@@ -37,14 +37,14 @@ class ShardedExecutor : public nn::CallInterceptor {
   // shards, with gradients after average_gradients.
   const std::vector<torch::Tensor>& optimized() const;
 
-  // Before each micro-batch's forward.
-  void begin_forward();
+  // Before each micro-batch's forward; the last one ends the step's accumulation.
+  void begin_forward(bool last_micro_batch);
   // After the forward returned: runs the IR's remaining forward instructions (final releases).
   void finish_forward();
-  // After backward: waits for the gradient reductions and keeps this rank's part.
-  void finish_backward(bool last_micro_batch);
-  // After the last micro-batch: all-reduces over replicas, selects the optimizer slice and
-  // averages over all dp ranks.
+  // After backward: completes the gradient reductions (at most two are in flight during
+  // backward, which bounds the full-size gradients alive) and keeps this rank's part.
+  void finish_backward();
+  // After the last micro-batch: the optimizer slices' gradients, averaged over all dp ranks.
   void average_gradients();
   // Clips the global gradient norm (over all slices of all ranks) to `max_norm`.
   void clip_gradients(double max_norm);

@@ -402,13 +402,14 @@ int train(const TrainOptions& o, const RankEnv& env) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     optimizer.zero_grad();
     double loss_sum = 0;
+    int64_t between_micro_batches = -1;
     for (int64_t micro = 0; micro < o.accum; ++micro) {
       for (int64_t i = 0; i < o.micro_batch; ++i)
         data->sample(sample_index(step, micro, o.accum, env.world, env.rank, o.micro_batch, i), o.seq + 1,
                      tokens.data() + i * (o.seq + 1));
       torch::Tensor batch = torch::from_blob(tokens.data(), {o.micro_batch, o.seq + 1}, torch::kLong).to(device);
       torch::Tensor x = batch.narrow(1, 0, o.seq), y = batch.narrow(1, 1, o.seq).contiguous();
-      if (sharded) sharded->begin_forward();
+      if (sharded) sharded->begin_forward(micro == o.accum - 1);
       torch::Tensor logits;
       {
         timeline::Span span("forward", "phase");
@@ -424,9 +425,11 @@ int train(const TrainOptions& o, const RankEnv& env) {
         timeline::Span span("backward", "phase");
         loss.backward();
         if (reducer) reducer->finish();
-        if (sharded) sharded->finish_backward(micro == o.accum - 1);
+        if (sharded) sharded->finish_backward();
       }
       loss_sum += loss.item<double>();
+      // Between micro-batches only model states stay resident (lins.txt §IV-D's quantity).
+      if (micro == 0 && o.accum > 1 && !cuda) between_micro_batches = memory::current_bytes();
     }
     {
       timeline::Span optimizer_span("optimizer", "phase");
@@ -458,6 +461,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
         getrusage(RUSAGE_SELF, &usage);
         nlohmann::json m{{"step", step + 1}, {"loss", nlohmann::json::parse(loss_text)}, {"lr", lr},
                          {"tokens_per_s", tokens_per_s}, {"step_ms", ms}, {"peak_mem_bytes", peak},
+                         {"resident_between_micro_batches_bytes", between_micro_batches},
                          {"max_rss_bytes", static_cast<int64_t>(usage.ru_maxrss) * 1024}};
         metrics << m.dump() << "\n" << std::flush;
       }

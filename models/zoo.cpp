@@ -58,6 +58,8 @@ const std::vector<Entry>& entries() {
   static const std::vector<Entry> all = {
       {{"gpt:tiny", "GPT-2 style, 4 layers, 128 wide, byte vocabulary (tests and CPU runs)", 0},
        [] { return wrap(models::GPT2Model(gpt_tiny()), 256, 256); }},
+      {{"gpt:50m", "GPT-2 style, 16 layers, 512 wide, byte vocabulary: 50.7M parameters, none dominant (memory tests, CPU benchmarks)", 0},
+       [] { return wrap(models::GPT2Model(GPTConfig{256, 256, 512, 16, 8, 0.0}), 256, 256); }},
       {{"gpt2", "GPT-2 small: 12 layers, 768 wide, 50257 tokens", 124'439'808},
        [] { return wrap(models::GPT2Model(GPTConfig{}), 50257, 1024); }},
       {{"llama:tiny", "LLaMA style, 4 layers, 128 wide, grouped-query attention (4 heads, 2 kv)", 0},
