@@ -14,3 +14,5 @@ if [ -n "$tc" ]; then
 fi
 echo "== training: loom vs PyTorch DDP"
 bash benchmarks/train_bench.sh
+echo "== sharding strategies: DP, ZeRO-1/2/3 (world 2, loopback and an emulated 1 Gbit link)"
+bash benchmarks/sharding_bench.sh
