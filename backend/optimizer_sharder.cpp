@@ -1,6 +1,6 @@
 #include "backend/optimizer_sharder.h"
 
-#include <cmath>
+#include "backend/sharded_grad_clip.h"
 
 namespace loom {
 
@@ -46,13 +46,7 @@ void OptimizerSharder::take_gradients() {
 }
 
 void OptimizerSharder::clip_gradients(double max_norm) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor sq = torch::zeros({1}, torch::kDouble);
-  for (auto& s : s_->shards) sq += s.grad().to(torch::kDouble).pow(2).sum();
-  comm::all_reduce(*s_->group, sq).wait();
-  double coef = max_norm / (std::sqrt(sq.item<double>()) + 1e-6);
-  if (coef < 1)
-    for (auto& s : s_->shards) s.mutable_grad().mul_(coef);
+  clip_sharded_grad_norm(s_->shards, s_->group.get(), max_norm);
 }
 
 void OptimizerSharder::publish() {

@@ -4,11 +4,11 @@
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <cmath>
 #include <deque>
 #include <map>
 #include <unordered_set>
 
+#include "backend/sharded_grad_clip.h"
 #include "lang/diagnostics.h"
 #include "models/zoo_torch.h"
 
@@ -361,15 +361,8 @@ void ShardedExecutor::average_gradients() {
 }
 
 void ShardedExecutor::clip_gradients(double max_norm) {
-  State& s = *s_;
-  torch::NoGradGuard no_grad;
-  torch::Tensor sq = torch::zeros({1}, torch::kDouble);
-  for (auto& q : s.params) sq += q.slice.grad().to(torch::kDouble).pow(2).sum();
   // The s_os ranks of one optimizer block hold every element once.
-  if (s.groups.optim_block) comm::all_reduce(*s.groups.optim_block, sq).wait();
-  double coef = max_norm / (std::sqrt(sq.item<double>()) + 1e-6);
-  if (coef < 1)
-    for (auto& q : s.params) q.slice.mutable_grad().mul_(coef);
+  clip_sharded_grad_norm(s_->optimized, s_->groups.optim_block.get(), max_norm);
 }
 
 void ShardedExecutor::publish() {
@@ -390,28 +383,14 @@ void ShardedExecutor::publish() {
   }
 }
 
-std::vector<ShardedExecutor::ShardLayout> ShardedExecutor::layout() const {
+std::vector<OptimizedRange> ShardedExecutor::optimized_ranges() const {
   const State& s = *s_;
-  std::vector<ShardLayout> out;
-  int r = s.groups.params->rank();
+  std::vector<OptimizedRange> out;
   for (size_t i = 0; i < s.params.size(); ++i) {
     const State::Param& q = s.params[i];
-    ShardLayout l;
-    l.name = s.program.params[i].name;
-    l.shape = q.full.sizes().vec();
-    l.numel = q.numel;
-    l.padded = q.padded;
-    l.shard_offset = r * q.chunk;
-    l.optim_numel = q.slice.numel();
-    l.optim_offset = l.shard_offset + s.groups.optim_slot * l.optim_numel;
-    out.push_back(l);
+    int64_t offset = s.groups.params->rank() * q.chunk + s.groups.optim_slot * q.slice.numel();
+    out.push_back({s.program.params[i].name, q.numel, offset, q.slice});
   }
-  return out;
-}
-
-std::vector<torch::Tensor> ShardedExecutor::parameter_shards() const {
-  std::vector<torch::Tensor> out;
-  for (auto& q : s_->params) out.push_back(q.shard);
   return out;
 }
 

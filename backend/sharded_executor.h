@@ -20,6 +20,7 @@
 
 #include "backend/communicator.h"
 #include "backend/ir/ir.h"
+#include "backend/optimizer_checkpoint.h"
 #include "backend/shard_groups.h"
 #include "models/nn/module.h"
 
@@ -62,20 +63,9 @@ class ShardedExecutor : public nn::CallInterceptor {
   void ensure_resident(size_t p);
   const std::vector<size_t>& params_of(const torch::nn::Module* module) const;
 
-  // This rank's flat padded parameter shard and optimizer slice layout, by traced parameter
-  // (sharded checkpoints).
-  struct ShardLayout {
-    std::string name;
-    std::vector<int64_t> shape;
-    int64_t numel = 0;
-    int64_t padded = 0;        // numel padded to a multiple of s_os
-    int64_t shard_offset = 0;  // where this rank's parameter shard starts in the padded flat tensor
-    int64_t optim_offset = 0;  // where its optimizer slice starts
-    int64_t optim_numel = 0;
-  };
-  std::vector<ShardLayout> layout() const;
-  // The parameter shards (index as layout()).
-  std::vector<torch::Tensor> parameter_shards() const;
+  // Each optimizer slice as a range of its parameter's flat padded tensor (sharded checkpoints),
+  // in the order of optimized().
+  std::vector<OptimizedRange> optimized_ranges() const;
 
  private:
   struct State;

@@ -130,7 +130,9 @@ fs::path resolve_checkpoint(const std::string& path) {
 }
 
 // The model's weights and the random state; returns the checkpoint's folder and step.
-std::pair<fs::path, int64_t> load_model_checkpoint(const TrainOptions& o, torch::nn::Module& model) {
+// `params`: the model's unique parameters.
+std::pair<fs::path, int64_t> load_model_checkpoint(const TrainOptions& o, torch::nn::Module& model,
+                                                   const std::vector<torch::Tensor>& params) {
   fs::path dir = resolve_checkpoint(o.resume);
   nlohmann::json meta = nlohmann::json::parse(std::ifstream(dir / "trainer.json"));
   if (meta.value("model", "") != o.model)
@@ -143,9 +145,7 @@ std::pair<fs::path, int64_t> load_model_checkpoint(const TrainOptions& o, torch:
     // The loaded tensors' storage is not resizable, and the sharded executor frees and
     // refills parameter storage: give every parameter storage of its own.
     torch::NoGradGuard no_grad;
-    std::unordered_set<const void*> seen;
-    for (auto& p : model.parameters())
-      if (seen.insert(p.unsafeGetTensorImpl()).second) p.set_(p.detach().clone());
+    for (auto p : params) p.set_(p.detach().clone());
   }
   {
     torch::Tensor state;
@@ -306,7 +306,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
   fs::path resume_dir;
   if (!o.resume.empty()) {
     try {
-      std::tie(resume_dir, start) = load_model_checkpoint(o, *model.module);
+      std::tie(resume_dir, start) = load_model_checkpoint(o, *model.module, params);
     } catch (const UserError& e) {
       std::cerr << render(e.diagnostic(), nullptr);
       return 1;
@@ -351,9 +351,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
   // Each optimized tensor as a range of its parameter's flat tensor (sharded checkpoints).
   std::vector<OptimizedRange> ranges;
   if (sharded) {
-    auto layout = sharded->layout();
-    for (size_t i = 0; i < layout.size(); ++i)
-      ranges.push_back({layout[i].name, layout[i].numel, layout[i].optim_offset, optimized[i]});
+    ranges = sharded->optimized_ranges();
   } else {
     for (size_t i = 0; i < params.size(); ++i)
       ranges.push_back({param_names[i], params[i].numel(), optim_sharder ? optim_sharder->offset(i) : 0, optimized[i]});
@@ -470,7 +468,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
     bool last = step + 1 == o.steps;
     if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
       if (sharded) sharded->gather_all();  // for the consolidated model.pt
-      write_checkpoint(o, *world, step + 1, *model.module, optimizer, ranges, std::max(1, plan.factors.optim));
+      write_checkpoint(o, *world, step + 1, *model.module, optimizer, ranges, plan.factors.optim);
       if (sharded) sharded->release_all();
     }
   }
