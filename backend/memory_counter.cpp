@@ -72,4 +72,18 @@ int64_t current_bytes() { return current.load(); }
 int64_t peak_bytes() { return peak.load(); }
 void reset_peak() { peak.store(current.load()); }
 
+int64_t begin_window() {
+  int64_t enclosing = peak.load();
+  reset_peak();
+  return enclosing;
+}
+
+int64_t end_window(int64_t enclosing) {
+  int64_t window = peak.load();
+  int64_t seen = window;
+  while (enclosing > seen && !peak.compare_exchange_weak(seen, enclosing)) {
+  }
+  return window;
+}
+
 }  // namespace loom::memory

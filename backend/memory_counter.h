@@ -15,4 +15,10 @@ int64_t peak_bytes();
 // Starts a new peak window at the current usage.
 void reset_peak();
 
+// A nested peak window (the profiler's per-op peaks): begin_window() starts measuring from
+// the current usage and returns a token; end_window(token) returns the window's peak and
+// restores the enclosing peak, so step peaks stay exact.
+int64_t begin_window();
+int64_t end_window(int64_t token);
+
 }  // namespace loom::memory

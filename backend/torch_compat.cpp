@@ -28,6 +28,10 @@ int64_t cuda_peak_bytes(int device) {
 void cuda_reset_peak(int device) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
 }
+int64_t cuda_current_bytes(int device) {
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  return stats.allocated_bytes[0].current;
+}
 
 c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                               std::chrono::milliseconds timeout) {
@@ -42,6 +46,7 @@ void set_cuda_device(int) {}
 void cuda_synchronize() {}
 int64_t cuda_peak_bytes(int) { return 0; }
 void cuda_reset_peak(int) {}
+int64_t cuda_current_bytes(int) { return 0; }
 c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds) {
   throw std::runtime_error("this loom was built without CUDA; rebuild with -DLOOM_WITH_CUDA=ON against a CUDA LibTorch");
 }

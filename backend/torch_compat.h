@@ -44,6 +44,8 @@ void cuda_synchronize();
 // The CUDA caching allocator's peak of allocated bytes on `device` since the last reset.
 int64_t cuda_peak_bytes(int device);
 void cuda_reset_peak(int device);
+// The CUDA caching allocator's allocated bytes on `device` now.
+int64_t cuda_current_bytes(int device);
 
 // An NCCL process group (CUDA builds only; throws otherwise).
 c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

@@ -18,11 +18,13 @@
 #include <torch/torch.h>
 
 #include "backend/activation_checkpoint.h"
+#include "backend/collective_profiler.h"
 #include "backend/communicator.h"
 #include "backend/gradient_reducer.h"
 #include "backend/lr_schedule.h"
 #include "backend/memory_counter.h"
 #include "backend/model_trace.h"
+#include "backend/op_profiler.h"
 #include "backend/optimizer_checkpoint.h"
 #include "backend/optimizer_sharder.h"
 #include "backend/pass_pipeline.h"
@@ -201,6 +203,32 @@ class Progress {
   bool tty_;
 };
 
+// Profiling's end: the ops' figures, then the collective sweep on every group role of the
+// run, all reduced across ranks; rank 0 writes the profile (every rank too with
+// LOOM_PROFILE_PER_RANK=1, which the tests use to check that all ranks hold the same).
+void write_profile(const TrainOptions& o, const OpProfiler& profiler, comm::Group& world, const ir::Sharding& factors,
+                   torch::Device device, const RankEnv& env) {
+  Profile profile;
+  profile.key = o.profile_key;
+  profile.device = device.is_cuda() ? "cuda" : "cpu";
+  profile.measured_steps = static_cast<int>(o.steps - o.profile_warmup);
+  profile.ops = profiler.result(world);
+  bool lead = env.rank == 0;
+  if (lead) std::cout << "loom profile: timing collectives on every process group of the run\n" << std::flush;
+  std::unique_ptr<ShardGroups> groups;
+  if (factors.optim > 1) groups = std::make_unique<ShardGroups>(make_shard_groups(world, factors));
+  profile.collectives = profile_collectives(world, groups.get(), device);
+  std::string text = profile.to_json();
+  auto write = [&](const std::string& path) {
+    fs::path parent = fs::path(path).parent_path();
+    if (!parent.empty()) fs::create_directories(parent);
+    std::ofstream(path) << text;
+  };
+  if (lead) write(o.profile_out);
+  const char* per_rank = std::getenv("LOOM_PROFILE_PER_RANK");
+  if (per_rank && std::string(per_rank) == "1") write(o.profile_out + ".rank" + std::to_string(env.rank));
+}
+
 }  // namespace
 
 double learning_rate(const TrainOptions& o, int64_t step) {
@@ -230,9 +258,16 @@ void validate_run(const TrainOptions& o, int world, int local_world) {
   open_data(o);
 }
 
+std::string resolved_device(const TrainOptions& o) {
+  return o.device == "cuda" || (o.device == "auto" && compat::cuda_available()) ? "cuda" : "cpu";
+}
+
+int resolved_threads(const TrainOptions& o, int local_world) {
+  return o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, local_world));
+}
+
 int train(const TrainOptions& o, const RankEnv& env) {
-  int threads = o.threads > 0 ? o.threads
-                              : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, env.local_world));
+  int threads = resolved_threads(o, env.local_world);
   torch::set_num_threads(threads);
   memory::install_counting_allocator();
   SourceManager sources;
@@ -250,7 +285,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
   }
 
   // GPU ranks: one device each (by local rank), NCCL, bf16 autocast over fp32 master weights.
-  bool cuda = o.device == "cuda" || (o.device == "auto" && compat::cuda_available());
+  bool cuda = resolved_device(o) == "cuda";
   if (cuda && !compat::cuda_available()) {
     std::cerr << "error: --device cuda, but this loom has no CUDA or sees no GPU\n"
                  "  hint: build with -DLOOM_WITH_CUDA=ON against a CUDA LibTorch, or use --device cpu\n";
@@ -327,15 +362,26 @@ int train(const TrainOptions& o, const RankEnv& env) {
     return 1;
   }
 
+  plan.factors.dp = env.world;
+  bool profiling = !o.profile_out.empty();
+  ir::OpTrace trace;
+  if (plan.factors.params > 1 || profiling) trace = trace_model(o.model);
+  // Profiling: the op profiler runs innermost, where an op's parameters are resident.
+  nn::CallInterceptor* innermost = checkpointed.empty() ? nullptr : &checkpointer;
+  std::unique_ptr<OpProfiler> profiler;
+  if (profiling) {
+    profiler = std::make_unique<OpProfiler>(*model.module, trace, innermost, cuda ? env.local_rank : -1);
+    innermost = profiler.get();
+    nn::set_call_interceptor(profiler.get());
+  }
+
   // Sharded parameters (s_p > 1): the sharded executor runs every module call, the
   // activation checkpointer inside it. Every rank creates every subgroup, in order.
   std::unique_ptr<ShardedExecutor> sharded;
   std::vector<torch::Tensor> optimized = params;
   if (plan.factors.params > 1) {
-    plan.factors.dp = env.world;
-    ir::Program step = plan_step(*sch, trace_model(o.model), nullptr, PipelineDebug::from_environment(std::cerr));
-    sharded = std::make_unique<ShardedExecutor>(*model.module, std::move(step), make_shard_groups(*world, plan.factors),
-                                                checkpointed.empty() ? nullptr : &checkpointer);
+    ir::Program step = plan_step(*sch, trace, nullptr, PipelineDebug::from_environment(std::cerr));
+    sharded = std::make_unique<ShardedExecutor>(*model.module, std::move(step), make_shard_groups(*world, plan.factors), innermost);
     optimized = sharded->optimized();
     nn::set_call_interceptor(sharded.get());
   }
@@ -408,6 +454,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
       torch::Tensor batch = torch::from_blob(tokens.data(), {o.micro_batch, o.seq + 1}, torch::kLong).to(device);
       torch::Tensor x = batch.narrow(1, 0, o.seq), y = batch.narrow(1, 1, o.seq).contiguous();
       if (sharded) sharded->begin_forward(micro == o.accum - 1);
+      if (profiler) profiler->begin_forward(step >= o.profile_warmup);
       torch::Tensor logits;
       {
         timeline::Span span("forward", "phase");
@@ -421,7 +468,9 @@ int train(const TrainOptions& o, const RankEnv& env) {
       if (reducer) reducer->prepare(micro == o.accum - 1);
       {
         timeline::Span span("backward", "phase");
+        if (profiler) profiler->begin_backward();
         loss.backward();
+        if (profiler) profiler->end_backward();
         if (reducer) reducer->finish();
         if (sharded) sharded->finish_backward();
       }
@@ -474,6 +523,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
   }
   nn::set_call_interceptor(nullptr);
   nn::set_call_observer(nullptr);
+  if (profiler) write_profile(o, *profiler, *world, plan.factors, device, env);
   if (!o.trace.empty()) {
     // Each rank writes its events; rank 0 merges them (ranks of one node share the file system).
     timeline::write_rank_events(o.trace + ".rank" + std::to_string(env.rank));

@@ -36,12 +36,21 @@ struct TrainOptions {
   int timeout_s = 300;                // store and collective timeout
   int64_t bucket_bytes = 1 << 20;     // gradient bucket size
   std::vector<std::string> sets;      // --set knob=value
+  // Profiling (loom profile) instead of training: the first profile_warmup steps are not
+  // measured, the rest are; rank 0 writes the profile, tagged with profile_key, to profile_out.
+  std::string profile_out;
+  std::string profile_key;
+  int64_t profile_warmup = 1;
   std::string stdlib;
 };
 
 // Validates everything that can be checked before starting ranks: the schedule (at
 // `world` ranks) and the data file. Throws UserError.
 void validate_run(const TrainOptions& options, int world, int local_world);
+
+// What "auto" and 0 resolve to on this machine: "cpu" or "cuda"; intra-op threads per rank.
+std::string resolved_device(const TrainOptions& options);
+int resolved_threads(const TrainOptions& options, int local_world);
 
 // Trains on this rank. Returns the process exit code; user errors are printed.
 int train(const TrainOptions& options, const RankEnv& env);

@@ -3,8 +3,12 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "backend/launcher.h"
+#include "backend/trainer.h"
 
 namespace loom::cli {
 
@@ -22,8 +26,18 @@ void add_primitives(CLI::App& app, std::function<int()>& run);
 void add_run(CLI::App& app, std::function<int()>& run);
 void add_data(CLI::App& app, std::function<int()>& run);
 void add_explain(CLI::App& app, std::function<int()>& run);
+void add_profile(CLI::App& app, std::function<int()>& run);
 
 // The command-line arguments after the program name (a launcher re-runs them in each rank).
 const std::vector<std::string>& original_arguments();
+// When this process was started as one rank of a run (by a launcher, torchrun, srun or mpirun):
+// trains (or profiles) as that rank and returns the exit code. Otherwise nullopt.
+std::optional<int> train_if_rank(const TrainOptions& options);
+// A launch of `nproc` local ranks, each running this same command line.
+LaunchSpec relaunch_as_ranks(int nproc);
+
+// The options `loom run` and `loom profile` share: the model, the data and its shapes, the
+// device and precision, threads, knobs, the stdlib and the timeout.
+void add_step_options(CLI::App* command, TrainOptions& options);
 
 }  // namespace loom::cli

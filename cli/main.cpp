@@ -1,13 +1,53 @@
 // loom: the command-line entry point. Subcommands live one per file in cli/.
 #include <iostream>
 
+#include "backend/rank_env.h"
 #include "cli/commands.h"
+#include "lang/diagnostics.h"
 
 namespace loom::cli {
 namespace {
 std::vector<std::string> arguments;
 }
 const std::vector<std::string>& original_arguments() { return arguments; }
+
+std::optional<int> train_if_rank(const TrainOptions& options) {
+  std::optional<RankEnv> env;
+  try {
+    env = rank_env_from_process();
+  } catch (const UserError& e) {
+    std::cerr << render(e.diagnostic(), nullptr);
+    return kUsageError;
+  }
+  if (!env) return std::nullopt;
+  return train(options, *env);
+}
+
+LaunchSpec relaunch_as_ranks(int nproc) {
+  LaunchSpec spec;
+  spec.argv = {"/proc/self/exe"};
+  for (auto& a : arguments) spec.argv.push_back(a);
+  spec.nproc = nproc;
+  return spec;
+}
+
+void add_step_options(CLI::App* c, TrainOptions& t) {
+  t.stdlib = LOOM_STDLIB_DIR;
+  c->add_option("file", t.schedule_file, "the .sched file (optional: none means plain data parallelism)");
+  c->add_option("--model", t.model, "reference model (see `loom models`)")->required();
+  c->add_option("--data", t.data, "token file from `loom data prepare`, or 'synthetic'");
+  c->add_option("--micro-batch", t.micro_batch, "sequences per rank per micro-batch");
+  c->add_option("--seq", t.seq, "tokens per sequence");
+  c->add_option("--accum", t.accum, "micro-batches per optimizer step (gradient accumulation)");
+  c->add_option("--threads", t.threads, "intra-op threads per rank (default: cores / ranks)");
+  c->add_option("--device", t.device, "cpu, cuda (bf16 autocast, fp32 master weights, NCCL; one GPU per rank) or auto")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  c->add_option("--precision", t.precision, "GPU compute precision: bf16 (autocast over fp32 master weights) or fp32")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
+  c->add_option("--set", t.sets, "fix a tune() knob: --set micro_batch=4 (repeatable)");
+  c->add_option("--stdlib", t.stdlib, "directory of the standard schedules");
+  c->add_option("--timeout", t.timeout_s, "seconds a rank waits for the rendezvous or a collective before failing");
+}
 }  // namespace loom::cli
 
 int main(int argc, char** argv) {
@@ -27,6 +67,7 @@ int main(int argc, char** argv) {
   loom::cli::add_run(app, run);
   loom::cli::add_data(app, run);
   loom::cli::add_explain(app, run);
+  loom::cli::add_profile(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

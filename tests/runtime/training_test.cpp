@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <fstream>
 #include <sstream>
 
@@ -316,4 +317,70 @@ TEST_CASE("directives without a runtime effect stop loom run before training, na
         std::string::npos);
   CHECK(run_loom("run " + std::string(LOOM_SOURCE_DIR) + "/examples/gpt_tp.sched --model gpt2 --nproc 4 --steps 1") == 1);
   CHECK(last_log().find("mesh is not yet supported at runtime") != std::string::npos);
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream b;
+  b << in.rdbuf();
+  return b.str();
+}
+
+TEST_CASE("loom profile measures every traced op and collective, identically on every rank, and reuses its cache") {
+  fs::path cache = scratch() / "profile-cache", out = scratch() / "profile.json";
+  std::string env = "LOOM_CACHE_DIR=" + cache.string() + " LOOM_PROFILE_PER_RANK=1 ";
+  std::string args = "profile " + std::string(LOOM_SOURCE_DIR) + "/stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 "
+                     "--steps 2 --micro-batch 4 --threads 1 --out " + out.string();
+  std::string cmd = env + LOOM_BINARY + " " + args + " --seq 128 > " + (scratch() / "last.log").string() + " 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  CHECK(last_log().find("loom profile: saved ") != std::string::npos);
+  auto p = nlohmann::json::parse(read_text(out));
+  CHECK(p.at("measured_steps") == 2);
+
+  // gpt:tiny's traced ops: wpe, wte, six per block, ln_f, the tied head.
+  auto& ops = p.at("ops");
+  REQUIRE(ops.size() == 2 + 4 * 6 + 2);
+  CHECK(ops.front().at("module") == "wpe");
+  CHECK(ops.back().at("module") == "lm_head");
+  for (auto& op : ops) {
+    INFO(op.dump());
+    CHECK(op.at("forward_ms").get<double>() > 0);
+    CHECK(op.at("backward_ms").get<double>() > 0);
+    CHECK(op.at("forward_peak_bytes").get<int64_t>() >= op.at("memory_before_bytes").get<int64_t>());
+  }
+  // c_fc's forward allocates at least its output: 4 x 128 tokens x 512 features in fp32.
+  auto& fc = ops.at(2 + 4);
+  REQUIRE(fc.at("module") == "h.0.mlp.c_fc");
+  CHECK(fc.at("forward_peak_bytes").get<int64_t>() - fc.at("memory_before_bytes").get<int64_t>() >= 4 * 128 * 512 * 4);
+
+  // ZeRO-3 at world 2: the parameter group and the optimizer block are the world.
+  std::set<std::string> roles;
+  for (auto& c : p.at("collectives")) {
+    roles.insert(c.at("group").get<std::string>() + "/" + c.at("collective").get<std::string>());
+    CHECK(c.at("group_size") == 2);
+    CHECK(c.at("samples_bytes_ms").size() == 7);
+    CHECK(c.at("beta_ms_per_byte").get<double>() > 0);  // more bytes take longer
+  }
+  for (std::string role : {"world", "params", "optim_block"})
+    for (std::string c : {"all_gather", "reduce_scatter", "all_reduce"}) CHECK(roles.count(role + "/" + c) == 1);
+
+  // Every rank reduced to the same figures (the passes must lower to the same IR everywhere).
+  std::string saved;
+  for (auto& f : fs::directory_iterator(cache))
+    if (f.path().extension() == ".json") saved = f.path().string();
+  REQUIRE(!saved.empty());
+  CHECK(read_text(saved + ".rank0") == read_text(saved + ".rank1"));
+  CHECK(read_text(saved) == read_text(out));
+
+  // Unchanged inputs: the cached profile, without starting ranks.
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  CHECK(last_log().find("loom profile: reusing " + saved) != std::string::npos);
+  CHECK(last_log().find("loom run:") == std::string::npos);
+  // Changed shapes: measured again, into a second entry.
+  cmd = env + LOOM_BINARY + " " + args + " --seq 64 > " + (scratch() / "last.log").string() + " 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  CHECK(last_log().find("loom profile: saved ") != std::string::npos);
+  int entries = 0;
+  for (auto& f : fs::directory_iterator(cache)) entries += f.path().extension() == ".json";
+  CHECK(entries == 2);
 }

@@ -1,0 +1,139 @@
+// loom profile: measure one training step under a schedule — each compute op's forward and
+// backward time and memory, and every collective of the run's process groups over a sweep of
+// sizes, fitted — on N local ranks. The profile is cached, keyed by the model, the schedule,
+// the world and the shapes, and reused while they are unchanged.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "backend/profile.h"
+#include "backend/rank_env.h"
+#include "cli/commands.h"
+#include "lang/diagnostics.h"
+#include "lang/value.h"
+
+namespace loom::cli {
+namespace {
+
+struct ProfileOptions {
+  TrainOptions train;
+  int nproc = 1;
+  int64_t measured_steps = 3;
+  std::string out;
+  std::string cache_dir;
+  bool refresh = false;
+  bool json = false;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string key_of(const ProfileOptions& o) {
+  ProfileKeyInputs k;
+  k.model = o.train.model;
+  k.schedule = o.train.schedule_file.empty() ? "" : read_file(o.train.schedule_file);
+  for (auto& set : o.train.sets) k.schedule += "\n--set " + set;
+  k.world = o.nproc;
+  k.local_world = o.nproc;
+  k.micro_batch = o.train.micro_batch;
+  k.seq = o.train.seq;
+  k.accum = o.train.accum;
+  k.device = resolved_device(o.train);
+  k.precision = k.device == "cuda" ? o.train.precision : "fp32";
+  k.threads = resolved_threads(o.train, o.nproc);
+  return profile_key(k);
+}
+
+std::string fixed(double x, int digits) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(digits);
+  s << x;
+  return s.str();
+}
+
+void print_profile(const Profile& p, std::ostream& out) {
+  out << "ops (" << p.ops.size() << ", median of " << p.measured_steps << " measured steps, max over ranks):\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-28s %10s %10s %12s %12s %12s\n", "module", "fwd ms", "bwd ms", "mem before", "fwd peak",
+                "bwd peak");
+  out << line;
+  double forward = 0, backward = 0;
+  for (auto& op : p.ops) {
+    std::snprintf(line, sizeof line, "  %-28s %10s %10s %12s %12s %12s\n", op.module.c_str(), fixed(op.forward_ms, 3).c_str(),
+                  fixed(op.backward_ms, 3).c_str(), format_size(op.memory_before_bytes).c_str(),
+                  format_size(op.forward_peak_bytes).c_str(), format_size(op.backward_peak_bytes).c_str());
+    out << line;
+    forward += op.forward_ms, backward += op.backward_ms;
+  }
+  out << "  total: forward " << fixed(forward, 2) << " ms, backward " << fixed(backward, 2) << " ms\n";
+  if (p.collectives.empty()) return;
+  out << "collectives (alpha-beta fit; time at 1 MiB from the table):\n";
+  std::snprintf(line, sizeof line, "  %-12s %5s %-15s %10s %12s %12s\n", "group", "size", "collective", "alpha us", "GB/s",
+                "1 MiB ms");
+  out << line;
+  for (auto& c : p.collectives) {
+    double gbps = c.fit.beta_ms_per_byte > 0 ? 1e-6 / c.fit.beta_ms_per_byte : 0;
+    std::snprintf(line, sizeof line, "  %-12s %5d %-15s %10s %12s %12s\n", c.group.c_str(), c.group_size, c.collective.c_str(),
+                  fixed(c.fit.alpha_ms * 1000, 1).c_str(), fixed(gbps, 3).c_str(), fixed(c.predict_ms(1 << 20), 3).c_str());
+    out << line;
+  }
+}
+
+int profile(ProfileOptions o) {
+  std::string key = key_of(o);
+  std::string cache_dir = o.cache_dir.empty() ? default_profile_cache_dir() : o.cache_dir;
+  std::string path = profile_cache_path(cache_dir, o.train.model, o.nproc, key);
+  o.train.profile_out = path;
+  o.train.profile_key = key;
+  o.train.steps = o.train.profile_warmup + o.measured_steps;
+  if (std::optional<int> rc = train_if_rank(o.train)) return *rc;  // one rank of the profiling run
+
+  std::optional<Profile> cached = o.refresh ? std::nullopt : load_cached_profile(path, key);
+  if (cached) {
+    std::cerr << "loom profile: reusing " << path << " (same model, schedule, world and shapes; --refresh measures again)\n";
+  } else {
+    try {
+      validate_run(o.train, o.nproc, o.nproc);
+    } catch (const UserError& e) {
+      std::cerr << render(e.diagnostic(), nullptr);
+      return kUserError;
+    }
+    if (int rc = launch(relaunch_as_ranks(o.nproc), std::cerr)) return rc;
+    cached = load_cached_profile(path, key);
+    if (!cached) {
+      std::cerr << "error: the profiling run finished but wrote no profile at " << path << "\n";
+      return kUserError;
+    }
+    std::cerr << "loom profile: saved " << path << "\n";
+  }
+  if (!o.out.empty()) std::ofstream(o.out) << cached->to_json();
+  if (o.json) std::cout << cached->to_json();
+  else print_profile(*cached, std::cout);
+  return kOk;
+}
+
+}  // namespace
+
+void add_profile(CLI::App& app, std::function<int()>& run) {
+  auto o = std::make_shared<ProfileOptions>();
+  TrainOptions& t = o->train;
+  CLI::App* c = app.add_subcommand(
+      "profile", "Measure a step under a schedule: per-op time and memory, collective costs (cached; see docs/backend.md)");
+  add_step_options(c, t);
+  c->add_option("--nproc", o->nproc, "ranks to start on this node")->check(CLI::PositiveNumber);
+  c->add_option("--steps", o->measured_steps, "measured steps (each op's figure is the median over them)")->check(CLI::PositiveNumber);
+  c->add_option("--warmup-steps", t.profile_warmup, "unmeasured steps first")->check(CLI::NonNegativeNumber);
+  c->add_option("--out", o->out, "also write the profile (JSON) to this file");
+  c->add_option("--cache-dir", o->cache_dir, "profile cache (default: $LOOM_CACHE_DIR, else ~/.cache/loom/profiles)");
+  c->add_flag("--refresh", o->refresh, "measure again even when a cached profile matches");
+  c->add_flag("--json", o->json, "print the profile as JSON instead of tables");
+  c->callback([&run, o] { run = [o] { return profile(*o); }; });
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,114 @@
+// The profiler's torch-free half: the collective cost model (alpha-beta fit and table
+// interpolation), the profile's JSON form, and the cache key and path.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <unistd.h>
+
+#include "backend/collective_cost.h"
+#include "backend/profile.h"
+#include "lang/diagnostics.h"
+
+using namespace loom;
+
+TEST_CASE("the alpha-beta fit recovers an exact line, and is least squares on noise") {
+  // 50 us latency, 1 GB/s: 1e-6 ms per byte.
+  std::vector<CollectiveSample> line;
+  for (int64_t b : {4096, 65536, 1 << 20, 16 << 20}) line.push_back({b, 0.05 + 1e-6 * static_cast<double>(b)});
+  AlphaBeta fit = fit_alpha_beta(line);
+  CHECK(fit.alpha_ms == doctest::Approx(0.05).epsilon(1e-9));
+  CHECK(fit.beta_ms_per_byte == doctest::Approx(1e-6).epsilon(1e-9));
+
+  // Worked by hand: mean x 1.5, mean y 2.55, Sxy = Sxx = 5, so slope 1 and intercept 1.05.
+  std::vector<CollectiveSample> noisy{{0, 1.2}, {1, 1.9}, {2, 2.9}, {3, 4.2}};
+  AlphaBeta n = fit_alpha_beta(noisy);
+  CHECK(n.beta_ms_per_byte == doctest::Approx(1.0));
+  CHECK(n.alpha_ms == doctest::Approx(1.05));
+
+  CHECK_THROWS_AS(fit_alpha_beta({{1024, 1.0}}), std::invalid_argument);
+  CHECK_THROWS_AS(fit_alpha_beta({{1024, 1.0}, {1024, 2.0}}), std::invalid_argument);
+  // A falling line is noise: latency and bandwidth are never negative.
+  AlphaBeta falling = fit_alpha_beta({{0, 2.0}, {10, 1.0}});
+  CHECK(falling.beta_ms_per_byte == 0);
+}
+
+TEST_CASE("predictions interpolate the table inside the sweep and follow the line outside it") {
+  std::vector<CollectiveSample> table{{1000, 1.0}, {2000, 3.0}, {4000, 4.0}};
+  AlphaBeta fit{0.5, 0.001};
+  CHECK(predict_ms(table, fit, 1000) == doctest::Approx(1.0));
+  CHECK(predict_ms(table, fit, 1500) == doctest::Approx(2.0));
+  CHECK(predict_ms(table, fit, 3000) == doctest::Approx(3.5));
+  CHECK(predict_ms(table, fit, 4000) == doctest::Approx(4.0));
+  CHECK(predict_ms(table, fit, 500) == doctest::Approx(1.0));      // 0.5 + 0.001 * 500
+  CHECK(predict_ms(table, fit, 10000) == doctest::Approx(10.5));   // 0.5 + 0.001 * 10000
+  CHECK(predict_ms({}, fit, 2000) == doctest::Approx(2.5));
+}
+
+TEST_CASE("a profile round-trips through JSON, and a foreign file is refused with a hint") {
+  Profile p;
+  p.key = "k";
+  p.device = "cpu";
+  p.measured_steps = 3;
+  p.ops.push_back({"h.0.mlp.c_fc", 0.5, 1.25, 100, 200, 300, 400});
+  CollectiveProfile c;
+  c.collective = "all_gather";
+  c.group = "params";
+  c.group_size = 2;
+  c.samples = {{4096, 0.1}, {8192, 0.2}};
+  c.fit = fit_alpha_beta(c.samples);
+  p.collectives.push_back(c);
+  Profile q = Profile::from_json(p.to_json(), "p.json");
+  CHECK(q.key == "k");
+  CHECK(q.measured_steps == 3);
+  REQUIRE(q.ops.size() == 1);
+  CHECK(q.ops[0].module == "h.0.mlp.c_fc");
+  CHECK(q.ops[0].backward_ms == 1.25);
+  CHECK(q.ops[0].backward_peak_bytes == 400);
+  REQUIRE(q.collective("all_gather", "params") != nullptr);
+  CHECK(q.collective("all_gather", "params")->predict_ms(6144) == doctest::Approx(0.15));
+  CHECK(q.collective("all_reduce", "params") == nullptr);
+
+  try {
+    Profile::from_json(R"({"format": "something-else"})", "other.json");
+    FAIL("a foreign file was accepted");
+  } catch (const UserError& e) {
+    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 1");
+    CHECK(e.diagnostic().hint == "write it again with `loom profile`");
+  }
+  CHECK_THROWS_WITH_AS(Profile::from_json("{", "broken.json"), doctest::Contains("broken.json is not a readable Loom profile"),
+                       UserError);
+}
+
+TEST_CASE("the cache key changes with everything the figures depend on, and names its file") {
+  ProfileKeyInputs base{"gpt:tiny", "fsdp()", 2, 2, 4, 128, 1, "cpu", "fp32", 1};
+  std::string key = profile_key(base);
+  CHECK(key == profile_key(base));
+  for (auto change : std::vector<std::function<void(ProfileKeyInputs&)>>{
+           [](ProfileKeyInputs& k) { k.model = "gpt:50m"; }, [](ProfileKeyInputs& k) { k.schedule = "zero(stage=2)"; },
+           [](ProfileKeyInputs& k) { k.world = 4; }, [](ProfileKeyInputs& k) { k.seq = 64; },
+           [](ProfileKeyInputs& k) { k.micro_batch = 8; }, [](ProfileKeyInputs& k) { k.accum = 2; },
+           [](ProfileKeyInputs& k) { k.device = "cuda"; }, [](ProfileKeyInputs& k) { k.threads = 2; }}) {
+    ProfileKeyInputs k = base;
+    change(k);
+    CHECK(profile_key(k) != key);
+  }
+  std::string path = profile_cache_path("/c", "gpt:tiny", 2, key);
+  CHECK(path.rfind("/c/gpt-tiny-w2-", 0) == 0);
+  CHECK(path.size() == std::string("/c/gpt-tiny-w2-").size() + 16 + 5);
+
+  // A cached profile is used only for its own key; a damaged one is measured again.
+  auto dir = std::filesystem::temp_directory_path() / ("loom_profile_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  Profile p;
+  p.key = key;
+  std::ofstream((dir / "p.json").string()) << p.to_json();
+  CHECK(load_cached_profile((dir / "p.json").string(), key).has_value());
+  CHECK(!load_cached_profile((dir / "p.json").string(), key + "x").has_value());
+  std::ofstream((dir / "bad.json").string()) << "{";
+  CHECK(!load_cached_profile((dir / "bad.json").string(), key).has_value());
+  CHECK(!load_cached_profile((dir / "missing.json").string(), key).has_value());
+  std::filesystem::remove_all(dir);
+}
