@@ -65,6 +65,8 @@ struct ShardedExecutor::State {
   std::unordered_map<const torch::nn::Module*, std::string> path_of;
   std::vector<size_t> forward_instrs;  // indices of the program's forward instructions
   size_t cursor = 0;                   // next forward instruction to execute
+  std::vector<size_t> backward_instrs; // indices of the program's backward instructions
+  size_t backward_cursor = 0;          // next backward instruction to execute
   bool in_backward = false;            // module calls now are recomputations (checkpoint())
   bool last_micro_batch = true;        // this backward ends the step's accumulation
   std::deque<size_t> in_flight;        // reductions launched and not yet completed, in launch order
@@ -124,6 +126,28 @@ struct ShardedExecutor::State {
       }
     }
     if (!module.empty()) throw InternalError("sharded executor: `" + module + "` is not in the traced forward");
+  }
+
+  // Before `module`'s backward: the IR's backward gathers and waits up to its compute, so the
+  // gathers of the ops that follow are in flight while this one computes (backward prefetch).
+  // Reductions and releases follow the gradients themselves (on_grad). When the op is not
+  // where the IR expects it, nothing is skipped past: its parameters are gathered at need,
+  // which every rank does alike.
+  void run_backward_until(const std::string& module) {
+    size_t target = backward_cursor;
+    while (target < backward_instrs.size()) {
+      const ir::Instr& in = program.instrs[backward_instrs[target]];
+      if (in.kind == ir::OpKind::Compute && in.module == module) break;
+      ++target;
+    }
+    if (target == backward_instrs.size()) return;
+    for (; backward_cursor <= target; ++backward_cursor) {
+      const ir::Instr& in = program.instrs[backward_instrs[backward_cursor]];
+      if (in.kind == ir::OpKind::AllGather)
+        for (int p : in.params) launch_gather(p);
+      else if (in.kind == ir::OpKind::Wait)
+        wait_handle(in.handle);
+    }
   }
 
   void wait_handle(int handle) {
@@ -220,7 +244,7 @@ struct RegatherBeforeBackward : public torch::autograd::Function<RegatherBeforeB
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto holder = c10::static_intrusive_pointer_cast<RegatherHolder>(ctx->saved_data["holder"].toCapsule());
-    for (size_t p : holder->executor->params_of(holder->module)) holder->executor->ensure_resident(p);
+    holder->executor->before_backward(holder->module);
     return {grads[0], torch::Tensor()};
   }
 };
@@ -277,6 +301,7 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
   for (size_t i = 0; i < s.program.instrs.size(); ++i) {
     const ir::Instr& in = s.program.instrs[i];
     if (in.phase == ir::Phase::Forward) s.forward_instrs.push_back(i);
+    if (in.phase == ir::Phase::Backward) s.backward_instrs.push_back(i);
     if (in.kind == ir::OpKind::AllGather) s.gathers_by_handle[in.handle] = in.params;
     if (in.phase == ir::Phase::Backward && in.kind == ir::OpKind::ReduceScatter)
       for (int p : in.params) s.reduce_order.push_back(p);
@@ -296,7 +321,11 @@ const std::vector<size_t>& ShardedExecutor::params_of(const torch::nn::Module* m
   return it == s_->params_of.end() ? none : it->second;
 }
 
-void ShardedExecutor::ensure_resident(size_t p) { s_->finish_gather(p); }
+void ShardedExecutor::before_backward(const torch::nn::Module* module) {
+  auto it = s_->path_of.find(module);
+  if (it != s_->path_of.end()) s_->run_backward_until(it->second);
+  for (size_t p : params_of(module)) s_->finish_gather(p);
+}
 
 void ShardedExecutor::gather_all() {
   for (size_t p = 0; p < s_->params.size(); ++p) s_->finish_gather(p);
@@ -309,6 +338,7 @@ void ShardedExecutor::release_all() {
 void ShardedExecutor::begin_forward(bool last_micro_batch) {
   s_->last_micro_batch = last_micro_batch;
   s_->cursor = 0;
+  s_->backward_cursor = 0;
   s_->next_reduce = 0;
   s_->in_backward = false;
   for (auto& q : s_->params) q.grad_ready = q.reduce_launched = false;
@@ -347,7 +377,11 @@ void ShardedExecutor::finish_backward() {
   }
   s.launch_reductions();
   s.complete_reductions(0);
-  for (size_t p = 0; p < s.params.size(); ++p) s.release(p);
+  // A gather the IR launched for an op whose backward did not run completes before its buffer goes.
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    if (s.params[p].gathering) s.finish_gather(p);
+    s.release(p);
+  }
 }
 
 void ShardedExecutor::average_gradients() {

@@ -3,7 +3,9 @@
 // 1/s_p shard of every parameter; the full tensors' storage is freed. The forward follows the
 // step's IR: gathers are launched where the IR puts them (so prefetch overlaps), waited before
 // use, released after the last use. In backward, a pass-through autograd node on each module's
-// output re-gathers its parameters just before its backward runs; each parameter's gradient is
+// output runs the IR's backward instructions up to that module's compute just before its
+// backward: its parameters are waited for and the next ops' gathers launched (backward
+// prefetch, where the IR places them). Each parameter's gradient is
 // reduce-scattered to its s_p owners as soon as it is complete (simplefsdp.txt §3.1), in the
 // same order on every rank. Gradients (lins.txt §IV-C): when s_g > s_p, every micro-batch but
 // the last is all-reduced among the s_g / s_p peers and each keeps its 1/s_g (select & drop);
@@ -59,8 +61,9 @@ class ShardedExecutor : public nn::CallInterceptor {
   void gather_all();
   void release_all();
 
-  // Gathers parameter `p` now if it is not resident (used by the backward re-gather).
-  void ensure_resident(size_t p);
+  // Just before `module`'s backward: the IR's backward instructions up to its compute
+  // (gathers launched ahead, waits), then its parameters made resident.
+  void before_backward(const torch::nn::Module* module);
   const std::vector<size_t>& params_of(const torch::nn::Module* module) const;
 
   // Each optimizer slice as a range of its parameter's flat padded tensor (sharded checkpoints),

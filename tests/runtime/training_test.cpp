@@ -309,6 +309,25 @@ TEST_CASE("--trace writes the executed timeline of every rank in Chrome trace fo
     CHECK(count[{rank, "phase"}] == 2 * 3);  // forward, backward, optimizer per step
   }
   CHECK(!fs::exists(trace.string() + ".rank1"));  // merged into one file
+
+  // Backward follows the IR: zero3.sched's prefetch puts the next block's gathers in flight
+  // while this one computes, so several all-gathers overlap inside a backward phase.
+  std::vector<std::pair<double, double>> backward_phases, gathers;
+  for (auto& e : events)
+    if (e.at("ph") == "X" && e.at("pid") == 0) {
+      std::pair<double, double> span{e.at("ts").get<double>(), e.at("ts").get<double>() + e.at("dur").get<double>()};
+      if (e.at("name") == "backward") backward_phases.push_back(span);
+      if (e.at("name").get<std::string>().rfind("all_gather", 0) == 0) gathers.push_back(span);
+    }
+  int most_in_flight = 0;
+  for (auto& phase : backward_phases)
+    for (auto& g : gathers) {
+      if (g.first < phase.first || g.first > phase.second) continue;
+      int in_flight = 0;
+      for (auto& other : gathers) in_flight += other.first <= g.first && g.first < other.second;
+      most_in_flight = std::max(most_in_flight, in_flight);
+    }
+  CHECK(most_in_flight > 1);
 }
 
 TEST_CASE("directives without a runtime effect stop loom run before training, naming the directive") {
