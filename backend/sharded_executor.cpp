@@ -1,6 +1,5 @@
 #include "backend/sharded_executor.h"
 
-#include <ATen/native/Resize.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -18,12 +17,17 @@ namespace {
 
 // A gathered parameter's storage is freed after its last use and refilled before the next
 // (ENVIRONMENT.md: autograd's saved tensors keep their identity, so gradients are unchanged).
+// Through the storage's own allocator, so it works on any device (and CPU stays counted).
 void free_storage(const torch::Tensor& t) {
-  at::native::resize_bytes_cpu(t.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl(), 0);
+  c10::StorageImpl* storage = t.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, t.device()));
+  storage->set_nbytes(0);
 }
 void refill_storage(const torch::Tensor& t) {
-  at::native::resize_bytes_cpu(t.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl(),
-                               static_cast<size_t>(t.numel() * t.element_size()));
+  c10::StorageImpl* storage = t.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
+  size_t bytes = static_cast<size_t>(t.numel() * t.element_size());
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
 }
 
 }  // namespace

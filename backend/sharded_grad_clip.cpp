@@ -6,7 +6,9 @@ namespace loom {
 
 void clip_sharded_grad_norm(const std::vector<torch::Tensor>& tensors, comm::Group* group, double max_norm) {
   torch::NoGradGuard no_grad;
-  torch::Tensor sq = torch::zeros({1}, torch::kDouble);
+  // On the gradients' device: NCCL reduces GPU tensors only.
+  torch::Device device = tensors.empty() ? torch::Device(torch::kCPU) : tensors.front().device();
+  torch::Tensor sq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kDouble).device(device));
   for (auto& t : tensors) sq += t.grad().to(torch::kDouble).pow(2).sum();
   if (group) comm::all_reduce(*group, sq).wait();
   double coef = max_norm / (std::sqrt(sq.item<double>()) + 1e-6);

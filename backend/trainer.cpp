@@ -70,6 +70,9 @@ void check_options(const TrainOptions& o) {
   positive(o.steps, "--steps");
   positive(o.accum, "--accum");
   if (!(o.lr > 0)) throw UserError(SourceRange{}, "--lr must be positive", "e.g. --lr 3e-3");
+  if (o.backend == "nccl" && resolved_device(o) != "cuda")
+    throw UserError(SourceRange{}, "--backend nccl needs --device cuda (NCCL moves GPU tensors only)",
+                    "use --backend gloo (or auto) on CPU");
 }
 
 // Checkpoints: DIR/step-000010/{model.pt, optim/rank-R.{pt,json}, rng.pt, trainer.json} and
@@ -235,12 +238,6 @@ double learning_rate(const TrainOptions& o, int64_t step) {
   return LrSchedule{o.lr, o.min_lr_ratio, o.warmup, o.steps}.at(step);
 }
 
-void check_sharded_options(const RuntimePlan& plan, bool cuda) {
-  if (plan.factors.params <= 1) return;
-  if (cuda)
-    throw UserError(SourceRange{}, "the sharded executor runs on CPU only so far", "use --device cpu");
-}
-
 void validate_run(const TrainOptions& o, int world, int local_world) {
   check_options(o);
   if (o.device == "cuda" && !compat::cuda_available())
@@ -249,8 +246,7 @@ void validate_run(const TrainOptions& o, int world, int local_world) {
   SourceManager sources;
   try {
     auto sch = evaluate_schedule(o, world, local_world, sources);
-    RuntimePlan plan = plan_runtime(*sch);
-    check_sharded_options(plan, o.device == "cuda");
+    plan_runtime(*sch);
   } catch (const UserError& e) {
     // Re-throw with the rendered source context, which only `sources` can provide.
     throw UserError(Diagnostic{Severity::Error, SourceRange{}, render(e.diagnostic(), &sources), ""});
@@ -291,17 +287,20 @@ int train(const TrainOptions& o, const RankEnv& env) {
                  "  hint: build with -DLOOM_WITH_CUDA=ON against a CUDA LibTorch, or use --device cpu\n";
     return 1;
   }
-  if (cuda && env.local_rank >= compat::cuda_device_count()) {
+  // NCCL needs a GPU per rank; gloo moves GPU tensors too, so its ranks may share GPUs.
+  bool nccl = cuda && o.backend != "gloo";
+  if (nccl && env.local_rank >= compat::cuda_device_count()) {
     std::cerr << "error: local rank " << env.local_rank << " has no GPU of its own (" << compat::cuda_device_count()
-              << " visible)\n  hint: run at most one rank per GPU per node (--nproc)\n";
+              << " visible)\n  hint: run at most one rank per GPU per node (--nproc), or --backend gloo to share GPUs\n";
     return 1;
   }
-  torch::Device device = cuda ? torch::Device(torch::kCUDA, env.local_rank) : torch::Device(torch::kCPU);
-  if (cuda) compat::set_cuda_device(env.local_rank);
+  int gpu = cuda ? env.local_rank % compat::cuda_device_count() : 0;
+  torch::Device device = cuda ? torch::Device(torch::kCUDA, gpu) : torch::Device(torch::kCPU);
+  if (cuda) compat::set_cuda_device(gpu);
 
   comm::WorldOptions wo;
   wo.timeout = std::chrono::seconds(o.timeout_s);
-  wo.backend = cuda ? comm::Backend::Nccl : comm::Backend::Gloo;
+  wo.backend = nccl ? comm::Backend::Nccl : comm::Backend::Gloo;
   auto world = comm::init_world(env, wo);
 
   torch::manual_seed(static_cast<uint64_t>(o.seed));
@@ -355,13 +354,6 @@ int train(const TrainOptions& o, const RankEnv& env) {
   ActivationCheckpointer checkpointer(checkpointed);
   if (!checkpointed.empty()) nn::set_call_interceptor(&checkpointer);
 
-  try {
-    check_sharded_options(plan, cuda);
-  } catch (const UserError& e) {
-    std::cerr << render(e.diagnostic(), nullptr);
-    return 1;
-  }
-
   plan.factors.dp = env.world;
   bool profiling = !o.profile_out.empty();
   ir::OpTrace trace;
@@ -370,7 +362,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
   nn::CallInterceptor* innermost = checkpointed.empty() ? nullptr : &checkpointer;
   std::unique_ptr<OpProfiler> profiler;
   if (profiling) {
-    profiler = std::make_unique<OpProfiler>(*model.module, trace, innermost, cuda ? env.local_rank : -1);
+    profiler = std::make_unique<OpProfiler>(*model.module, trace, innermost, cuda ? gpu : -1);
     innermost = profiler.get();
     nn::set_call_interceptor(profiler.get());
   }
@@ -431,7 +423,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
               << " checkpointed modules, " << (plan.factors.optim > 1 ? "sharding (s_p, s_g, s_os) = (" + std::to_string(plan.factors.params) + ", " +
                                                  std::to_string(plan.factors.grads) + ", " + std::to_string(plan.factors.optim) + "), "
                                            : "")
-              << (!cuda ? "cpu (fp32, gloo)" : bf16 ? "cuda (bf16 autocast, fp32 weights, nccl)" : "cuda (fp32, nccl)")
+              << (!cuda ? "cpu (fp32, gloo)" : std::string("cuda (") + (bf16 ? "bf16 autocast, fp32 weights" : "fp32") + (nccl ? ", nccl)" : ", gloo)"))
               << (start > 0 ? ", resuming after step " + std::to_string(start) : "") << "\n"
               << std::flush;
   Progress progress(o.steps);
@@ -440,7 +432,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
   for (int64_t step = start; step < o.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     memory::reset_peak();
-    if (cuda) compat::cuda_reset_peak(env.local_rank);
+    if (cuda) compat::cuda_reset_peak(gpu);
     double lr = learning_rate(o, step);
     for (auto& group : optimizer.param_groups())
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
@@ -499,7 +491,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
     if (cuda) compat::cuda_synchronize();
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     double tokens_per_s = static_cast<double>(env.world * o.micro_batch * o.seq * o.accum) / (ms / 1000.0);
-    int64_t peak = cuda ? compat::cuda_peak_bytes(env.local_rank) : memory::peak_bytes();
+    int64_t peak = cuda ? compat::cuda_peak_bytes(gpu) : memory::peak_bytes();
     if (lead) {
       if (metrics.is_open()) {
         char loss_text[40];

@@ -27,6 +27,7 @@ struct TrainOptions {
   uint64_t seed = 1234;
   int threads = 0;                    // intra-op threads per rank; 0: cores / local ranks
   std::string precision = "bf16";     // on GPU: "bf16" (autocast, fp32 master weights) or "fp32"
+  std::string backend = "auto";       // collectives: "nccl" (cuda), "gloo", or "auto": nccl on cuda, gloo on cpu
   std::string device = "auto";        // "cpu", "cuda" (bf16 autocast, NCCL), or "auto": cuda when built with it and a GPU is there
   std::string save_dir;               // write checkpoints here
   int64_t save_every = 0;             // also every K steps (0: only at the end)

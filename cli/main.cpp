@@ -42,6 +42,8 @@ void add_step_options(CLI::App* c, TrainOptions& t) {
   c->add_option("--threads", t.threads, "intra-op threads per rank (default: cores / ranks)");
   c->add_option("--device", t.device, "cpu, cuda (bf16 autocast, fp32 master weights, NCCL; one GPU per rank) or auto")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  c->add_option("--backend", t.backend, "collectives: auto (nccl on cuda, gloo on cpu), nccl, or gloo (on cuda: ranks may share a GPU)")
+      ->check(CLI::IsMember({"auto", "nccl", "gloo"}));
   c->add_option("--precision", t.precision, "GPU compute precision: bf16 (autocast over fp32 master weights) or fp32")
       ->check(CLI::IsMember({"bf16", "fp32"}));
   c->add_option("--set", t.sets, "fix a tune() knob: --set micro_batch=4 (repeatable)");

@@ -112,6 +112,7 @@ expect_run_error 1 "sharding a mixture of experts (data-dependent call order) is
 expect_run_error 1 "rank 0 failed (exit code 1): error: --seq 4096 is longer than model gpt:tiny's context of 256 tokens" \
   --model gpt:tiny --seq 4096 --steps 1
 expect_run_error 1 "error: --micro-batch must be at least 1, got 0" --model gpt:tiny --micro-batch 0 --steps 1
+expect_run_error 1 "error: --backend nccl needs --device cuda (NCCL moves GPU tensors only)" --model gpt:tiny --device cpu --backend nccl --steps 1
 expect_run_error 1 "error: --set expects name=value, got 'oops'" --model gpt:tiny --set oops --steps 1
 expect_run_error 2 "--device: oops not in {auto,cpu,cuda}" --model gpt:tiny --device oops
 
