@@ -101,7 +101,7 @@ struct ShardedExecutor::State {
 
   void release(size_t p) {
     Param& q = params[p];
-    if (!q.resident) return;
+    if (!q.resident || s_p == 1) return;  // replicated parameters (ZeRO-1/2) stay resident
     free_storage(q.full);
     q.resident = false;
   }
@@ -182,8 +182,12 @@ struct ShardedExecutor::State {
     while (next_reduce < reduce_order.size() && params[reduce_order[next_reduce]].grad_ready) {
       size_t p = reduce_order[next_reduce++];
       Param& q = params[p];
-      q.grad_shard = torch::empty({q.chunk}, q.grad_flat.options());
-      q.reduce_work = comm::reduce_scatter(*groups.params, q.grad_flat, q.grad_shard);
+      if (groups.params) {
+        q.grad_shard = torch::empty({q.chunk}, q.grad_flat.options());
+        q.reduce_work = comm::reduce_scatter(*groups.params, q.grad_flat, q.grad_shard);
+      } else {
+        q.grad_shard = q.grad_flat;  // s_p = 1: this rank's parameter shard is the whole parameter
+      }
       q.reduce_launched = true;
       in_flight.push_back(p);
     }
@@ -262,8 +266,8 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
   s.groups = std::move(groups);
   s.inner = inner;
   const ir::Sharding& f = s.groups.factors;
-  if (f.params < 2 || !s.groups.params)
-    throw InternalError("sharded executor: parameters must be sharded over at least 2 ranks (s_p = " + std::to_string(f.params) + ")");
+  if (f.optim < 2)
+    throw InternalError("sharded executor: nothing is sharded (s_os = " + std::to_string(f.optim) + ")");
   s.s_p = f.params;
   s.m_g = f.grads / f.params;
   s.m_os = f.optim / f.params;
@@ -281,7 +285,7 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
     s.params_of[m.module] = mine;
     s.path_of[m.module] = m.path;
   }
-  int r = s.groups.params->rank();
+  int r = s.groups.params ? s.groups.params->rank() : 0;
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < s.params.size(); ++i) {
     State::Param& q = s.params[i];
@@ -291,24 +295,35 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
     q.chunk = q.padded / s.s_p;
     torch::Tensor padded = torch::zeros({q.padded}, q.full.options().requires_grad(false));
     padded.narrow(0, 0, q.numel).copy_(q.full.detach().reshape({-1}));
-    q.shard = padded.narrow(0, r * q.chunk, q.chunk).clone();
     int64_t slice = q.chunk / s.m_os;
+    if (s.s_p == 1) {
+      // Replicated (ZeRO-1/2): the parameter becomes a view into its padded flat copy, so the
+      // optimizer slice updates it in place and no second copy exists.
+      q.shard = padded;
+      q.full.set_(padded.storage(), 0, q.full.sizes(), q.full.strides());
+      q.resident = true;
+    } else {
+      q.shard = padded.narrow(0, r * q.chunk, q.chunk).clone();
+      free_storage(q.full);
+    }
     q.slice = q.shard.narrow(0, s.groups.optim_slot * slice, slice).requires_grad_(true);
     s.optimized.push_back(q.slice);
-    free_storage(q.full);
     State* state = s_.get();
     q.full.register_hook([state, i](torch::Tensor grad) {
       state->on_grad(i, grad);
       return grad;
     });
   }
+  std::unordered_set<int> reduced;
   for (size_t i = 0; i < s.program.instrs.size(); ++i) {
     const ir::Instr& in = s.program.instrs[i];
     if (in.phase == ir::Phase::Forward) s.forward_instrs.push_back(i);
     if (in.phase == ir::Phase::Backward) s.backward_instrs.push_back(i);
     if (in.kind == ir::OpKind::AllGather) s.gathers_by_handle[in.handle] = in.params;
-    if (in.phase == ir::Phase::Backward && in.kind == ir::OpKind::ReduceScatter)
-      for (int p : in.params) s.reduce_order.push_back(p);
+    // Gradients are reduced in the order of the IR's first backward reduction of each.
+    if (in.phase == ir::Phase::Backward && (in.kind == ir::OpKind::ReduceScatter || in.kind == ir::OpKind::AllReduce))
+      for (int p : in.params)
+        if (reduced.insert(p).second) s.reduce_order.push_back(p);
   }
   if (s.reduce_order.size() != s.params.size())
     throw InternalError("sharded executor: the step reduces " + std::to_string(s.reduce_order.size()) + " of " +
@@ -426,7 +441,7 @@ std::vector<OptimizedRange> ShardedExecutor::optimized_ranges() const {
   std::vector<OptimizedRange> out;
   for (size_t i = 0; i < s.params.size(); ++i) {
     const State::Param& q = s.params[i];
-    int64_t offset = s.groups.params->rank() * q.chunk + s.groups.optim_slot * q.slice.numel();
+    int64_t offset = (s.groups.params ? s.groups.params->rank() : 0) * q.chunk + s.groups.optim_slot * q.slice.numel();
     out.push_back({s.program.params[i].name, q.numel, offset, q.slice});
   }
   return out;

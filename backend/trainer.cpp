@@ -26,7 +26,6 @@
 #include "backend/model_trace.h"
 #include "backend/op_profiler.h"
 #include "backend/optimizer_checkpoint.h"
-#include "backend/optimizer_sharder.h"
 #include "backend/pass_pipeline.h"
 #include "backend/runtime_plan.h"
 #include "backend/shard_groups.h"
@@ -357,7 +356,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
   plan.factors.dp = env.world;
   bool profiling = !o.profile_out.empty();
   ir::OpTrace trace;
-  if (plan.factors.params > 1 || profiling) trace = trace_model(o.model);
+  if (plan.factors.optim > 1 || profiling) trace = trace_model(o.model);
   // Profiling: the op profiler runs innermost, where an op's parameters are resident.
   nn::CallInterceptor* innermost = checkpointed.empty() ? nullptr : &checkpointer;
   std::unique_ptr<OpProfiler> profiler;
@@ -367,22 +366,15 @@ int train(const TrainOptions& o, const RankEnv& env) {
     nn::set_call_interceptor(profiler.get());
   }
 
-  // Sharded parameters (s_p > 1): the sharded executor runs every module call, the
-  // activation checkpointer inside it. Every rank creates every subgroup, in order.
+  // Any sharding (s_os > 1: ZeRO-1/2/3, MiCS, hybrids): the sharded executor runs every module
+  // call, the activation checkpointer inside it. Every rank creates every subgroup, in order.
   std::unique_ptr<ShardedExecutor> sharded;
   std::vector<torch::Tensor> optimized = params;
-  if (plan.factors.params > 1) {
+  if (plan.factors.optim > 1) {
     ir::Program step = plan_step(*sch, trace, nullptr, PipelineDebug::from_environment(std::cerr));
     sharded = std::make_unique<ShardedExecutor>(*model.module, std::move(step), make_shard_groups(*world, plan.factors), innermost);
     optimized = sharded->optimized();
     nn::set_call_interceptor(sharded.get());
-  }
-
-  // Optimizer-state sharding with replicated parameters (ZeRO-1/2): groups of s_os consecutive ranks.
-  std::unique_ptr<OptimizerSharder> optim_sharder;
-  if (plan.factors.params == 1 && plan.factors.optim > 1) {
-    optim_sharder = std::make_unique<OptimizerSharder>(params, strided_group(*world, plan.factors.optim, 1));
-    optimized = optim_sharder->shards();
   }
 
   torch::optim::AdamW optimizer(optimized, torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay));
@@ -392,7 +384,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
     ranges = sharded->optimized_ranges();
   } else {
     for (size_t i = 0; i < params.size(); ++i)
-      ranges.push_back({param_names[i], params[i].numel(), optim_sharder ? optim_sharder->offset(i) : 0, optimized[i]});
+      ranges.push_back({param_names[i], params[i].numel(), 0, optimized[i]});
   }
   if (!resume_dir.empty()) {
     try {
@@ -475,14 +467,10 @@ int train(const TrainOptions& o, const RankEnv& env) {
       if (sharded) {
         sharded->average_gradients();
         if (o.clip > 0) sharded->clip_gradients(o.clip);
-      } else if (optim_sharder) {
-        optim_sharder->take_gradients();
-        if (o.clip > 0) optim_sharder->clip_gradients(o.clip);
       } else if (o.clip > 0) {
         torch::nn::utils::clip_grad_norm_(params, o.clip);
       }
       optimizer.step();
-      if (optim_sharder) optim_sharder->publish();
       if (sharded) sharded->publish();
     }
     torch::Tensor loss_t = torch::tensor({loss_sum}, torch::TensorOptions().dtype(torch::kDouble)).to(device);

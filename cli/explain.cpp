@@ -1,8 +1,13 @@
 // loom explain: print the instruction IR a schedule lowers to, and the per-pass log, without training.
+#include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "backend/model_trace.h"
 #include "backend/pass_pipeline.h"
+#include "backend/profile.h"
+#include "backend/step_estimate.h"
 #include "cli/commands.h"
 #include "lang/interpreter.h"
 #include "models/zoo.h"
@@ -17,6 +22,7 @@ struct ExplainOptions {
   int local_world = 0;
   std::vector<std::string> sets;
   bool json = false;
+  std::string profile;  // a profile from `loom profile` prices every instruction
   std::string stdlib = LOOM_STDLIB_DIR;
 };
 
@@ -42,7 +48,30 @@ int explain(const ExplainOptions& o) {
     for (auto& r : records)
       std::cout << "#   " << r.pass << ": " << (r.changed ? "changed" : "unchanged") << ", " << r.instructions
                 << " instructions\n";
-    std::cout << program.to_text();
+    if (o.profile.empty()) {
+      std::cout << program.to_text();
+      return kOk;
+    }
+    std::ifstream in(o.profile);
+    if (!in)
+      throw UserError(SourceRange{}, "cannot read the profile '" + o.profile + "'", "write one with `loom profile ... --out FILE`");
+    std::stringstream text;
+    text << in.rdbuf();
+    StepEstimate estimate = estimate_step(program, Profile::from_json(text.str(), o.profile), o.profile);
+    // The IR's text, one instruction per line after its header, each with its estimate.
+    std::istringstream lines(program.to_text());
+    std::string line;
+    std::getline(lines, line);
+    std::cout << line << "\n";
+    for (double ms : estimate.instruction_ms) {
+      std::getline(lines, line);
+      char cost[32] = "";
+      if (ms >= 0) std::snprintf(cost, sizeof cost, "~%.3f ms", ms);
+      std::printf("%-100s %s\n", line.c_str(), cost);
+    }
+    std::printf("# estimate from %s (serial sums; overlap is what --trace shows): forward compute %.2f ms, backward "
+                "compute %.2f ms, collectives %.2f ms\n",
+                o.profile.c_str(), estimate.forward_compute_ms, estimate.backward_compute_ms, estimate.collective_ms);
     return kOk;
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), &sources);
@@ -61,6 +90,7 @@ void add_explain(CLI::App& app, std::function<int()>& run) {
   c->add_option("--local-world", o->local_world, "ranks per node (default: all on one node)")->check(CLI::NonNegativeNumber);
   c->add_option("--set", o->sets, "fix a tune() knob: --set name=value (repeatable)");
   c->add_flag("--json", o->json, "print the IR as JSON");
+  c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE`: prices each instruction");
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules");
   c->callback([&run, o] { run = [o] { return explain(*o); }; });
 }

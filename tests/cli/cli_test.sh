@@ -57,5 +57,14 @@ expect "explain json" 0 '"gathers_placed": true' -- "$loom" explain stdlib_sched
 expect "explain LOOM_DEBUG" 0 "[loom] pass insert_gather_release: changed" -- env LOOM_DEBUG=1 "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2
 expect "explain schedule error" 1 "error: shard_states on sch: params = 3 does not divide dp = 8" -- "$loom" explain tests/error/shard_states_divide.sched --model gpt2 --nproc 8
 
+# A measured profile prices the IR; one of another model is refused, naming both ops.
+prof="profile --model gpt:tiny --nproc 2 --steps 1 --seq 32 --micro-batch 2 --threads 1 --cache-dir $tmp/cache"
+expect "profile" 0 "collectives (alpha-beta fit" -- "$loom" $prof stdlib_schedules/zero3.sched --out "$tmp/profile.json"
+expect "profile cached" 0 "loom profile: reusing $tmp/cache/gpt-tiny-w2-" -- "$loom" $prof stdlib_schedules/zero3.sched
+expect "explain --profile" 0 "# estimate from $tmp/profile.json (serial sums" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --profile "$tmp/profile.json"
+expect "explain --profile other model" 2 "error: $tmp/profile.json was measured for other compute ops: the step's op 0 is \`embed_tokens\`, the profile's is \`wpe\`" -- "$loom" explain --model llama:tiny --nproc 2 --profile "$tmp/profile.json"
+expect "explain --profile missing" 2 "error: cannot read the profile '$tmp/none.json'" -- "$loom" explain --model gpt:tiny --nproc 2 --profile "$tmp/none.json"
+expect "explain --profile not a profile" 2 "is not a readable Loom profile" -- "$loom" explain --model gpt:tiny --nproc 2 --profile stdlib_schedules/zero3.sched
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

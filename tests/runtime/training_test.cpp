@@ -261,7 +261,7 @@ TEST_CASE("model-state memory per rank follows lins.txt's formula (fp32: 4/s_p +
   // activations; it is reported, not bounded by the formula.
   const double params = static_cast<double>(module_tree_of("gpt:50m")->parameter_count());
   std::string args = " --model gpt:50m --data synthetic --seq 16 --micro-batch 1 --accum 2 --steps 2 --threads 1 --nproc 4";
-  for (auto [p, g, os] : std::vector<std::array<int, 3>>{{2, 2, 2}, {2, 2, 4}, {2, 4, 4}, {4, 4, 4}}) {
+  for (auto [p, g, os] : std::vector<std::array<int, 3>>{{1, 1, 4}, {1, 4, 4}, {2, 2, 2}, {2, 2, 4}, {2, 4, 4}, {4, 4, 4}}) {
     std::string tag = "mem" + std::to_string(p) + std::to_string(g) + std::to_string(os);
     CAPTURE(tag);
     fs::path sched = scratch() / (tag + ".sched"), metrics = scratch() / (tag + ".jsonl");

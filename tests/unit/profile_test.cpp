@@ -10,6 +10,7 @@
 
 #include "backend/collective_cost.h"
 #include "backend/profile.h"
+#include "backend/step_estimate.h"
 #include "lang/diagnostics.h"
 
 using namespace loom;
@@ -111,4 +112,49 @@ TEST_CASE("the cache key changes with everything the figures depend on, and name
   CHECK(!load_cached_profile((dir / "bad.json").string(), key).has_value());
   CHECK(!load_cached_profile((dir / "missing.json").string(), key).has_value());
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a profile prices a step's instructions: ops by forward order, collectives by role and bytes") {
+  auto compute = [](const char* module, ir::Phase phase) {
+    ir::Instr in;
+    in.kind = ir::OpKind::Compute, in.phase = phase, in.module = module;
+    return in;
+  };
+  ir::Program step;
+  step.instrs = {compute("a", ir::Phase::Forward), compute("b", ir::Phase::Forward), compute("b", ir::Phase::Backward)};
+  ir::Instr gather;
+  gather.kind = ir::OpKind::AllGather, gather.phase = ir::Phase::Backward, gather.group = {"params", 2}, gather.bytes = 1500;
+  step.instrs.push_back(gather);
+  ir::Instr reduce = gather;
+  reduce.kind = ir::OpKind::AllReduce, reduce.group = {"dp", 2};  // the profile has no world role: unpriced
+  step.instrs.push_back(reduce);
+  step.instrs.push_back(compute("a", ir::Phase::Backward));
+
+  Profile p;
+  p.ops = {{"a", 1.0, 10.0, 0, 0, 0, 0}, {"b", 2.0, 20.0, 0, 0, 0, 0}};
+  CollectiveProfile c;
+  c.collective = "all_gather", c.group = "params", c.group_size = 2;
+  c.samples = {{1000, 1.0}, {2000, 2.0}};
+  c.fit = fit_alpha_beta(c.samples);
+  p.collectives.push_back(c);
+  StepEstimate e = estimate_step(step, p, "p.json");
+  REQUIRE(e.instruction_ms.size() == 6);
+  CHECK(e.instruction_ms[0] == 1.0);
+  CHECK(e.instruction_ms[1] == 2.0);
+  CHECK(e.instruction_ms[2] == 20.0);
+  CHECK(e.instruction_ms[3] == doctest::Approx(1.5));
+  CHECK(e.instruction_ms[4] == -1);
+  CHECK(e.instruction_ms[5] == 10.0);
+  CHECK(e.forward_compute_ms == 3.0);
+  CHECK(e.backward_compute_ms == 30.0);
+  CHECK(e.collective_ms == doctest::Approx(1.5));
+
+  std::swap(p.ops[0], p.ops[1]);
+  try {
+    estimate_step(step, p, "p.json");
+    FAIL("a profile of other ops was accepted");
+  } catch (const UserError& err) {
+    CHECK(err.diagnostic().message == "p.json was measured for other compute ops: the step's op 0 is `a`, the profile's is `b`");
+    CHECK(err.diagnostic().hint == "measure this model and schedule with `loom profile`");
+  }
 }
