@@ -54,7 +54,8 @@ struct GradientReducer::State {
   }
 };
 
-GradientReducer::GradientReducer(const std::vector<torch::Tensor>& params, comm::Group& group, int64_t bucket_bytes)
+GradientReducer::GradientReducer(const std::vector<torch::Tensor>& params, comm::Group& group, int64_t bucket_bytes,
+                                 torch::Dtype reduce_dtype)
     : s_(std::make_unique<State>()) {
   s_->group = &group;
   std::unordered_set<const void*> seen;
@@ -83,7 +84,7 @@ GradientReducer::GradientReducer(const std::vector<torch::Tensor>& params, comm:
       s_->offset[p] = total;
       total += s_->params[p].numel();
     }
-    b.flat = torch::zeros({total}, s_->params[b.params[0]].options().requires_grad(false));
+    b.flat = torch::zeros({total}, s_->params[b.params[0]].options().dtype(reduce_dtype).requires_grad(false));
   }
   for (size_t k = 0; k < n; ++k) {
     State* state = s_.get();
@@ -136,7 +137,8 @@ void GradientReducer::finish() {
   torch::NoGradGuard no_grad;
   for (size_t p = 0; p < s.params.size(); ++p) {
     auto& b = s.buckets[s.bucket_of[p]];
-    torch::Tensor avg = b.flat.narrow(0, s.offset[p], s.params[p].numel()).view(s.params[p].sizes()) * scale;
+    torch::Tensor avg =
+        b.flat.narrow(0, s.offset[p], s.params[p].numel()).view(s.params[p].sizes()).to(s.params[p].scalar_type()) * scale;
     if (s.params[p].grad().defined()) s.params[p].mutable_grad().copy_(avg);
     else s.params[p].mutable_grad() = avg.clone();
   }

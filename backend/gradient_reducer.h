@@ -14,7 +14,9 @@ namespace loom {
 class GradientReducer {
  public:
   // `params` in registration order; shared (tied) tensors are reduced once.
-  GradientReducer(const std::vector<torch::Tensor>& params, comm::Group& group, int64_t bucket_bytes);
+  // Buckets hold `reduce_dtype` (the gradients are cast into them and back).
+  GradientReducer(const std::vector<torch::Tensor>& params, comm::Group& group, int64_t bucket_bytes,
+                  torch::Dtype reduce_dtype = torch::kFloat);
   ~GradientReducer();
 
   // Before each micro-batch's backward: `sync` is true on the last micro-batch of a

@@ -47,7 +47,8 @@ struct ShardedExecutor::State {
     // Gradient reduction of the current micro-batch.
     bool grad_ready = false;
     bool reduce_launched = false;
-    torch::Tensor grad_flat;   // padded full gradient, input of the reduce-scatter
+    torch::Tensor grad_flat;   // padded full gradient
+    torch::Tensor grad_wire;   // it in the reduction dtype: the reduce-scatter's input
     torch::Tensor grad_shard;  // its output (1/s_p)
     comm::Work reduce_work;
     // Kept across micro-batches: 1/s_g of the parameter shard (or all of it when s_g = s_p).
@@ -61,6 +62,7 @@ struct ShardedExecutor::State {
 
   ir::Program program;
   ShardGroups groups;
+  torch::Dtype reduce_dtype = torch::kFloat;
   nn::CallInterceptor* inner = nullptr;
   int s_p = 1, m_g = 1, m_os = 1;
   std::vector<Param> params;
@@ -182,11 +184,12 @@ struct ShardedExecutor::State {
     while (next_reduce < reduce_order.size() && params[reduce_order[next_reduce]].grad_ready) {
       size_t p = reduce_order[next_reduce++];
       Param& q = params[p];
+      q.grad_wire = q.grad_flat.to(reduce_dtype);  // the same tensor when the dtypes agree
       if (groups.params) {
-        q.grad_shard = torch::empty({q.chunk}, q.grad_flat.options());
-        q.reduce_work = comm::reduce_scatter(*groups.params, q.grad_flat, q.grad_shard);
+        q.grad_shard = torch::empty({q.chunk}, q.grad_wire.options());
+        q.reduce_work = comm::reduce_scatter(*groups.params, q.grad_wire, q.grad_shard);
       } else {
-        q.grad_shard = q.grad_flat;  // s_p = 1: this rank's parameter shard is the whole parameter
+        q.grad_shard = q.grad_wire;  // s_p = 1: this rank's parameter shard is the whole parameter
       }
       q.reduce_launched = true;
       in_flight.push_back(p);
@@ -200,10 +203,21 @@ struct ShardedExecutor::State {
       Param& q = params[in_flight.front()];
       in_flight.pop_front();
       q.reduce_work.wait();
-      q.grad_flat = torch::Tensor();
+      q.grad_shard = q.grad_shard.to(q.shard.scalar_type());
+      q.grad_flat = q.grad_wire = torch::Tensor();
       q.full.mutable_grad() = torch::Tensor();  // the full gradient was only the reduction's input
       keep_gradient(q);
     }
+  }
+
+  void all_reduce_in_reduce_dtype(comm::Group& group, torch::Tensor& tensor) {
+    if (tensor.scalar_type() == reduce_dtype) {
+      comm::all_reduce(group, tensor).wait();
+      return;
+    }
+    torch::Tensor wire = tensor.to(reduce_dtype);
+    comm::all_reduce(group, wire).wait();
+    tensor.copy_(wire);
   }
 
   // What a rank keeps of a parameter shard's gradient (lins.txt §IV-C).
@@ -217,7 +231,7 @@ struct ShardedExecutor::State {
         else q.grad_kept = q.grad_shard;
       } else {
         // Select & drop: all-reduce among the s_g / s_p peers, keep this rank's 1/s_g.
-        comm::all_reduce(*groups.grad_peers, q.grad_shard).wait();
+        all_reduce_in_reduce_dtype(*groups.grad_peers, q.grad_shard);
         torch::Tensor mine = q.grad_shard.narrow(0, groups.grad_slot * part, part);
         if (q.grad_kept.defined()) q.grad_kept.add_(mine);
         else q.grad_kept = mine.clone();
@@ -227,7 +241,7 @@ struct ShardedExecutor::State {
       // keeper), all-reduce over the dp / s_p replicas, keep the optimizer slice.
       if (q.grad_kept.defined()) q.grad_shard.narrow(0, groups.grad_slot * part, part).add_(q.grad_kept);
       q.grad_kept = torch::Tensor();
-      if (groups.replicas) comm::all_reduce(*groups.replicas, q.grad_shard).wait();
+      if (groups.replicas) all_reduce_in_reduce_dtype(*groups.replicas, q.grad_shard);
       int64_t slice = q.slice.numel();
       q.slice_grad = q.grad_shard.narrow(0, groups.optim_slot * slice, slice).clone();
     }
@@ -259,9 +273,11 @@ struct RegatherBeforeBackward : public torch::autograd::Function<RegatherBeforeB
 
 }  // namespace
 
-ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, ShardGroups groups, nn::CallInterceptor* inner)
+ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, ShardGroups groups, nn::CallInterceptor* inner,
+                                 torch::Dtype reduce_dtype)
     : s_(std::make_unique<State>()) {
   State& s = *s_;
+  s.reduce_dtype = reduce_dtype;
   s.program = std::move(program);
   s.groups = std::move(groups);
   s.inner = inner;

@@ -33,7 +33,9 @@ class ShardedExecutor : public nn::CallInterceptor {
   // The program must be the step planned for this model and sharding (plan_step). `inner`
   // (may be null) runs each module call once its parameters are resident: the activation
   // checkpointer, whose recomputation in backward re-gathers through this executor.
-  ShardedExecutor(torch::nn::Module& model, ir::Program program, ShardGroups groups, nn::CallInterceptor* inner);
+  // Gradients travel in `reduce_dtype` (cast before each collective, accumulated in fp32).
+  ShardedExecutor(torch::nn::Module& model, ir::Program program, ShardGroups groups, nn::CallInterceptor* inner,
+                  torch::Dtype reduce_dtype = torch::kFloat);
   ~ShardedExecutor() override;
 
   // The tensors the optimizer updates: this rank's 1/s_os slices, views into its parameter

@@ -69,6 +69,9 @@ void check_options(const TrainOptions& o) {
   positive(o.steps, "--steps");
   positive(o.accum, "--accum");
   if (!(o.lr > 0)) throw UserError(SourceRange{}, "--lr must be positive", "e.g. --lr 3e-3");
+  if (o.reduce_dtype == "bf16" && !(resolved_device(o) == "cuda" && o.backend != "gloo"))
+    throw UserError(SourceRange{}, "--reduce-dtype bf16 needs NCCL (gloo in LibTorch 1.13 has no bf16 reductions)",
+                    "use --reduce-dtype fp16 with gloo, or train on GPUs with --backend nccl");
   if (o.backend == "nccl" && resolved_device(o) != "cuda")
     throw UserError(SourceRange{}, "--backend nccl needs --device cuda (NCCL moves GPU tensors only)",
                     "use --backend gloo (or auto) on CPU");
@@ -354,6 +357,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
   if (!checkpointed.empty()) nn::set_call_interceptor(&checkpointer);
 
   plan.factors.dp = env.world;
+  torch::Dtype reduce_dtype = o.reduce_dtype == "fp16" ? torch::kHalf : o.reduce_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
   bool profiling = !o.profile_out.empty();
   ir::OpTrace trace;
   if (plan.factors.optim > 1 || profiling) trace = trace_model(o.model);
@@ -372,7 +376,8 @@ int train(const TrainOptions& o, const RankEnv& env) {
   std::vector<torch::Tensor> optimized = params;
   if (plan.factors.optim > 1) {
     ir::Program step = plan_step(*sch, trace, nullptr, PipelineDebug::from_environment(std::cerr));
-    sharded = std::make_unique<ShardedExecutor>(*model.module, std::move(step), make_shard_groups(*world, plan.factors), innermost);
+    sharded = std::make_unique<ShardedExecutor>(*model.module, std::move(step), make_shard_groups(*world, plan.factors), innermost,
+                                                reduce_dtype);
     optimized = sharded->optimized();
     nn::set_call_interceptor(sharded.get());
   }
@@ -396,7 +401,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
   }
   std::unique_ptr<GradientReducer> reducer;
   // Replicated parameters are all-reduced in buckets; sharded ones by the executor.
-  if (env.world > 1 && !sharded) reducer = std::make_unique<GradientReducer>(params, *world, o.bucket_bytes);
+  if (env.world > 1 && !sharded) reducer = std::make_unique<GradientReducer>(params, *world, o.bucket_bytes, reduce_dtype);
 
   std::unique_ptr<TimelineObserver> observer;
   if (!o.trace.empty()) {

@@ -26,6 +26,7 @@ struct TrainOptions {
   double clip = 1.0;                  // global gradient-norm clip; 0 disables
   uint64_t seed = 1234;
   int threads = 0;                    // intra-op threads per rank; 0: cores / local ranks
+  std::string reduce_dtype = "fp32";  // gradients on the wire: "fp32", "fp16", or "bf16" (NCCL only)
   std::string precision = "bf16";     // on GPU: "bf16" (autocast, fp32 master weights) or "fp32"
   std::string backend = "auto";       // collectives: "nccl" (cuda), "gloo", or "auto": nccl on cuda, gloo on cpu
   std::string device = "auto";        // "cpu", "cuda" (bf16 autocast, NCCL), or "auto": cuda when built with it and a GPU is there

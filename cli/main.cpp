@@ -46,6 +46,8 @@ void add_step_options(CLI::App* c, TrainOptions& t) {
       ->check(CLI::IsMember({"auto", "nccl", "gloo"}));
   c->add_option("--precision", t.precision, "GPU compute precision: bf16 (autocast over fp32 master weights) or fp32")
       ->check(CLI::IsMember({"bf16", "fp32"}));
+  c->add_option("--reduce-dtype", t.reduce_dtype, "gradients on the wire: fp32, fp16, or bf16 (NCCL); accumulated in fp32")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   c->add_option("--set", t.sets, "fix a tune() knob: --set micro_batch=4 (repeatable)");
   c->add_option("--stdlib", t.stdlib, "directory of the standard schedules");
   c->add_option("--timeout", t.timeout_s, "seconds a rank waits for the rendezvous or a collective before failing");

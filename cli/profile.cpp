@@ -43,7 +43,7 @@ std::string key_of(const ProfileOptions& o) {
   k.micro_batch = o.train.micro_batch;
   k.seq = o.train.seq;
   k.accum = o.train.accum;
-  k.device = resolved_device(o.train) + " backend=" + o.train.backend;
+  k.device = resolved_device(o.train) + " backend=" + o.train.backend + " reduce=" + o.train.reduce_dtype;
   k.precision = k.device == "cuda" ? o.train.precision : "fp32";
   k.threads = resolved_threads(o.train, o.nproc);
   return profile_key(k);

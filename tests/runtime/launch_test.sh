@@ -113,6 +113,7 @@ expect_run_error 1 "rank 0 failed (exit code 1): error: --seq 4096 is longer tha
   --model gpt:tiny --seq 4096 --steps 1
 expect_run_error 1 "error: --micro-batch must be at least 1, got 0" --model gpt:tiny --micro-batch 0 --steps 1
 expect_run_error 1 "error: --backend nccl needs --device cuda (NCCL moves GPU tensors only)" --model gpt:tiny --device cpu --backend nccl --steps 1
+expect_run_error 1 "error: --reduce-dtype bf16 needs NCCL (gloo in LibTorch 1.13 has no bf16 reductions)" --model gpt:tiny --device cpu --reduce-dtype bf16 --steps 1
 expect_run_error 1 "error: --set expects name=value, got 'oops'" --model gpt:tiny --set oops --steps 1
 expect_run_error 2 "--device: oops not in {auto,cpu,cuda}" --model gpt:tiny --device oops
 

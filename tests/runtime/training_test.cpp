@@ -403,3 +403,24 @@ TEST_CASE("loom profile measures every traced op and collective, identically on 
   for (auto& f : fs::directory_iterator(cache)) entries += f.path().extension() == ".json";
   CHECK(entries == 2);
 }
+
+TEST_CASE("--reduce-dtype fp16 sends gradients in half precision: close to fp32, and not equal to it") {
+  // A small learning rate: AdamW's step is about lr wherever a gradient's sign flips, so
+  // rounding shows as differences of order lr.
+  std::string common = kCommon + " --micro-batch 2 --nproc 2";
+  std::map<std::string, std::map<std::string, torch::Tensor>> p;
+  for (std::string schedule : {"", "zero3.sched"})
+    for (std::string dtype : {"fp32", "fp16"}) {
+      std::string tag = (schedule.empty() ? "dp" : "zero3") + std::string("-") + dtype;
+      std::string file = schedule.empty() ? "" : " " + std::string(LOOM_SOURCE_DIR) + "/stdlib_schedules/" + schedule;
+      REQUIRE(run_loom("run" + file + common + " --reduce-dtype " + dtype + " --save " + (scratch() / tag).string()) == 0);
+      p[tag] = saved_parameters(scratch() / tag / "step-000010");
+    }
+  for (std::string s : {"dp", "zero3"}) {
+    double d = max_difference(p[s + "-fp32"], p[s + "-fp16"]);
+    MESSAGE(s << ": max |fp32 reductions - fp16 reductions| after 10 steps = " << d);
+    CHECK(d > 1e-6);  // the reductions really ran in fp16
+    CHECK(d < 1e-3);  // ten steps of lr 1e-4
+  }
+  CHECK(max_difference(p["dp-fp32"], p["zero3-fp32"]) < 1e-5);
+}
