@@ -19,11 +19,22 @@ struct OpProfiler::State {
     std::vector<double> forward_ms, backward_ms;
     int64_t memory_before = 0, forward_peak = 0, backward_before = 0, backward_peak = 0;
   };
+  // A point in time: the wall clock on CPU, a CUDA event on GPU (read when the step is done,
+  // so the device is not synchronized between ops).
+  struct Mark {
+    double wall_ms = 0;
+    std::shared_ptr<compat::CudaEvent> event;
+  };
+  struct Interval {
+    int op;
+    bool backward;
+    Mark start, end;
+  };
   // A backward in progress: from the output marker to the last input marker.
   struct OpenBackward {
     int op = -1;
     int inputs_left = 0;
-    double start_ms = 0;
+    Mark start;
     int64_t window = 0;
   };
 
@@ -39,9 +50,21 @@ struct OpProfiler::State {
   std::vector<bool> backward_started;              // per op, this micro-batch
   OpenBackward open;
 
-  double now_ms() const {
-    if (cuda_device >= 0) compat::cuda_synchronize();
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  std::vector<Interval> unread;  // measured intervals whose times are not read yet
+
+  Mark now() const {
+    Mark m;
+    if (cuda_device >= 0) m.event = compat::cuda_record_event();
+    else m.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return m;
+  }
+  // Reads the times of the intervals measured so far (on GPU, waits for their events).
+  void read_intervals() {
+    for (const Interval& i : unread) {
+      double ms = i.start.event ? compat::cuda_elapsed_ms(i.start.event, i.end.event) : i.end.wall_ms - i.start.wall_ms;
+      (i.backward ? samples[i.op].backward_ms : samples[i.op].forward_ms).push_back(ms);
+    }
+    unread.clear();
   }
   int64_t memory_now() const { return cuda_device >= 0 ? compat::cuda_current_bytes(cuda_device) : memory::current_bytes(); }
   int64_t begin_window() const {
@@ -70,7 +93,7 @@ struct OpProfiler::State {
   void close_backward() {
     if (open.op < 0) return;
     Samples& s = samples[open.op];
-    s.backward_ms.push_back(now_ms() - open.start_ms);
+    unread.push_back({open.op, true, open.start, now()});
     s.backward_peak = std::max(s.backward_peak, end_window(open.window));
     open = OpenBackward{};
   }
@@ -83,7 +106,7 @@ struct OpProfiler::State {
     open.op = op;
     open.inputs_left = inputs;
     open.window = begin_window();
-    open.start_ms = now_ms();
+    open.start = now();
   }
 
   void input_gradient_done(int op) {
@@ -145,6 +168,7 @@ OpProfiler::OpProfiler(torch::nn::Module& model, const ir::OpTrace& trace, nn::C
 OpProfiler::~OpProfiler() = default;
 
 void OpProfiler::begin_forward(bool measured) {
+  s_->read_intervals();
   s_->measured = measured;
   s_->in_backward = false;
   s_->calls_this_forward.clear();
@@ -178,9 +202,9 @@ torch::Tensor OpProfiler::intercept(torch::nn::Module& module, const std::vector
     State::Samples& sample = s.samples[op];
     sample.memory_before = std::max(sample.memory_before, s.memory_now());
     int64_t window = s.begin_window();
-    double start = s.now_ms();
+    State::Mark start = s.now();
     out = run(xs);
-    sample.forward_ms.push_back(s.now_ms() - start);
+    s.unread.push_back({op, false, start, s.now()});
     sample.forward_peak = std::max(sample.forward_peak, s.end_window(window));
   } else {
     out = run(xs);  // a recomputation: part of the enclosing checkpoint's backward, not a forward
@@ -190,6 +214,7 @@ torch::Tensor OpProfiler::intercept(torch::nn::Module& module, const std::vector
 }
 
 std::vector<OpProfile> OpProfiler::result(comm::Group& world) const {
+  s_->read_intervals();
   const State& s = *s_;
   constexpr int kFields = 6;
   int64_t n = static_cast<int64_t>(s.samples.size());

@@ -2,8 +2,8 @@
 // compute op's parameters are already resident, and measures each traced op of the step —
 // forward time and memory around the call, backward time and memory between two autograd
 // markers (one on the op's output: its backward starts; one on each input that needs a
-// gradient: its backward is done). Wall clock on CPU; on GPU the device is synchronized
-// around each reading. Memory: the counting CPU allocator, or CUDA allocator statistics.
+// gradient: its backward is done). Wall clock on CPU; CUDA events on GPU, read after each
+// micro-batch. Memory: the counting CPU allocator, or CUDA allocator statistics.
 #pragma once
 
 #include <memory>

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #ifdef LOOM_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -28,6 +29,18 @@ int64_t cuda_peak_bytes(int device) {
 void cuda_reset_peak(int device) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
 }
+struct CudaEvent {
+  at::cuda::CUDAEvent event{cudaEventDefault};  // the default flags disable timing
+};
+std::shared_ptr<CudaEvent> cuda_record_event() {
+  auto e = std::make_shared<CudaEvent>();
+  e->event.record();
+  return e;
+}
+double cuda_elapsed_ms(const std::shared_ptr<CudaEvent>& start, const std::shared_ptr<CudaEvent>& end) {
+  end->event.synchronize();
+  return start->event.elapsed_time(end->event);
+}
 int64_t cuda_current_bytes(int device) {
   auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
   return stats.allocated_bytes[0].current;
@@ -47,6 +60,11 @@ void cuda_synchronize() {}
 int64_t cuda_peak_bytes(int) { return 0; }
 void cuda_reset_peak(int) {}
 int64_t cuda_current_bytes(int) { return 0; }
+struct CudaEvent {};
+std::shared_ptr<CudaEvent> cuda_record_event() { throw std::runtime_error("this loom was built without CUDA"); }
+double cuda_elapsed_ms(const std::shared_ptr<CudaEvent>&, const std::shared_ptr<CudaEvent>&) {
+  throw std::runtime_error("this loom was built without CUDA");
+}
 c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds) {
   throw std::runtime_error("this loom was built without CUDA; rebuild with -DLOOM_WITH_CUDA=ON against a CUDA LibTorch");
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <cstdint>
 
 #include <torch/version.h>
@@ -44,6 +45,12 @@ void cuda_synchronize();
 // The CUDA caching allocator's peak of allocated bytes on `device` since the last reset.
 int64_t cuda_peak_bytes(int device);
 void cuda_reset_peak(int device);
+// A CUDA event with timing, recorded on the current stream (the profiler's GPU clock). CUDA
+// builds only; elsewhere cuda_record_event throws.
+struct CudaEvent;
+std::shared_ptr<CudaEvent> cuda_record_event();
+// Milliseconds from `start` to `end`; waits until `end` has happened.
+double cuda_elapsed_ms(const std::shared_ptr<CudaEvent>& start, const std::shared_ptr<CudaEvent>& end);
 // The CUDA caching allocator's allocated bytes on `device` now.
 int64_t cuda_current_bytes(int device);
 
