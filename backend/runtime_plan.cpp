@@ -30,14 +30,6 @@ RuntimePlan plan_runtime(const Schedule& schedule) {
       unsupported(d, "its runtime effect is not implemented yet");
     }
   }
-  if (plan.factors.params > 1) {
-    const Directive* sharding = nullptr;
-    for (auto& d : schedule.trace())
-      if (d.primitive == "shard_states") sharding = &d;
-    for (int i = 0; i < schedule.tree().size(); ++i)
-      if (schedule.tree().node(i).type == "MixtralSparseMoe")
-        unsupported(*sharding, "sharding a mixture of experts (data-dependent call order) is not implemented yet");
-  }
   for (const Directive& d : schedule.trace())
     if (d.primitive == "prefetch" && plan.factors.params == 1)
       unsupported(d, "prefetch gathers sharded parameters, but this schedule does not shard them");

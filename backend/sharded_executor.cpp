@@ -3,6 +3,7 @@
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <unordered_set>
@@ -72,6 +73,7 @@ struct ShardedExecutor::State {
   std::vector<size_t> forward_instrs;  // indices of the program's forward instructions
   size_t cursor = 0;                   // next forward instruction to execute
   std::vector<size_t> backward_instrs; // indices of the program's backward instructions
+  std::unordered_map<size_t, std::vector<size_t>> completed_by;  // backward compute -> parameters whose gradient it completes
   size_t backward_cursor = 0;          // next backward instruction to execute
   bool in_backward = false;            // module calls now are recomputations (checkpoint())
   bool last_micro_batch = true;        // this backward ends the step's accumulation
@@ -109,7 +111,19 @@ struct ShardedExecutor::State {
   }
 
   // Executes forward instructions up to and including the compute of `module` ("" = to the end).
+  // A compute this rank skips (an expert no token was routed to) is passed over with its
+  // gathers, waits and releases: the collectives follow the IR, never the data, so every rank
+  // issues the same ones. Modules must run in the traced order, possibly with gaps.
   void run_forward_until(const std::string& module) {
+    size_t target = cursor;
+    while (!module.empty() && target < forward_instrs.size()) {
+      const ir::Instr& in = program.instrs[forward_instrs[target]];
+      if (in.kind == ir::OpKind::Compute && in.module == module) break;
+      ++target;
+    }
+    if (!module.empty() && target == forward_instrs.size())
+      throw InternalError("sharded executor: module `" + module +
+                          "` ran where the traced step does not expect it (out of the traced order)");
     while (cursor < forward_instrs.size()) {
       const ir::Instr& in = program.instrs[forward_instrs[cursor++]];
       switch (in.kind) {
@@ -124,14 +138,10 @@ struct ShardedExecutor::State {
           break;
         case ir::OpKind::Compute:
           if (in.module == module) return;
-          if (!module.empty())
-            throw InternalError("sharded executor: module `" + module + "` ran where the traced step expects `" + in.module +
-                                "`; this model's call order is data dependent, which the sharded runtime does not support yet");
           break;
         default: break;
       }
     }
-    if (!module.empty()) throw InternalError("sharded executor: `" + module + "` is not in the traced forward");
   }
 
   // Before `module`'s backward: the IR's backward gathers and waits up to its compute, so the
@@ -147,12 +157,27 @@ struct ShardedExecutor::State {
       ++target;
     }
     if (target == backward_instrs.size()) return;
-    for (; backward_cursor <= target; ++backward_cursor) {
-      const ir::Instr& in = program.instrs[backward_instrs[backward_cursor]];
-      if (in.kind == ir::OpKind::AllGather)
+    run_backward_through(target);
+  }
+
+  // Executes backward instructions up to and including index `last` of backward_instrs. A
+  // compute passed over before `last` did not run on this rank: the gradients it would have
+  // completed are zeros, reduced at this point, as a rank that ran it reduces them here.
+  void run_backward_through(size_t last) {
+    for (; backward_cursor <= last && backward_cursor < backward_instrs.size(); ++backward_cursor) {
+      size_t index = backward_instrs[backward_cursor];
+      const ir::Instr& in = program.instrs[index];
+      if (in.kind == ir::OpKind::AllGather) {
         for (int p : in.params) launch_gather(p);
-      else if (in.kind == ir::OpKind::Wait)
+      } else if (in.kind == ir::OpKind::Wait) {
         wait_handle(in.handle);
+      } else if (in.kind == ir::OpKind::Compute && backward_cursor < last) {
+        auto it = completed_by.find(index);
+        if (it == completed_by.end()) continue;
+        for (size_t p : it->second)
+          if (!params[p].grad_ready) add_gradient(p, torch::Tensor());
+        launch_reductions();
+      }
     }
   }
 
@@ -168,15 +193,21 @@ struct ShardedExecutor::State {
       throw InternalError("sharded executor: parameter " + program.params[p].name +
                           " received a second gradient after its reduction started (a weight used both inside and "
                           "outside a checkpoint()ed module); this combination is not supported yet");
-    torch::NoGradGuard no_grad;
-    if (!q.grad_ready) {
-      q.grad_flat = torch::zeros({q.padded}, grad.options());
-      q.grad_ready = true;
-    }
-    q.grad_flat.narrow(0, 0, q.numel).add_(grad.reshape({-1}));
+    add_gradient(p, grad);
     // Its gradient is complete, so no backward op needs the gathered weight any more.
     release(p);
     launch_reductions();
+  }
+
+  // Adds `grad` (undefined: nothing, a zero gradient) to parameter p's padded flat gradient.
+  void add_gradient(size_t p, const torch::Tensor& grad) {
+    Param& q = params[p];
+    torch::NoGradGuard no_grad;
+    if (!q.grad_ready) {
+      q.grad_flat = torch::zeros({q.padded}, q.shard.options());
+      q.grad_ready = true;
+    }
+    if (grad.defined()) q.grad_flat.narrow(0, 0, q.numel).add_(grad.reshape({-1}));
   }
 
   // Reductions launch in one fixed order on every rank (collectives must match across ranks).
@@ -341,6 +372,13 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
       for (int p : in.params)
         if (reduced.insert(p).second) s.reduce_order.push_back(p);
   }
+  // A parameter's gradient is complete after its last backward compute.
+  std::unordered_map<int, size_t> last_backward_use;
+  for (size_t i : s.backward_instrs)
+    if (s.program.instrs[i].kind == ir::OpKind::Compute)
+      for (int p : s.program.instrs[i].params) last_backward_use[p] = i;
+  for (auto& [p, i] : last_backward_use) s.completed_by[i].push_back(static_cast<size_t>(p));
+  for (auto& [i, ps] : s.completed_by) std::sort(ps.begin(), ps.end());
   if (s.reduce_order.size() != s.params.size())
     throw InternalError("sharded executor: the step reduces " + std::to_string(s.reduce_order.size()) + " of " +
                         std::to_string(s.params.size()) + " gradients");
@@ -403,13 +441,11 @@ torch::Tensor ShardedExecutor::intercept(torch::nn::Module& module, const std::v
 
 void ShardedExecutor::finish_backward() {
   State& s = *s_;
+  // The backward ops after the last one that ran did not run here: their zeros, in IR order.
+  if (!s.backward_instrs.empty()) s.run_backward_through(s.backward_instrs.size() - 1);
   // Parameters that received no gradient contribute zeros, in the same order on every rank.
-  for (size_t p : s.reduce_order) {
-    State::Param& q = s.params[p];
-    if (q.grad_ready) continue;
-    q.grad_flat = torch::zeros({q.padded}, q.shard.options());
-    q.grad_ready = true;
-  }
+  for (size_t p : s.reduce_order)
+    if (!s.params[p].grad_ready) s.add_gradient(p, torch::Tensor());
   s.launch_reductions();
   s.complete_reductions(0);
   // A gather the IR launched for an op whose backward did not run completes before its buffer goes.

@@ -1,4 +1,4 @@
-// Fully sharded execution of a step with Lins factors s_p <= s_g <= s_os (s_p >= 2: ZeRO-3,
+// Sharded execution of a step with Lins factors s_p <= s_g <= s_os, s_os >= 2 (ZeRO-1/2/3,
 // MiCS-style groups, and hybrids such as Table III's (4,4,8)). Each rank keeps a flat, padded
 // 1/s_p shard of every parameter; the full tensors' storage is freed. The forward follows the
 // step's IR: gathers are launched where the IR puts them (so prefetch overlaps), waited before
@@ -12,6 +12,9 @@
 // the last is all-reduced over all dp / s_p replicas and each rank keeps the 1/s_os slice its
 // optimizer states cover. The optimizer updates that slice in place inside the parameter shard,
 // and the s_os / s_p peers all-gather the updated slices (the paper's broadcasts, as one collective).
+// With s_p = 1 (ZeRO-1/2) each parameter becomes a view into its padded flat copy and stays
+// resident. Collectives follow the IR, never the data: modules a rank does not call (experts no
+// token chose) are passed over with their collectives, their gradients reduced as zeros.
 #pragma once
 
 #include <memory>

@@ -107,8 +107,6 @@ expect_run_error() {  # exit code, message, arguments...
 expect_run_error 1 "error: --device cuda, but this loom has no CUDA or sees no GPU" --model gpt:tiny --device cuda --steps 1
 expect_run_error 1 "error: no checkpoint found at '$tmp'" \
   stdlib_schedules/zero1.sched --model gpt:tiny --nproc 2 --resume "$tmp" --steps 1
-expect_run_error 1 "sharding a mixture of experts (data-dependent call order) is not implemented yet" \
-  tests/golden/mics2.sched --model mixtral:tiny --nproc 2 --steps 1
 expect_run_error 1 "rank 0 failed (exit code 1): error: --seq 4096 is longer than model gpt:tiny's context of 256 tokens" \
   --model gpt:tiny --seq 4096 --steps 1
 expect_run_error 1 "error: --micro-batch must be at least 1, got 0" --model gpt:tiny --micro-batch 0 --steps 1

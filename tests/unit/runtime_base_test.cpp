@@ -120,7 +120,6 @@ TEST_CASE("the runtime plan accepts checkpoint, data parallelism and every valid
   CHECK(f.optim == 4);
   auto both = testing::evaluate("sch.fsdp()\nsch[\"h.0\"].checkpoint()\n", "gpt:tiny", {2, 0});
   CHECK(plan_runtime(*both->schedule).checkpoint.size() == 1);
-  // Sharding a mixture of experts is refused: training_tests runs it through `loom run`.
   auto pf = testing::evaluate("sch[\"h.0\"].prefetch()\n", "gpt:tiny", {1, 0});
   try {
     plan_runtime(*pf->schedule);
