@@ -34,6 +34,7 @@
 #include "backend/token_data.h"
 #include "backend/torch_compat.h"
 #include "lang/interpreter.h"
+#include "verifier/schedule_rules.h"
 #include "models/zoo.h"
 #include "models/zoo_torch.h"
 
@@ -52,6 +53,7 @@ std::unique_ptr<Schedule> evaluate_schedule(const TrainOptions& o, int world, in
     Interpreter(*sch, sources, io).run_file(o.schedule_file);
   }
   sch->knobs().check_overrides_used();
+  check_schedule_rules(*sch);
   return sch;
 }
 

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "lang/interpreter.h"
 #include "lang/trace.h"
+#include "verifier/schedule_rules.h"
 #include "models/zoo.h"
 
 namespace loom::cli {
@@ -20,8 +21,26 @@ struct CheckOptions {
   bool print = false;
   bool json = false;
   std::string trace_json;
+  std::string memory_limit;
   std::string stdlib = LOOM_STDLIB_DIR;
 };
+
+// "500000000", "512MiB", "8GiB", "1.5GB" -> bytes; -1 when it is none of these.
+int64_t parse_size(const std::string& text) {
+  size_t end = 0;
+  double number = 0;
+  try {
+    number = std::stod(text, &end);
+  } catch (const std::exception&) {
+    return -1;
+  }
+  static const std::vector<std::pair<std::string, double>> units{
+      {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+      {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+  for (auto& [unit, scale] : units)
+    if (text.substr(end) == unit && number > 0) return static_cast<int64_t>(number * scale);
+  return -1;
+}
 
 std::string plural(size_t n, const std::string& word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
 
@@ -53,6 +72,17 @@ int run_check(const CheckOptions& o) {
     Interpreter interp(sch, sources, opts);
     interp.run_file(o.file);
     sch.knobs().check_overrides_used();
+    RuleOptions rules;
+    if (!o.memory_limit.empty()) {
+      rules.memory_limit = parse_size(o.memory_limit);
+      if (rules.memory_limit <= 0) {
+        emit(Diagnostic{Severity::Error, SourceRange{}, "--memory-limit " + o.memory_limit + " is not a size",
+                        "write bytes, or a number with KiB, MiB, GiB, TiB (or KB, MB, GB, TB), e.g. 80GiB"},
+             sources, o.json);
+        return kUsageError;
+      }
+    }
+    check_schedule_rules(sch, rules);
     for (auto& w : sch.warnings()) emit(w, sources, o.json);
     if (o.print) std::cout << trace_to_sched(sch);
     if (!o.trace_json.empty()) {
@@ -82,6 +112,8 @@ void add_check(CLI::App& app, std::function<int()>& run) {
   c->add_flag("--print", o->print, "print the directive trace as canonical .sched text");
   c->add_flag("--json", o->json, "emit diagnostics as JSON objects, one per line, on stdout");
   c->add_option("--trace-json", o->trace_json, "write the directive trace as JSON to this file");
+  c->add_option("--memory-limit", o->memory_limit,
+                "model-state bytes allowed per rank (e.g. 80GiB): schedules above it by lins.txt's formula are errors");
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules (import \"stdlib/...\")");
   c->callback([&run, o] { run = [o] { return run_check(*o); }; });
 }

@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "lang/interpreter.h"
 #include "models/zoo.h"
+#include "verifier/schedule_rules.h"
 
 namespace loom::cli {
 namespace {
@@ -38,6 +39,7 @@ int explain(const ExplainOptions& o) {
       Interpreter(sch, sources, io).run_file(o.file);
     }
     sch.knobs().check_overrides_used();
+    check_schedule_rules(sch);
     std::vector<PassRecord> records;
     ir::Program program = plan_step(sch, trace_model(o.model), &records, PipelineDebug::from_environment(std::cerr));
     if (o.json) {

@@ -57,6 +57,11 @@ expect "explain json" 0 '"gathers_placed": true' -- "$loom" explain stdlib_sched
 expect "explain LOOM_DEBUG" 0 "[loom] pass insert_gather_release: changed" -- env LOOM_DEBUG=1 "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2
 expect "explain schedule error" 1 "error: shard_states on sch: params = 3 does not divide dp = 8" -- "$loom" explain tests/error/shard_states_divide.sched --model gpt2 --nproc 8
 
+# Whole-schedule rules (verifier/) run in check.
+expect "memory limit" 1 "error: model states need" -- "$loom" check stdlib_schedules/zero1.sched --model gpt2 --world 8 --memory-limit 500MB
+expect "memory limit fits" 0 "ok (" -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 80GiB
+expect "memory limit not a size" 2 "error: --memory-limit lots is not a size" -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit lots
+
 # A measured profile prices the IR; one of another model is refused, naming both ops.
 prof="profile --model gpt:tiny --nproc 2 --steps 1 --seq 32 --micro-batch 2 --threads 1 --cache-dir $tmp/cache"
 expect "profile" 0 "collectives (alpha-beta fit" -- "$loom" $prof stdlib_schedules/zero3.sched --out "$tmp/profile.json"

@@ -1,5 +1,6 @@
 // Runs tests/error/*.sched: each file states, inline, the run it is checked for
-// ("# run: --model M --world N ..."), the error it must raise
+// ("# run: --model M --world N [--memory-limit BYTES] ..."), the error it must raise — from
+// evaluation or from the whole-schedule rules (verifier/) —
 // ("# expect-error: [FILE:]LINE:COL: message prefix") and optionally a hint fragment
 // ("# expect-hint: text"). The message must start with the expected text.
 #include <doctest/doctest.h>
@@ -9,6 +10,7 @@
 
 #include "helpers.h"
 #include "lang/replacements.h"
+#include "verifier/schedule_rules.h"
 
 using namespace loom;
 namespace fs = std::filesystem;
@@ -19,6 +21,7 @@ struct Expectation {
   ScheduleContext ctx;
   std::string model = "gpt2";
   std::vector<std::pair<std::string, std::string>> sets;
+  RuleOptions rules;
   std::string file;  // where the error points, when not the file itself (e.g. an import cycle)
   int line = 0, column = 0;
   std::string message, hint;
@@ -36,6 +39,7 @@ Expectation read_expectation(const std::string& text) {
         if (flag == "--model") e.model = value;
         else if (flag == "--world") e.ctx.world = std::stoi(value);
         else if (flag == "--local-world") e.ctx.local_world = std::stoi(value);
+        else if (flag == "--memory-limit") e.rules.memory_limit = std::stoll(value);
         else if (flag == "--set") e.sets.push_back({value.substr(0, value.find('=')), value.substr(value.find('=') + 1)});
       }
     } else if (line.rfind("# expect-error: ", 0) == 0) {
@@ -79,6 +83,7 @@ TEST_CASE("every error test raises its stated error at its stated location") {
     std::optional<Diagnostic> got;
     try {
       Interpreter(sch, sources, opts).run_file(path.string());
+      check_schedule_rules(sch, want.rules);
     } catch (const UserError& e) {
       got = e.diagnostic();
     }

@@ -1,0 +1,18 @@
+// The whole-schedule rules, one per file in this directory (run by check_schedule_rules).
+// Each throws UserError at the directive that breaks it.
+#pragma once
+
+#include "verifier/schedule_rules.h"
+
+namespace loom::rules {
+
+// compress() on a schedule whose gradients are never reduced (data-parallel degree 1).
+void compress_needs_reduction(const Schedule& schedule, const RuleOptions& options);
+// offload("optimizer") on a schedule that keeps no optimizer shards (s_os = 1).
+void offload_needs_optimizer_shards(const Schedule& schedule, const RuleOptions& options);
+// pipeline_split() boundaries that do not make mesh(pp=P)'s P stages, or leave one empty.
+void pipeline_stages(const Schedule& schedule, const RuleOptions& options);
+// Model states per rank above --memory-limit by lins.txt §IV-D's formula.
+void memory_fits(const Schedule& schedule, const RuleOptions& options);
+
+}  // namespace loom::rules
