@@ -7,6 +7,7 @@ namespace loom {
 void check_schedule_rules(const Schedule& schedule, const RuleOptions& options) {
   using Rule = void (*)(const Schedule&, const RuleOptions&);
   static const Rule rules[] = {
+      rules::sync_matches_shard_output,
       rules::pipeline_stages,
       rules::compress_needs_reduction,
       rules::offload_needs_optimizer_shards,

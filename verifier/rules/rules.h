@@ -12,6 +12,9 @@ void compress_needs_reduction(const Schedule& schedule, const RuleOptions& optio
 void offload_needs_optimizer_shards(const Schedule& schedule, const RuleOptions& options);
 // pipeline_split() boundaries that do not make mesh(pp=P)'s P stages, or leave one empty.
 void pipeline_stages(const Schedule& schedule, const RuleOptions& options);
+// sync() with a collective that cannot aggregate what the module's shard() produces
+// (a partition needs all_gather; partial sums need all_reduce or reduce_scatter).
+void sync_matches_shard_output(const Schedule& schedule, const RuleOptions& options);
 // Model states per rank above --memory-limit by lins.txt §IV-D's formula.
 void memory_fits(const Schedule& schedule, const RuleOptions& options);
 
