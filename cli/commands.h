@@ -27,6 +27,7 @@ void add_run(CLI::App& app, std::function<int()>& run);
 void add_data(CLI::App& app, std::function<int()>& run);
 void add_explain(CLI::App& app, std::function<int()>& run);
 void add_profile(CLI::App& app, std::function<int()>& run);
+void add_verify(CLI::App& app, std::function<int()>& run);
 
 // The command-line arguments after the program name (a launcher re-runs them in each rank).
 const std::vector<std::string>& original_arguments();

@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   loom::cli::add_data(app, run);
   loom::cli::add_explain(app, run);
   loom::cli::add_profile(app, run);
+  loom::cli::add_verify(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -62,6 +62,12 @@ expect "memory limit" 1 "error: model states need" -- "$loom" check stdlib_sched
 expect "memory limit fits" 0 "ok (" -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 80GiB
 expect "memory limit not a size" 2 "error: --memory-limit lots is not a size" -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit lots
 
+# loom verify: one step of the plain and the scheduled model, compared.
+expect "verify equivalent" 0 "equivalent" -- "$loom" verify stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --threads 1
+expect "verify not equivalent" 1 "NOT equivalent: the first parameter (module order) beyond the tolerance is wte.weight" -- "$loom" verify stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --threads 1 --atol 0
+expect "verify json" 1 '"equivalent": false' -- "$loom" verify stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --threads 1 --atol 0 --json
+expect "verify schedule error" 1 "shard_states on sch: params = 3 is outside 1..2 (dp)" -- "$loom" verify tests/error/shard_states_divide.sched --model gpt:tiny --nproc 2
+
 # A measured profile prices the IR; one of another model is refused, naming both ops.
 prof="profile --model gpt:tiny --nproc 2 --steps 1 --seq 32 --micro-batch 2 --threads 1 --cache-dir $tmp/cache"
 expect "profile" 0 "collectives (alpha-beta fit" -- "$loom" $prof stdlib_schedules/zero3.sched --out "$tmp/profile.json"
