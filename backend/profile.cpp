@@ -112,17 +112,21 @@ std::string default_profile_cache_dir() {
   return ".loom-cache/profiles";
 }
 
-std::optional<Profile> load_cached_profile(const std::string& path, const std::string& key) {
+Profile load_profile(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return std::nullopt;
+  if (!in) throw UserError(SourceRange{}, "cannot read the profile '" + path + "'", "write one with `loom profile ... --out FILE`");
   std::stringstream text;
   text << in.rdbuf();
+  return Profile::from_json(text.str(), path);
+}
+
+std::optional<Profile> load_cached_profile(const std::string& path, const std::string& key) {
   try {
-    Profile p = Profile::from_json(text.str(), path);
+    Profile p = load_profile(path);
     if (p.key != key) return std::nullopt;
     return p;
   } catch (const UserError&) {
-    return std::nullopt;  // a stale or damaged cache entry is measured again
+    return std::nullopt;  // a missing, stale or damaged cache entry is measured again
   }
 }
 

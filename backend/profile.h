@@ -70,6 +70,9 @@ std::string profile_cache_path(const std::string& dir, const std::string& model,
 // The cache directory: $LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom/profiles, else ~/.cache/loom/profiles.
 std::string default_profile_cache_dir();
 
+// The profile saved at `path`. Throws UserError when it cannot be read or is not a profile.
+Profile load_profile(const std::string& path);
+
 // The profile cached at `path` if there is one and it was made for `key`.
 std::optional<Profile> load_cached_profile(const std::string& path, const std::string& key);
 

@@ -66,6 +66,7 @@ struct ShardedExecutor::State {
   torch::Dtype reduce_dtype = torch::kFloat;
   nn::CallInterceptor* inner = nullptr;
   int s_p = 1, m_g = 1, m_os = 1;
+  int shard_index = 0;  // which 1/s_p shard of every parameter this rank holds
   std::vector<Param> params;
   std::vector<torch::Tensor> optimized;
   std::unordered_map<const torch::nn::Module*, std::vector<size_t>> params_of;
@@ -115,13 +116,7 @@ struct ShardedExecutor::State {
   // gathers, waits and releases: the collectives follow the IR, never the data, so every rank
   // issues the same ones. Modules must run in the traced order, possibly with gaps.
   void run_forward_until(const std::string& module) {
-    size_t target = cursor;
-    while (!module.empty() && target < forward_instrs.size()) {
-      const ir::Instr& in = program.instrs[forward_instrs[target]];
-      if (in.kind == ir::OpKind::Compute && in.module == module) break;
-      ++target;
-    }
-    if (!module.empty() && target == forward_instrs.size())
+    if (!module.empty() && find_compute(forward_instrs, cursor, module) == forward_instrs.size())
       throw InternalError("sharded executor: module `" + module +
                           "` ran where the traced step does not expect it (out of the traced order)");
     while (cursor < forward_instrs.size()) {
@@ -150,14 +145,18 @@ struct ShardedExecutor::State {
   // where the IR expects it, nothing is skipped past: its parameters are gathered at need,
   // which every rank does alike.
   void run_backward_until(const std::string& module) {
-    size_t target = backward_cursor;
-    while (target < backward_instrs.size()) {
-      const ir::Instr& in = program.instrs[backward_instrs[target]];
+    size_t target = find_compute(backward_instrs, backward_cursor, module);
+    if (target < backward_instrs.size()) run_backward_through(target);
+  }
+
+  // The position in `instrs` (indices into the program), from `from` on, of the compute of
+  // `module`; instrs.size() when there is none.
+  size_t find_compute(const std::vector<size_t>& instrs, size_t from, const std::string& module) const {
+    for (; from < instrs.size(); ++from) {
+      const ir::Instr& in = program.instrs[instrs[from]];
       if (in.kind == ir::OpKind::Compute && in.module == module) break;
-      ++target;
     }
-    if (target == backward_instrs.size()) return;
-    run_backward_through(target);
+    return from;
   }
 
   // Executes backward instructions up to and including index `last` of backward_instrs. A
@@ -332,7 +331,7 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
     s.params_of[m.module] = mine;
     s.path_of[m.module] = m.path;
   }
-  int r = s.groups.params ? s.groups.params->rank() : 0;
+  s.shard_index = s.groups.params ? s.groups.params->rank() : 0;
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < s.params.size(); ++i) {
     State::Param& q = s.params[i];
@@ -350,7 +349,7 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
       q.full.set_(padded.storage(), 0, q.full.sizes(), q.full.strides());
       q.resident = true;
     } else {
-      q.shard = padded.narrow(0, r * q.chunk, q.chunk).clone();
+      q.shard = padded.narrow(0, s.shard_index * q.chunk, q.chunk).clone();
       free_storage(q.full);
     }
     q.slice = q.shard.narrow(0, s.groups.optim_slot * slice, slice).requires_grad_(true);
@@ -387,6 +386,8 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
 ShardedExecutor::~ShardedExecutor() = default;
 
 const std::vector<torch::Tensor>& ShardedExecutor::optimized() const { return s_->optimized; }
+
+const ShardGroups& ShardedExecutor::groups() const { return s_->groups; }
 
 const std::vector<size_t>& ShardedExecutor::params_of(const torch::nn::Module* module) const {
   static const std::vector<size_t> none;
@@ -493,7 +494,7 @@ std::vector<OptimizedRange> ShardedExecutor::optimized_ranges() const {
   std::vector<OptimizedRange> out;
   for (size_t i = 0; i < s.params.size(); ++i) {
     const State::Param& q = s.params[i];
-    int64_t offset = (s.groups.params ? s.groups.params->rank() : 0) * q.chunk + s.groups.optim_slot * q.slice.numel();
+    int64_t offset = s.shard_index * q.chunk + s.groups.optim_slot * q.slice.numel();
     out.push_back({s.program.params[i].name, q.numel, offset, q.slice});
   }
   return out;

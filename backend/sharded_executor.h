@@ -44,6 +44,8 @@ class ShardedExecutor : public nn::CallInterceptor {
   // The tensors the optimizer updates: this rank's 1/s_os slices, views into its parameter
   // shards, with gradients after average_gradients.
   const std::vector<torch::Tensor>& optimized() const;
+  // The process groups it runs its collectives on.
+  const ShardGroups& groups() const;
 
   // Before each micro-batch's forward; the last one ends the step's accumulation.
   void begin_forward(bool last_micro_batch);

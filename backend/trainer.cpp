@@ -211,9 +211,10 @@ class Progress {
 };
 
 // Profiling's end: the ops' figures, then the collective sweep on every group role of the
-// run, all reduced across ranks; rank 0 writes the profile (every rank too with
-// LOOM_PROFILE_PER_RANK=1, which the tests use to check that all ranks hold the same).
-void write_profile(const TrainOptions& o, const OpProfiler& profiler, comm::Group& world, const ir::Sharding& factors,
+// run (`groups`: the sharded executor's; null for data parallelism), all reduced across
+// ranks; rank 0 writes the profile (every rank too with LOOM_PROFILE_PER_RANK=1, which the
+// tests use to check that all ranks hold the same).
+void write_profile(const TrainOptions& o, const OpProfiler& profiler, comm::Group& world, const ShardGroups* groups,
                    torch::Device device, const RankEnv& env) {
   Profile profile;
   profile.key = o.profile_key;
@@ -222,9 +223,7 @@ void write_profile(const TrainOptions& o, const OpProfiler& profiler, comm::Grou
   profile.ops = profiler.result(world);
   bool lead = env.rank == 0;
   if (lead) std::cout << "loom profile: timing collectives on every process group of the run\n" << std::flush;
-  std::unique_ptr<ShardGroups> groups;
-  if (factors.optim > 1) groups = std::make_unique<ShardGroups>(make_shard_groups(world, factors));
-  profile.collectives = profile_collectives(world, groups.get(), device);
+  profile.collectives = profile_collectives(world, groups, device);
   std::string text = profile.to_json();
   auto write = [&](const std::string& path) {
     fs::path parent = fs::path(path).parent_path();
@@ -510,7 +509,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
   }
   nn::set_call_interceptor(nullptr);
   nn::set_call_observer(nullptr);
-  if (profiler) write_profile(o, *profiler, *world, plan.factors, device, env);
+  if (profiler) write_profile(o, *profiler, *world, sharded ? &sharded->groups() : nullptr, device, env);
   if (!o.trace.empty()) {
     // Each rank writes its events; rank 0 merges them (ranks of one node share the file system).
     timeline::write_rank_events(o.trace + ".rank" + std::to_string(env.rank));

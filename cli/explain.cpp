@@ -1,6 +1,5 @@
 // loom explain: print the instruction IR a schedule lowers to, and the per-pass log, without training.
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -54,12 +53,7 @@ int explain(const ExplainOptions& o) {
       std::cout << program.to_text();
       return kOk;
     }
-    std::ifstream in(o.profile);
-    if (!in)
-      throw UserError(SourceRange{}, "cannot read the profile '" + o.profile + "'", "write one with `loom profile ... --out FILE`");
-    std::stringstream text;
-    text << in.rdbuf();
-    StepEstimate estimate = estimate_step(program, Profile::from_json(text.str(), o.profile), o.profile);
+    StepEstimate estimate = estimate_step(program, load_profile(o.profile), o.profile);
     // The IR's text, one instruction per line after its header, each with its estimate.
     std::istringstream lines(program.to_text());
     std::string line;
