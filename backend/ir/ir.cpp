@@ -80,4 +80,34 @@ std::string Program::to_json() const {
 
 bool Program::operator==(const Program& o) const { return to_json() == o.to_json(); }
 
+int64_t param_bytes(const Program& p, int q) { return p.params[q].numel * p.params[q].element_bytes; }
+
+Instr collective(Program& p, OpKind kind, Phase phase, int q, GroupRef group, int64_t bytes) {
+  Instr in;
+  in.kind = kind;
+  in.phase = phase;
+  in.params = {q};
+  in.group = std::move(group);
+  in.bytes = bytes;
+  in.handle = p.new_handle();
+  return in;
+}
+
+Instr wait_for(int handle, Phase phase) {
+  Instr w;
+  w.kind = OpKind::Wait;
+  w.phase = phase;
+  w.handle = handle;
+  return w;
+}
+
+Instr release_of(const Program& p, int q, Phase phase) {
+  Instr r;
+  r.kind = OpKind::Release;
+  r.phase = phase;
+  r.params = {q};
+  r.bytes = param_bytes(p, q);
+  return r;
+}
+
 }  // namespace loom::ir

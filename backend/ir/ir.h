@@ -73,4 +73,14 @@ struct Program {
   bool operator==(const Program& other) const;
 };
 
+// The instructions passes insert, built in one place.
+// The whole size of parameter `q` in bytes.
+int64_t param_bytes(const Program& program, int q);
+// A collective of one parameter on `group`, with a new handle of `program`.
+Instr collective(Program& program, OpKind kind, Phase phase, int q, GroupRef group, int64_t bytes);
+// A wait for the collective `handle`.
+Instr wait_for(int handle, Phase phase);
+// A release of parameter `q`'s gathered storage.
+Instr release_of(const Program& program, int q, Phase phase);
+
 }  // namespace loom::ir

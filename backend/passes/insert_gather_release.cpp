@@ -20,29 +20,13 @@ std::vector<Instr> place(ir::Program& p, const std::vector<Instr>& phase_instrs,
   for (size_t i = 0; i < phase_instrs.size(); ++i) {
     for (auto& [q, f] : first) {
       if (f != i) continue;
-      Instr gather;
-      gather.kind = OpKind::AllGather;
-      gather.phase = phase;
-      gather.params = {q};
-      gather.group = {"params", p.sharding.params};
-      gather.bytes = p.params[q].numel * p.params[q].element_bytes;
-      gather.handle = p.new_handle();
-      Instr wait;
-      wait.kind = OpKind::Wait;
-      wait.phase = phase;
-      wait.handle = gather.handle;
+      Instr gather = ir::collective(p, OpKind::AllGather, phase, q, {"params", p.sharding.params}, ir::param_bytes(p, q));
       out.push_back(gather);
-      out.push_back(wait);
+      out.push_back(ir::wait_for(gather.handle, phase));
     }
     out.push_back(phase_instrs[i]);
     for (auto& [q, l] : last) {
-      if (l != i) continue;
-      Instr release;
-      release.kind = OpKind::Release;
-      release.phase = phase;
-      release.params = {q};
-      release.bytes = p.params[q].numel * p.params[q].element_bytes;
-      out.push_back(release);
+      if (l == i) out.push_back(ir::release_of(p, q, phase));
     }
   }
   return out;

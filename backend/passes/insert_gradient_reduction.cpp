@@ -3,31 +3,11 @@
 #include <map>
 
 namespace loom::passes {
-namespace {
 
+using ir::collective;
 using ir::Instr;
 using ir::OpKind;
-
-Instr collective(ir::Program& p, OpKind kind, int q, ir::GroupRef group, int64_t bytes) {
-  Instr in;
-  in.kind = kind;
-  in.phase = ir::Phase::Backward;
-  in.params = {q};
-  in.group = std::move(group);
-  in.bytes = bytes;
-  in.handle = p.new_handle();
-  return in;
-}
-
-Instr wait_for(int handle, ir::Phase phase) {
-  Instr w;
-  w.kind = OpKind::Wait;
-  w.phase = phase;
-  w.handle = handle;
-  return w;
-}
-
-}  // namespace
+using ir::wait_for;
 
 bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
   const ir::Sharding& s = p.sharding;
@@ -49,21 +29,21 @@ bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
     if (p.instrs[i].kind != OpKind::Compute || p.instrs[i].phase != ir::Phase::Backward) continue;
     for (auto& [q, last] : last_backward_use) {
       if (last != i) continue;
-      int64_t bytes = p.params[q].numel * p.params[q].element_bytes;
+      int64_t bytes = ir::param_bytes(p, q);
       if (s.grads == 1) {
-        Instr ar = collective(p, OpKind::AllReduce, q, {"dp", s.dp}, bytes);
+        Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {"dp", s.dp}, bytes);
         pending.push_back(wait_for(ar.handle, ir::Phase::Backward));
         out.push_back(ar);
         continue;
       }
       int64_t shard_bytes = bytes / s.params;
       if (s.params > 1) {
-        Instr rs = collective(p, OpKind::ReduceScatter, q, {"params", s.params}, bytes);
+        Instr rs = collective(p, OpKind::ReduceScatter, ir::Phase::Backward, q, {"params", s.params}, bytes);
         out.push_back(rs);
         out.push_back(wait_for(rs.handle, ir::Phase::Backward));
       }
       if (s.dp / s.params > 1) {
-        Instr ar = collective(p, OpKind::AllReduce, q, {"replicas", s.dp / s.params}, shard_bytes);
+        Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {"replicas", s.dp / s.params}, shard_bytes);
         pending.push_back(wait_for(ar.handle, ir::Phase::Backward));
         out.push_back(ar);
       }

@@ -11,23 +11,13 @@ bool insert_parameter_broadcast(ir::Program& p, const PassInputs&) {
     if (in.kind != ir::OpKind::OptimizerStep) continue;
     std::vector<int> handles;
     for (size_t q = 0; q < p.params.size(); ++q) {
-      ir::Instr b;
-      b.kind = ir::OpKind::Broadcast;
-      b.phase = ir::Phase::Step;
-      b.params = {static_cast<int>(q)};
-      b.group = {"optim", s.optim / s.params};
-      b.bytes = p.params[q].numel * p.params[q].element_bytes / s.params;
-      b.handle = p.new_handle();
+      int param = static_cast<int>(q);
+      ir::Instr b = ir::collective(p, ir::OpKind::Broadcast, ir::Phase::Step, param, {"optim", s.optim / s.params},
+                                   ir::param_bytes(p, param) / s.params);
       handles.push_back(b.handle);
       out.push_back(b);
     }
-    for (int h : handles) {
-      ir::Instr w;
-      w.kind = ir::OpKind::Wait;
-      w.phase = ir::Phase::Step;
-      w.handle = h;
-      out.push_back(w);
-    }
+    for (int h : handles) out.push_back(ir::wait_for(h, ir::Phase::Step));
   }
   p.instrs = std::move(out);
   return true;
