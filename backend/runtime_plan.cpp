@@ -22,7 +22,15 @@ RuntimePlan plan_runtime(const Schedule& schedule) {
       plan.factors.grads = static_cast<int>(d.arg("grads")->as_int());
       plan.factors.optim = static_cast<int>(d.arg("optim")->as_int());
     } else if (d.primitive == "prefetch") {
-      // Honoured by the sharded executor, which follows the IR's placement of gathers.
+      // Honoured by the sharded executor, which follows the IR's placement of gathers; without
+      // sharded parameters there is nothing to gather (the primitive warned).
+    } else if (d.primitive == "verify") {
+      plan.verify = true;
+    } else if (d.primitive.rfind("test_", 0) == 0) {
+      const Value* param = d.arg("param");
+      const Value* rank = d.arg("rank");
+      plan.faults.push_back({d.primitive, d.target, param ? d.target + "." + param->as_string() : "",
+                             rank ? static_cast<int>(rank->as_int()) : 0});
     } else if (d.primitive == "mesh") {
       if (d.arg("tp")->as_int() != 1 || d.arg("pp")->as_int() != 1)
         unsupported(d, "tensor and pipeline parallelism are not implemented yet");
@@ -31,8 +39,8 @@ RuntimePlan plan_runtime(const Schedule& schedule) {
     }
   }
   for (const Directive& d : schedule.trace())
-    if (d.primitive == "prefetch" && plan.factors.params == 1)
-      unsupported(d, "prefetch gathers sharded parameters, but this schedule does not shard them");
+    if (d.primitive == "test_release_early" && plan.factors.params == 1)
+      unsupported(d, "it releases sharded parameters, but this schedule does not shard them (s_p = 1)");
   return plan;
 }
 

@@ -9,16 +9,26 @@
 
 namespace loom {
 
+// A fault a test-only primitive injects on purpose (to test loom verify).
+struct InjectedFault {
+  std::string primitive;  // test_corrupt_shard, test_skip_reduction or test_release_early
+  std::string module;     // the module's path
+  std::string param;      // the parameter's full name (test_release_early: empty, all of the module's)
+  int rank = 0;           // test_corrupt_shard: the rank whose shard is perturbed
+};
+
 struct RuntimePlan {
   std::vector<std::string> checkpoint;  // module paths whose forward is recomputed in backward
   ir::Sharding factors;                 // Lins factors from shard_states (all 1: plain data parallelism); dp unset
+  bool verify = false;                  // verify(): `loom run` runs loom verify before starting the ranks
+  std::vector<InjectedFault> faults;    // test-only primitives
 };
 
 // The plan for a validated schedule. A directive whose runtime effect does not exist
 // yet is a UserError at its source location naming it: never a silent no-op.
 // Supported: checkpoint(); shard_states/zero/fsdp with any valid factors (s_p > 1: the sharded
 // executor, also with checkpoint() and prefetch; s_p = 1: optimizer-state sharding, ZeRO-1/2);
-// mesh with tp = pp = 1. Not yet: sharding a mixture of experts.
+// mesh with tp = pp = 1; verify(); the test-only fault primitives.
 RuntimePlan plan_runtime(const Schedule& schedule);
 
 }  // namespace loom

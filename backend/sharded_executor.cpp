@@ -82,6 +82,7 @@ struct ShardedExecutor::State {
   std::vector<size_t> reduce_order;    // parameters in the order their gradients are reduced
   size_t next_reduce = 0;
   std::map<int, std::vector<int>> gathers_by_handle;
+  std::unordered_set<size_t> unreduced, released_early;  // test-only faults (inject_faults)
 
   void launch_gather(size_t p) {
     Param& q = params[p];
@@ -99,7 +100,8 @@ struct ShardedExecutor::State {
     q.gathering = false;
     refill_storage(q.full);
     torch::NoGradGuard no_grad;
-    q.full.data().view({-1}).copy_(q.gather_buffer.narrow(0, 0, q.numel));
+    if (in_backward && released_early.count(p)) q.full.data().zero_();  // a test-only fault
+    else q.full.data().view({-1}).copy_(q.gather_buffer.narrow(0, 0, q.numel));
     q.gather_buffer = torch::Tensor();
     q.resident = true;
   }
@@ -215,7 +217,9 @@ struct ShardedExecutor::State {
       size_t p = reduce_order[next_reduce++];
       Param& q = params[p];
       q.grad_wire = q.grad_flat.to(reduce_dtype);  // the same tensor when the dtypes agree
-      if (groups.params) {
+      if (unreduced.count(p)) {
+        q.grad_shard = q.grad_wire.narrow(0, shard_index * q.chunk, q.chunk).clone();  // a test-only fault
+      } else if (groups.params) {
         q.grad_shard = torch::empty({q.chunk}, q.grad_wire.options());
         q.reduce_work = comm::reduce_scatter(*groups.params, q.grad_wire, q.grad_shard);
       } else {
@@ -230,13 +234,14 @@ struct ShardedExecutor::State {
   // Completes the oldest reductions until at most `limit` remain in flight, in launch order.
   void complete_reductions(size_t limit) {
     while (in_flight.size() > limit) {
-      Param& q = params[in_flight.front()];
+      size_t p = in_flight.front();
+      Param& q = params[p];
       in_flight.pop_front();
       q.reduce_work.wait();
       q.grad_shard = q.grad_shard.to(q.shard.scalar_type());
       q.grad_flat = q.grad_wire = torch::Tensor();
       q.full.mutable_grad() = torch::Tensor();  // the full gradient was only the reduction's input
-      keep_gradient(q);
+      keep_gradient(q, !unreduced.count(p));
     }
   }
 
@@ -250,8 +255,9 @@ struct ShardedExecutor::State {
     tensor.copy_(wire);
   }
 
-  // What a rank keeps of a parameter shard's gradient (lins.txt §IV-C).
-  void keep_gradient(Param& q) {
+  // What a rank keeps of a parameter shard's gradient (lins.txt §IV-C); `reduce` is false
+  // only for a test-only fault.
+  void keep_gradient(Param& q, bool reduce) {
     torch::NoGradGuard no_grad;
     int64_t part = q.chunk / m_g;
     if (!last_micro_batch) {
@@ -261,7 +267,7 @@ struct ShardedExecutor::State {
         else q.grad_kept = q.grad_shard;
       } else {
         // Select & drop: all-reduce among the s_g / s_p peers, keep this rank's 1/s_g.
-        all_reduce_in_reduce_dtype(*groups.grad_peers, q.grad_shard);
+        if (reduce) all_reduce_in_reduce_dtype(*groups.grad_peers, q.grad_shard);
         torch::Tensor mine = q.grad_shard.narrow(0, groups.grad_slot * part, part);
         if (q.grad_kept.defined()) q.grad_kept.add_(mine);
         else q.grad_kept = mine.clone();
@@ -271,7 +277,7 @@ struct ShardedExecutor::State {
       // keeper), all-reduce over the dp / s_p replicas, keep the optimizer slice.
       if (q.grad_kept.defined()) q.grad_shard.narrow(0, groups.grad_slot * part, part).add_(q.grad_kept);
       q.grad_kept = torch::Tensor();
-      if (groups.replicas) all_reduce_in_reduce_dtype(*groups.replicas, q.grad_shard);
+      if (groups.replicas && reduce) all_reduce_in_reduce_dtype(*groups.replicas, q.grad_shard);
       int64_t slice = q.slice.numel();
       q.slice_grad = q.grad_shard.narrow(0, groups.optim_slot * slice, slice).clone();
     }
@@ -487,6 +493,17 @@ void ShardedExecutor::publish() {
     works[p].wait();
     s.params[p].shard.copy_(gathered[p]);
   }
+}
+
+void ShardedExecutor::inject_faults(const std::vector<std::string>& unreduced, const std::vector<std::string>& released_early) {
+  State& s = *s_;
+  for (size_t p = 0; p < s.params.size(); ++p)
+    for (auto& name : unreduced)
+      if (s.program.params[p].name == name) s.unreduced.insert(p);
+  for (auto& [module, path] : s.path_of)
+    for (auto& wanted : released_early)
+      if (path == wanted)
+        for (size_t p : s.params_of[module]) s.released_early.insert(p);
 }
 
 std::vector<OptimizedRange> ShardedExecutor::optimized_ranges() const {

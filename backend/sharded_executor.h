@@ -73,6 +73,11 @@ class ShardedExecutor : public nn::CallInterceptor {
   void before_backward(const torch::nn::Module* module);
   const std::vector<size_t>& params_of(const torch::nn::Module* module) const;
 
+  // Test-only faults (test_skip_reduction, test_release_early): the gradients of `unreduced`
+  // (parameter names) are never reduced, each rank keeping its own; the parameters of the
+  // `released_early` modules (paths) are refilled with zeros instead of gathered in backward.
+  void inject_faults(const std::vector<std::string>& unreduced, const std::vector<std::string>& released_early);
+
   // Each optimizer slice as a range of its parameter's flat padded tensor (sharded checkpoints),
   // in the order of optimized().
   std::vector<OptimizedRange> optimized_ranges() const;

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -30,10 +31,12 @@
 #include "backend/runtime_plan.h"
 #include "backend/shard_groups.h"
 #include "backend/sharded_executor.h"
+#include "backend/step_record.h"
 #include "backend/timeline.h"
 #include "backend/token_data.h"
 #include "backend/torch_compat.h"
 #include "lang/interpreter.h"
+#include "lang/trace.h"
 #include "verifier/schedule_rules.h"
 #include "models/zoo.h"
 #include "models/zoo_torch.h"
@@ -54,6 +57,13 @@ std::unique_ptr<Schedule> evaluate_schedule(const TrainOptions& o, int world, in
   }
   sch->knobs().check_overrides_used();
   check_schedule_rules(*sch);
+  if (o.trace_prefix >= 0 && static_cast<size_t>(o.trace_prefix) < sch->trace().size()) {
+    // Bisection: the first directives only, replayed onto the plain model.
+    std::vector<Directive> prefix(sch->trace().begin(), sch->trace().begin() + o.trace_prefix);
+    sch = std::make_unique<Schedule>(module_tree_of(o.model), ScheduleContext{world, local_world});
+    replay(prefix, *sch);
+    check_schedule_rules(*sch);
+  }
   return sch;
 }
 
@@ -251,10 +261,19 @@ void validate_run(const TrainOptions& o, int world, int local_world) {
     auto sch = evaluate_schedule(o, world, local_world, sources);
     plan_runtime(*sch);
   } catch (const UserError& e) {
-    // Re-throw with the rendered source context, which only `sources` can provide.
-    throw UserError(Diagnostic{Severity::Error, SourceRange{}, render(e.diagnostic(), &sources), ""});
+    // Re-throw with the quoted source line, which only `sources` can provide.
+    throw UserError(self_contained(e.diagnostic(), &sources));
   }
   open_data(o);
+}
+
+std::vector<Directive> run_directives(const TrainOptions& o, int world, int local_world) {
+  SourceManager sources;
+  try {
+    return evaluate_schedule(o, world, local_world, sources)->trace();
+  } catch (const UserError& e) {
+    throw UserError(self_contained(e.diagnostic(), &sources));
+  }
 }
 
 std::string resolved_device(const TrainOptions& o) {
@@ -382,6 +401,20 @@ int train(const TrainOptions& o, const RankEnv& env) {
     optimized = sharded->optimized();
     nn::set_call_interceptor(sharded.get());
   }
+  nn::CallInterceptor* outermost = sharded ? sharded.get() : innermost;
+  // Test-only faults (loom verify's tests): unreduced gradients, weights released too early.
+  std::vector<std::string> unreduced, released_early;
+  for (const InjectedFault& f : plan.faults) {
+    if (f.primitive == "test_skip_reduction") unreduced.push_back(f.param);
+    if (f.primitive == "test_release_early") released_early.push_back(f.module);
+  }
+  if (sharded) sharded->inject_faults(unreduced, released_early);
+  // loom verify: the first step is recorded, module call by module call.
+  std::unique_ptr<StepRecorder> recorder;
+  if (!o.record.empty()) {
+    recorder = std::make_unique<StepRecorder>(*model.module, outermost);
+    nn::set_call_interceptor(recorder.get());
+  }
 
   torch::optim::AdamW optimizer(optimized, torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay));
   // Each optimized tensor as a range of its parameter's flat tensor (sharded checkpoints).
@@ -400,9 +433,25 @@ int train(const TrainOptions& o, const RankEnv& env) {
       return 1;
     }
   }
+  for (const InjectedFault& f : plan.faults) {
+    if (f.primitive != "test_corrupt_shard" || f.rank != env.rank) continue;
+    auto it = std::find_if(ranges.begin(), ranges.end(), [&](const OptimizedRange& r) { return r.param == f.param; });
+    if (it == ranges.end()) {
+      std::cerr << "error: test_corrupt_shard: " << f.param << " is not a trained parameter of its own (a tied weight?)\n";
+      return 1;
+    }
+    // Not a constant: a LayerNorm'd input sums to zero, so a uniform shift would not show.
+    torch::NoGradGuard no_grad;
+    it->tensor.add_(torch::arange(it->tensor.numel(), it->tensor.options().requires_grad(false)).remainder(7).mul(0.01).view_as(it->tensor));
+  }
   std::unique_ptr<GradientReducer> reducer;
   // Replicated parameters are all-reduced in buckets; sharded ones by the executor.
-  if (env.world > 1 && !sharded) reducer = std::make_unique<GradientReducer>(params, *world, o.bucket_bytes, reduce_dtype);
+  if (env.world > 1 && !sharded) {
+    std::vector<torch::Tensor> reduced;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (std::find(unreduced.begin(), unreduced.end(), param_names[i]) == unreduced.end()) reduced.push_back(params[i]);
+    reducer = std::make_unique<GradientReducer>(reduced, *world, o.bucket_bytes, reduce_dtype);
+  }
 
   std::unique_ptr<TimelineObserver> observer;
   if (!o.trace.empty()) {
@@ -428,6 +477,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
   int64_t V = model.vocab_size;
   std::vector<int64_t> tokens(static_cast<size_t>(o.micro_batch * (o.seq + 1)));
   for (int64_t step = start; step < o.steps; ++step) {
+    bool recording = recorder && step == start;
     auto t0 = std::chrono::steady_clock::now();
     memory::reset_peak();
     if (cuda) compat::cuda_reset_peak(gpu);
@@ -448,13 +498,16 @@ int train(const TrainOptions& o, const RankEnv& env) {
       torch::Tensor logits;
       {
         timeline::Span span("forward", "phase");
+        if (recording) recorder->begin_forward();
         logits = model.forward(x);
+        if (recording) recorder->end_forward();
         if (sharded) sharded->finish_forward();
       }
       // The loss in fp32 whatever the compute dtype.
       torch::Tensor loss =
           torch::cross_entropy_loss(logits.to(torch::kFloat).reshape({-1, V}), y.reshape({-1})) / static_cast<double>(o.accum);
       if (bf16) compat::clear_autocast_cache();
+      if (recording) recorder->add(RecordKind::Loss, "loss", micro, 0, loss);
       if (reducer) reducer->prepare(micro == o.accum - 1);
       {
         timeline::Span span("backward", "phase");
@@ -470,14 +523,25 @@ int train(const TrainOptions& o, const RankEnv& env) {
     }
     {
       timeline::Span optimizer_span("optimizer", "phase");
+      if (sharded) sharded->average_gradients();
+      if (recording)  // each rank's part of every reduced gradient, before clipping
+        for (const OptimizedRange& r : ranges)
+          if (r.tensor.grad().defined()) recorder->add(RecordKind::ParamGrad, r.param, 0, r.offset, r.tensor.grad().reshape({-1}));
       if (sharded) {
-        sharded->average_gradients();
         if (o.clip > 0) sharded->clip_gradients(o.clip);
       } else if (o.clip > 0) {
         torch::nn::utils::clip_grad_norm_(params, o.clip);
       }
       optimizer.step();
       if (sharded) sharded->publish();
+    }
+    if (recording) {
+      if (sharded) sharded->gather_all();
+      if (env.rank == 0)  // every rank holds the same parameters after the step
+        for (size_t i = 0; i < params.size(); ++i) recorder->add(RecordKind::Param, param_names[i], 0, 0, params[i]);
+      if (sharded) sharded->release_all();
+      fs::create_directories(o.record);
+      recorder->write((fs::path(o.record) / ("rank-" + std::to_string(env.rank) + ".pt")).string());
     }
     torch::Tensor loss_t = torch::tensor({loss_sum}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
     comm::all_reduce(*world, loss_t).wait();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/rank_env.h"
+#include "lang/directive.h"
 
 namespace loom {
 
@@ -44,11 +45,20 @@ struct TrainOptions {
   std::string profile_key;
   int64_t profile_warmup = 1;
   std::string stdlib;
+  // Differential testing (loom verify): each rank writes its record of the first step to
+  // record/rank-R.pt (step_record.h); trace_prefix >= 0 applies only that many of the
+  // schedule's directives (bisection).
+  std::string record;
+  int64_t trace_prefix = -1;
 };
 
 // Validates everything that can be checked before starting ranks: the schedule (at
 // `world` ranks) and the data file. Throws UserError.
 void validate_run(const TrainOptions& options, int world, int local_world);
+
+// The directives a run applies (all of the schedule's, or its --trace-prefix), after the
+// schedule and its rules were checked at `world` ranks. Throws UserError.
+std::vector<Directive> run_directives(const TrainOptions& options, int world, int local_world);
 
 // What "auto" and 0 resolve to on this machine: "cpu" or "cuda"; intra-op threads per rank.
 std::string resolved_device(const TrainOptions& options);

@@ -29,6 +29,19 @@ void add_explain(CLI::App& app, std::function<int()>& run);
 void add_profile(CLI::App& app, std::function<int()>& run);
 void add_verify(CLI::App& app, std::function<int()>& run);
 
+// loom verify's settings; `loom run` verifies with them too when the schedule calls verify().
+struct VerifyOptions {
+  TrainOptions train;
+  int nproc = 1;
+  std::optional<double> atol, rtol;  // unset: the defaults of the run's dtype
+  bool bisect = true;                // when not equivalent, find the breaking directive
+  bool json = false;
+  bool keep = false;
+};
+// Runs the plain and the scheduled step, compares them and prints the report. Returns kOk
+// when they are equivalent, kUserError when not (or when a run fails).
+int verify_schedule(const VerifyOptions& options);
+
 // The command-line arguments after the program name (a launcher re-runs them in each rank).
 const std::vector<std::string>& original_arguments();
 // When this process was started as one rank of a run (by a launcher, torchrun, srun or mpirun):

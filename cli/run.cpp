@@ -20,16 +20,36 @@ struct RunOptions {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
+  bool no_verify = false;  // set by loom verify for its own runs
 };
 
 int run(const RunOptions& o) {
   if (std::optional<int> rc = train_if_rank(o.train)) return *rc;  // started as one rank of a run
   // The launcher: check what can be checked before starting any rank.
+  bool verify_first = false;
   try {
     validate_run(o.train, o.nproc * o.nnodes, o.nproc);
+    for (const Directive& d : run_directives(o.train, o.nproc * o.nnodes, o.nproc))
+      if (d.primitive == "verify" && !o.no_verify) verify_first = true;
+    if (verify_first && o.nnodes > 1)
+      throw UserError(SourceRange{}, "verify() runs its comparison on one node, but this run spans " + std::to_string(o.nnodes),
+                      "run `loom verify` on one node first, then train without verify()");
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), nullptr);
     return kUserError;
+  }
+  if (verify_first) {
+    // verify(): the schedule must compute what the plain model computes before it trains.
+    VerifyOptions v;
+    v.train = o.train;
+    v.nproc = o.nproc;
+    std::cout << "loom run: verify() asks for a differential test first\n" << std::flush;
+    if (verify_schedule(v) != kOk) {
+      std::cerr << "error: the schedule does not compute what the plain model computes (report above); not training\n"
+                   "  hint: fix the directive the report names, or run `loom verify` for the details\n";
+      return kUserError;
+    }
+    std::cout << std::flush;
   }
   LaunchSpec spec = relaunch_as_ranks(o.nproc);
   spec.nnodes = o.nnodes;
@@ -62,6 +82,10 @@ void add_run(CLI::App& app, std::function<int()>& run_fn) {
   c->add_option("--resume", t.resume, "continue from a checkpoint directory written by --save");
   c->add_option("--metrics", t.metrics, "write one JSON object per step to this file");
   c->add_option("--trace", t.trace, "write the executed timeline (Chrome trace format, open in Perfetto) to this file");
+  // Used by loom verify for its own runs: hidden from --help.
+  c->add_option("--record", t.record, "write each rank's record of the first step to this directory")->group("");
+  c->add_option("--trace-prefix", t.trace_prefix, "apply only the first K directives of the schedule")->group("");
+  c->add_flag("--no-verify", o->no_verify, "do not run verify() before training")->group("");
   c->callback([&run_fn, o] { run_fn = [o] { return run(*o); }; });
 }
 

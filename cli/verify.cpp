@@ -1,10 +1,14 @@
-// loom verify: differential testing of a schedule (issue #5 §2, first part). Trains one step
-// of the plain model (data parallelism) and one of the scheduled model, from the same seed on
-// the same batch, and compares the loss and every parameter after the optimizer step.
-// Not yet: forward outputs and gradients on their own, localisation to the first diverging
-// module, bisection over the directive trace (docs/verify.md).
+// loom verify: differential testing of a schedule (slapo.txt §3.5, issue #5). One step of the
+// plain model (data parallelism, no directives) and one of the scheduled model, from the same
+// seed on the same ranks and batch, each recorded (step_record.h): every module's output and
+// the gradients at its outputs and inputs, the loss, every reduced gradient, every parameter
+// after the step. The records are compared rank by rank; the first quantity beyond the
+// tolerance, in step order, names the module that diverged; bisection over prefixes of the
+// directive trace names the directive that broke equivalence.
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,22 +18,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/saved_model_compare.h"
+#include "backend/step_record_compare.h"
 #include "cli/commands.h"
 #include "lang/diagnostics.h"
 
 namespace loom::cli {
+
 namespace {
 
 namespace fs = std::filesystem;
-
-struct VerifyOptions {
-  TrainOptions train;
-  int nproc = 1;
-  double atol = 1e-5;
-  bool json = false;
-  bool keep = false;
-};
 
 // Runs `loom run` with `args` quietly (its output goes to `log`); returns its exit code.
 int run_quietly(const std::vector<std::string>& args, const fs::path& log) {
@@ -52,98 +49,247 @@ std::string tail_of(const fs::path& log) {
   std::vector<std::string> lines;
   for (std::string l; std::getline(in, l);) lines.push_back(l);
   std::string out;
-  for (size_t i = lines.size() > 8 ? lines.size() - 8 : 0; i < lines.size(); ++i) out += "  " + lines[i] + "\n";
+  for (size_t i = lines.size() > 12 ? lines.size() - 12 : 0; i < lines.size(); ++i) out += "  " + lines[i] + "\n";
   return out;
 }
 
-int verify(const VerifyOptions& o) {
+// What the scheduled run computes or reduces in decides the default tolerance.
+std::string run_dtype(const TrainOptions& t) {
+  if (resolved_device(t) == "cuda" && t.precision == "bf16") return "bf16";
+  return t.reduce_dtype;
+}
+
+// One recorded run of the step: the plain model, the whole schedule, or a prefix of its trace.
+class Runs {
+ public:
+  Runs(const VerifyOptions& o, fs::path dir) : o_(o), dir_(std::move(dir)) {
+    const TrainOptions& t = o.train;
+    common_ = {"--model", t.model, "--nproc", std::to_string(o.nproc), "--data", t.data, "--micro-batch",
+               std::to_string(t.micro_batch), "--seq", std::to_string(t.seq), "--accum", std::to_string(t.accum),
+               "--seed", std::to_string(t.seed), "--steps", "1", "--threads", std::to_string(resolved_threads(t, o.nproc)),
+               "--device", t.device, "--backend", t.backend, "--precision", t.precision, "--reduce-dtype", t.reduce_dtype,
+               "--stdlib", t.stdlib, "--timeout", std::to_string(t.timeout_s), "--no-verify"};
+    for (auto& s : t.sets) common_.insert(common_.end(), {"--set", s});
+  }
+
+  // Runs one side; false (with the failure in `error`) when it did not run.
+  bool run(const std::string& name, bool scheduled, int64_t prefix, std::string& error) {
+    std::vector<std::string> args{"run"};
+    if (scheduled) args.push_back(o_.train.schedule_file);
+    args.insert(args.end(), common_.begin(), common_.end());
+    if (scheduled && prefix >= 0) args.insert(args.end(), {"--trace-prefix", std::to_string(prefix)});
+    args.insert(args.end(), {"--record", (dir_ / name).string(), "--metrics", (dir_ / (name + ".jsonl")).string()});
+    fs::path log = dir_ / (name + ".log");
+    ++count_;
+    if (int rc = run_quietly(args, log)) {
+      error = "the " + name + " run failed (exit code " + std::to_string(rc) + "); its last lines:\n" + tail_of(log);
+      return false;
+    }
+    return true;
+  }
+
+  std::vector<std::vector<RecordEntry>> records(const std::string& name) const {
+    std::vector<std::vector<RecordEntry>> out;
+    for (int r = 0; r < o_.nproc; ++r) out.push_back(read_step_record((dir_ / name / ("rank-" + std::to_string(r) + ".pt")).string()));
+    return out;
+  }
+  double loss(const std::string& name) const { return first_loss(dir_ / (name + ".jsonl")); }
+  int count() const { return count_; }
+
+ private:
+  const VerifyOptions& o_;
+  fs::path dir_;
+  std::vector<std::string> common_;
+  int count_ = 0;
+};
+
+// The directive whose addition first breaks equivalence, found by bisection over trace
+// prefixes: the first `good` directives verify, the first `bad` do not. When prefixes between
+// could not run on their own (a half-built schedule), more than one directive stays suspect.
+struct Bisection {
+  bool done = false;
+  size_t good = 0, bad = 0, total = 0;
+  std::vector<size_t> unrunnable;
+};
+
+Bisection bisect(Runs& runs, const std::vector<std::vector<RecordEntry>>& plain, const Tolerance& tol, size_t total) {
+  Bisection b;
+  b.total = total;
+  size_t good = 0, bad = total;  // the empty prefix is the plain model; the whole trace breaks
+  while (bad - good > 1) {
+    size_t mid = (good + bad) / 2;
+    // A prefix that cannot run on its own (a half-built schedule) is stepped over.
+    std::vector<size_t> order;
+    for (size_t k = mid; k < bad; ++k) order.push_back(k);
+    for (size_t k = mid; k-- > good + 1;) order.push_back(k);
+    bool decided = false;
+    for (size_t k : order) {
+      std::string name = "prefix-" + std::to_string(k), error;
+      if (!runs.run(name, true, static_cast<int64_t>(k), error)) {
+        b.unrunnable.push_back(k);
+        continue;
+      }
+      (compare_step_records(plain, runs.records(name), tol).equivalent() ? good : bad) = k;
+      decided = true;
+      break;
+    }
+    if (!decided) break;
+  }
+  b.done = true;
+  b.good = good;
+  b.bad = bad;
+  return b;
+}
+
+std::string describe(const QuantityDifference& d) {
+  std::string what;
+  switch (d.kind) {
+    case RecordKind::Output: what = "the output of " + d.name; break;
+    case RecordKind::OutputGrad: what = "the gradient at the output of " + d.name; break;
+    case RecordKind::InputGrad: what = "the gradient " + d.name + " passes to its input " + std::to_string(d.index); break;
+    case RecordKind::Loss: what = "the loss of micro-batch " + std::to_string(d.call); break;
+    case RecordKind::ParamGrad: what = "the reduced gradient of " + d.name; break;
+    case RecordKind::Param: what = "the parameter " + d.name + " after the optimizer step"; break;
+  }
+  if ((d.kind == RecordKind::Output || d.kind == RecordKind::OutputGrad || d.kind == RecordKind::InputGrad) && d.call > 0)
+    what += " (call " + std::to_string(d.call + 1) + ")";
+  return what + " on rank " + std::to_string(d.rank);
+}
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+nlohmann::json difference_json(const QuantityDifference& d) {
+  return {{"kind", record_kind_name(d.kind)}, {"name", d.name}, {"module", d.module}, {"call", d.call},
+          {"rank", d.rank}, {"max_abs", std::isinf(d.max_abs) ? -1.0 : d.max_abs}, {"allowed", d.allowed}, {"note", d.note}};
+}
+
+}  // namespace
+
+int verify_schedule(const VerifyOptions& o) {
+  auto started = std::chrono::steady_clock::now();
+  const TrainOptions& t = o.train;
+  std::vector<Directive> directives;
   try {
-    validate_run(o.train, o.nproc, o.nproc);
+    validate_run(t, o.nproc, o.nproc);
+    directives = run_directives(t, o.nproc, o.nproc);
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), nullptr);
     return kUserError;
   }
+  Tolerance tol = default_tolerance(run_dtype(t));
+  if (o.atol) tol.atol = *o.atol;
+  if (o.rtol) tol.rtol = *o.rtol;
+
   char tmpl[] = "/tmp/loom-verify-XXXXXX";
   fs::path dir = mkdtemp(tmpl);
-  const TrainOptions& t = o.train;
-  std::vector<std::string> common{"--model", t.model, "--nproc", std::to_string(o.nproc), "--data", t.data, "--micro-batch",
-                                  std::to_string(t.micro_batch), "--seq", std::to_string(t.seq), "--seed", std::to_string(t.seed),
-                                  "--steps", "1", "--threads", std::to_string(resolved_threads(t, o.nproc)), "--device", t.device,
-                                  "--stdlib", t.stdlib};
-  for (auto& s : t.sets) common.insert(common.end(), {"--set", s});
-  struct Side {
-    const char* name;
-    std::string schedule;
-    double loss = 0;
-  } sides[2] = {{"plain", ""}, {"scheduled", t.schedule_file}};
-  for (Side& side : sides) {
-    std::vector<std::string> args{"run"};
-    if (!side.schedule.empty()) args.push_back(side.schedule);
-    args.insert(args.end(), common.begin(), common.end());
-    args.insert(args.end(), {"--save", (dir / side.name).string(), "--metrics", (dir / (std::string(side.name) + ".jsonl")).string()});
-    fs::path log = dir / (std::string(side.name) + ".log");
-    if (int rc = run_quietly(args, log)) {
-      std::cerr << "error: the " << side.name << " run failed (exit code " << rc << "); its last lines:\n" << tail_of(log);
-      return kUserError;
-    }
-    side.loss = first_loss(dir / (std::string(side.name) + ".jsonl"));
+  Runs runs(o, dir);
+  std::string error;
+  if (!runs.run("plain", false, -1, error) || !runs.run("scheduled", true, -1, error)) {
+    std::cerr << "error: " << error;
+    if (!o.keep) fs::remove_all(dir);
+    return kUserError;
   }
-  std::vector<ParameterDifference> diffs =
-      compare_saved_models(t.model, (dir / "plain" / "step-000001" / "model.pt").string(),
-                           (dir / "scheduled" / "step-000001" / "model.pt").string());
-  double loss_diff = std::abs(sides[0].loss - sides[1].loss);
-  const ParameterDifference* worst = nullptr;
-  const ParameterDifference* first_bad = nullptr;
-  for (auto& d : diffs) {
-    if (!worst || d.max_abs > worst->max_abs) worst = &d;
-    if (!first_bad && d.max_abs > o.atol) first_bad = &d;
-  }
-  bool equivalent = loss_diff <= o.atol && !first_bad;
+  auto plain = runs.records("plain");
+  RecordComparison cmp = compare_step_records(plain, runs.records("scheduled"), tol);
+  double loss_plain = runs.loss("plain"), loss_scheduled = runs.loss("scheduled");
+  Bisection bisection;
+  if (!cmp.equivalent() && o.bisect && !directives.empty()) bisection = bisect(runs, plain, tol, directives.size());
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!o.keep) fs::remove_all(dir);
 
+  // The suspects: directives good+1..bad (one when every prefix could run).
+  std::vector<const Directive*> suspects;
+  if (bisection.done)
+    for (size_t i = bisection.good; i < bisection.bad; ++i) suspects.push_back(&directives[i]);
   if (o.json) {
-    nlohmann::json j{{"equivalent", equivalent},
-                     {"atol", o.atol},
-                     {"loss", {{"plain", sides[0].loss}, {"scheduled", sides[1].loss}, {"difference", loss_diff}}},
-                     {"parameters_compared", diffs.size()},
-                     {"largest_difference", {{"parameter", worst ? worst->name : ""}, {"max_abs", worst ? worst->max_abs : 0.0}}},
-                     {"first_differing_parameter", first_bad ? nlohmann::json(first_bad->name) : nlohmann::json(nullptr)},
-                     {"compared", "loss and parameters after one optimizer step"}};
+    nlohmann::json compared = nlohmann::json::object();
+    for (auto& k : cmp.kinds) {
+      nlohmann::json j{{"count", k.compared}};
+      if (k.largest) j["largest"] = difference_json(*k.largest);
+      compared[record_kind_name(k.kind)] = j;
+    }
+    nlohmann::json j{{"equivalent", cmp.equivalent()},
+                     {"schedule", t.schedule_file},
+                     {"model", t.model},
+                     {"ranks", o.nproc},
+                     {"tolerance", {{"dtype", tol.dtype}, {"atol", tol.atol}, {"rtol", tol.rtol}}},
+                     {"loss", {{"plain", loss_plain}, {"scheduled", loss_scheduled}, {"difference", std::abs(loss_plain - loss_scheduled)}}},
+                     {"compared", compared},
+                     {"recorded_by_one_run", cmp.recorded_by_one_run},
+                     {"first_divergence", cmp.first_divergence ? difference_json(*cmp.first_divergence) : nlohmann::json(nullptr)},
+                     {"runs", runs.count()},
+                     {"seconds", seconds}};
+    nlohmann::json breaking = nlohmann::json::array();
+    for (size_t i = 0; i < suspects.size(); ++i)
+      breaking.push_back({{"index", bisection.good + i + 1}, {"primitive", suspects[i]->primitive}, {"target", suspects[i]->target},
+                          {"text", suspects[i]->to_sched()}, {"location", suspects[i]->where.to_string()}});
+    j["breaking_directives"] = breaking;
+    j["bisection"] = {{"directives", bisection.total}, {"verifying_prefix", bisection.good}, {"unrunnable_prefixes", bisection.unrunnable}};
     if (o.keep) j["kept"] = dir.string();
     std::cout << j.dump(1) << "\n";
-  } else {
-    std::printf("loom verify: %s on %s, %d rank%s, one step from seed %llu (tolerance %g)\n",
-                t.schedule_file.c_str(), t.model.c_str(), o.nproc, o.nproc == 1 ? "" : "s",
-                static_cast<unsigned long long>(t.seed), o.atol);
-    std::printf("  loss: plain %.9g, scheduled %.9g, |difference| %.3g\n", sides[0].loss, sides[1].loss, loss_diff);
-    std::printf("  parameters after the step: %zu compared, largest |difference| %.3g in %s\n", diffs.size(),
-                worst ? worst->max_abs : 0.0, worst ? worst->name.c_str() : "-");
-    if (equivalent) std::printf("equivalent\n");
-    else if (first_bad)
-      std::printf("NOT equivalent: the first parameter (module order) beyond the tolerance is %s (|difference| %.3g)\n",
-                  first_bad->name.c_str(), first_bad->max_abs);
-    else std::printf("NOT equivalent: the losses differ by %.3g\n", loss_diff);
-    std::printf("(not compared yet: forward outputs and gradients on their own, the first diverging module, the directive that broke it)\n");
-    if (o.keep) std::printf("kept: %s\n", dir.c_str());
+    return cmp.equivalent() ? kOk : kUserError;
   }
-  return equivalent ? kOk : kUserError;
-}
 
-}  // namespace
+  std::printf("loom verify: %s on %s, %d rank%s, one step from seed %llu\n", t.schedule_file.c_str(), t.model.c_str(), o.nproc,
+              o.nproc == 1 ? "" : "s", static_cast<unsigned long long>(t.seed));
+  std::printf("  tolerance (%s): |scheduled - plain| <= %g + %g x the largest |plain| of each tensor\n", tol.dtype.c_str(), tol.atol,
+              tol.rtol);
+  std::printf("  loss: plain %.9g, scheduled %.9g, |difference| %s\n", loss_plain, loss_scheduled,
+              num(std::abs(loss_plain - loss_scheduled)).c_str());
+  for (auto& k : cmp.kinds) {
+    static const char* labels[] = {"module outputs", "output gradients", "input gradients", "losses (per micro-batch)",
+                                   "parameter gradients", "parameters after the step"};
+    std::printf("  %-27s %5lld compared", (std::string(labels[static_cast<int>(k.kind)]) + ":").c_str(),
+                static_cast<long long>(k.compared));
+    if (k.largest && k.largest->max_abs > 0) std::printf(", largest |difference| %s in %s (rank %d)", num(k.largest->max_abs).c_str(), k.largest->name.c_str(), k.largest->rank);
+    std::printf("\n");
+  }
+  if (cmp.recorded_by_one_run)
+    std::printf("  (%lld quantities recorded by one run only: inside a checkpoint()ed module gradients exist only in the recomputation)\n",
+                static_cast<long long>(cmp.recorded_by_one_run));
+  if (cmp.equivalent()) {
+    std::printf("equivalent (%d runs, %.1f s)\n", runs.count(), seconds);
+    return kOk;
+  }
+  const QuantityDifference& d = *cmp.first_divergence;
+  std::printf("NOT equivalent (%d runs, %.1f s)\n", runs.count(), seconds);
+  std::printf("  first divergence: %s: |difference| %s, %s allowed%s\n", describe(d).c_str(), num(d.max_abs).c_str(),
+              num(d.allowed).c_str(), d.note.empty() ? "" : (" (" + d.note + ")").c_str());
+  std::printf("  diverging module: %s\n", d.module.c_str());
+  if (suspects.size() == 1)
+    std::printf("  breaking directive: %s at %s\n", suspects[0]->to_sched().c_str(), suspects[0]->where.to_string().c_str());
+  else if (!suspects.empty())
+    std::printf("  breaking directive: one of these %zu (the prefixes between them could not run on their own):\n", suspects.size());
+  if (suspects.size() > 1)
+    for (const Directive* d : suspects) std::printf("    %s at %s\n", d->to_sched().c_str(), d->where.to_string().c_str());
+  if (bisection.done)
+    std::printf("    (bisection over the directive trace: the first %zu of %zu directives verify, the first %zu do not)\n",
+                bisection.good, bisection.total, bisection.bad);
+  return kUserError;
+}
 
 void add_verify(CLI::App& app, std::function<int()>& run) {
   auto o = std::make_shared<VerifyOptions>();
   TrainOptions& t = o->train;
   CLI::App* c = app.add_subcommand(
-      "verify", "Check that a schedule computes what the plain model computes: one step of each, compared (see docs/verify.md)");
+      "verify",
+      "Check that a schedule computes what the plain model computes: one step of each, compared module by module; "
+      "when they differ, name the first diverging module and the directive that broke it (see docs/verify.md)");
   add_step_options(c, t);
-  c->get_option("file")->required();
+  c->get_option("file")->required()->description("the .sched file to verify against the plain model");
   c->add_option("--nproc", o->nproc, "ranks for both runs")->check(CLI::PositiveNumber);
   c->add_option("--seed", t.seed, "seed of the weights and the batch (the same for both runs)");
-  c->add_option("--atol", o->atol, "largest absolute difference accepted (loss and every parameter)")->check(CLI::NonNegativeNumber);
+  c->add_option("--atol", o->atol, "absolute tolerance (default by dtype: fp32 1e-5, fp16 1e-3, bf16 1e-2)")->check(CLI::NonNegativeNumber);
+  c->add_option("--rtol", o->rtol, "tolerance relative to each tensor's largest |value| (default: fp32 1e-4, fp16 1e-2, bf16 5e-2)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_flag("--no-bisect", [o](int64_t) { o->bisect = false; }, "when not equivalent, do not search for the breaking directive");
   c->add_flag("--json", o->json, "print the report as JSON");
-  c->add_flag("--keep", o->keep, "keep the two runs' checkpoints, metrics and logs (their directory is printed)");
-  c->callback([&run, o] { run = [o] { return verify(*o); }; });
+  c->add_flag("--keep", o->keep, "keep the runs' records, metrics and logs (their directory is printed)");
+  c->callback([&run, o] { run = [o] { return verify_schedule(*o); }; });
 }
 
 }  // namespace loom::cli

@@ -39,6 +39,16 @@ std::string render(const Diagnostic& d, const SourceManager* sources) {
   return out;
 }
 
+Diagnostic self_contained(const Diagnostic& d, const SourceManager* sources) {
+  Diagnostic bare = d;
+  bare.hint.clear();
+  std::string text = render(bare, sources);
+  std::string excerpt = text.substr(text.find('\n') + 1);  // the lines after "file:l:c: error: message"
+  Diagnostic out = d;
+  if (!excerpt.empty()) out.message += "\n" + excerpt.substr(0, excerpt.size() - 1);
+  return out;
+}
+
 std::string render_json(const Diagnostic& d) {
   nlohmann::json j;
   j["file"] = d.range.file;

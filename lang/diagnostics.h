@@ -39,6 +39,9 @@ class InternalError : public std::logic_error {
 
 // "file:line:col: error: message", the source line, the span underlined, then the hint.
 std::string render(const Diagnostic& d, const SourceManager* sources);
+// The diagnostic with its quoted source line folded into the message, so it renders the same
+// where the sources are gone (a schedule checked in one function, reported by another).
+Diagnostic self_contained(const Diagnostic& d, const SourceManager* sources);
 // The diagnostic as one JSON object: file, range, severity, message, hint.
 std::string render_json(const Diagnostic& d);
 

@@ -70,6 +70,10 @@ const Selection& Selection::apply(const std::string& primitive, const CallArgs& 
     throw UserError(args.name_range.known() ? args.name_range : args.call_range, "unknown primitive '" + primitive + "'",
                     near.empty() ? "see docs/primitives.md for the list" : "did you mean '" + near[0] + "'?");
   }
+  if (spec->for_tests && !test_primitives_enabled())
+    throw UserError(args.name_range.known() ? args.name_range : args.call_range,
+                    primitive + " is a test-only primitive: it breaks training on purpose, to test loom verify",
+                    "set LOOM_TEST_PRIMITIVES=1 in the environment to use it (tests/verify/ does)");
   auto bound = bind_arguments(*spec, args);
   for (int m : modules_) {
     PrimitiveCall call(*schedule_, *spec, m, args.call_range, bound);

@@ -1,6 +1,7 @@
 #include "primitives/registry.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "primitives/all.h"
 
@@ -17,6 +18,11 @@ void register_builtin_primitives() {
   LOOM_BUILTIN_PRIMITIVES(LOOM_TOUCH_ANCHOR)
 #undef LOOM_TOUCH_ANCHOR
   (void)sink;
+}
+
+bool test_primitives_enabled() {
+  const char* v = std::getenv("LOOM_TEST_PRIMITIVES");
+  return v && std::string(v) == "1";
 }
 
 // ---- ParamType ----
@@ -140,6 +146,13 @@ void PrimitiveCall::record_as(const std::string& primitive, std::vector<std::pai
   call.call_range = where_;
   call.name_range = where_;
   Selection(&schedule_, {module_}, node().path, false).apply(primitive, call);
+}
+
+void check_owns_parameter(const PrimitiveCall& c, const std::string& arg) {
+  const std::string& name = c.string_arg(arg);
+  for (auto& p : c.node().params)
+    if (p.name == name) return;
+  c.fail_at(c.arg_range(arg), "module has no parameter " + quote_string(name), "name one it owns directly, e.g. \"weight\"");
 }
 
 // ---- PrimitiveRegistry ----

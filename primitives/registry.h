@@ -62,6 +62,9 @@ struct PrimitiveSpec {
   PrimitiveSpec& check(CheckFn fn) { checks.push_back(std::move(fn)); return *this; }
   // The effect: records directives (the default records this call as it is).
   PrimitiveSpec& effect(EffectFn fn) { apply = std::move(fn); return *this; }
+  // A primitive that breaks training on purpose, to test `loom verify`: refused unless the
+  // environment sets LOOM_TEST_PRIMITIVES=1.
+  PrimitiveSpec& test_only() { for_tests = true; return *this; }
 
   std::string name;
   std::string doc;
@@ -69,6 +72,7 @@ struct PrimitiveSpec {
   std::vector<ParamSpec> params;
   std::vector<CheckFn> checks;
   EffectFn apply;
+  bool for_tests = false;
 };
 
 // One application of a primitive to one module, with its bound arguments.
@@ -109,6 +113,9 @@ class PrimitiveCall {
   SourceRange where_;
   std::vector<std::pair<std::string, ArgValue>> args_;
 };
+
+// A check: the module owns, directly, the parameter named by the string argument `arg`.
+void check_owns_parameter(const PrimitiveCall& call, const std::string& arg);
 
 class PrimitiveRegistry {
  public:

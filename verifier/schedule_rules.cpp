@@ -11,6 +11,7 @@ void check_schedule_rules(const Schedule& schedule, const RuleOptions& options) 
       rules::pipeline_stages,
       rules::compress_needs_reduction,
       rules::offload_needs_optimizer_shards,
+      rules::unshard_conflicts_with_shard,
       rules::memory_fits,
   };
   for (Rule rule : rules) rule(schedule, options);

@@ -3,27 +3,11 @@
 # 2 usage error), rendered diagnostics, --json, --print, --set and fmt.
 set -uo pipefail
 loom="$1"
-src="$2"
+src=$(cd "$2" && pwd)
 cd "$src"
-passed=0
-failed=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-
-expect() {  # expect NAME WANT_RC WANT_TEXT -- command...
-  local name="$1" want_rc="$2" want_text="$3"
-  shift 4
-  "$@" >"$tmp/out" 2>&1
-  local rc=$?
-  if [ "$rc" -ne "$want_rc" ] || { [ -n "$want_text" ] && ! grep -qF -- "$want_text" "$tmp/out"; }; then
-    echo "FAIL $name: rc=$rc (want $want_rc), output:"
-    sed 's/^/    /' "$tmp/out"
-    echo "    (wanted: $want_text)"
-    failed=$((failed + 1))
-  else
-    passed=$((passed + 1))
-  fi
-}
+source "$src/tests/lib/expect.sh"
 
 expect "check ok" 0 "ok (5 directives, 0 warnings)" -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2
 expect "check --print" 0 'sch["h.3"].prefetch(budget=auto)' -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --print
@@ -62,11 +46,6 @@ expect "memory limit" 1 "error: model states need" -- "$loom" check stdlib_sched
 expect "memory limit fits" 0 "ok (" -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 80GiB
 expect "memory limit not a size" 2 "error: --memory-limit lots is not a size" -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit lots
 
-# loom verify: one step of the plain and the scheduled model, compared.
-expect "verify equivalent" 0 "equivalent" -- "$loom" verify stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --threads 1
-expect "verify not equivalent" 1 "NOT equivalent: the first parameter (module order) beyond the tolerance is wte.weight" -- "$loom" verify stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --threads 1 --atol 0
-expect "verify json" 1 '"equivalent": false' -- "$loom" verify stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --threads 1 --atol 0 --json
-expect "verify schedule error" 1 "shard_states on sch: params = 3 is outside 1..2 (dp)" -- "$loom" verify tests/error/shard_states_divide.sched --model gpt:tiny --nproc 2
 
 # A measured profile prices the IR; one of another model is refused, naming both ops.
 prof="profile --model gpt:tiny --nproc 2 --steps 1 --seq 32 --micro-batch 2 --threads 1 --cache-dir $tmp/cache"

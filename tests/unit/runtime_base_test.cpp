@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <unistd.h>
 
 #include <cstdio>
@@ -120,13 +121,19 @@ TEST_CASE("the runtime plan accepts checkpoint, data parallelism and every valid
   CHECK(f.optim == 4);
   auto both = testing::evaluate("sch.fsdp()\nsch[\"h.0\"].checkpoint()\n", "gpt:tiny", {2, 0});
   CHECK(plan_runtime(*both->schedule).checkpoint.size() == 1);
+  // Prefetch without sharded parameters has nothing to gather: the primitive warns, the
+  // runtime runs it as plain data parallelism (stdlib zero3 at world 1).
   auto pf = testing::evaluate("sch[\"h.0\"].prefetch()\n", "gpt:tiny", {1, 0});
+  CHECK(plan_runtime(*pf->schedule).factors.optim == 1);
+  setenv("LOOM_TEST_PRIMITIVES", "1", 1);
+  auto early = testing::evaluate("sch[\"h.0.mlp.c_fc\"].test_release_early()\n", "gpt:tiny", {2, 0});
   try {
-    plan_runtime(*pf->schedule);
-    FAIL("prefetch was accepted");
+    plan_runtime(*early->schedule);
+    FAIL("test_release_early without sharded parameters was accepted");
   } catch (const UserError& e) {
     CHECK(e.diagnostic().range.to_string() == "test.sched:1:1");
-    CHECK(e.diagnostic().hint.find("sch[\"h.0\"].prefetch(budget=auto)") != std::string::npos);
-    CHECK(std::string(e.what()).find("prefetch gathers sharded parameters, but this schedule does not shard them") != std::string::npos);
+    CHECK(std::string(e.what()).find("it releases sharded parameters, but this schedule does not shard them") != std::string::npos);
   }
+  unsetenv("LOOM_TEST_PRIMITIVES");
 }
+

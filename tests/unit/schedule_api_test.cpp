@@ -5,6 +5,7 @@
 #include "lang/trace.h"
 #include "primitives/all.h"
 #include "primitives/registry.h"
+#include "verifier/schedule_rules.h"
 
 using namespace loom;
 using loom::testing::evaluate;
@@ -44,6 +45,22 @@ TEST_CASE("fluent API errors are user errors at the C++ call site") {
     CHECK(e.diagnostic().range.file.find("schedule_api_test.cpp") != std::string::npos);
     CHECK(e.diagnostic().range.begin.line == line + 2);
     CHECK(e.diagnostic().message == "sync on `h.0.mlp.c_fc`: module is synced in mode fwd_post but was never sharded");
+  }
+}
+
+TEST_CASE("whole-schedule rules point at the C++ call site of a fluent schedule") {
+  Schedule sch(fixture_tree("gpt2"), {4, 0});
+  sch.mesh(2, 1);
+  sch["h.0.mlp.c_fc"].shard({"weight", "bias"}, 0);
+  int line = __LINE__ + 1;
+  sch["h.0.mlp"].unshard(Value::boolean(true));
+  try {
+    check_schedule_rules(sch);
+    FAIL("unshard of a tensor-sharded module was accepted");
+  } catch (const UserError& e) {
+    CHECK(e.diagnostic().range.file.find("schedule_api_test.cpp") != std::string::npos);
+    CHECK(e.diagnostic().range.begin.line == line);
+    CHECK(e.diagnostic().message.find("unshard on `h.0.mlp` keeps its parameters whole on every rank, but shard at ") == 0);
   }
 }
 

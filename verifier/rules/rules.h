@@ -15,6 +15,8 @@ void pipeline_stages(const Schedule& schedule, const RuleOptions& options);
 // sync() with a collective that cannot aggregate what the module's shard() produces
 // (a partition needs all_gather; partial sums need all_reduce or reduce_scatter).
 void sync_matches_shard_output(const Schedule& schedule, const RuleOptions& options);
+// unshard() on a module whose parameters (or its submodules') are tensor-sharded by shard().
+void unshard_conflicts_with_shard(const Schedule& schedule, const RuleOptions& options);
 // Model states per rank above --memory-limit by lins.txt §IV-D's formula.
 void memory_fits(const Schedule& schedule, const RuleOptions& options);
 

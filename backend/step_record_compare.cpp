@@ -1,0 +1,106 @@
+#include "backend/step_record_compare.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace loom {
+
+Tolerance default_tolerance(const std::string& dtype) {
+  if (dtype == "bf16") return {dtype, 1e-2, 5e-2};
+  if (dtype == "fp16") return {dtype, 1e-3, 1e-2};
+  return {"fp32", 1e-5, 1e-4};
+}
+
+namespace {
+
+constexpr RecordKind kKinds[] = {RecordKind::Output, RecordKind::Loss, RecordKind::OutputGrad, RecordKind::InputGrad,
+                                 RecordKind::ParamGrad, RecordKind::Param};
+
+std::string owner_of(const RecordEntry& e) {
+  if (e.kind != RecordKind::ParamGrad && e.kind != RecordKind::Param) return e.name;
+  size_t dot = e.name.rfind('.');
+  return dot == std::string::npos ? std::string("model") : e.name.substr(0, dot);
+}
+
+QuantityDifference difference(const RecordEntry& plain, const torch::Tensor& expected, const torch::Tensor& got, int rank,
+                              const Tolerance& tol) {
+  QuantityDifference d{plain.kind, plain.name, owner_of(plain), plain.call, plain.index, rank};
+  torch::Tensor a = expected.to(torch::kDouble), b = got.to(torch::kDouble);
+  double scale = a.numel() ? a.abs().max().item<double>() : 0.0;
+  d.allowed = tol.atol + tol.rtol * scale;
+  if (a.sizes() != b.sizes()) {
+    d.max_abs = std::numeric_limits<double>::infinity();
+    d.note = "shapes differ";
+  } else if (a.numel()) {
+    d.max_abs = (a - b).abs().max().item<double>();
+    if (std::isnan(d.max_abs)) d.max_abs = std::numeric_limits<double>::infinity();
+  }
+  return d;
+}
+
+}  // namespace
+
+RecordComparison compare_step_records(const std::vector<std::vector<RecordEntry>>& plain,
+                                      const std::vector<std::vector<RecordEntry>>& scheduled, const Tolerance& tol) {
+  RecordComparison out;
+  for (RecordKind k : kKinds) out.kinds.push_back({k});
+  auto summary = [&](RecordKind k) -> KindSummary& {
+    for (auto& s : out.kinds)
+      if (s.kind == k) return s;
+    return out.kinds.front();
+  };
+  size_t first_position = std::numeric_limits<size_t>::max();
+  for (size_t r = 0; r < plain.size() && r < scheduled.size(); ++r) {
+    std::map<std::string, const RecordEntry*> by_key;
+    std::map<std::string, const RecordEntry*> full_grad;  // the plain run holds whole gradients
+    for (const RecordEntry& e : plain[r]) {
+      by_key[e.key()] = &e;
+      if (e.kind == RecordKind::ParamGrad) full_grad[e.name] = &e;
+    }
+    // The scheduled run in the plain run's step order: its position decides which divergence is first.
+    std::map<std::string, size_t> position;
+    for (size_t i = 0; i < plain[r].size(); ++i) position[plain[r][i].key()] = i;
+    for (const RecordEntry& s : scheduled[r]) {
+      const RecordEntry* p = nullptr;
+      torch::Tensor expected, got = s.value;
+      if (s.kind == RecordKind::ParamGrad) {
+        // This rank's part of the gradient, at its offset in the flat parameter (padding dropped).
+        auto it = full_grad.find(s.name);
+        if (it == full_grad.end()) continue;
+        p = it->second;
+        torch::Tensor flat = p->value.reshape({-1});
+        int64_t from = std::min(s.index, flat.numel());
+        int64_t n = std::min(s.value.numel(), flat.numel() - from);
+        expected = flat.narrow(0, from, n);
+        got = s.value.reshape({-1}).narrow(0, 0, n);
+      } else {
+        auto it = by_key.find(s.key());
+        if (it == by_key.end()) {
+          ++out.recorded_by_one_run;
+          continue;
+        }
+        p = it->second;
+        expected = p->value;
+      }
+      QuantityDifference d = difference(*p, expected, got, static_cast<int>(r), tol);
+      d.index = s.index;
+      KindSummary& ks = summary(s.kind);
+      ++ks.compared;
+      if (!ks.largest || d.max_abs > ks.largest->max_abs) ks.largest = d;
+      // Ranks are visited in order, so a tie goes to the lowest rank.
+      size_t at = position[p->key()];
+      if (!d.within() && at < first_position) {
+        first_position = at;
+        out.first_divergence = d;
+      }
+    }
+    int64_t plain_only = 0;
+    for (const RecordEntry& e : plain[r]) plain_only += e.kind != RecordKind::ParamGrad;
+    for (const RecordEntry& s : scheduled[r]) plain_only -= s.kind != RecordKind::ParamGrad && by_key.count(s.key());
+    out.recorded_by_one_run += plain_only;
+  }
+  return out;
+}
+
+}  // namespace loom
