@@ -20,7 +20,6 @@ struct InjectedFault {
 struct RuntimePlan {
   std::vector<std::string> checkpoint;  // module paths whose forward is recomputed in backward
   ir::Sharding factors;                 // Lins factors from shard_states (all 1: plain data parallelism); dp unset
-  bool verify = false;                  // verify(): `loom run` runs loom verify before starting the ranks
   std::vector<InjectedFault> faults;    // test-only primitives
 };
 

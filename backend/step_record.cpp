@@ -23,10 +23,14 @@ StepRecorder::StepRecorder(torch::nn::Module& root, nn::CallInterceptor* next) :
   for (auto& item : root.named_modules("", true)) path_of_[item.value().get()] = item.key().empty() ? "model" : item.key();
 }
 
+void StepRecorder::Sink::add(RecordEntry entry) {
+  entry.value = entry.value.detach().to(torch::kCPU).clone();
+  std::lock_guard<std::mutex> lock(mutex);
+  entries.push_back(std::move(entry));
+}
+
 void StepRecorder::add(RecordKind kind, const std::string& name, int64_t call, int64_t index, const torch::Tensor& value) {
-  torch::Tensor copy = value.detach().to(torch::kCPU).clone();
-  std::lock_guard<std::mutex> lock(*mutex_);
-  entries_->push_back({kind, name, call, index, copy});
+  sink_->add({kind, name, call, index, value});
 }
 
 torch::Tensor StepRecorder::intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
@@ -38,13 +42,9 @@ torch::Tensor StepRecorder::intercept(torch::nn::Module& module, const std::vect
   int64_t call = calls_[path]++;
   bool grads = torch::GradMode::is_enabled();
   std::vector<torch::Tensor> xs = inputs;
-  auto entries = entries_;
-  auto mutex = mutex_;
-  auto hook = [entries, mutex, path, call](RecordKind kind, int64_t index) {
-    return [entries, mutex, path, call, kind, index](torch::Tensor grad) {
-      torch::Tensor copy = grad.detach().to(torch::kCPU).clone();
-      std::lock_guard<std::mutex> lock(*mutex);
-      entries->push_back({kind, path, call, index, copy});
+  auto hook = [sink = sink_, path, call](RecordKind kind, int64_t index) {
+    return [sink, path, call, kind, index](torch::Tensor grad) {
+      sink->add({kind, path, call, index, grad});
       return grad;
     };
   };
@@ -60,10 +60,10 @@ torch::Tensor StepRecorder::intercept(torch::nn::Module& module, const std::vect
 }
 
 void StepRecorder::write(const std::string& file) const {
-  std::lock_guard<std::mutex> lock(*mutex_);
+  std::lock_guard<std::mutex> lock(sink_->mutex);
   std::vector<torch::Tensor> tensors;
   nlohmann::json index = nlohmann::json::array();
-  for (const RecordEntry& e : *entries_) {
+  for (const RecordEntry& e : sink_->entries) {
     tensors.push_back(e.value);
     index.push_back({{"kind", static_cast<int>(e.kind)}, {"name", e.name}, {"call", e.call}, {"index", e.index}});
   }

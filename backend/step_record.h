@@ -53,8 +53,13 @@ class StepRecorder : public nn::CallInterceptor {
   std::unordered_map<const torch::nn::Module*, std::string> path_of_;
   std::unordered_map<std::string, int64_t> calls_;
   bool recording_ = false;
-  std::shared_ptr<std::mutex> mutex_ = std::make_shared<std::mutex>();  // backward hooks may run on other threads
-  std::shared_ptr<std::vector<RecordEntry>> entries_ = std::make_shared<std::vector<RecordEntry>>();
+  // Shared with the gradient hooks, which may run on autograd's threads.
+  struct Sink {
+    std::mutex mutex;
+    std::vector<RecordEntry> entries;
+    void add(RecordEntry entry);
+  };
+  std::shared_ptr<Sink> sink_ = std::make_shared<Sink>();
 };
 
 // Reads what StepRecorder::write wrote; throws UserError when it cannot.

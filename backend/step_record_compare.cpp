@@ -52,53 +52,50 @@ RecordComparison compare_step_records(const std::vector<std::vector<RecordEntry>
   };
   size_t first_position = std::numeric_limits<size_t>::max();
   for (size_t r = 0; r < plain.size() && r < scheduled.size(); ++r) {
-    std::map<std::string, const RecordEntry*> by_key;
-    std::map<std::string, const RecordEntry*> full_grad;  // the plain run holds whole gradients
-    for (const RecordEntry& e : plain[r]) {
-      by_key[e.key()] = &e;
-      if (e.kind == RecordKind::ParamGrad) full_grad[e.name] = &e;
-    }
-    // The scheduled run in the plain run's step order: its position decides which divergence is first.
+    // Where each quantity stands in the plain run's step order: the earliest divergence is the first.
     std::map<std::string, size_t> position;
-    for (size_t i = 0; i < plain[r].size(); ++i) position[plain[r][i].key()] = i;
+    std::map<std::string, size_t> full_grad;  // the plain run holds whole gradients
+    for (size_t i = 0; i < plain[r].size(); ++i) {
+      position[plain[r][i].key()] = i;
+      if (plain[r][i].kind == RecordKind::ParamGrad) full_grad[plain[r][i].name] = i;
+    }
+    int64_t matched = 0;  // quantities other than reduced gradients found in both runs
     for (const RecordEntry& s : scheduled[r]) {
-      const RecordEntry* p = nullptr;
+      size_t at = 0;
       torch::Tensor expected, got = s.value;
       if (s.kind == RecordKind::ParamGrad) {
         // This rank's part of the gradient, at its offset in the flat parameter (padding dropped).
         auto it = full_grad.find(s.name);
         if (it == full_grad.end()) continue;
-        p = it->second;
-        torch::Tensor flat = p->value.reshape({-1});
+        at = it->second;
+        torch::Tensor flat = plain[r][at].value.reshape({-1});
         int64_t from = std::min(s.index, flat.numel());
         int64_t n = std::min(s.value.numel(), flat.numel() - from);
         expected = flat.narrow(0, from, n);
         got = s.value.reshape({-1}).narrow(0, 0, n);
       } else {
-        auto it = by_key.find(s.key());
-        if (it == by_key.end()) {
+        auto it = position.find(s.key());
+        if (it == position.end()) {
           ++out.recorded_by_one_run;
           continue;
         }
-        p = it->second;
-        expected = p->value;
+        at = it->second;
+        expected = plain[r][at].value;
+        ++matched;
       }
-      QuantityDifference d = difference(*p, expected, got, static_cast<int>(r), tol);
+      QuantityDifference d = difference(plain[r][at], expected, got, static_cast<int>(r), tol);
       d.index = s.index;
       KindSummary& ks = summary(s.kind);
       ++ks.compared;
       if (!ks.largest || d.max_abs > ks.largest->max_abs) ks.largest = d;
       // Ranks are visited in order, so a tie goes to the lowest rank.
-      size_t at = position[p->key()];
       if (!d.within() && at < first_position) {
         first_position = at;
         out.first_divergence = d;
       }
     }
-    int64_t plain_only = 0;
-    for (const RecordEntry& e : plain[r]) plain_only += e.kind != RecordKind::ParamGrad;
-    for (const RecordEntry& s : scheduled[r]) plain_only -= s.kind != RecordKind::ParamGrad && by_key.count(s.key());
-    out.recorded_by_one_run += plain_only;
+    // What the plain run recorded and the scheduled one did not.
+    out.recorded_by_one_run += static_cast<int64_t>(plain[r].size() - full_grad.size()) - matched;
   }
   return out;
 }

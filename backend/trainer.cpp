@@ -251,29 +251,23 @@ double learning_rate(const TrainOptions& o, int64_t step) {
   return LrSchedule{o.lr, o.min_lr_ratio, o.warmup, o.steps}.at(step);
 }
 
-void validate_run(const TrainOptions& o, int world, int local_world) {
+std::vector<Directive> validate_run(const TrainOptions& o, int world, int local_world) {
   check_options(o);
   if (o.device == "cuda" && !compat::cuda_available())
     throw UserError(SourceRange{}, "--device cuda, but this loom has no CUDA or sees no GPU",
                     "build with -DLOOM_WITH_CUDA=ON against a CUDA LibTorch, or use --device cpu");
   SourceManager sources;
+  std::vector<Directive> directives;
   try {
     auto sch = evaluate_schedule(o, world, local_world, sources);
     plan_runtime(*sch);
+    directives = sch->trace();
   } catch (const UserError& e) {
     // Re-throw with the quoted source line, which only `sources` can provide.
     throw UserError(self_contained(e.diagnostic(), &sources));
   }
   open_data(o);
-}
-
-std::vector<Directive> run_directives(const TrainOptions& o, int world, int local_world) {
-  SourceManager sources;
-  try {
-    return evaluate_schedule(o, world, local_world, sources)->trace();
-  } catch (const UserError& e) {
-    throw UserError(self_contained(e.diagnostic(), &sources));
-  }
+  return directives;
 }
 
 std::string resolved_device(const TrainOptions& o) {

@@ -53,12 +53,9 @@ struct TrainOptions {
 };
 
 // Validates everything that can be checked before starting ranks: the schedule (at
-// `world` ranks) and the data file. Throws UserError.
-void validate_run(const TrainOptions& options, int world, int local_world);
-
-// The directives a run applies (all of the schedule's, or its --trace-prefix), after the
-// schedule and its rules were checked at `world` ranks. Throws UserError.
-std::vector<Directive> run_directives(const TrainOptions& options, int world, int local_world);
+// `world` ranks) and the data file. Returns the directives the run applies (all of the
+// schedule's, or its --trace-prefix). Throws UserError.
+std::vector<Directive> validate_run(const TrainOptions& options, int world, int local_world);
 
 // What "auto" and 0 resolve to on this machine: "cpu" or "cuda"; intra-op threads per rank.
 std::string resolved_device(const TrainOptions& options);

@@ -174,8 +174,7 @@ int verify_schedule(const VerifyOptions& o) {
   const TrainOptions& t = o.train;
   std::vector<Directive> directives;
   try {
-    validate_run(t, o.nproc, o.nproc);
-    directives = run_directives(t, o.nproc, o.nproc);
+    directives = validate_run(t, o.nproc, o.nproc);
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), nullptr);
     return kUserError;
