@@ -81,6 +81,7 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
     case ReduceOp::Sum: return c10d::ReduceOp::SUM;
     case ReduceOp::Max: return c10d::ReduceOp::MAX;
     case ReduceOp::Min: return c10d::ReduceOp::MIN;
+    case ReduceOp::BitwiseOr: return c10d::ReduceOp::BOR;
   }
   return c10d::ReduceOp::SUM;
 }
@@ -137,6 +138,15 @@ std::shared_ptr<Group> new_subgroup(Group& world, const std::vector<int>& ranks)
 Work all_reduce(Group& group, at::Tensor& tensor, const AllReduceOptions& options) {
   require_contiguous(tensor, "all_reduce");
   if (trivial(group) || tensor.numel() == 0) return Work();
+  if (options.op == ReduceOp::BitwiseOr && group.impl().backend == Backend::Nccl) {
+    // NCCL has no OR: each byte's 8 bits as 8 bytes, their max, packed again.
+    at::Tensor weights = at::tensor({1, 2, 4, 8, 16, 32, 64, 128}, tensor.options().dtype(at::kInt));
+    at::Tensor planes = tensor.to(at::kInt).unsqueeze(-1).bitwise_and(weights).ne(0).to(at::kByte).contiguous();
+    Work w = all_reduce(group, planes, {ReduceOp::Max});
+    w.wait();
+    tensor.copy_((planes.to(at::kInt) * weights).sum(-1).to(tensor.scalar_type()));
+    return Work();
+  }
   std::vector<at::Tensor> ts{tensor};
   c10d::AllreduceOptions o;
   o.reduceOp = to_c10d(options.op);

@@ -70,7 +70,8 @@ std::shared_ptr<Group> init_world(const RankEnv& env, const WorldOptions& option
 // order as other subgroup creations; ranks outside the list get nullptr.
 std::shared_ptr<Group> new_subgroup(Group& world, const std::vector<int>& ranks);
 
-enum class ReduceOp { Sum, Max, Min };
+// BitwiseOr: integer tensors (gloo's BOR; NCCL, which has no OR, reduces uint8 bit planes with max).
+enum class ReduceOp { Sum, Max, Min, BitwiseOr };
 
 struct AllReduceOptions {
   ReduceOp op = ReduceOp::Sum;

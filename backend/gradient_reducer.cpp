@@ -1,5 +1,6 @@
 #include "backend/gradient_reducer.h"
 
+#include <map>
 #include <unordered_set>
 
 namespace loom {
@@ -55,23 +56,39 @@ struct GradientReducer::State {
 };
 
 GradientReducer::GradientReducer(const std::vector<torch::Tensor>& params, comm::Group& group, int64_t bucket_bytes,
-                                 torch::Dtype reduce_dtype)
+                                 torch::Dtype reduce_dtype, const std::vector<int>& declared_bucket)
     : s_(std::make_unique<State>()) {
   s_->group = &group;
   std::unordered_set<const void*> seen;
-  for (auto& p : params)
-    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) s_->params.push_back(p);
+  std::vector<int> declared;  // of each kept parameter
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].requires_grad() && seen.insert(params[i].unsafeGetTensorImpl()).second) {
+      s_->params.push_back(params[i]);
+      declared.push_back(i < declared_bucket.size() ? declared_bucket[i] : -1);
+    }
   size_t n = s_->params.size();
   s_->offset.assign(n, 0);
   s_->bucket_of.assign(n, 0);
   s_->reported.assign(n, false);
   // Reverse registration order approximates the order in which backward completes gradients.
+  // A declared bucket (bucket()) is one bucket of its own, whatever its size.
   int64_t filled = 0;
+  bool open = false;  // the last bucket takes size-filled parameters
+  std::map<int, size_t> declared_at;
   for (size_t k = n; k-- > 0;) {
     int64_t bytes = s_->params[k].numel() * s_->params[k].element_size();
-    if (s_->buckets.empty() || (filled > 0 && filled + bytes > bucket_bytes)) {
+    if (declared[k] >= 0) {
+      auto [it, fresh] = declared_at.emplace(declared[k], s_->buckets.size());
+      if (fresh) s_->buckets.emplace_back();
+      s_->bucket_of[k] = it->second;
+      s_->buckets[it->second].params.push_back(k);
+      open = false;
+      continue;
+    }
+    if (!open || (filled > 0 && filled + bytes > bucket_bytes)) {
       s_->buckets.emplace_back();
       filled = 0;
+      open = true;
     }
     auto& b = s_->buckets.back();
     s_->bucket_of[k] = s_->buckets.size() - 1;

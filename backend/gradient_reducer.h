@@ -15,8 +15,10 @@ class GradientReducer {
  public:
   // `params` in registration order; shared (tied) tensors are reduced once.
   // Buckets hold `reduce_dtype` (the gradients are cast into them and back).
+  // `declared_bucket` (per parameter, may be empty): parameters with the same id >= 0 form one
+  // bucket of their own (bucket()); the others fill buckets of `bucket_bytes`.
   GradientReducer(const std::vector<torch::Tensor>& params, comm::Group& group, int64_t bucket_bytes,
-                  torch::Dtype reduce_dtype = torch::kFloat);
+                  torch::Dtype reduce_dtype = torch::kFloat, const std::vector<int>& declared_bucket = {});
   ~GradientReducer();
 
   // Before each micro-batch's backward: `sync` is true on the last micro-batch of a

@@ -1,5 +1,7 @@
 #include "backend/runtime_plan.h"
 
+#include "primitives/tagc_table1.h"
+
 namespace loom {
 namespace {
 
@@ -24,6 +26,22 @@ RuntimePlan plan_runtime(const Schedule& schedule) {
     } else if (d.primitive == "prefetch") {
       // Honoured by the sharded executor, which follows the IR's placement of gathers; without
       // sharded parameters there is nothing to gather (the primitive warned).
+    } else if (d.primitive == "unshard") {
+      // keep=true: the IR's unshard pass; with s_p = 1 parameters are always resident (the primitive warned).
+      if (!d.arg("keep")->is(ValueKind::Bool))
+        unsupported(d, "unshard(auto) needs the memory-aware selection of deepcompile.txt §4.3, which is not implemented; "
+                       "write unshard(true) to keep this module's parameters gathered");
+    } else if (d.primitive == "bucket") {
+      plan.buckets.push_back(d.target);  // the sharded executor follows the IR's bucket pass
+    } else if (d.primitive == "offload") {
+      plan.offload = true;
+      const Value& b = *d.arg("budget");
+      plan.offload_budget = b.is(ValueKind::Bytes) ? b.as_int() : 0;
+    } else if (d.primitive == "compress") {
+      CompressRequest c{d.target, d.arg("ratio")->as_number(), static_cast<int>(d.arg("index_bits")->as_int())};
+      const Value& s = *d.arg("sparsity");
+      c.sparsity = s.is(ValueKind::Float) ? s.as_number() : tagc_table1_sparsity(c.ratio);
+      plan.compress.push_back(c);
     } else if (d.primitive == "verify") {
       // The launcher runs loom verify first (cli/run.cpp); the ranks have nothing to do.
     } else if (d.primitive.rfind("test_", 0) == 0) {
@@ -38,9 +56,13 @@ RuntimePlan plan_runtime(const Schedule& schedule) {
       unsupported(d, "its runtime effect is not implemented yet");
     }
   }
-  for (const Directive& d : schedule.trace())
+  for (const Directive& d : schedule.trace()) {
     if (d.primitive == "test_release_early" && plan.factors.params == 1)
       unsupported(d, "it releases sharded parameters, but this schedule does not shard them (s_p = 1)");
+    if (d.primitive == "compress" && plan.factors.params == 1 && schedule.dp() > 1)
+      unsupported(d, "TAGC replaces the reduce-scatter of sharded parameters, and this schedule does not shard them "
+                     "(s_p = 1); shard them with zero(stage=3) or fsdp() first");
+  }
   return plan;
 }
 

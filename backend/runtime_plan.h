@@ -17,17 +17,32 @@ struct InjectedFault {
   int rank = 0;           // test_corrupt_shard: the rank whose shard is perturbed
 };
 
+// compress(): TAGC on the gradient reduction of the module's parameters (tagc.txt).
+struct CompressRequest {
+  std::string module;
+  double ratio = 10;
+  int index_bits = 1;
+  double sparsity = 0.9875;  // sparsity=auto resolved by Table 1
+};
+
 struct RuntimePlan {
   std::vector<std::string> checkpoint;  // module paths whose forward is recomputed in backward
   ir::Sharding factors;                 // Lins factors from shard_states (all 1: plain data parallelism); dp unset
   std::vector<InjectedFault> faults;    // test-only primitives
+  std::vector<std::string> buckets;     // bucket(): modules whose parameters communicate as one
+  std::vector<CompressRequest> compress;
+  bool offload = false;        // offload("optimizer"): optimizer states on the host
+  int64_t offload_budget = 0;  // bytes of states allowed to stay on the device (auto: 0)
 };
 
 // The plan for a validated schedule. A directive whose runtime effect does not exist
 // yet is a UserError at its source location naming it: never a silent no-op.
 // Supported: checkpoint(); shard_states/zero/fsdp with any valid factors (s_p > 1: the sharded
 // executor, also with checkpoint() and prefetch; s_p = 1: optimizer-state sharding, ZeRO-1/2);
-// mesh with tp = pp = 1; verify(); the test-only fault primitives.
+// mesh with tp = pp = 1; bucket() (the sharded executor's gathers and reductions, or the data-
+// parallel reducer's buckets); compress() where parameters are sharded (s_p > 1: TAGC replaces
+// their reduce-scatter); unshard(true); offload("optimizer") (budget=auto: every state on the
+// host); verify(); the test-only fault primitives.
 RuntimePlan plan_runtime(const Schedule& schedule);
 
 }  // namespace loom

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <optional>
 #include <unordered_set>
 
 #include "backend/sharded_grad_clip.h"
@@ -34,6 +35,23 @@ void refill_storage(const torch::Tensor& t) {
 }  // namespace
 
 struct ShardedExecutor::State {
+  // One all-gather in flight: of one parameter, or of a bucket's members as one collective.
+  struct Gather {
+    std::vector<size_t> members;
+    std::vector<int64_t> offsets;  // of each member's shard in the concatenated send buffer
+    int64_t length = 0;            // the concatenated shards' length
+    torch::Tensor send, buffer;    // buffer: s_p blocks of `length`, in rank order
+    comm::Work work;
+    bool done = false;
+  };
+  // One gradient reduction in flight: of one parameter, or of a bucket's members as one.
+  struct Reduction {
+    std::vector<size_t> members;
+    torch::Tensor wire;  // the reduce-scatter's input, alive until it completes
+    torch::Tensor out;   // its output: the members' shards (or a compressed member's summed sketch), concatenated
+    comm::Work work;
+  };
+
   struct Param {
     torch::Tensor full;       // the module's parameter; storage present only while gathered
     int64_t numel = 0;
@@ -43,19 +61,23 @@ struct ShardedExecutor::State {
     torch::Tensor slice;      // its optimizer slice: a leaf view into `shard` the optimizer updates
     bool resident = false;
     bool gathering = false;
-    comm::Work gather_work;
-    torch::Tensor gather_buffer;
+    std::shared_ptr<Gather> gather;  // while gathering
     // Gradient reduction of the current micro-batch.
     bool grad_ready = false;
     bool reduce_launched = false;
     torch::Tensor grad_flat;   // padded full gradient
     torch::Tensor grad_wire;   // it in the reduction dtype: the reduce-scatter's input
     torch::Tensor grad_shard;  // its output (1/s_p)
-    comm::Work reduce_work;
     // Kept across micro-batches: 1/s_g of the parameter shard (or all of it when s_g = s_p).
     torch::Tensor grad_kept;
     // After the last micro-batch: the reduced gradient of the optimizer slice (sum over dp ranks).
     torch::Tensor slice_grad;
+    // compress(): TAGC's settings, error-feedback accumulator (padded, this rank's dropped
+    // values), this shard's index of non-zeros during a reduction, and the last bound.
+    std::optional<tagc::Config> tagc;
+    torch::Tensor residual, shard_index_set;
+    double threshold = 0, bound = 0;
+    int64_t estimated = 0;
   };
 
   // Reductions in flight at once: a bound on the full-size gradients alive during backward.
@@ -78,31 +100,56 @@ struct ShardedExecutor::State {
   size_t backward_cursor = 0;          // next backward instruction to execute
   bool in_backward = false;            // module calls now are recomputations (checkpoint())
   bool last_micro_batch = true;        // this backward ends the step's accumulation
-  std::deque<size_t> in_flight;        // reductions launched and not yet completed, in launch order
-  std::vector<size_t> reduce_order;    // parameters in the order their gradients are reduced
-  size_t next_reduce = 0;
+  std::deque<Reduction> in_flight;     // reductions launched and not yet completed, in launch order
+  std::vector<std::vector<size_t>> reduce_units;  // parameters reduced together (a bucket, or one), in reduction order
+  size_t next_reduce = 0;              // the next unit of reduce_units to launch
   std::map<int, std::vector<int>> gathers_by_handle;
   std::unordered_set<size_t> unreduced, released_early;  // test-only faults (inject_faults)
 
-  void launch_gather(size_t p) {
-    Param& q = params[p];
-    if (q.resident || q.gathering) return;
-    q.gather_buffer = torch::empty({q.padded}, q.shard.options());
-    q.gather_work = comm::all_gather(*groups.params, q.shard, q.gather_buffer);
-    q.gathering = true;
+  // One all-gather of the given parameters' shards (those not resident or in flight already;
+  // every rank skips the same ones).
+  void launch_gather(const std::vector<size_t>& wanted) {
+    auto g = std::make_shared<Gather>();
+    std::vector<torch::Tensor> shards;
+    for (size_t p : wanted) {
+      Param& q = params[p];
+      if (q.resident || q.gathering) continue;
+      g->members.push_back(p);
+      g->offsets.push_back(g->length);
+      g->length += q.chunk;
+      shards.push_back(q.shard);
+    }
+    if (g->members.empty()) return;
+    g->send = shards.size() == 1 ? shards[0] : torch::cat(shards);
+    g->buffer = torch::empty({g->length * s_p}, g->send.options());
+    g->work = comm::all_gather(*groups.params, g->send, g->buffer);
+    for (size_t p : g->members) {
+      params[p].gathering = true;
+      params[p].gather = g;
+    }
   }
 
   void finish_gather(size_t p) {
     Param& q = params[p];
     if (q.resident) return;
-    if (!q.gathering) launch_gather(p);
-    q.gather_work.wait();
-    q.gathering = false;
+    if (!q.gathering) launch_gather({p});
+    Gather& g = *q.gather;
+    if (!g.done) {
+      g.work.wait();
+      g.done = true;
+    }
+    size_t k = std::find(g.members.begin(), g.members.end(), p) - g.members.begin();
     refill_storage(q.full);
     torch::NoGradGuard no_grad;
-    if (in_backward && released_early.count(p)) q.full.data().zero_();  // a test-only fault
-    else q.full.data().view({-1}).copy_(q.gather_buffer.narrow(0, 0, q.numel));
-    q.gather_buffer = torch::Tensor();
+    if (in_backward && released_early.count(p)) {
+      q.full.data().zero_();  // a test-only fault
+    } else {
+      // Rank r's block holds every member's shard r; this member's padded tensor is its shards in rank order.
+      torch::Tensor padded = g.buffer.view({s_p, g.length}).narrow(1, g.offsets[k], q.chunk).reshape({-1});
+      q.full.data().view({-1}).copy_(padded.narrow(0, 0, q.numel));
+    }
+    q.gather.reset();
+    q.gathering = false;
     q.resident = true;
   }
 
@@ -125,7 +172,7 @@ struct ShardedExecutor::State {
       const ir::Instr& in = program.instrs[forward_instrs[cursor++]];
       switch (in.kind) {
         case ir::OpKind::AllGather:
-          for (int p : in.params) launch_gather(p);
+          launch_gather(as_indices(in.params));
           break;
         case ir::OpKind::Wait:
           wait_handle(in.handle);
@@ -169,7 +216,7 @@ struct ShardedExecutor::State {
       size_t index = backward_instrs[backward_cursor];
       const ir::Instr& in = program.instrs[index];
       if (in.kind == ir::OpKind::AllGather) {
-        for (int p : in.params) launch_gather(p);
+        launch_gather(as_indices(in.params));
       } else if (in.kind == ir::OpKind::Wait) {
         wait_handle(in.handle);
       } else if (in.kind == ir::OpKind::Compute && backward_cursor < last) {
@@ -211,22 +258,39 @@ struct ShardedExecutor::State {
     if (grad.defined()) q.grad_flat.narrow(0, 0, q.numel).add_(grad.reshape({-1}));
   }
 
-  // Reductions launch in one fixed order on every rank (collectives must match across ranks).
+  static std::vector<size_t> as_indices(const std::vector<int>& ps) { return {ps.begin(), ps.end()}; }
+
+  bool ready(const std::vector<size_t>& unit) const {
+    return std::all_of(unit.begin(), unit.end(), [&](size_t p) { return params[p].grad_ready; });
+  }
+
+  // Reductions launch in one fixed order on every rank (collectives must match across ranks):
+  // a unit once all of its members' gradients are complete.
   void launch_reductions() {
-    while (next_reduce < reduce_order.size() && params[reduce_order[next_reduce]].grad_ready) {
-      size_t p = reduce_order[next_reduce++];
-      Param& q = params[p];
-      q.grad_wire = q.grad_flat.to(reduce_dtype);  // the same tensor when the dtypes agree
-      if (unreduced.count(p)) {
-        q.grad_shard = q.grad_wire.narrow(0, shard_index * q.chunk, q.chunk).clone();  // a test-only fault
-      } else if (groups.params) {
-        q.grad_shard = torch::empty({q.chunk}, q.grad_wire.options());
-        q.reduce_work = comm::reduce_scatter(*groups.params, q.grad_wire, q.grad_shard);
-      } else {
-        q.grad_shard = q.grad_wire;  // s_p = 1: this rank's parameter shard is the whole parameter
+    while (next_reduce < reduce_units.size() && ready(reduce_units[next_reduce])) {
+      Reduction r;
+      r.members = reduce_units[next_reduce++];
+      std::vector<torch::Tensor> blocks;
+      for (size_t p : r.members) {
+        Param& q = params[p];
+        q.grad_wire = q.grad_flat.to(reduce_dtype);  // the same tensor when the dtypes agree
+        q.reduce_launched = true;
+        blocks.push_back(q.grad_wire.view({s_p, q.chunk}));
       }
-      q.reduce_launched = true;
-      in_flight.push_back(p);
+      Param& first = params[r.members[0]];
+      if (first.tagc) {
+        launch_compressed(first, r);
+      } else if (unreduced.count(r.members[0])) {
+        first.grad_shard = first.grad_wire.narrow(0, shard_index * first.chunk, first.chunk).clone();  // a test-only fault
+      } else if (groups.params) {
+        // Rank r's part of the input is every member's chunk r, in member order.
+        r.wire = blocks.size() == 1 ? first.grad_wire : torch::cat(blocks, 1).reshape({-1});
+        r.out = torch::empty({r.wire.numel() / s_p}, r.wire.options());
+        r.work = comm::reduce_scatter(*groups.params, r.wire, r.out);
+      } else {
+        for (size_t p : r.members) params[p].grad_shard = params[p].grad_wire;  // s_p = 1: the shard is the whole parameter
+      }
+      in_flight.push_back(std::move(r));
     }
     complete_reductions(kReductionsInFlight);
   }
@@ -234,54 +298,129 @@ struct ShardedExecutor::State {
   // Completes the oldest reductions until at most `limit` remain in flight, in launch order.
   void complete_reductions(size_t limit) {
     while (in_flight.size() > limit) {
-      size_t p = in_flight.front();
-      Param& q = params[p];
+      Reduction r = std::move(in_flight.front());
       in_flight.pop_front();
-      q.reduce_work.wait();
-      q.grad_shard = q.grad_shard.to(q.shard.scalar_type());
-      q.grad_flat = q.grad_wire = torch::Tensor();
-      q.full.mutable_grad() = torch::Tensor();  // the full gradient was only the reduction's input
-      keep_gradient(q, !unreduced.count(p));
+      r.work.wait();
+      if (params[r.members[0]].tagc) finish_compressed(params[r.members[0]], r.out);
+      int64_t offset = 0;
+      for (size_t p : r.members) {
+        Param& q = params[p];
+        if (r.out.defined() && !q.tagc) q.grad_shard = r.out.narrow(0, offset, q.chunk);
+        offset += q.chunk;
+        q.grad_shard = q.grad_shard.to(q.shard.scalar_type());
+        q.grad_flat = q.grad_wire = torch::Tensor();
+        q.full.mutable_grad() = torch::Tensor();  // the full gradient was only the reduction's input
+      }
+      keep_gradients(r.members, !unreduced.count(r.members[0]));
     }
   }
 
-  void all_reduce_in_reduce_dtype(comm::Group& group, torch::Tensor& tensor) {
-    if (tensor.scalar_type() == reduce_dtype) {
-      comm::all_reduce(group, tensor).wait();
+  // TAGC (tagc.txt Algorithm 1) in place of q's reduce-scatter: error feedback and
+  // sparsification, the index OR-reduced over the parameter group, and each shard's count
+  // sketch reduced to its owner (one reduce-scatter of the s_p sketches into r.out).
+  void launch_compressed(Param& q, Reduction& r) {
+    torch::NoGradGuard no_grad;
+    const tagc::Config& c = *q.tagc;
+    torch::Tensor g = q.grad_flat.to(torch::kFloat);
+    if (q.residual.defined()) g = g + q.residual;
+    tagc::Sparsified s = tagc::sparsify(g, c.sparsity);
+    q.residual = s.dropped;
+    q.threshold = s.threshold;
+    torch::Tensor index = tagc::pack_index(s.kept.ne(0));
+    comm::all_reduce(*groups.params, index, {comm::ReduceOp::BitwiseOr}).wait();
+    q.shard_index_set = tagc::unpack_index(index, q.padded).narrow(0, shard_index * q.chunk, q.chunk);
+    // A shard holds at most every rank's kept values.
+    int64_t m = tagc::sketch_length(q.chunk, c.ratio, s_p * tagc::kept_count(q.padded, c.sparsity));
+    std::vector<torch::Tensor> sketches;
+    for (int d = 0; d < s_p; ++d) sketches.push_back(tagc::sketch(s.kept.narrow(0, d * q.chunk, q.chunk), m));
+    r.wire = torch::cat(sketches).to(reduce_dtype);
+    r.out = torch::empty({m}, r.wire.options());
+    r.work = comm::reduce_scatter(*groups.params, r.wire, r.out);
+  }
+
+  // The owner peels its summed sketch; the bound (thresholds summed over every dp rank,
+  // averaged as the gradient will be) and the estimated entries are agreed on by all ranks.
+  void finish_compressed(Param& q, const torch::Tensor& summed) {
+    torch::NoGradGuard no_grad;
+    tagc::Decoded d = tagc::peel(summed.to(torch::kFloat), q.shard_index_set);
+    q.grad_shard = d.values;
+    q.shard_index_set = torch::Tensor();
+    torch::Tensor stats = torch::tensor({q.threshold, static_cast<double>(d.estimated)}, torch::dtype(torch::kDouble)).to(q.shard.device());
+    comm::all_reduce(*groups.params, stats).wait();
+    if (groups.replicas) comm::all_reduce(*groups.replicas, stats).wait();
+    stats = stats.cpu();
+    q.bound = stats[0].item<double>() / groups.factors.dp;
+    q.estimated = static_cast<int64_t>(stats[1].item<double>());
+  }
+
+  // All-reduces the tensors as one collective in the reduction dtype, in place.
+  void all_reduce_together(comm::Group& group, const std::vector<torch::Tensor>& tensors) {
+    torch::Tensor wire = tensors.size() == 1 ? tensors[0] : torch::cat(tensors);
+    if (wire.scalar_type() != reduce_dtype) wire = wire.to(reduce_dtype);
+    comm::all_reduce(group, wire).wait();
+    if (tensors.size() == 1 && wire.is_same(tensors[0])) return;
+    int64_t offset = 0;
+    for (const torch::Tensor& t : tensors) {
+      t.copy_(wire.narrow(0, offset, t.numel()));
+      offset += t.numel();
+    }
+  }
+
+  // What a rank keeps of its parameter shards' gradients (lins.txt §IV-C); `reduce` is false
+  // only for a test-only fault. A bucket's members travel in one collective.
+  void keep_gradients(const std::vector<size_t>& members, bool reduce) {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> shards;
+    for (size_t p : members) shards.push_back(params[p].grad_shard);
+    if (!last_micro_batch) {
+      // Select & drop when s_g > s_p: all-reduce among the s_g / s_p peers first.
+      if (m_g > 1 && reduce) all_reduce_together(*groups.grad_peers, shards);
+      for (size_t p : members) {
+        Param& q = params[p];
+        // s_g = s_p: the whole parameter shard's gradient accumulates; else this rank's 1/s_g.
+        int64_t part = q.chunk / m_g;
+        torch::Tensor mine = m_g == 1 ? q.grad_shard : q.grad_shard.narrow(0, groups.grad_slot * part, part);
+        if (q.grad_kept.defined()) q.grad_kept.add_(mine);
+        else q.grad_kept = m_g == 1 ? mine : mine.clone();
+        q.grad_shard = torch::Tensor();
+      }
       return;
     }
-    torch::Tensor wire = tensor.to(reduce_dtype);
-    comm::all_reduce(group, wire).wait();
-    tensor.copy_(wire);
-  }
-
-  // What a rank keeps of a parameter shard's gradient (lins.txt §IV-C); `reduce` is false
-  // only for a test-only fault.
-  void keep_gradient(Param& q, bool reduce) {
-    torch::NoGradGuard no_grad;
-    int64_t part = q.chunk / m_g;
-    if (!last_micro_batch) {
-      if (m_g == 1) {
-        // s_g = s_p: the whole parameter shard's gradient accumulates.
-        if (q.grad_kept.defined()) q.grad_kept.add_(q.grad_shard);
-        else q.grad_kept = q.grad_shard;
-      } else {
-        // Select & drop: all-reduce among the s_g / s_p peers, keep this rank's 1/s_g.
-        if (reduce) all_reduce_in_reduce_dtype(*groups.grad_peers, q.grad_shard);
-        torch::Tensor mine = q.grad_shard.narrow(0, groups.grad_slot * part, part);
-        if (q.grad_kept.defined()) q.grad_kept.add_(mine);
-        else q.grad_kept = mine.clone();
-      }
-    } else {
-      // The last micro-batch: add what this rank kept (each kept part is counted once, by its
-      // keeper), all-reduce over the dp / s_p replicas, keep the optimizer slice.
+    // The last micro-batch: add what this rank kept (each kept part is counted once, by its
+    // keeper), all-reduce over the dp / s_p replicas, keep the optimizer slice.
+    for (size_t p : members) {
+      Param& q = params[p];
+      int64_t part = q.chunk / m_g;
       if (q.grad_kept.defined()) q.grad_shard.narrow(0, groups.grad_slot * part, part).add_(q.grad_kept);
       q.grad_kept = torch::Tensor();
-      if (groups.replicas && reduce) all_reduce_in_reduce_dtype(*groups.replicas, q.grad_shard);
+    }
+    if (groups.replicas && reduce) all_reduce_together(*groups.replicas, shards);
+    for (size_t p : members) {
+      Param& q = params[p];
       int64_t slice = q.slice.numel();
       q.slice_grad = q.grad_shard.narrow(0, groups.optim_slot * slice, slice).clone();
+      q.grad_shard = torch::Tensor();
     }
-    q.grad_shard = torch::Tensor();
+  }
+
+  // Reduction units in the order of the IR's first backward reduction of each parameter; a
+  // test-only unreduced parameter is a unit of its own.
+  void plan_reductions() {
+    reduce_units.clear();
+    std::unordered_set<int> reduced;
+    for (const ir::Instr& in : program.instrs) {
+      if (in.phase != ir::Phase::Backward || (in.kind != ir::OpKind::ReduceScatter && in.kind != ir::OpKind::AllReduce)) continue;
+      std::vector<size_t> unit;
+      for (int p : in.params) {
+        if (!reduced.insert(p).second) continue;
+        if (unreduced.count(p) || params[p].tagc) reduce_units.push_back({static_cast<size_t>(p)});
+        else unit.push_back(p);
+      }
+      if (!unit.empty()) reduce_units.push_back(unit);
+    }
+    if (reduced.size() != params.size())
+      throw InternalError("sharded executor: the step reduces " + std::to_string(reduced.size()) + " of " +
+                          std::to_string(params.size()) + " gradients");
   }
 };
 
@@ -366,17 +505,13 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
       return grad;
     });
   }
-  std::unordered_set<int> reduced;
   for (size_t i = 0; i < s.program.instrs.size(); ++i) {
     const ir::Instr& in = s.program.instrs[i];
     if (in.phase == ir::Phase::Forward) s.forward_instrs.push_back(i);
     if (in.phase == ir::Phase::Backward) s.backward_instrs.push_back(i);
     if (in.kind == ir::OpKind::AllGather) s.gathers_by_handle[in.handle] = in.params;
-    // Gradients are reduced in the order of the IR's first backward reduction of each.
-    if (in.phase == ir::Phase::Backward && (in.kind == ir::OpKind::ReduceScatter || in.kind == ir::OpKind::AllReduce))
-      for (int p : in.params)
-        if (reduced.insert(p).second) s.reduce_order.push_back(p);
   }
+  s.plan_reductions();
   // A parameter's gradient is complete after its last backward compute.
   std::unordered_map<int, size_t> last_backward_use;
   for (size_t i : s.backward_instrs)
@@ -384,9 +519,6 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
       for (int p : s.program.instrs[i].params) last_backward_use[p] = i;
   for (auto& [p, i] : last_backward_use) s.completed_by[i].push_back(static_cast<size_t>(p));
   for (auto& [i, ps] : s.completed_by) std::sort(ps.begin(), ps.end());
-  if (s.reduce_order.size() != s.params.size())
-    throw InternalError("sharded executor: the step reduces " + std::to_string(s.reduce_order.size()) + " of " +
-                        std::to_string(s.params.size()) + " gradients");
 }
 
 ShardedExecutor::~ShardedExecutor() = default;
@@ -451,8 +583,9 @@ void ShardedExecutor::finish_backward() {
   // The backward ops after the last one that ran did not run here: their zeros, in IR order.
   if (!s.backward_instrs.empty()) s.run_backward_through(s.backward_instrs.size() - 1);
   // Parameters that received no gradient contribute zeros, in the same order on every rank.
-  for (size_t p : s.reduce_order)
-    if (!s.params[p].grad_ready) s.add_gradient(p, torch::Tensor());
+  for (const auto& unit : s.reduce_units)
+    for (size_t p : unit)
+      if (!s.params[p].grad_ready) s.add_gradient(p, torch::Tensor());
   s.launch_reductions();
   s.complete_reductions(0);
   // A gather the IR launched for an op whose backward did not run completes before its buffer goes.
@@ -504,6 +637,25 @@ void ShardedExecutor::inject_faults(const std::vector<std::string>& unreduced, c
     for (auto& wanted : released_early)
       if (path == wanted)
         for (size_t p : s.params_of[module]) s.released_early.insert(p);
+  s.plan_reductions();
+}
+
+void ShardedExecutor::compress(const std::map<std::string, tagc::Config>& wanted) {
+  State& s = *s_;
+  if (s.s_p == 1 && !wanted.empty())
+    throw InternalError("sharded executor: compress() needs sharded parameters (s_p > 1)");
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    auto it = wanted.find(s.program.params[p].name);
+    if (it != wanted.end()) s.params[p].tagc = it->second;
+  }
+  s.plan_reductions();
+}
+
+std::vector<ShardedExecutor::CompressionBound> ShardedExecutor::compression_bounds() const {
+  std::vector<CompressionBound> out;
+  for (size_t p = 0; p < s_->params.size(); ++p)
+    if (s_->params[p].tagc) out.push_back({s_->program.params[p].name, s_->params[p].bound, s_->params[p].estimated});
+  return out;
 }
 
 std::vector<OptimizedRange> ShardedExecutor::optimized_ranges() const {

@@ -15,8 +15,12 @@
 // With s_p = 1 (ZeRO-1/2) each parameter becomes a view into its padded flat copy and stays
 // resident. Collectives follow the IR, never the data: modules a rank does not call (experts no
 // token chose) are passed over with their collectives, their gradients reduced as zeros.
+// A bucket() (one IR collective for several parameters) is one all-gather of their
+// concatenated shards and one reduce-scatter of their concatenated gradients. A compress()ed
+// parameter's reduce-scatter is TAGC's: sparsify, OR the index, reduce count sketches, peel.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -27,6 +31,7 @@
 #include "backend/ir/ir.h"
 #include "backend/optimizer_checkpoint.h"
 #include "backend/shard_groups.h"
+#include "backend/tagc.h"
 #include "models/nn/module.h"
 
 namespace loom {
@@ -77,6 +82,19 @@ class ShardedExecutor : public nn::CallInterceptor {
   // (parameter names) are never reduced, each rank keeping its own; the parameters of the
   // `released_early` modules (paths) are refilled with zeros instead of gathered in backward.
   void inject_faults(const std::vector<std::string>& unreduced, const std::vector<std::string>& released_early);
+
+  // compress(): TAGC replaces the reduce-scatter of these parameters (tagc.txt Algorithm 1),
+  // keyed by parameter name. Call before the first step.
+  void compress(const std::map<std::string, tagc::Config>& params);
+  // After a step, for each compressed parameter: elementwise, its averaged gradient is within
+  // `bound` of the exact one (the dropped values' thresholds summed over the dp ranks / dp),
+  // unless peeling left `estimated` entries (over all shards) to estimation.
+  struct CompressionBound {
+    std::string param;
+    double bound = 0;
+    int64_t estimated = 0;
+  };
+  std::vector<CompressionBound> compression_bounds() const;
 
   // Each optimizer slice as a range of its parameter's flat padded tensor (sharded checkpoints),
   // in the order of optimized().

@@ -10,7 +10,8 @@
 namespace loom {
 
 namespace {
-constexpr const char* kKindNames[] = {"output", "output gradient", "input gradient", "loss", "parameter gradient", "parameter"};
+constexpr const char* kKindNames[] = {"output", "output gradient", "input gradient", "loss", "parameter gradient", "parameter",
+                                     "error bound"};
 }
 
 const char* record_kind_name(RecordKind kind) { return kKindNames[static_cast<int>(kind)]; }

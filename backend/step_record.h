@@ -1,7 +1,8 @@
 // One rank's record of one training step, for differential testing (loom verify): every
 // module call's output, in the order calls complete; the gradient at each call's output and
 // at each of its inputs, in the order backward produces them; the loss; each parameter's
-// reduced gradient (the part this rank's optimizer holds); every parameter after the step.
+// reduced gradient (the part this rank's optimizer holds); every parameter after the step; the
+// error bounds of compressed parameters.
 #pragma once
 
 #include <memory>
@@ -16,7 +17,10 @@
 
 namespace loom {
 
-enum class RecordKind { Output, OutputGrad, InputGrad, Loss, ParamGrad, Param };
+// Bound: not a quantity but a lossy primitive's stated error bound for a parameter (compress():
+// value = [gradient bound, bound after the step, entries TAGC estimated]), used instead of the
+// tolerance for that parameter's gradient and updated value.
+enum class RecordKind { Output, OutputGrad, InputGrad, Loss, ParamGrad, Param, Bound };
 const char* record_kind_name(RecordKind kind);  // "output", "output gradient", ...
 
 struct RecordEntry {

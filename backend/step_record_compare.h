@@ -28,7 +28,7 @@ struct QuantityDifference {
   int rank = 0;
   double max_abs = 0;     // largest |scheduled - plain|
   double allowed = 0;     // what the tolerance accepts for this tensor
-  std::string note;       // e.g. a shape mismatch
+  std::string note;       // e.g. a shape mismatch, or the compression bound used
   bool within() const { return max_abs <= allowed; }
 };
 
@@ -38,10 +38,18 @@ struct KindSummary {
   std::optional<QuantityDifference> largest;
 };
 
+// Quantities compared against a lossy primitive's error bound instead of the tolerance.
+struct BoundedSummary {
+  int64_t compared = 0;
+  double largest_gradient_bound = 0;
+  int64_t estimated = 0;  // entries TAGC decoded by estimation (over all compressed parameters)
+};
+
 struct RecordComparison {
   std::vector<KindSummary> kinds;                      // output, output gradient, ... in step order
   std::optional<QuantityDifference> first_divergence;  // the earliest beyond tolerance, in the plain run's step order
   int64_t recorded_by_one_run = 0;                     // e.g. gradients inside a checkpoint()ed module, which only recompute
+  BoundedSummary compressed;                           // compress()ed parameters' gradients and values
   bool equivalent() const { return !first_divergence; }
 };
 

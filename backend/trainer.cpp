@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <unordered_set>
@@ -27,6 +29,7 @@
 #include "backend/model_trace.h"
 #include "backend/op_profiler.h"
 #include "backend/optimizer_checkpoint.h"
+#include "backend/optimizer_offload.h"
 #include "backend/pass_pipeline.h"
 #include "backend/runtime_plan.h"
 #include "backend/shard_groups.h"
@@ -403,6 +406,15 @@ int train(const TrainOptions& o, const RankEnv& env) {
     if (f.primitive == "test_release_early") released_early.push_back(f.module);
   }
   if (sharded) sharded->inject_faults(unreduced, released_early);
+  // compress(): TAGC on the reduce-scatter of every parameter below the module (runtime_plan
+  // refused it where parameters are not sharded).
+  if (sharded && !plan.compress.empty()) {
+    std::map<std::string, tagc::Config> compressed;
+    for (const CompressRequest& c : plan.compress)
+      for (const std::string& name : param_names)
+        if (name.rfind(c.module + ".", 0) == 0) compressed[name] = {c.ratio, c.index_bits, c.sparsity};
+    sharded->compress(compressed);
+  }
   // loom verify: the first step is recorded, module call by module call.
   std::unique_ptr<StepRecorder> recorder;
   if (!o.record.empty()) {
@@ -410,7 +422,6 @@ int train(const TrainOptions& o, const RankEnv& env) {
     nn::set_call_interceptor(recorder.get());
   }
 
-  torch::optim::AdamW optimizer(optimized, torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay));
   // Each optimized tensor as a range of its parameter's flat tensor (sharded checkpoints).
   std::vector<OptimizedRange> ranges;
   if (sharded) {
@@ -418,14 +429,6 @@ int train(const TrainOptions& o, const RankEnv& env) {
   } else {
     for (size_t i = 0; i < params.size(); ++i)
       ranges.push_back({param_names[i], params[i].numel(), 0, optimized[i]});
-  }
-  if (!resume_dir.empty()) {
-    try {
-      load_optimizer_ranges(resume_dir, ranges, optimizer);
-    } catch (const UserError& e) {
-      std::cerr << render(e.diagnostic(), nullptr);
-      return 1;
-    }
   }
   for (const InjectedFault& f : plan.faults) {
     if (f.primitive != "test_corrupt_shard" || f.rank != env.rank) continue;
@@ -438,13 +441,36 @@ int train(const TrainOptions& o, const RankEnv& env) {
     torch::NoGradGuard no_grad;
     it->tensor.add_(torch::arange(it->tensor.numel(), it->tensor.options().requires_grad(false)).remainder(7).mul(0.01).view_as(it->tensor));
   }
+  // offload("optimizer"): the optimizer updates host copies, so its states live on the host.
+  std::unique_ptr<OptimizerOffload> offload;
+  if (plan.offload) offload = std::make_unique<OptimizerOffload>(optimized, plan.offload_budget);
+  torch::optim::AdamW optimizer(offload ? offload->optimized() : optimized,
+                                torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay));
+  // The ranges by the tensors the optimizer holds states for (checkpoints).
+  std::vector<OptimizedRange> state_ranges = ranges;
+  if (offload)
+    for (size_t i = 0; i < state_ranges.size(); ++i) state_ranges[i].tensor = offload->optimized()[i];
+  if (!resume_dir.empty()) {
+    try {
+      load_optimizer_ranges(resume_dir, state_ranges, optimizer);
+    } catch (const UserError& e) {
+      std::cerr << render(e.diagnostic(), nullptr);
+      return 1;
+    }
+  }
   std::unique_ptr<GradientReducer> reducer;
   // Replicated parameters are all-reduced in buckets; sharded ones by the executor.
   if (env.world > 1 && !sharded) {
     std::vector<torch::Tensor> reduced;
-    for (size_t i = 0; i < params.size(); ++i)
-      if (std::find(unreduced.begin(), unreduced.end(), param_names[i]) == unreduced.end()) reduced.push_back(params[i]);
-    reducer = std::make_unique<GradientReducer>(reduced, *world, o.bucket_bytes, reduce_dtype);
+    std::vector<int> declared;  // bucket(): the index of the module holding each parameter
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (std::find(unreduced.begin(), unreduced.end(), param_names[i]) != unreduced.end()) continue;
+      reduced.push_back(params[i]);
+      auto in = std::find_if(plan.buckets.begin(), plan.buckets.end(),
+                             [&](const std::string& m) { return param_names[i].rfind(m + ".", 0) == 0; });
+      declared.push_back(in == plan.buckets.end() ? -1 : static_cast<int>(in - plan.buckets.begin()));
+    }
+    reducer = std::make_unique<GradientReducer>(reduced, *world, o.bucket_bytes, reduce_dtype, declared);
   }
 
   std::unique_ptr<TimelineObserver> observer;
@@ -466,6 +492,10 @@ int train(const TrainOptions& o, const RankEnv& env) {
                                            : "")
               << (!cuda ? "cpu (fp32, gloo)" : std::string("cuda (") + (bf16 ? "bf16 autocast, fp32 weights" : "fp32") + (nccl ? ", nccl)" : ", gloo)"))
               << (start > 0 ? ", resuming after step " + std::to_string(start) : "") << "\n"
+              << std::flush;
+  if (lead && offload)
+    std::cout << "offload: the optimizer states of " << offload->offloaded_count() << " of " << optimized.size()
+              << " tensors (" << offload->offloaded_elements() << " elements per rank) live in host memory\n"
               << std::flush;
   Progress progress(o.steps);
   int64_t V = model.vocab_size;
@@ -521,12 +551,21 @@ int train(const TrainOptions& o, const RankEnv& env) {
       if (recording)  // each rank's part of every reduced gradient, before clipping
         for (const OptimizedRange& r : ranges)
           if (r.tensor.grad().defined()) recorder->add(RecordKind::ParamGrad, r.param, 0, r.offset, r.tensor.grad().reshape({-1}));
+      // Compressed gradients are lossy by design: their stated bounds. AdamW's first step moves
+      // each element by lr * |m| / (sqrt(v) + eps) < lr, so the updated values differ by < 2 lr.
+      if (recording && sharded)
+        for (const auto& b : sharded->compression_bounds())
+          recorder->add(RecordKind::Bound, b.param, 0, 0,
+                        torch::tensor({b.bound, step == 0 ? 2 * lr : std::numeric_limits<double>::infinity(),
+                                       static_cast<double>(b.estimated)}, torch::dtype(torch::kDouble)));
       if (sharded) {
         if (o.clip > 0) sharded->clip_gradients(o.clip);
       } else if (o.clip > 0) {
         torch::nn::utils::clip_grad_norm_(params, o.clip);
       }
+      if (offload) offload->gradients_to_host();
       optimizer.step();
+      if (offload) offload->values_to_device();
       if (sharded) sharded->publish();
     }
     if (recording) {
@@ -561,7 +600,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
     bool last = step + 1 == o.steps;
     if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
       if (sharded) sharded->gather_all();  // for the consolidated model.pt
-      write_checkpoint(o, *world, step + 1, *model.module, optimizer, ranges, plan.factors.optim);
+      write_checkpoint(o, *world, step + 1, *model.module, optimizer, state_ranges, plan.factors.optim);
       if (sharded) sharded->release_all();
     }
   }

@@ -69,7 +69,7 @@ class Runs {
                "--seed", std::to_string(t.seed), "--steps", "1", "--threads", std::to_string(resolved_threads(t, o.nproc)),
                "--device", t.device, "--backend", t.backend, "--precision", t.precision, "--reduce-dtype", t.reduce_dtype,
                "--stdlib", t.stdlib, "--timeout", std::to_string(t.timeout_s), "--no-verify"};
-    for (auto& s : t.sets) common_.insert(common_.end(), {"--set", s});
+    for (auto& s : t.sets) knobs_.insert(knobs_.end(), {"--set", s});
   }
 
   // Runs one side; false (with the failure in `error`) when it did not run.
@@ -77,6 +77,7 @@ class Runs {
     std::vector<std::string> args{"run"};
     if (scheduled) args.push_back(o_.train.schedule_file);
     args.insert(args.end(), common_.begin(), common_.end());
+    if (scheduled) args.insert(args.end(), knobs_.begin(), knobs_.end());  // the plain run declares no knobs
     if (scheduled && prefix >= 0) args.insert(args.end(), {"--trace-prefix", std::to_string(prefix)});
     args.insert(args.end(), {"--record", (dir_ / name).string(), "--metrics", (dir_ / (name + ".jsonl")).string()});
     fs::path log = dir_ / (name + ".log");
@@ -100,6 +101,7 @@ class Runs {
   const VerifyOptions& o_;
   fs::path dir_;
   std::vector<std::string> common_;
+  std::vector<std::string> knobs_;  // --set name=value, for the schedule's tune() knobs
   int count_ = 0;
 };
 
@@ -219,6 +221,9 @@ int verify_schedule(const VerifyOptions& o) {
                      {"loss", {{"plain", loss_plain}, {"scheduled", loss_scheduled}, {"difference", std::abs(loss_plain - loss_scheduled)}}},
                      {"compared", compared},
                      {"recorded_by_one_run", cmp.recorded_by_one_run},
+                     {"compressed", {{"compared", cmp.compressed.compared},
+                                     {"largest_gradient_bound", cmp.compressed.largest_gradient_bound},
+                                     {"estimated_entries", cmp.compressed.estimated}}},
                      {"first_divergence", cmp.first_divergence ? difference_json(*cmp.first_divergence) : nlohmann::json(nullptr)},
                      {"runs", runs.count()},
                      {"seconds", seconds}};
@@ -246,6 +251,16 @@ int verify_schedule(const VerifyOptions& o) {
                 static_cast<long long>(k.compared));
     if (k.largest && k.largest->max_abs > 0) std::printf(", largest |difference| %s in %s (rank %d)", num(k.largest->max_abs).c_str(), k.largest->name.c_str(), k.largest->rank);
     std::printf("\n");
+  }
+  if (cmp.compressed.compared) {
+    std::printf("  compressed (lossy by design): %lld gradients and parameters of compress()ed modules compared against the "
+                "compression's stated bound instead: TAGC's sparsification thresholds summed over the ranks (up to %s), "
+                "and less than 2 x lr after the first AdamW step\n",
+                static_cast<long long>(cmp.compressed.compared), num(cmp.compressed.largest_gradient_bound).c_str());
+    if (cmp.compressed.estimated)
+      std::printf("  TAGC could not peel %lld entries (the sketch was too small for the union of the ranks' non-zeros) and "
+                  "estimated them; their error was checked against the same bound\n",
+                  static_cast<long long>(cmp.compressed.estimated));
   }
   if (cmp.recorded_by_one_run)
     std::printf("  (%lld quantities recorded by one run only: inside a checkpoint()ed module gradients exist only in the recomputation)\n",

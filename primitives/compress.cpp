@@ -2,16 +2,10 @@
 // for this module's gradient reduction (tagc.txt). Lossy by design unless the
 // gradients are at least as sparse as Table 1 asks for the ratio.
 #include "primitives/registry.h"
+#include "primitives/tagc_table1.h"
 
 namespace {
 using namespace loom;
-
-// tagc.txt Table 1: lossless compression level -> required fraction of zeros.
-double table1_sparsity(double ratio) {
-  if (ratio <= 2) return 0.80;
-  if (ratio <= 4) return 0.90;
-  return 0.9875;
-}
 
 // Errors: ratio <= 1, index bits outside 1..8, sparsity outside [0, 1).
 void check_ranges(const PrimitiveCall& c) {
@@ -26,7 +20,7 @@ void check_ranges(const PrimitiveCall& c) {
   if (s.is(ValueKind::Float)) {
     if (!(s.as_number() >= 0 && s.as_number() < 1))
       c.fail_at(c.arg_range("sparsity"), "sparsity must be in [0, 1), got " + s.to_source(), "it is the fraction of zeroed values");
-    double need = table1_sparsity(ratio);
+    double need = tagc_table1_sparsity(ratio);
     if (s.as_number() < need)
       c.warn("sparsity " + s.to_source() + " is below the " + format_float(need) + " that tagc.txt Table 1 needs for lossless " +
                  c.arg("ratio").to_source() + "x compression",

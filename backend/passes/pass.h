@@ -16,6 +16,8 @@ struct PrefetchRequest {
 
 struct PassInputs {
   std::vector<PrefetchRequest> prefetch;
+  std::vector<std::string> buckets;  // bucket() targets: module paths
+  std::vector<std::string> unshard;  // unshard(true) targets: module paths
 };
 
 // A pass rewrites the program and says whether it changed anything.

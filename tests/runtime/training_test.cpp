@@ -330,6 +330,85 @@ TEST_CASE("--trace writes the executed timeline of every rank in Chrome trace fo
   CHECK(most_in_flight > 1);
 }
 
+// Rank 0's collectives in a --trace timeline, by kind ("all_gather", "reduce_scatter", ...).
+std::map<std::string, int> collectives(const fs::path& trace) {
+  std::map<std::string, int> n;
+  nlohmann::json timeline = nlohmann::json::parse(std::ifstream(trace));
+  for (auto& e : timeline.at("traceEvents")) {
+    if (e.at("ph").get<std::string>() != "X" || e.at("pid").get<int>() != 0 || e.at("cat").get<std::string>() != "collective")
+      continue;
+    std::string name = e.at("name").get<std::string>();
+    ++n[name.substr(0, name.find(' '))];
+  }
+  return n;
+}
+
+// Trains gpt:tiny 10 steps at world 2 on zero3.sched plus `extra` (a .sched body); saves to
+// scratch()/tag and traces to scratch()/tag.json.
+void train_zero3(const std::string& tag, const std::string& extra) {
+  std::ofstream(scratch() / (tag + ".sched")) << "import \"stdlib/zero3.sched\"\n" << extra;
+  REQUIRE(run_loom("run " + (scratch() / (tag + ".sched")).string() + kCommon + " --nproc 2 --micro-batch 2 --save " +
+                   (scratch() / tag).string() + " --trace " + (scratch() / (tag + ".json")).string()) == 0);
+}
+
+TEST_CASE("bucket() gathers and reduce-scatters a module's parameters as one collective each, and keeps the numbers") {
+  // gpt:tiny's h.*.mlp hold two linears (4 parameters) each; zero3.sched prefetches by block.
+  train_zero3("zero3_plain", "");
+  train_zero3("zero3_bucket", "sch[\"h.*.mlp\"].bucket()\n");
+  auto plain = collectives(scratch() / "zero3_plain.json");
+  auto bucketed = collectives(scratch() / "zero3_bucket.json");
+  int blocks = 4, steps = 10, merged = 3;  // 4 gathers (or reductions) of each mlp become 1
+  MESSAGE("all_gather " << plain["all_gather"] << " -> " << bucketed["all_gather"] << ", reduce_scatter "
+                        << plain["reduce_scatter"] << " -> " << bucketed["reduce_scatter"]);
+  CHECK(plain["all_gather"] - bucketed["all_gather"] == 2 * merged * blocks * steps);  // forward and backward
+  CHECK(plain["reduce_scatter"] - bucketed["reduce_scatter"] == merged * blocks * steps);
+  CHECK(max_difference(saved_parameters(scratch() / "zero3_plain" / "step-000010"),
+                       saved_parameters(scratch() / "zero3_bucket" / "step-000010")) < 1e-6);
+  // Plain data parallelism: the module's gradients form a reducer bucket of their own.
+  std::ofstream(scratch() / "dp_bucket.sched") << "sch[\"h.*.mlp\"].bucket()\n";
+  REQUIRE(run_loom("run" + kCommon + " --nproc 2 --micro-batch 2 --save " + (scratch() / "dp_plain").string()) == 0);
+  REQUIRE(run_loom("run " + (scratch() / "dp_bucket.sched").string() + kCommon + " --nproc 2 --micro-batch 2 --save " +
+                   (scratch() / "dp_bucket").string()) == 0);
+  CHECK(max_difference(saved_parameters(scratch() / "dp_plain" / "step-000010"),
+                       saved_parameters(scratch() / "dp_bucket" / "step-000010")) < 1e-6);
+}
+
+TEST_CASE("unshard(true) keeps a module's gathered parameters for backward: no backward all-gather, the same numbers") {
+  train_zero3("zero3_base", "");
+  train_zero3("zero3_unshard", "sch[\"h.*.mlp\"].unshard(true)\n");
+  auto base = collectives(scratch() / "zero3_base.json");
+  auto unsharded = collectives(scratch() / "zero3_unshard.json");
+  MESSAGE("all_gather " << base["all_gather"] << " -> " << unsharded["all_gather"]);
+  CHECK(base["all_gather"] - unsharded["all_gather"] == 4 * 4 * 10);  // 4 blocks x 4 parameters x 10 steps
+  CHECK(base["reduce_scatter"] == unsharded["reduce_scatter"]);
+  CHECK(max_difference(saved_parameters(scratch() / "zero3_base" / "step-000010"),
+                       saved_parameters(scratch() / "zero3_unshard" / "step-000010")) < 1e-6);
+  // keep=auto needs the memory-aware selection, which does not exist yet: refused by name.
+  std::ofstream(scratch() / "unshard_auto.sched") << "import \"stdlib/zero3.sched\"\nsch[\"wte\"].unshard()\n";
+  CHECK(run_loom("run " + (scratch() / "unshard_auto.sched").string() + kCommon + " --nproc 2") == 1);
+  CHECK(last_log().find("unshard_auto.sched:2:1: error: unshard is not yet supported at runtime: unshard(auto) needs the "
+                        "memory-aware selection") != std::string::npos);
+}
+
+TEST_CASE("offload(\"optimizer\") steps host copies of the optimizer slices: the same parameters, and a checkpoint that resumes") {
+  train_zero3("zero3_ref", "");
+  train_zero3("zero3_offload", "sch.offload(\"optimizer\")\n");
+  CHECK(last_log().find("offload: the optimizer states of 52 of 52 tensors") != std::string::npos);
+  CHECK(max_difference(saved_parameters(scratch() / "zero3_ref" / "step-000010"),
+                       saved_parameters(scratch() / "zero3_offload" / "step-000010")) < 1e-7);
+  // A budget keeps the first tensors' states with the device tensors (8 bytes per element):
+  // 256 KiB holds wte's and wpe's halves (16384 elements each per rank).
+  train_zero3("zero3_offload_budget", "sch.offload(\"optimizer\", budget=256KiB)\n");
+  CHECK(last_log().find("offload: the optimizer states of 50 of 52 tensors") != std::string::npos);
+  // Resuming from step 5 with offloaded states continues as the uninterrupted run.
+  std::string run = "run " + (scratch() / "zero3_offload.sched").string() + kCommon + " --nproc 2 --micro-batch 2";
+  REQUIRE(run_loom(run + " --save " + (scratch() / "offload_every").string() + " --save-every 5") == 0);
+  REQUIRE(run_loom(run + " --resume " + (scratch() / "offload_every" / "step-000005").string() + " --save " +
+                   (scratch() / "offload_resumed").string()) == 0);
+  CHECK(max_difference(saved_parameters(scratch() / "zero3_offload" / "step-000010"),
+                       saved_parameters(scratch() / "offload_resumed" / "step-000010")) == 0);
+}
+
 TEST_CASE("directives without a runtime effect stop loom run before training, naming the directive") {
   CHECK(run_loom("run " + std::string(LOOM_SOURCE_DIR) + "/examples/gpt_tp.sched --model gpt2 --nproc 4 --steps 1") == 1);
   CHECK(last_log().find("mesh is not yet supported at runtime") != std::string::npos);

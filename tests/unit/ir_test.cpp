@@ -37,6 +37,15 @@ int find(const ir::Program& p, OpKind kind, ir::Phase phase, const std::string& 
   return -1;
 }
 
+// h.0 = fc, proj; h.1 = fc: parameters named by their modules.
+ir::OpTrace two_blocks() {
+  ir::OpTrace t;
+  t.model = "blocks";
+  t.params = {{"h.0.fc.w", 10, 4}, {"h.0.proj.w", 10, 4}, {"h.1.fc.w", 10, 4}};
+  t.forward = {{"h.0.fc", {"h.0.fc.w"}}, {"h.0.proj", {"h.0.proj.w"}}, {"h.1.fc", {"h.1.fc.w"}}};
+  return t;
+}
+
 int count(const ir::Program& p, OpKind kind) {
   int n = 0;
   for (auto& in : p.instrs) n += in.kind == kind;
@@ -177,4 +186,55 @@ TEST_CASE("the pipeline logs each pass, and prints the IR when it changed") {
   CHECK(log.str().find("[loom] pass insert_gather_release: changed") != std::string::npos);
   CHECK(log.str().find("all_gather") != std::string::npos);
   CHECK(log.str().find(" ms") != std::string::npos);
+}
+
+TEST_CASE("bucket merges a module's gathers into the first and its reductions into the last, one wait each") {
+  ir::OpTrace t = two_blocks();
+  passes::PassInputs in;
+  in.buckets = {"h.0"};
+  ir::Program plain = run(t, {2, 2, 2, 2});
+  ir::Program bucketed = run(t, {2, 2, 2, 2}, in);
+  auto F = ir::Phase::Forward, B = ir::Phase::Backward;
+  CHECK(count(plain, OpKind::AllGather) - count(bucketed, OpKind::AllGather) == 2);  // forward and backward
+  CHECK(count(plain, OpKind::ReduceScatter) - count(bucketed, OpKind::ReduceScatter) == 1);
+  CHECK(count(plain, OpKind::Wait) - count(bucketed, OpKind::Wait) == 3);
+  // Forward: one gather of both, where fc's was, waited before fc computes.
+  const ir::Instr& g = bucketed.instrs[find(bucketed, OpKind::AllGather, F, "h.0.fc.w")];
+  CHECK(g.params.size() == 2);
+  CHECK(g.bytes == 80);
+  CHECK(find(bucketed, OpKind::AllGather, F, "h.0.proj.w") == -1);
+  // Backward runs proj then fc: the one reduce-scatter comes after fc, the last to complete.
+  int rs = find(bucketed, OpKind::ReduceScatter, B, "h.0.proj.w");
+  REQUIRE(rs >= 0);
+  CHECK(bucketed.instrs[rs].params.size() == 2);
+  CHECK(rs > find(bucketed, OpKind::Compute, B, "h.0.fc"));
+  CHECK(bucketed.instrs[rs + 1].kind == OpKind::Wait);
+  CHECK(bucketed.instrs[rs + 1].handle == bucketed.instrs[rs].handle);
+  // h.1 is not in the bucket.
+  CHECK(bucketed.instrs[find(bucketed, OpKind::AllGather, F, "h.1.fc.w")].params.size() == 1);
+  CHECK(ir::verify_complete(bucketed) == "");
+  // Under plain data parallelism the all-reduces merge the same way.
+  ir::Program dp = run(t, {2, 1, 1, 1}, in);
+  CHECK(count(run(t, {2, 1, 1, 1}), OpKind::AllReduce) - count(dp, OpKind::AllReduce) == 1);
+}
+
+TEST_CASE("unshard keeps a module's parameters gathered from the forward gather to the last backward use") {
+  ir::OpTrace t = two_blocks();
+  passes::PassInputs in;
+  in.unshard = {"h.0.proj"};
+  ir::Program plain = run(t, {2, 2, 2, 2});
+  ir::Program kept = run(t, {2, 2, 2, 2}, in);
+  auto F = ir::Phase::Forward, B = ir::Phase::Backward;
+  // No forward release, no backward gather; released after its backward compute.
+  CHECK(find(plain, OpKind::Release, F, "h.0.proj.w") >= 0);
+  CHECK(find(kept, OpKind::Release, F, "h.0.proj.w") == -1);
+  CHECK(find(kept, OpKind::AllGather, B, "h.0.proj.w") == -1);
+  int release = find(kept, OpKind::Release, B, "h.0.proj.w");
+  CHECK(release > find(kept, OpKind::Compute, B, "h.0.proj"));
+  CHECK(release < find(kept, OpKind::Compute, B, "h.0.fc"));
+  CHECK(count(plain, OpKind::AllGather) - count(kept, OpKind::AllGather) == 1);
+  CHECK(count(plain, OpKind::Wait) - count(kept, OpKind::Wait) == 1);
+  CHECK(ir::verify_complete(kept) == "");
+  // The others are gathered again for backward.
+  CHECK(find(kept, OpKind::AllGather, B, "h.0.fc.w") >= 0);
 }
