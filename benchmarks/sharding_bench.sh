@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): data parallelism, ZeRO-1, ZeRO-2 and ZeRO-3 (base placement, no
-# prefetch) at world 2 on CPU, for gpt:tiny and gpt:50m, in one invocation: median step time
+# prefetch), and ZeRO-3 with every block bucketed (bucket()) or with TAGC on the feed-forward
+# up-projections (compress(ratio=10)), at world 2 on CPU, for gpt:tiny and gpt:50m, in one invocation: median step time
 # and peak tensor memory per rank as ratios to data parallelism. First over loopback, then
 # (as root, with iproute2) with the two ranks in two network namespaces joined by a veth pair
 # shaped to 1 Gbit/s (ENVIRONMENT.md). The executed timeline of each run is saved under
@@ -16,6 +17,8 @@ trap 'ip netns del loom_bench_a 2>/dev/null || true; ip netns del loom_bench_b 2
 echo 'sch.zero(stage=1)' > "$out/zero1.sched"
 echo 'sch.zero(stage=2)' > "$out/zero2.sched"
 echo 'sch.zero(stage=3)' > "$out/zero3.sched"
+printf 'sch.zero(stage=3)\nsch["h.*"].bucket()\n' > "$out/zero3_bucket.sched"
+printf 'sch.zero(stage=3)\nsch["h.*.mlp.c_fc"].compress(ratio=10)\n' > "$out/zero3_tagc.sched"
 : > "$out/ddp.sched"
 
 # run NETWORK MODEL STRATEGY ARGS...: one training run, metrics in $out/NETWORK-MODEL-STRATEGY.jsonl
@@ -37,7 +40,7 @@ run() {
 
 sweep() {
   local net=$1
-  for s in ddp zero1 zero2 zero3; do
+  for s in ddp zero1 zero2 zero3 zero3_bucket zero3_tagc; do
     echo "  $net: gpt:tiny $s" >&2
     run "$net" gpt:tiny "$s" --steps 12 --micro-batch 4 --seq 128
     echo "  $net: gpt:50m $s" >&2
@@ -74,10 +77,10 @@ print("world 2, CPU, 1 thread per rank; step time: median after step 1; memory: 
 for net in nets:
     for model, shape in (("gpt:tiny", "micro-batch 4 x 128 tokens"), ("gpt:50m", "micro-batch 2 x 64 tokens")):
         print(f"\n{model} ({shape}), {'loopback' if net == 'loopback' else 'across an emulated 1 Gbit/s link'}")
-        print(f"{'strategy':<10}{'step ms':>10}{'x DP':>8}{'peak MiB':>11}{'x DP':>8}")
+        print(f"{'strategy':<14}{'step ms':>10}{'x DP':>8}{'peak MiB':>11}{'x DP':>8}")
         base = stats(f"{net}-{model.replace(':', '_')}-ddp")
-        for s in ("ddp", "zero1", "zero2", "zero3"):
+        for s in ("ddp", "zero1", "zero2", "zero3", "zero3_bucket", "zero3_tagc"):
             ms, peak = stats(f"{net}-{model.replace(':', '_')}-{s}")
-            print(f"{s:<10}{ms:>10.1f}{ms / base[0]:>8.2f}{peak / 2**20:>11.1f}{peak / base[1]:>8.2f}")
+            print(f"{s:<14}{ms:>10.1f}{ms / base[0]:>8.2f}{peak / 2**20:>11.1f}{peak / base[1]:>8.2f}")
 PY
 echo "traces: $traces"
