@@ -7,6 +7,7 @@
 #include "backend/ir/lower.h"
 #include "backend/ir/verifier.h"
 #include "backend/passes/bucket.h"
+#include "backend/passes/compress.h"
 #include "backend/passes/insert_gather_release.h"
 #include "backend/passes/insert_gradient_reduction.h"
 #include "backend/passes/insert_parameter_broadcast.h"
@@ -20,6 +21,7 @@ const std::vector<std::pair<std::string, passes::Pass>>& pipeline_passes() {
       {"insert_gather_release", passes::insert_gather_release},          // Fig. 4: gather before first use, release after last
       {"insert_gradient_reduction", passes::insert_gradient_reduction},  // Lins: reduce each gradient when complete
       {"insert_parameter_broadcast", passes::insert_parameter_broadcast},  // Lins: s_os > s_p spreads updated params
+      {"compress", passes::compress},                                     // TAGC: a compressed reduce-scatter
       {"unshard", passes::unshard},                                       // DeepCompile §4.3: keep gathered for backward
       {"bucket", passes::bucket},                                         // SimpleFSDP §3.2: one collective per bucket
       {"prefetch", passes::prefetch},                                     // gathers of the next block, ahead
@@ -77,6 +79,8 @@ ir::Program plan_step(const Schedule& schedule, const ir::OpTrace& trace, std::v
       inputs.prefetch.push_back({d.target, b.is(ValueKind::Bytes) ? b.as_int() : 0});
     } else if (d.primitive == "bucket") {
       inputs.buckets.push_back(d.target);
+    } else if (d.primitive == "compress") {
+      inputs.compress.push_back({d.target, d.arg("ratio")->as_number()});
     } else if (d.primitive == "unshard" && d.arg("keep")->is(ValueKind::Bool)) {
       inputs.unshard.push_back(d.target);  // keep=auto waits for the memory-aware selection (runtime_plan refuses it)
     }

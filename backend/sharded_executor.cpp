@@ -409,7 +409,8 @@ struct ShardedExecutor::State {
     reduce_units.clear();
     std::unordered_set<int> reduced;
     for (const ir::Instr& in : program.instrs) {
-      if (in.phase != ir::Phase::Backward || (in.kind != ir::OpKind::ReduceScatter && in.kind != ir::OpKind::AllReduce)) continue;
+      bool reduction = in.kind == ir::OpKind::ReduceScatter || in.kind == ir::OpKind::AllReduce || in.kind == ir::OpKind::Compress;
+      if (in.phase != ir::Phase::Backward || !reduction) continue;
       std::vector<size_t> unit;
       for (int p : in.params) {
         if (!reduced.insert(p).second) continue;
@@ -648,6 +649,17 @@ void ShardedExecutor::compress(const std::map<std::string, tagc::Config>& wanted
     auto it = wanted.find(s.program.params[p].name);
     if (it != wanted.end()) s.params[p].tagc = it->second;
   }
+  // The IR's compress instructions and these settings must name the same parameters.
+  for (const ir::Instr& in : s.program.instrs)
+    if (in.kind == ir::OpKind::Compress)
+      for (int p : in.params)
+        if (!s.params[p].tagc)
+          throw InternalError("sharded executor: the IR compresses " + s.program.params[p].name + ", which has no TAGC settings");
+  for (size_t p = 0; p < s.params.size(); ++p)
+    if (s.params[p].tagc && std::none_of(s.program.instrs.begin(), s.program.instrs.end(), [&](const ir::Instr& in) {
+          return in.kind == ir::OpKind::Compress && in.params == std::vector<int>{static_cast<int>(p)};
+        }))
+      throw InternalError("sharded executor: " + s.program.params[p].name + " has TAGC settings, but the IR does not compress it");
   s.plan_reductions();
 }
 

@@ -12,7 +12,8 @@ const char* collective_name(ir::OpKind kind) {
   switch (kind) {
     case ir::OpKind::AllGather:
     case ir::OpKind::Broadcast: return "all_gather";
-    case ir::OpKind::ReduceScatter: return "reduce_scatter";
+    case ir::OpKind::ReduceScatter:
+    case ir::OpKind::Compress: return "reduce_scatter";  // TAGC's sketch travels in one (its index all-reduce is not priced)
     case ir::OpKind::AllReduce: return "all_reduce";
     default: return nullptr;
   }

@@ -25,7 +25,7 @@ enum class OpKind {
   OptimizerStep,  // update this rank's shard of parameters and states
   Offload,        // reserved for the offloading pass
   Reload,         // reserved for the offloading pass
-  Compress,       // reserved for the compression pass
+  Compress,       // reduce a gradient to its shard owners with TAGC (a compressed reduce-scatter)
 };
 
 const char* op_name(OpKind k);

@@ -7,7 +7,8 @@ namespace loom::ir {
 namespace {
 
 bool is_collective(OpKind k) {
-  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce || k == OpKind::Broadcast;
+  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce || k == OpKind::Broadcast ||
+         k == OpKind::Compress;
 }
 
 std::string at(size_t i, const Program& p, const std::string& what) {
@@ -68,6 +69,7 @@ std::string verify(const Program& p) {
         }
         break;
       case OpKind::ReduceScatter:
+      case OpKind::Compress:
       case OpKind::AllReduce:
         if (in.phase == Phase::Backward) {
           for (int q : in.params) reduced[q] = true;

@@ -14,10 +14,16 @@ struct PrefetchRequest {
   int64_t budget = 0;  // bytes gathered ahead; 0 means auto (one block ahead)
 };
 
+struct CompressedModule {
+  std::string module;  // the compress directive's target
+  double ratio = 10;   // the count sketch's compression ratio
+};
+
 struct PassInputs {
   std::vector<PrefetchRequest> prefetch;
   std::vector<std::string> buckets;  // bucket() targets: module paths
   std::vector<std::string> unshard;  // unshard(true) targets: module paths
+  std::vector<CompressedModule> compress;
 };
 
 // A pass rewrites the program and says whether it changed anything.

@@ -238,3 +238,19 @@ TEST_CASE("unshard keeps a module's parameters gathered from the forward gather 
   // The others are gathered again for backward.
   CHECK(find(kept, OpKind::AllGather, B, "h.0.fc.w") >= 0);
 }
+
+TEST_CASE("compress turns a compressed parameter's reduce-scatter into TAGC's, priced at sketch plus index") {
+  passes::PassInputs in;
+  in.compress = {{"h.0.fc", 10}};
+  ir::Program p = run(two_blocks(), {2, 2, 2, 2}, in);
+  auto B = ir::Phase::Backward;
+  int c = find(p, OpKind::Compress, B, "h.0.fc.w");
+  REQUIRE(c >= 0);
+  CHECK(p.instrs[c].bytes == 40 / 10 + 2);  // 10 fp32 values / 10, and 10 index bits in 2 bytes
+  CHECK(p.instrs[c + 1].kind == OpKind::Wait);
+  CHECK(find(p, OpKind::ReduceScatter, B, "h.0.fc.w") == -1);
+  CHECK(find(p, OpKind::ReduceScatter, B, "h.0.proj.w") >= 0);
+  CHECK(ir::verify_complete(p) == "");
+  // Without sharded parameters there is no reduce-scatter to replace.
+  CHECK(count(run(two_blocks(), {2, 1, 1, 2}, in), OpKind::Compress) == 0);
+}
