@@ -670,6 +670,25 @@ std::vector<ShardedExecutor::CompressionBound> ShardedExecutor::compression_boun
   return out;
 }
 
+std::map<std::string, torch::Tensor> ShardedExecutor::compression_residuals() const {
+  std::map<std::string, torch::Tensor> out;
+  for (size_t p = 0; p < s_->params.size(); ++p)
+    if (s_->params[p].tagc && s_->params[p].residual.defined()) out[s_->program.params[p].name] = s_->params[p].residual;
+  return out;
+}
+
+void ShardedExecutor::restore_compression_residuals(const std::map<std::string, torch::Tensor>& residuals) {
+  for (size_t p = 0; p < s_->params.size(); ++p) {
+    auto it = residuals.find(s_->program.params[p].name);
+    if (it == residuals.end() || !s_->params[p].tagc) continue;
+    if (it->second.numel() != s_->params[p].padded)
+      throw UserError(SourceRange{}, "the checkpoint's TAGC accumulator of " + it->first + " has " + std::to_string(it->second.numel()) +
+                                         " entries, this run's " + std::to_string(s_->params[p].padded),
+                      "resume with the sharding the checkpoint was written with");
+    s_->params[p].residual = it->second.to(s_->params[p].shard.device());
+  }
+}
+
 std::vector<OptimizedRange> ShardedExecutor::optimized_ranges() const {
   const State& s = *s_;
   std::vector<OptimizedRange> out;

@@ -95,6 +95,10 @@ class ShardedExecutor : public nn::CallInterceptor {
     int64_t estimated = 0;
   };
   std::vector<CompressionBound> compression_bounds() const;
+  // TAGC's error-feedback accumulators of this rank (parameter name -> padded flat tensor), for
+  // checkpoints, and back. Restoring refuses a tensor of another size (another sharding).
+  std::map<std::string, torch::Tensor> compression_residuals() const;
+  void restore_compression_residuals(const std::map<std::string, torch::Tensor>& residuals);
 
   // Each optimizer slice as a range of its parameter's flat padded tensor (sharded checkpoints),
   // in the order of optimized().

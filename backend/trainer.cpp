@@ -104,8 +104,36 @@ std::string step_name(int64_t step) {
 
 // Every rank calls this with every parameter resident; ranks below `optim_writers` write
 // their optimizer ranges. The directory appears whole or not at all.
+// Per-rank state that does not reshard (TAGC's error-feedback accumulators): DIR/rank_state/rank-R.pt
+// (the tensors) and rank-R.json (their names). Read back only at the same world size.
+void save_rank_state(const fs::path& dir, int rank, const std::map<std::string, torch::Tensor>& state) {
+  if (state.empty()) return;
+  fs::create_directories(dir / "rank_state");
+  std::vector<torch::Tensor> tensors;
+  nlohmann::json names = nlohmann::json::array();
+  for (auto& [name, t] : state) {
+    names.push_back(name);
+    tensors.push_back(t.cpu());
+  }
+  std::string base = (dir / "rank_state" / ("rank-" + std::to_string(rank))).string();
+  torch::save(tensors, base + ".pt");
+  std::ofstream(base + ".json") << names.dump() << "\n";
+}
+
+std::map<std::string, torch::Tensor> load_rank_state(const fs::path& dir, int rank) {
+  std::map<std::string, torch::Tensor> out;
+  std::string base = (dir / "rank_state" / ("rank-" + std::to_string(rank))).string();
+  if (!fs::exists(base + ".json")) return out;
+  std::vector<torch::Tensor> tensors;
+  torch::load(tensors, base + ".pt");
+  nlohmann::json names = nlohmann::json::parse(std::ifstream(base + ".json"));
+  for (size_t i = 0; i < names.size() && i < tensors.size(); ++i) out[names[i].get<std::string>()] = tensors[i];
+  return out;
+}
+
 void write_checkpoint(const TrainOptions& o, comm::Group& world, int64_t steps_done, torch::nn::Module& model,
-                      torch::optim::AdamW& opt, const std::vector<OptimizedRange>& ranges, int optim_writers) {
+                      torch::optim::AdamW& opt, const std::vector<OptimizedRange>& ranges, int optim_writers,
+                      const std::map<std::string, torch::Tensor>& rank_state) {
   std::string name = step_name(steps_done);
   fs::path tmp = fs::path(o.save_dir) / (".tmp-" + name);
   fs::path final_dir = fs::path(o.save_dir) / name;
@@ -117,6 +145,7 @@ void write_checkpoint(const TrainOptions& o, comm::Group& world, int64_t steps_d
   }
   comm::barrier(world);
   if (world.rank() < optim_writers) save_optimizer_ranges(tmp, world.rank(), ranges, opt);
+  save_rank_state(tmp, world.rank(), rank_state);
   if (lead) {
     torch::serialize::OutputArchive archive;
     model.save(archive);
@@ -414,6 +443,19 @@ int train(const TrainOptions& o, const RankEnv& env) {
       for (const std::string& name : param_names)
         if (name.rfind(c.module + ".", 0) == 0) compressed[name] = {c.ratio, c.index_bits, c.sparsity};
     sharded->compress(compressed);
+    // Resuming: the accumulators continue where they were, when the world is the same.
+    if (!resume_dir.empty()) {
+      int written_at = nlohmann::json::parse(std::ifstream(resume_dir / "trainer.json")).at("world").get<int>();
+      try {
+        if (written_at == env.world) sharded->restore_compression_residuals(load_rank_state(resume_dir, env.rank));
+        else if (env.rank == 0)
+          std::cerr << "note: the checkpoint was written by " << written_at << " ranks; TAGC's error-feedback accumulators "
+                    << "restart at zero on " << env.world << "\n";
+      } catch (const UserError& e) {
+        std::cerr << render(e.diagnostic(), nullptr);
+        return 1;
+      }
+    }
   }
   // loom verify: the first step is recorded, module call by module call.
   std::unique_ptr<StepRecorder> recorder;
@@ -600,7 +642,8 @@ int train(const TrainOptions& o, const RankEnv& env) {
     bool last = step + 1 == o.steps;
     if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
       if (sharded) sharded->gather_all();  // for the consolidated model.pt
-      write_checkpoint(o, *world, step + 1, *model.module, optimizer, state_ranges, plan.factors.optim);
+      write_checkpoint(o, *world, step + 1, *model.module, optimizer, state_ranges, plan.factors.optim,
+                       sharded ? sharded->compression_residuals() : std::map<std::string, torch::Tensor>{});
       if (sharded) sharded->release_all();
     }
   }
