@@ -102,8 +102,6 @@ std::string step_name(int64_t step) {
   return buf;
 }
 
-// Every rank calls this with every parameter resident; ranks below `optim_writers` write
-// their optimizer ranges. The directory appears whole or not at all.
 // Per-rank state that does not reshard (TAGC's error-feedback accumulators): DIR/rank_state/rank-R.pt
 // (the tensors) and rank-R.json (their names). Read back only at the same world size.
 void save_rank_state(const fs::path& dir, int rank, const std::map<std::string, torch::Tensor>& state) {
@@ -129,6 +127,26 @@ std::map<std::string, torch::Tensor> load_rank_state(const fs::path& dir, int ra
   nlohmann::json names = nlohmann::json::parse(std::ifstream(base + ".json"));
   for (size_t i = 0; i < names.size() && i < tensors.size(); ++i) out[names[i].get<std::string>()] = tensors[i];
   return out;
+}
+
+// Every rank calls this with every parameter resident; ranks below `optim_writers` write
+// their optimizer ranges, every rank its `rank_state`. The directory appears whole or not at all.
+// compress(): TAGC on the reduce-scatter of every parameter below each module (runtime_plan
+// refused it where parameters are not sharded). Resuming at the same world size, the
+// error-feedback accumulators continue where they were; otherwise they restart at zero.
+void configure_compression(ShardedExecutor& sharded, const std::vector<CompressRequest>& requests,
+                           const std::vector<std::string>& param_names, const fs::path& resume_dir, const RankEnv& env) {
+  std::map<std::string, tagc::Config> compressed;
+  for (const CompressRequest& c : requests)
+    for (const std::string& name : param_names)
+      if (name.rfind(c.module + ".", 0) == 0) compressed[name] = {c.ratio, c.index_bits, c.sparsity};
+  sharded.compress(compressed);
+  if (resume_dir.empty()) return;
+  int written_at = nlohmann::json::parse(std::ifstream(resume_dir / "trainer.json")).at("world").get<int>();
+  if (written_at == env.world) sharded.restore_compression_residuals(load_rank_state(resume_dir, env.rank));
+  else if (env.rank == 0)
+    std::cerr << "note: the checkpoint was written by " << written_at << " ranks; TAGC's error-feedback accumulators "
+              << "restart at zero on " << env.world << "\n";
 }
 
 void write_checkpoint(const TrainOptions& o, comm::Group& world, int64_t steps_done, torch::nn::Module& model,
@@ -435,26 +453,12 @@ int train(const TrainOptions& o, const RankEnv& env) {
     if (f.primitive == "test_release_early") released_early.push_back(f.module);
   }
   if (sharded) sharded->inject_faults(unreduced, released_early);
-  // compress(): TAGC on the reduce-scatter of every parameter below the module (runtime_plan
-  // refused it where parameters are not sharded).
   if (sharded && !plan.compress.empty()) {
-    std::map<std::string, tagc::Config> compressed;
-    for (const CompressRequest& c : plan.compress)
-      for (const std::string& name : param_names)
-        if (name.rfind(c.module + ".", 0) == 0) compressed[name] = {c.ratio, c.index_bits, c.sparsity};
-    sharded->compress(compressed);
-    // Resuming: the accumulators continue where they were, when the world is the same.
-    if (!resume_dir.empty()) {
-      int written_at = nlohmann::json::parse(std::ifstream(resume_dir / "trainer.json")).at("world").get<int>();
-      try {
-        if (written_at == env.world) sharded->restore_compression_residuals(load_rank_state(resume_dir, env.rank));
-        else if (env.rank == 0)
-          std::cerr << "note: the checkpoint was written by " << written_at << " ranks; TAGC's error-feedback accumulators "
-                    << "restart at zero on " << env.world << "\n";
-      } catch (const UserError& e) {
-        std::cerr << render(e.diagnostic(), nullptr);
-        return 1;
-      }
+    try {
+      configure_compression(*sharded, plan.compress, param_names, resume_dir, env);
+    } catch (const UserError& e) {
+      std::cerr << render(e.diagnostic(), nullptr);
+      return 1;
     }
   }
   // loom verify: the first step is recorded, module call by module call.

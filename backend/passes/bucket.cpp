@@ -1,7 +1,6 @@
 #include "backend/passes/bucket.h"
 
 #include <algorithm>
-#include <map>
 #include <set>
 
 namespace loom::passes {
