@@ -270,17 +270,20 @@ struct ShardedExecutor::State {
     while (next_reduce < reduce_units.size() && ready(reduce_units[next_reduce])) {
       Reduction r;
       r.members = reduce_units[next_reduce++];
+      for (size_t p : r.members) params[p].reduce_launched = true;
+      Param& first = params[r.members[0]];
+      if (first.tagc) {
+        launch_compressed(first, r);  // a unit of its own, compressed from grad_flat
+        in_flight.push_back(std::move(r));
+        continue;
+      }
       std::vector<torch::Tensor> blocks;
       for (size_t p : r.members) {
         Param& q = params[p];
         q.grad_wire = q.grad_flat.to(reduce_dtype);  // the same tensor when the dtypes agree
-        q.reduce_launched = true;
         blocks.push_back(q.grad_wire.view({s_p, q.chunk}));
       }
-      Param& first = params[r.members[0]];
-      if (first.tagc) {
-        launch_compressed(first, r);
-      } else if (unreduced.count(r.members[0])) {
+      if (unreduced.count(r.members[0])) {
         first.grad_shard = first.grad_wire.narrow(0, shard_index * first.chunk, first.chunk).clone();  // a test-only fault
       } else if (groups.params) {
         // Rank r's part of the input is every member's chunk r, in member order.

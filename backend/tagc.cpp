@@ -25,6 +25,11 @@ int64_t bucket(int64_t i, int j, int64_t third) {
   return j * third + static_cast<int64_t>(mix(static_cast<uint64_t>(i) * kHashes + j) % static_cast<uint64_t>(third));
 }
 
+// The value of each bit of a byte, for packing 8 entries per byte and unpacking them.
+torch::Tensor bit_values(const torch::Tensor& like) {
+  return torch::tensor({1, 2, 4, 8, 16, 32, 64, 128}, like.options().dtype(torch::kInt32));
+}
+
 }  // namespace
 
 int64_t kept_count(int64_t n, double sparsity) {
@@ -51,13 +56,11 @@ torch::Tensor pack_index(const torch::Tensor& nonzero) {
   int64_t bytes = (n + 7) / 8;
   torch::Tensor bits = torch::zeros({bytes * 8}, nonzero.options().dtype(torch::kUInt8));
   bits.narrow(0, 0, n).copy_(nonzero.reshape({-1}).to(torch::kUInt8));
-  torch::Tensor weights = torch::tensor({1, 2, 4, 8, 16, 32, 64, 128}, bits.options().dtype(torch::kInt32));
-  return (bits.view({bytes, 8}).to(torch::kInt32) * weights).sum(1).to(torch::kUInt8);
+  return (bits.view({bytes, 8}).to(torch::kInt32) * bit_values(bits)).sum(1).to(torch::kUInt8);
 }
 
 torch::Tensor unpack_index(const torch::Tensor& packed, int64_t n) {
-  torch::Tensor weights = torch::tensor({1, 2, 4, 8, 16, 32, 64, 128}, packed.options().dtype(torch::kInt32));
-  torch::Tensor bits = packed.to(torch::kInt32).unsqueeze(1).bitwise_and(weights).ne(0);
+  torch::Tensor bits = packed.to(torch::kInt32).unsqueeze(1).bitwise_and(bit_values(packed)).ne(0);
   return bits.reshape({-1}).narrow(0, 0, n);
 }
 

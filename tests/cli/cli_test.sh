@@ -2,12 +2,7 @@
 # The loom command line as a user meets it: exit codes (0 ok, 1 schedule error,
 # 2 usage error), rendered diagnostics, --json, --print, --set and fmt.
 set -uo pipefail
-loom="$1"
-src=$(cd "$2" && pwd)
-cd "$src"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-source "$src/tests/lib/expect.sh"
+source "$(dirname "$0")/../lib/expect.sh" "$@"
 
 expect "check ok" 0 "ok (5 directives, 0 warnings)" -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2
 expect "check --print" 0 'sch["h.3"].prefetch(budget=auto)' -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --print

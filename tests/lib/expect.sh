@@ -1,6 +1,13 @@
 # expect NAME WANT_RC WANT_TEXT... -- command...: runs the command once and counts it as passed
 # when it exits with WANT_RC and its output holds every WANT_TEXT (an empty one asks nothing).
-# Sourced by the shell test suites, which set $tmp and report $passed and $failed.
+# Sourced by the shell test suites with their arguments (the loom binary, the source tree):
+# sets $loom, $src (and changes into it) and $tmp (removed on exit); the suites report
+# $passed and $failed.
+loom="$1"
+src=$(cd "$2" && pwd)
+cd "$src"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 passed=0
 failed=0
 expect() {

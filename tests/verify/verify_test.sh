@@ -5,12 +5,7 @@
 # primitives) are caught and the report names the right module and the right directive;
 # verify() makes `loom run` verify before training.
 set -uo pipefail
-loom="$1"
-src=$(cd "$2" && pwd)
-cd "$src"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-source "$src/tests/lib/expect.sh"
+source "$(dirname "$0")/../lib/expect.sh" "$@"
 small="--model gpt:tiny --seq 32 --micro-batch 2 --threads 1"
 
 for world in 1 2 4; do
