@@ -1,5 +1,7 @@
 #include "backend/runtime_plan.h"
 
+#include <set>
+
 #include "primitives/tagc_table1.h"
 
 namespace loom {
@@ -50,13 +52,37 @@ RuntimePlan plan_runtime(const Schedule& schedule) {
       plan.faults.push_back({d.primitive, d.target, param ? d.target + "." + param->as_string() : "",
                              rank ? static_cast<int>(rank->as_int()) : 0});
     } else if (d.primitive == "mesh") {
-      if (d.arg("tp")->as_int() != 1 || d.arg("pp")->as_int() != 1)
-        unsupported(d, "tensor and pipeline parallelism are not implemented yet");
+      plan.tp = static_cast<int>(d.arg("tp")->as_int());
+      plan.pp = static_cast<int>(d.arg("pp")->as_int());
+    } else if (d.primitive == "shard") {
+      const std::string& type = schedule.tree().node(schedule.tree().find(d.target)).type;
+      if (type != "Linear")
+        unsupported(d, "tensor parallelism splits Linear layers; `" + d.target + "` is a " + type);
+      TensorShard s{d.target, {}, static_cast<int>(d.arg("axis")->as_int())};
+      const Value& params = *d.arg("params");
+      if (params.is(ValueKind::String)) s.params.push_back(params.as_string());
+      else for (const Value& p : params.as_list()) s.params.push_back(p.as_string());
+      plan.shards.push_back(s);
+    } else if (d.primitive == "sync") {
+      SyncRequest s{d.target, d.arg("mode")->as_string(), d.arg("op")->as_string()};
+      bool runs = (s.mode == "fwd_post" && (s.op == "all_reduce" || s.op == "all_gather")) ||
+                  (s.mode == "bwd_post" && s.op == "all_reduce");
+      if (!runs)
+        unsupported(d, "sync(mode=\"" + s.mode + "\", op=\"" + s.op + "\") is not built; the runtime has fwd_post "
+                       "all_reduce or all_gather, and bwd_post all_reduce (Megatron-LM's row- and column-parallel layers)");
+      plan.syncs.push_back(s);
+    } else if (d.primitive == "pipeline_split") {
+      plan.pipeline_splits.push_back(d.target);
     } else {
       unsupported(d, "its runtime effect is not implemented yet");
     }
   }
   for (const Directive& d : schedule.trace()) {
+    static const std::set<std::string> with_model_parallel{"mesh", "shard", "sync", "pipeline_split", "verify"};
+    if (plan.model_parallel() && !with_model_parallel.count(d.primitive))
+      unsupported(d, "with tensor or pipeline parallelism (mesh tp = " + std::to_string(plan.tp) + ", pp = " +
+                         std::to_string(plan.pp) + ") the runtime runs shard, sync and pipeline_split over plain data "
+                         "parallelism; " + d.primitive + " is not combined with them yet");
     if (d.primitive == "test_release_early" && plan.factors.params == 1)
       unsupported(d, "it releases sharded parameters, but this schedule does not shard them (s_p = 1)");
     if (d.primitive == "compress" && plan.factors.params == 1 && schedule.dp() > 1)

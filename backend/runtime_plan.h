@@ -25,6 +25,21 @@ struct CompressRequest {
   double sparsity = 0.9875;  // sparsity=auto resolved by Table 1
 };
 
+// shard(): parameters of a module split along `axis` over the tensor-parallel group.
+struct TensorShard {
+  std::string module;
+  std::vector<std::string> params;  // the module's own parameter names ("weight", "bias")
+  int axis = 0;
+};
+
+// sync(): a collective on a sharded module's output in forward (fwd_post) or on the gradient
+// of its input in backward (bwd_post), over the tensor-parallel group.
+struct SyncRequest {
+  std::string module;
+  std::string mode;  // fwd_post or bwd_post
+  std::string op;    // all_reduce, or all_gather (fwd_post)
+};
+
 struct RuntimePlan {
   std::vector<std::string> checkpoint;  // module paths whose forward is recomputed in backward
   ir::Sharding factors;                 // Lins factors from shard_states (all 1: plain data parallelism); dp unset
@@ -33,13 +48,20 @@ struct RuntimePlan {
   std::vector<CompressRequest> compress;
   bool offload = false;        // offload("optimizer"): optimizer states on the host
   int64_t offload_budget = 0;  // bytes of states allowed to stay on the device (auto: 0)
+  int tp = 1, pp = 1;          // mesh(): dp = world / (tp * pp)
+  std::vector<TensorShard> shards;
+  std::vector<SyncRequest> syncs;
+  std::vector<std::string> pipeline_splits;  // stage boundaries after these list entries ("h.5")
+  bool model_parallel() const { return tp > 1 || pp > 1; }
 };
 
 // The plan for a validated schedule. A directive whose runtime effect does not exist
 // yet is a UserError at its source location naming it: never a silent no-op.
 // Supported: checkpoint(); shard_states/zero/fsdp with any valid factors (s_p > 1: the sharded
 // executor, also with checkpoint() and prefetch; s_p = 1: optimizer-state sharding, ZeRO-1/2);
-// mesh with tp = pp = 1; bucket() (the sharded executor's gathers and reductions, or the data-
+// mesh with tensor and pipeline parallelism (shard() of Linear layers; sync() fwd_post all_reduce
+// or all_gather, bwd_post all_reduce; pipeline_split(); with plain data parallelism, not with the
+// other runtime primitives yet); bucket() (the sharded executor's gathers and reductions, or the data-
 // parallel reducer's buckets); compress() where parameters are sharded (s_p > 1: TAGC replaces
 // their reduce-scatter); unshard(true); offload("optimizer") (budget=auto: every state on the
 // host); verify(); the test-only fault primitives.

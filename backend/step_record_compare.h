@@ -15,6 +15,10 @@ struct Tolerance {
   std::string dtype;  // what the run computes or reduces in: fp32, fp16 or bf16
   double atol = 0;
   double rtol = 0;
+  // The first step's learning rate (0: not used). A gradient element within the tolerance of
+  // zero has no sign the comparison can vouch for, and AdamW's first step moves an element by
+  // up to lr either way: such elements' updated values may differ by 2 lr more.
+  double step_lr = 0;
 };
 // The defaults for a dtype: fp32 1e-5 + 1e-4 x scale, fp16 1e-3 + 1e-2 x, bf16 1e-2 + 5e-2 x.
 Tolerance default_tolerance(const std::string& dtype);
@@ -50,6 +54,7 @@ struct RecordComparison {
   std::optional<QuantityDifference> first_divergence;  // the earliest beyond tolerance, in the plain run's step order
   int64_t recorded_by_one_run = 0;                     // e.g. gradients inside a checkpoint()ed module, which only recompute
   BoundedSummary compressed;                           // compress()ed parameters' gradients and values
+  int64_t unresolved_updates = 0;                      // updated elements beyond the tolerance whose gradient was within it of zero
   bool equivalent() const { return !first_divergence; }
 };
 

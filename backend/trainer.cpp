@@ -30,11 +30,15 @@
 #include "backend/op_profiler.h"
 #include "backend/optimizer_checkpoint.h"
 #include "backend/optimizer_offload.h"
+#include "backend/mesh_groups.h"
 #include "backend/pass_pipeline.h"
+#include "backend/pipeline_stage.h"
 #include "backend/runtime_plan.h"
 #include "backend/shard_groups.h"
+#include "backend/sharded_grad_clip.h"
 #include "backend/sharded_executor.h"
 #include "backend/step_record.h"
+#include "backend/tensor_parallel.h"
 #include "backend/timeline.h"
 #include "backend/token_data.h"
 #include "backend/torch_compat.h"
@@ -90,6 +94,17 @@ void check_options(const TrainOptions& o) {
   if (o.backend == "nccl" && resolved_device(o) != "cuda")
     throw UserError(SourceRange{}, "--backend nccl needs --device cuda (NCCL moves GPU tensors only)",
                     "use --backend gloo (or auto) on CPU");
+}
+
+// What tensor and pipeline parallelism do not run with yet: a UserError naming it.
+void check_model_parallel_options(const TrainOptions& o, const RuntimePlan& plan) {
+  if (!plan.model_parallel()) return;
+  std::string what = !o.save_dir.empty() ? "--save" : !o.resume.empty() ? "--resume" : !o.profile_out.empty() ? "loom profile" : "";
+  if (what.empty()) return;
+  throw UserError(SourceRange{}, what + " is not implemented yet with tensor or pipeline parallelism (mesh tp = " +
+                                     std::to_string(plan.tp) + ", pp = " + std::to_string(plan.pp) + ")",
+                  "checkpoints and profiles would have to gather tensor-parallel slices and every stage's parameters; "
+                  "train without " + what + ", or with tp = pp = 1");
 }
 
 // Checkpoints: DIR/step-000010/{model.pt, optim/rank-R.{pt,json}, rng.pt, trainer.json} and
@@ -310,7 +325,9 @@ std::vector<Directive> validate_run(const TrainOptions& o, int world, int local_
   std::vector<Directive> directives;
   try {
     auto sch = evaluate_schedule(o, world, local_world, sources);
-    plan_runtime(*sch);
+    RuntimePlan plan = plan_runtime(*sch);
+    check_model_parallel_options(o, plan);
+    if (plan.pp > 1) plan_pipeline_stages(sch->tree(), plan.pipeline_splits, plan.pp);
     directives = sch->trace();
   } catch (const UserError& e) {
     // Re-throw with the quoted source line, which only `sources` can provide.
@@ -340,6 +357,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
     check_options(o);
     sch = evaluate_schedule(o, env.world, env.local_world, sources);
     plan = plan_runtime(*sch);
+    check_model_parallel_options(o, plan);
     data = open_data(o);
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), &sources);
@@ -413,6 +431,37 @@ int train(const TrainOptions& o, const RankEnv& env) {
     }
   }
 
+  // mesh(tp, pp): each rank keeps its tensor-parallel slices and its stage's parameters, cut
+  // from the whole model every rank now holds (plain data parallelism over the rest).
+  std::unique_ptr<MeshGroups> mesh;
+  MeshLayout layout = MeshLayout::of(env.world, env.rank, 1, 1);
+  std::unique_ptr<TensorParallel> tensor_parallel;
+  if (plan.model_parallel()) {
+    mesh = std::make_unique<MeshGroups>(make_mesh_groups(*world, plan.tp, plan.pp));
+    layout = mesh->at;
+    tensor_parallel = std::make_unique<TensorParallel>(*model.module, plan.shards, plan.syncs, mesh->tp);
+    tensor_parallel->shard_parameters();
+  }
+  std::unique_ptr<PipelineStages> stages;
+  if (plan.pp > 1) {
+    stages = std::make_unique<PipelineStages>(plan_pipeline_stages(sch->tree(), plan.pipeline_splits, plan.pp));
+    // Another stage's parameters: their memory goes, and this rank neither trains nor reduces them.
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> kept;
+    std::vector<std::string> kept_names;
+    for (size_t i = 0; i < params.size(); ++i) {
+      int s = stages->stage_of_param(param_names[i]);
+      if (s >= 0 && s != layout.stage) {
+        params[i].set_(torch::empty({0}, params[i].options()));
+        continue;
+      }
+      kept.push_back(params[i]);
+      kept_names.push_back(param_names[i]);
+    }
+    params = std::move(kept);
+    param_names = std::move(kept_names);
+  }
+
   std::unordered_set<const torch::nn::Module*> checkpointed;
   for (auto& item : model.module->named_modules("", /*include_self=*/true))
     for (auto& path : plan.checkpoint)
@@ -446,6 +495,10 @@ int train(const TrainOptions& o, const RankEnv& env) {
     nn::set_call_interceptor(sharded.get());
   }
   nn::CallInterceptor* outermost = sharded ? sharded.get() : innermost;
+  if (tensor_parallel) {
+    outermost = tensor_parallel.get();
+    nn::set_call_interceptor(outermost);
+  }
   // Test-only faults (loom verify's tests): unreduced gradients, weights released too early.
   std::vector<std::string> unreduced, released_early;
   for (const InjectedFault& f : plan.faults) {
@@ -466,6 +519,12 @@ int train(const TrainOptions& o, const RankEnv& env) {
   if (!o.record.empty()) {
     recorder = std::make_unique<StepRecorder>(*model.module, outermost);
     nn::set_call_interceptor(recorder.get());
+  }
+  // Pipeline stages pass over other stages' modules before the recorder sees a call.
+  std::unique_ptr<PipelineStage> stage;
+  if (stages) {
+    stage = std::make_unique<PipelineStage>(*model.module, *stages, *mesh, recorder ? static_cast<nn::CallInterceptor*>(recorder.get()) : outermost);
+    nn::set_call_interceptor(stage.get());
   }
 
   // Each optimized tensor as a range of its parameter's flat tensor (sharded checkpoints).
@@ -506,7 +565,8 @@ int train(const TrainOptions& o, const RankEnv& env) {
   }
   std::unique_ptr<GradientReducer> reducer;
   // Replicated parameters are all-reduced in buckets; sharded ones by the executor.
-  if (env.world > 1 && !sharded) {
+  comm::Group* replicas = mesh ? mesh->dp.get() : env.world > 1 ? world.get() : nullptr;
+  if (replicas && !sharded) {
     std::vector<torch::Tensor> reduced;
     std::vector<int> declared;  // bucket(): the index of the module holding each parameter
     for (size_t i = 0; i < params.size(); ++i) {
@@ -516,7 +576,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
                              [&](const std::string& m) { return param_names[i].rfind(m + ".", 0) == 0; });
       declared.push_back(in == plan.buckets.end() ? -1 : static_cast<int>(in - plan.buckets.begin()));
     }
-    reducer = std::make_unique<GradientReducer>(reduced, *world, o.bucket_bytes, reduce_dtype, declared);
+    reducer = std::make_unique<GradientReducer>(reduced, *replicas, o.bucket_bytes, reduce_dtype, declared);
   }
 
   std::unique_ptr<TimelineObserver> observer;
@@ -537,7 +597,10 @@ int train(const TrainOptions& o, const RankEnv& env) {
                                                  std::to_string(plan.factors.grads) + ", " + std::to_string(plan.factors.optim) + "), "
                                            : "")
               << (!cuda ? "cpu (fp32, gloo)" : std::string("cuda (") + (bf16 ? "bf16 autocast, fp32 weights" : "fp32") + (nccl ? ", nccl)" : ", gloo)"))
-              << (start > 0 ? ", resuming after step " + std::to_string(start) : "") << "\n"
+              << (start > 0 ? ", resuming after step " + std::to_string(start) : "")
+              << (mesh ? ", mesh tp " + std::to_string(layout.tp) + " x pp " + std::to_string(layout.pp) + " x dp " + std::to_string(layout.dp)
+                       : "")
+              << "\n"
               << std::flush;
   if (lead && offload)
     std::cout << "offload: the optimizer states of " << offload->offloaded_count() << " of " << optimized.size()
@@ -559,44 +622,53 @@ int train(const TrainOptions& o, const RankEnv& env) {
     int64_t between_micro_batches = -1;
     for (int64_t micro = 0; micro < o.accum; ++micro) {
       for (int64_t i = 0; i < o.micro_batch; ++i)
-        data->sample(sample_index(step, micro, o.accum, env.world, env.rank, o.micro_batch, i), o.seq + 1,
+        data->sample(sample_index(step, micro, o.accum, layout.dp, layout.dp_rank, o.micro_batch, i), o.seq + 1,
                      tokens.data() + i * (o.seq + 1));
       torch::Tensor batch = torch::from_blob(tokens.data(), {o.micro_batch, o.seq + 1}, torch::kLong).to(device);
       torch::Tensor x = batch.narrow(1, 0, o.seq), y = batch.narrow(1, 1, o.seq).contiguous();
       if (sharded) sharded->begin_forward(micro == o.accum - 1);
       if (profiler) profiler->begin_forward(step >= o.profile_warmup);
       torch::Tensor logits;
+      bool handed_on = false;  // a pipeline stage before the last: its activation went to the next stage
       {
         timeline::Span span("forward", "phase");
         if (recording) recorder->begin_forward();
-        logits = model.forward(x);
+        try {
+          logits = model.forward(x);
+        } catch (const StageForwardDone&) {
+          handed_on = true;
+        }
         if (recording) recorder->end_forward();
         if (sharded) sharded->finish_forward();
       }
       // The loss in fp32 whatever the compute dtype.
-      torch::Tensor loss =
-          torch::cross_entropy_loss(logits.to(torch::kFloat).reshape({-1, V}), y.reshape({-1})) / static_cast<double>(o.accum);
+      torch::Tensor loss;
+      if (!handed_on)
+        loss = torch::cross_entropy_loss(logits.to(torch::kFloat).reshape({-1, V}), y.reshape({-1})) / static_cast<double>(o.accum);
       if (bf16) compat::clear_autocast_cache();
-      if (recording) recorder->add(RecordKind::Loss, "loss", micro, 0, loss);
+      if (recording && loss.defined()) recorder->add(RecordKind::Loss, "loss", micro, 0, loss);
       if (reducer) reducer->prepare(micro == o.accum - 1);
       {
         timeline::Span span("backward", "phase");
         if (profiler) profiler->begin_backward();
-        loss.backward();
+        if (handed_on) stage->backward_from_next_stage();
+        else loss.backward();
+        if (stage) stage->send_gradient_to_previous_stage();
         if (profiler) profiler->end_backward();
         if (reducer) reducer->finish();
         if (sharded) sharded->finish_backward();
       }
-      loss_sum += loss.item<double>();
+      if (loss.defined()) loss_sum += loss.item<double>();
       // Between micro-batches only model states stay resident (lins.txt §IV-D's quantity).
       if (micro == 0 && o.accum > 1 && !cuda) between_micro_batches = memory::current_bytes();
     }
     {
       timeline::Span optimizer_span("optimizer", "phase");
       if (sharded) sharded->average_gradients();
-      if (recording)  // each rank's part of every reduced gradient, before clipping
+      if (stage) stage->reduce_shared_gradients(params, param_names);
+      if (recording)  // each rank's part of every reduced gradient (as shaped: tensor-parallel slices), before clipping
         for (const OptimizedRange& r : ranges)
-          if (r.tensor.grad().defined()) recorder->add(RecordKind::ParamGrad, r.param, 0, r.offset, r.tensor.grad().reshape({-1}));
+          if (r.tensor.grad().defined()) recorder->add(RecordKind::ParamGrad, r.param, 0, r.offset, r.tensor.grad());
       // Compressed gradients are lossy by design: their stated bounds. AdamW's first step moves
       // each element by lr * |m| / (sqrt(v) + eps) < lr, so the updated values differ by < 2 lr.
       if (recording && sharded)
@@ -606,6 +678,16 @@ int train(const TrainOptions& o, const RankEnv& env) {
                                        static_cast<double>(b.estimated)}, torch::dtype(torch::kDouble)));
       if (sharded) {
         if (o.clip > 0) sharded->clip_gradients(o.clip);
+      } else if (mesh && o.clip > 0) {
+        // Each element once over the model's ranks: slices everywhere, the rest on tp rank 0 of
+        // the stage that trains it (stage 0 for what every stage holds).
+        std::vector<bool> counted;
+        for (const std::string& name : param_names) {
+          int s = stages ? stages->stage_of_param(name) : -1;
+          counted.push_back((tensor_parallel->split_axis(name) >= 0 || layout.tp_rank == 0) &&
+                            (s >= 0 || layout.stage == 0));
+        }
+        clip_sharded_grad_norm(params, mesh->model.get(), o.clip, counted);
       } else if (o.clip > 0) {
         torch::nn::utils::clip_grad_norm_(params, o.clip);
       }
@@ -616,18 +698,20 @@ int train(const TrainOptions& o, const RankEnv& env) {
     }
     if (recording) {
       if (sharded) sharded->gather_all();
-      if (env.rank == 0)  // every rank holds the same parameters after the step
+      if (layout.dp_rank == 0)  // every replica holds the same parameters after the step
         for (size_t i = 0; i < params.size(); ++i) recorder->add(RecordKind::Param, param_names[i], 0, 0, params[i]);
       if (sharded) sharded->release_all();
       fs::create_directories(o.record);
+      if (env.rank == 0)  // how loom verify reassembles the ranks' records into the plain model's
+        std::ofstream(fs::path(o.record) / "mesh.json") << nlohmann::json{{"tp", layout.tp}, {"pp", layout.pp}}.dump() << "\n";
       recorder->write((fs::path(o.record) / ("rank-" + std::to_string(env.rank) + ".pt")).string());
     }
     torch::Tensor loss_t = torch::tensor({loss_sum}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
     comm::all_reduce(*world, loss_t).wait();
-    double loss = loss_t.item<double>() / env.world;
+    double loss = loss_t.item<double>() / (env.world / layout.pp);  // the last stage's ranks hold the loss
     if (cuda) compat::cuda_synchronize();
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    double tokens_per_s = static_cast<double>(env.world * o.micro_batch * o.seq * o.accum) / (ms / 1000.0);
+    double tokens_per_s = static_cast<double>(layout.dp * o.micro_batch * o.seq * o.accum) / (ms / 1000.0);
     int64_t peak = cuda ? compat::cuda_peak_bytes(gpu) : memory::peak_bytes();
     if (lead) {
       if (metrics.is_open()) {

@@ -20,8 +20,9 @@ class Attention(nn.Module):
 
     def forward(self, x):
         b, t, d = x.shape
-        q, k, v = self.c_attn(x).chunk(3, -1)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        # Head-major q, k, v, as in models/gpt.cpp.
+        qkv = self.c_attn(x).view(b, t, self.heads, 3, d // self.heads).transpose(1, 2)
+        q, k, v = qkv.unbind(3)
         s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
         s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
         return self.c_proj((s.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/mesh_record_merge.h"
 #include "backend/step_record_compare.h"
 #include "cli/commands.h"
 #include "lang/diagnostics.h"
@@ -60,11 +61,13 @@ std::string run_dtype(const TrainOptions& t) {
 }
 
 // One recorded run of the step: the plain model, the whole schedule, or a prefix of its trace.
+// The plain run holds the replicas of a mesh(tp, pp) schedule: nproc / (tp * pp) ranks, the same
+// batch per replica.
 class Runs {
  public:
-  Runs(const VerifyOptions& o, fs::path dir) : o_(o), dir_(std::move(dir)) {
+  Runs(const VerifyOptions& o, fs::path dir, int plain_ranks) : o_(o), dir_(std::move(dir)), plain_ranks_(plain_ranks) {
     const TrainOptions& t = o.train;
-    common_ = {"--model", t.model, "--nproc", std::to_string(o.nproc), "--data", t.data, "--micro-batch",
+    common_ = {"--model", t.model, "--data", t.data, "--micro-batch",
                std::to_string(t.micro_batch), "--seq", std::to_string(t.seq), "--accum", std::to_string(t.accum),
                "--seed", std::to_string(t.seed), "--steps", "1", "--threads", std::to_string(resolved_threads(t, o.nproc)),
                "--device", t.device, "--backend", t.backend, "--precision", t.precision, "--reduce-dtype", t.reduce_dtype,
@@ -77,6 +80,7 @@ class Runs {
     std::vector<std::string> args{"run"};
     if (scheduled) args.push_back(o_.train.schedule_file);
     args.insert(args.end(), common_.begin(), common_.end());
+    args.insert(args.end(), {"--nproc", std::to_string(scheduled ? o_.nproc : plain_ranks_)});
     if (scheduled) args.insert(args.end(), knobs_.begin(), knobs_.end());  // the plain run declares no knobs
     if (scheduled && prefix >= 0) args.insert(args.end(), {"--trace-prefix", std::to_string(prefix)});
     args.insert(args.end(), {"--record", (dir_ / name).string(), "--metrics", (dir_ / (name + ".jsonl")).string()});
@@ -89,10 +93,18 @@ class Runs {
     return true;
   }
 
-  std::vector<std::vector<RecordEntry>> records(const std::string& name) const {
+  // The ranks' records of a run; those of a mesh(tp, pp) run reassembled, per replica, into the
+  // plain run's shapes (mesh_record_merge.h).
+  std::vector<std::vector<RecordEntry>> records(const std::string& name,
+                                                const std::vector<std::vector<RecordEntry>>* plain = nullptr) const {
     std::vector<std::vector<RecordEntry>> out;
-    for (int r = 0; r < o_.nproc; ++r) out.push_back(read_step_record((dir_ / name / ("rank-" + std::to_string(r) + ".pt")).string()));
-    return out;
+    int ranks = plain ? o_.nproc : plain_ranks_;
+    for (int r = 0; r < ranks; ++r) out.push_back(read_step_record((dir_ / name / ("rank-" + std::to_string(r) + ".pt")).string()));
+    fs::path mesh = dir_ / name / "mesh.json";
+    if (!plain || !fs::exists(mesh)) return out;
+    nlohmann::json m = nlohmann::json::parse(std::ifstream(mesh));
+    int tp = m.at("tp").get<int>(), pp = m.at("pp").get<int>();
+    return tp * pp > 1 ? merge_mesh_records(out, tp, pp, *plain) : out;
   }
   double loss(const std::string& name) const { return first_loss(dir_ / (name + ".jsonl")); }
   int count() const { return count_; }
@@ -100,6 +112,7 @@ class Runs {
  private:
   const VerifyOptions& o_;
   fs::path dir_;
+  int plain_ranks_;
   std::vector<std::string> common_;
   std::vector<std::string> knobs_;  // --set name=value, for the schedule's tune() knobs
   int count_ = 0;
@@ -131,7 +144,7 @@ Bisection bisect(Runs& runs, const std::vector<std::vector<RecordEntry>>& plain,
         b.unrunnable.push_back(k);
         continue;
       }
-      (compare_step_records(plain, runs.records(name), tol).equivalent() ? good : bad) = k;
+      (compare_step_records(plain, runs.records(name, &plain), tol).equivalent() ? good : bad) = k;
       decided = true;
       break;
     }
@@ -184,10 +197,16 @@ int verify_schedule(const VerifyOptions& o) {
   Tolerance tol = default_tolerance(run_dtype(t));
   if (o.atol) tol.atol = *o.atol;
   if (o.rtol) tol.rtol = *o.rtol;
+  TrainOptions one_step = t;
+  one_step.steps = 1;  // what the recorded runs train
+  tol.step_lr = learning_rate(one_step, 0);
 
   char tmpl[] = "/tmp/loom-verify-XXXXXX";
   fs::path dir = mkdtemp(tmpl);
-  Runs runs(o, dir);
+  int model_parallel = 1;  // tp * pp: the plain model runs at nproc / (tp * pp) ranks
+  for (const Directive& d : directives)
+    if (d.primitive == "mesh") model_parallel = static_cast<int>(d.arg("tp")->as_int() * d.arg("pp")->as_int());
+  Runs runs(o, dir, o.nproc / model_parallel);
   std::string error;
   if (!runs.run("plain", false, -1, error) || !runs.run("scheduled", true, -1, error)) {
     std::cerr << "error: " << error;
@@ -195,7 +214,7 @@ int verify_schedule(const VerifyOptions& o) {
     return kUserError;
   }
   auto plain = runs.records("plain");
-  RecordComparison cmp = compare_step_records(plain, runs.records("scheduled"), tol);
+  RecordComparison cmp = compare_step_records(plain, runs.records("scheduled", &plain), tol);
   double loss_plain = runs.loss("plain"), loss_scheduled = runs.loss("scheduled");
   Bisection bisection;
   if (!cmp.equivalent() && o.bisect && !directives.empty()) bisection = bisect(runs, plain, tol, directives.size());
@@ -217,10 +236,12 @@ int verify_schedule(const VerifyOptions& o) {
                      {"schedule", t.schedule_file},
                      {"model", t.model},
                      {"ranks", o.nproc},
+                     {"plain_ranks", o.nproc / model_parallel},
                      {"tolerance", {{"dtype", tol.dtype}, {"atol", tol.atol}, {"rtol", tol.rtol}}},
                      {"loss", {{"plain", loss_plain}, {"scheduled", loss_scheduled}, {"difference", std::abs(loss_plain - loss_scheduled)}}},
                      {"compared", compared},
                      {"recorded_by_one_run", cmp.recorded_by_one_run},
+                     {"unresolved_updates", cmp.unresolved_updates},
                      {"compressed", {{"compared", cmp.compressed.compared},
                                      {"largest_gradient_bound", cmp.compressed.largest_gradient_bound},
                                      {"estimated_entries", cmp.compressed.estimated}}},
@@ -240,6 +261,10 @@ int verify_schedule(const VerifyOptions& o) {
 
   std::printf("loom verify: %s on %s, %d rank%s, one step from seed %llu\n", t.schedule_file.c_str(), t.model.c_str(), o.nproc,
               o.nproc == 1 ? "" : "s", static_cast<unsigned long long>(t.seed));
+  if (model_parallel > 1)
+    std::printf("  tensor/pipeline parallel (tp x pp = %d): the plain model runs at %d rank(s), one per replica; each "
+                "replica's slices and stages are reassembled before comparing\n",
+                model_parallel, o.nproc / model_parallel);
   std::printf("  tolerance (%s): |scheduled - plain| <= %g + %g x the largest |plain| of each tensor\n", tol.dtype.c_str(), tol.atol,
               tol.rtol);
   std::printf("  loss: plain %.9g, scheduled %.9g, |difference| %s\n", loss_plain, loss_scheduled,
@@ -262,6 +287,10 @@ int verify_schedule(const VerifyOptions& o) {
                   "estimated them; their error was checked against the same bound\n",
                   static_cast<long long>(cmp.compressed.estimated));
   }
+  if (cmp.unresolved_updates)
+    std::printf("  %lld updated parameter elements differ beyond the tolerance where their gradient is within it of zero "
+                "(its sign is rounding): allowed AdamW's first-step bound 2 x lr = %s more\n",
+                static_cast<long long>(cmp.unresolved_updates), num(2 * tol.step_lr).c_str());
   if (cmp.recorded_by_one_run)
     std::printf("  (%lld quantities recorded by one run only: inside a checkpoint()ed module gradients exist only in the recomputation)\n",
                 static_cast<long long>(cmp.recorded_by_one_run));

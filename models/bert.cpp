@@ -17,7 +17,7 @@ torch::Tensor BertEmbeddingsImpl::forward(const torch::Tensor& ids) {
   return dropout(LayerNorm(word_embeddings(ids) + position_embeddings(pos) + token_type_embeddings(types)));
 }
 
-BertSelfAttentionImpl::BertSelfAttentionImpl(const BertConfig& c) : torch::nn::Module("BertSelfAttention"), heads(c.num_heads) {
+BertSelfAttentionImpl::BertSelfAttentionImpl(const BertConfig& c) : torch::nn::Module("BertSelfAttention"), head_dim(c.hidden_size / c.num_heads) {
   query = register_module("query", nn::Linear(c.hidden_size, c.hidden_size));
   key = register_module("key", nn::Linear(c.hidden_size, c.hidden_size));
   value = register_module("value", nn::Linear(c.hidden_size, c.hidden_size));
@@ -25,8 +25,8 @@ BertSelfAttentionImpl::BertSelfAttentionImpl(const BertConfig& c) : torch::nn::M
 }
 
 torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& x) {
-  auto y = nn::scaled_dot_product_attention(nn::split_heads(query(x), heads), nn::split_heads(key(x), heads),
-                                            nn::split_heads(value(x), heads), false, dropout->p, is_training());
+  auto y = nn::scaled_dot_product_attention(nn::split_heads(query(x), head_dim), nn::split_heads(key(x), head_dim),
+                                            nn::split_heads(value(x), head_dim), false, dropout->p, is_training());
   return nn::merge_heads(y);
 }
 

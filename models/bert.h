@@ -35,7 +35,7 @@ class BertSelfAttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   nn::Linear query{nullptr}, key{nullptr}, value{nullptr};
   nn::Dropout dropout{nullptr};
-  int64_t heads;
+  int64_t head_dim;
 };
 LOOM_MODULE(BertSelfAttention);
 

@@ -1,10 +1,12 @@
 #include "models/gpt.h"
 
+#include <array>
 #include <cmath>
 
 namespace loom::models {
 
-GPT2AttentionImpl::GPT2AttentionImpl(const GPTConfig& c) : torch::nn::Module("GPT2Attention"), n_head(c.n_head) {
+GPT2AttentionImpl::GPT2AttentionImpl(const GPTConfig& c)
+    : torch::nn::Module("GPT2Attention"), n_head(c.n_head), head_dim(c.n_embd / c.n_head) {
   // GPT-2 scales residual projections by 1/sqrt(2 * n_layer).
   double proj_std = 0.02 / std::sqrt(2.0 * c.n_layer);
   c_attn = register_module("c_attn", nn::Linear(c.n_embd, 3 * c.n_embd));
@@ -13,9 +15,15 @@ GPT2AttentionImpl::GPT2AttentionImpl(const GPTConfig& c) : torch::nn::Module("GP
   resid_dropout = register_module("resid_dropout", nn::Dropout(c.dropout));
 }
 
+std::array<torch::Tensor, 3> GPT2AttentionImpl::heads_qkv(const torch::Tensor& x) {
+  torch::Tensor qkv = c_attn(x);
+  // (B, T, heads * 3 * D) -> (B, heads, T, 3, D): a tensor-parallel rank holds whole heads.
+  qkv = qkv.view({qkv.size(0), qkv.size(1), qkv.size(2) / (3 * head_dim), 3, head_dim}).transpose(1, 2);
+  return {qkv.select(3, 0), qkv.select(3, 1), qkv.select(3, 2)};
+}
+
 torch::Tensor GPT2AttentionImpl::forward(const torch::Tensor& x) {
-  auto qkv = c_attn(x).chunk(3, -1);
-  auto q = nn::split_heads(qkv[0], n_head), k = nn::split_heads(qkv[1], n_head), v = nn::split_heads(qkv[2], n_head);
+  auto [q, k, v] = heads_qkv(x);
   auto y = nn::scaled_dot_product_attention(q, k, v, /*causal=*/true, attn_dropout->p, is_training());
   return resid_dropout(c_proj(nn::merge_heads(y)));
 }
@@ -24,11 +32,11 @@ GPT2ChunkedAttentionImpl::GPT2ChunkedAttentionImpl(const GPTConfig& c, int64_t c
     : GPT2AttentionImpl(c), heads_per_chunk(chunk) {}
 
 torch::Tensor GPT2ChunkedAttentionImpl::forward(const torch::Tensor& x) {
-  auto qkv = c_attn(x).chunk(3, -1);
-  auto q = nn::split_heads(qkv[0], n_head), k = nn::split_heads(qkv[1], n_head), v = nn::split_heads(qkv[2], n_head);
+  auto [q, k, v] = heads_qkv(x);
+  int64_t heads = q.size(1);
   std::vector<torch::Tensor> parts;
-  for (int64_t h = 0; h < n_head; h += heads_per_chunk) {
-    int64_t n = std::min(heads_per_chunk, n_head - h);
+  for (int64_t h = 0; h < heads; h += heads_per_chunk) {
+    int64_t n = std::min(heads_per_chunk, heads - h);
     parts.push_back(nn::scaled_dot_product_attention(q.narrow(1, h, n), k.narrow(1, h, n), v.narrow(1, h, n), true,
                                                      attn_dropout->p, is_training()));
   }

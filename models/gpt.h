@@ -1,6 +1,10 @@
 // A GPT-2 style decoder with HuggingFace GPT-2 module names (wte, wpe, h.N.attn.c_attn, ...).
-// Linear weights are (out, in), unlike HF's Conv1D, so shard axis 0 splits outputs.
+// Linear weights are (out, in), unlike HF's Conv1D, so shard axis 0 splits outputs. c_attn's
+// outputs are head-major (head 0's q, k, v, then head 1's ...), as in Megatron-LM, not HF's
+// q|k|v: splitting them along axis 0 over tp ranks gives each rank whole heads.
 #pragma once
+
+#include <array>
 
 #include "models/nn/attention.h"
 #include "models/nn/layers.h"
@@ -22,7 +26,12 @@ class GPT2AttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   nn::Linear c_attn{nullptr}, c_proj{nullptr};
   nn::Dropout attn_dropout{nullptr}, resid_dropout{nullptr};
-  int64_t n_head;
+  int64_t n_head, head_dim;
+
+ protected:
+  // q, k and v as (B, heads, T, D); heads is whatever c_attn's output holds (n_head, or
+  // n_head / tp when c_attn is split along its outputs).
+  std::array<torch::Tensor, 3> heads_qkv(const torch::Tensor& x);
 };
 LOOM_MODULE(GPT2Attention);
 

@@ -3,8 +3,8 @@
 namespace loom::models {
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c)
-    : torch::nn::Module("LlamaAttention"), heads(c.num_heads), kv_heads(c.num_kv_heads) {
-  int64_t d = c.hidden_size / c.num_heads;
+    : torch::nn::Module("LlamaAttention"), head_dim(c.hidden_size / c.num_heads) {
+  int64_t d = head_dim;
   q_proj = register_module("q_proj", nn::Linear(c.hidden_size, c.num_heads * d, false));
   k_proj = register_module("k_proj", nn::Linear(c.hidden_size, c.num_kv_heads * d, false));
   v_proj = register_module("v_proj", nn::Linear(c.hidden_size, c.num_kv_heads * d, false));
@@ -13,9 +13,10 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c)
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
-  torch::Tensor q = rotary_emb(nn::split_heads(q_proj(x), heads));
-  torch::Tensor k = rotary_emb(nn::split_heads(k_proj(x), kv_heads));
-  torch::Tensor v = nn::split_heads(v_proj(x), kv_heads);
+  torch::Tensor q = rotary_emb(nn::split_heads(q_proj(x), head_dim));
+  torch::Tensor k = rotary_emb(nn::split_heads(k_proj(x), head_dim));
+  torch::Tensor v = nn::split_heads(v_proj(x), head_dim);
+  int64_t heads = q.size(1), kv_heads = k.size(1);  // this rank's (all of them without tensor parallelism)
   if (kv_heads != heads) {  // grouped-query attention: each kv head serves heads/kv_heads query heads
     auto repeat = [&](const torch::Tensor& t) {  // (B, kv, T, D) -> (B, heads, T, D), like repeat_interleave
       return t.unsqueeze(2).expand({t.size(0), kv_heads, heads / kv_heads, t.size(2), t.size(3)})

@@ -27,7 +27,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   nn::RotaryEmbedding rotary_emb{nullptr};
-  int64_t heads, kv_heads;
+  int64_t head_dim;
 };
 LOOM_MODULE(LlamaAttention);
 

@@ -17,8 +17,8 @@ torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const torch::
   return torch::matmul(p, v);
 }
 
-torch::Tensor split_heads(const torch::Tensor& x, int64_t heads) {
-  return x.view({x.size(0), x.size(1), heads, x.size(2) / heads}).transpose(1, 2);
+torch::Tensor split_heads(const torch::Tensor& x, int64_t head_dim) {
+  return x.view({x.size(0), x.size(1), x.size(2) / head_dim, head_dim}).transpose(1, 2);
 }
 
 torch::Tensor merge_heads(const torch::Tensor& x) {

@@ -9,8 +9,9 @@ namespace loom::nn {
 torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                            bool causal, double dropout_p, bool training);
 
-// (B, T, H*D) -> (B, H, T, D) and back.
-torch::Tensor split_heads(const torch::Tensor& x, int64_t heads);
+// (B, T, H*D) -> (B, H, T, D) and back. H is whatever x holds: all heads, or a
+// tensor-parallel rank's share when the projection is split along its outputs.
+torch::Tensor split_heads(const torch::Tensor& x, int64_t head_dim);
 torch::Tensor merge_heads(const torch::Tensor& x);
 
 // Rotary position embeddings (LLaMA): holds the inverse frequencies as a buffer.

@@ -28,6 +28,9 @@ expect "fmt --check not canonical" 1 "" -- "$loom" fmt --check tests/golden/fmt/
 expect "fmt syntax error" 1 "unterminated string literal" -- "$loom" fmt tests/error/syntax_unterminated_string.sched
 expect "tree" 0 "h.0.attn.c_attn  Linear  weight[384,128]  bias[384]" -- "$loom" tree --model gpt:tiny
 expect "models" 0 "llama3-70b" -- "$loom" models
+expect "pipeline boundaries in two lists" 1 \
+  'pipeline_two_lists.sched:5:1: error: pipeline_split on `layers.0.block_sparse_moe.experts.1` is in another list than the one on `layers.0`' \
+  "hint: split one ModuleList" -- "$loom" check tests/cli/pipeline_two_lists.sched --model mixtral:tiny --world 3
 
 expect "explain zero3" 0 "reduce_scatter  h.3.mlp.c_proj.weight" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2
 expect "explain pass log" 0 "#   prefetch: changed" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2

@@ -12,6 +12,8 @@
 #include <set>
 
 #include "backend/lr_schedule.h"
+#include "backend/mesh_layout.h"
+#include "backend/pipeline_stages.h"
 #include "backend/rank_env.h"
 #include "backend/runtime_plan.h"
 #include "backend/token_data.h"
@@ -137,3 +139,45 @@ TEST_CASE("the runtime plan accepts checkpoint, data parallelism and every valid
   unsetenv("LOOM_TEST_PRIMITIVES");
 }
 
+
+TEST_CASE("the runtime plan of tensor and pipeline parallelism: shards, syncs, stage boundaries") {
+  auto tp = testing::evaluate(testing::read_file(testing::source_path("examples/gpt_tp.sched")), "gpt2", {4, 0});
+  RuntimePlan plan = plan_runtime(*tp->schedule);
+  CHECK(plan.tp == 2);
+  CHECK(plan.pp == 2);
+  CHECK(plan.model_parallel());
+  REQUIRE(plan.shards.size() == 48);
+  CHECK(plan.shards[1].module == "h.0.attn.c_proj");
+  CHECK(plan.shards[1].axis == 1);
+  CHECK(plan.shards[1].params == std::vector<std::string>{"weight"});
+  CHECK(plan.syncs[0].mode == "bwd_post");
+  CHECK(plan.syncs[1].mode == "fwd_post");
+  CHECK(plan.pipeline_splits == std::vector<std::string>{"h.5"});
+
+  PipelineStages split = plan_pipeline_stages(tp->schedule->tree(), plan.pipeline_splits, 2);
+  CHECK(split.list == "h");
+  CHECK(split.begins == std::vector<int>{0, 6, 12});
+  CHECK(split.stage_of_param("h.5.mlp.c_fc.weight") == 0);
+  CHECK(split.stage_of_param("h.6.ln_1.bias") == 1);
+  CHECK(split.stage_of_param("wte.weight") == -1);
+  // No boundaries: the list's entries shared out evenly.
+  CHECK(plan_pipeline_stages(tp->schedule->tree(), {}, 3).begins == std::vector<int>{0, 4, 8, 12});
+  CHECK(plan_pipeline_stages(tp->schedule->tree(), {"h.2", "h.8"}, 3).begins == std::vector<int>{0, 3, 9, 12});
+  try {
+    plan_pipeline_stages(tp->schedule->tree(), {}, 16);
+    FAIL("16 stages of 12 entries were accepted");
+  } catch (const UserError& e) {
+    CHECK(std::string(e.what()).find("`h` has 12 entries, fewer than the pp = 16 pipeline stages") != std::string::npos);
+  }
+}
+
+TEST_CASE("mesh layout: tensor-parallel ranks adjacent, replicas next, stages outermost") {
+  MeshLayout m = MeshLayout::of(8, 5, 2, 2);  // dp = 2
+  CHECK(m.dp == 2);
+  CHECK(m.tp_rank == 1);
+  CHECK(m.dp_rank == 0);
+  CHECK(m.stage == 1);
+  CHECK(m.rank_at(1, 0, 1) == 5);
+  CHECK(MeshLayout::of(8, 3, 2, 2).dp_rank == 1);
+  CHECK(MeshLayout::of(4, 3, 1, 1).dp_rank == 3);
+}

@@ -13,6 +13,16 @@ void pipeline_stages(const Schedule& s, const RuleOptions&) {
     if (!split_after.insert(d.target).second)
       throw UserError(d.where, "pipeline_split on `" + d.target + "` again: the stage between the two boundaries is empty",
                       "split after each module at most once");
+    const ModuleNode& entry = s.tree().node(s.tree().find(d.target));
+    const ModuleNode& list = s.tree().node(entry.parent);
+    if (s.tree().find(d.target) == list.children.back())
+      throw UserError(d.where, "pipeline_split on `" + d.target + "`, the last entry of `" + list.path +
+                                   "`: the stage after it would be empty",
+                      "split after an earlier entry");
+    if (!splits.empty() && s.tree().node(s.tree().find(splits.front()->target)).parent != entry.parent)
+      throw UserError(d.where, "pipeline_split on `" + d.target + "` is in another list than the one on `" +
+                                   splits.front()->target + "` at " + splits.front()->where.to_string(),
+                      "split one ModuleList into the stages");
     splits.push_back(&d);
   }
   if (splits.empty()) return;  // stages are then balanced automatically
