@@ -21,8 +21,9 @@ TensorParallel::TensorParallel(torch::nn::Module& root, const std::vector<Tensor
     if (r.mode == "fwd_post") (r.op == "all_gather" ? s.gather_output : s.reduce_output) = true;
     if (r.mode == "bwd_post") s.reduce_input_grad = true;
     // Each rank's partial sum would carry the whole bias: it is added once, after the sum.
-    if (r.mode == "fwd_post" && r.op == "all_reduce" && split_axis(r.module + ".weight") == 1 &&
-        split_axis(r.module + ".bias") < 0 && dynamic_cast<const nn::LinearImpl*>(by_path.at(r.module)))
+    auto* linear = dynamic_cast<const nn::LinearImpl*>(by_path.at(r.module));
+    if (r.mode == "fwd_post" && r.op == "all_reduce" && linear && linear->bias.defined() &&
+        split_axis(r.module + ".weight") == 1 && split_axis(r.module + ".bias") < 0)
       s.bias_after_reduce = true;
   }
 }

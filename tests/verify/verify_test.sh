@@ -33,6 +33,8 @@ for world in 2 4; do
       -- "$loom" verify tests/verify/$f.sched $small --nproc $world
   done
 done
+expect "llama_tensor_parallel at world 2" 0 "equivalent (" \
+  -- "$loom" verify tests/verify/llama_tensor_parallel.sched --model llama:tiny --seq 32 --micro-batch 2 --threads 1 --nproc 2
 # A sync that is missing is no rule's business: verify catches it by the numbers.
 expect "tp: missing forward sync" 1 "first divergence: the output of h.0.mlp.c_proj on rank 0" "diverging module: h.0.mlp.c_proj" \
   'sch["h.0.mlp.c_proj"].shard(params="weight", axis=1) at tests/verify/tp_missing_sync.sched:6:1' \
