@@ -3,7 +3,7 @@
 #include <map>
 #include <string>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "backend/mesh_layout.h"
 
@@ -11,7 +11,8 @@ namespace loom {
 
 namespace {
 
-// The axis along which `parts` (equal shapes) concatenate into `whole`'s shape, or -1.
+// The axis along which `tp` parts of `part`'s shape concatenate into `whole`'s shape, or -1
+// (also when the shapes are equal: the part is a copy).
 int64_t split_axis(const torch::Tensor& part, const torch::Tensor& whole, int tp) {
   if (part.dim() != whole.dim()) return -1;
   int64_t axis = -1;
@@ -52,7 +53,7 @@ std::vector<std::vector<RecordEntry>> merge_mesh_records(const std::vector<std::
         const std::vector<torch::Tensor>& p = parts[e->key()];
         auto w = whole.find(e->key());
         int64_t axis = w == whole.end() || static_cast<int>(p.size()) != tp ? -1 : split_axis(p[0], w->second, tp);
-        if (tp > 1 && axis >= 0 && p[0].sizes() != w->second.sizes()) m.value = torch::cat(p, axis);
+        if (axis >= 0) m.value = torch::cat(p, axis);
         merged.push_back(std::move(m));
       }
     }

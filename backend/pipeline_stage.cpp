@@ -1,6 +1,7 @@
 #include "backend/pipeline_stage.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 namespace loom {
 
@@ -14,11 +15,6 @@ PipelineStage::PipelineStage(torch::nn::Module& root, PipelineStages stages, con
     if (path.rfind(prefix, 0) == 0 && path.find('.', prefix.size()) == std::string::npos)
       entry_[item.value().get()] = std::stoi(path.substr(prefix.size()));
   }
-}
-
-bool PipelineStage::trains(const std::string& param) const {
-  int s = stages_.stage_of_param(param);
-  return s < 0 || s == at_.stage;
 }
 
 torch::Tensor PipelineStage::intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
@@ -63,20 +59,17 @@ void PipelineStage::send_gradient_to_previous_stage() {
 void PipelineStage::reduce_shared_gradients(const std::vector<torch::Tensor>& params, const std::vector<std::string>& names) {
   if (!pipeline_) return;
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
+  std::vector<torch::Tensor> grads, flat_grads;
   for (size_t i = 0; i < params.size(); ++i) {
     if (stages_.stage_of_param(names[i]) >= 0) continue;
     torch::Tensor p = params[i];
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
     grads.push_back(p.grad());
+    flat_grads.push_back(p.grad().reshape({-1}));
   }
   if (grads.empty()) return;
   // One collective for all of them, in a fixed order on every stage.
-  torch::Tensor flat = torch::cat([&] {
-    std::vector<torch::Tensor> v;
-    for (auto& g : grads) v.push_back(g.reshape({-1}));
-    return v;
-  }());
+  torch::Tensor flat = torch::cat(flat_grads);
   comm::all_reduce(*pipeline_, flat).wait();
   int64_t at = 0;
   for (auto& g : grads) {

@@ -30,11 +30,6 @@ class PipelineStage : public nn::CallInterceptor {
  public:
   PipelineStage(torch::nn::Module& root, PipelineStages stages, const MeshGroups& groups, nn::CallInterceptor* next);
 
-  const PipelineStages& stages() const { return stages_; }
-  int stage() const { return at_.stage; }
-  // Whether this stage trains `param` (its own entries, and everything outside the list).
-  bool trains(const std::string& param) const;
-
   // After a forward that ended with StageForwardDone: receives the gradient of the sent
   // activation from the next stage and runs this stage's backward.
   void backward_from_next_stage();

@@ -6,7 +6,6 @@
 #include <limits>
 #include <map>
 
-
 namespace loom {
 
 Tolerance default_tolerance(const std::string& dtype) {

@@ -2,7 +2,8 @@
 
 #include <algorithm>
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "models/nn/layers.h"
 
@@ -11,8 +12,8 @@ namespace loom {
 TensorParallel::TensorParallel(torch::nn::Module& root, const std::vector<TensorShard>& shards,
                                const std::vector<SyncRequest>& syncs, std::shared_ptr<comm::Group> group,
                                nn::CallInterceptor* next)
-    : root_(root), shards_(shards), group_(std::move(group)), next_(next) {
-  for (const TensorShard& s : shards_)
+    : root_(root), group_(std::move(group)), next_(next) {
+  for (const TensorShard& s : shards)
     for (const std::string& p : s.params) split_axis_[s.module + "." + p] = s.axis;
   std::unordered_map<std::string, const torch::nn::Module*> by_path;
   for (auto& item : root.named_modules("", true)) by_path[item.key()] = item.value().get();

@@ -48,7 +48,6 @@ class TensorParallel : public nn::CallInterceptor {
   torch::Tensor gather_last_dim(const torch::Tensor& part) const;
 
   torch::nn::Module& root_;
-  std::vector<TensorShard> shards_;
   std::shared_ptr<comm::Group> group_;
   nn::CallInterceptor* next_;
   std::unordered_map<std::string, int> split_axis_;  // full parameter name -> axis

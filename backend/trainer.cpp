@@ -144,8 +144,6 @@ std::map<std::string, torch::Tensor> load_rank_state(const fs::path& dir, int ra
   return out;
 }
 
-// Every rank calls this with every parameter resident; ranks below `optim_writers` write
-// their optimizer ranges, every rank its `rank_state`. The directory appears whole or not at all.
 // compress(): TAGC on the reduce-scatter of every parameter below each module (runtime_plan
 // refused it where parameters are not sharded). Resuming at the same world size, the
 // error-feedback accumulators continue where they were; otherwise they restart at zero.
@@ -164,6 +162,8 @@ void configure_compression(ShardedExecutor& sharded, const std::vector<CompressR
               << "restart at zero on " << env.world << "\n";
 }
 
+// Every rank calls this with every parameter resident; ranks below `optim_writers` write
+// their optimizer ranges, every rank its `rank_state`. The directory appears whole or not at all.
 void write_checkpoint(const TrainOptions& o, comm::Group& world, int64_t steps_done, torch::nn::Module& model,
                       torch::optim::AdamW& opt, const std::vector<OptimizedRange>& ranges, int optim_writers,
                       const std::map<std::string, torch::Tensor>& rank_state) {
@@ -352,12 +352,14 @@ int train(const TrainOptions& o, const RankEnv& env) {
   SourceManager sources;
   std::unique_ptr<Schedule> sch;
   RuntimePlan plan;
+  std::unique_ptr<PipelineStages> stages;
   std::unique_ptr<TokenSource> data;
   try {
     check_options(o);
     sch = evaluate_schedule(o, env.world, env.local_world, sources);
     plan = plan_runtime(*sch);
     check_model_parallel_options(o, plan);
+    if (plan.pp > 1) stages = std::make_unique<PipelineStages>(plan_pipeline_stages(sch->tree(), plan.pipeline_splits, plan.pp));
     data = open_data(o);
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), &sources);
@@ -442,9 +444,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
     tensor_parallel = std::make_unique<TensorParallel>(*model.module, plan.shards, plan.syncs, mesh->tp);
     tensor_parallel->shard_parameters();
   }
-  std::unique_ptr<PipelineStages> stages;
-  if (plan.pp > 1) {
-    stages = std::make_unique<PipelineStages>(plan_pipeline_stages(sch->tree(), plan.pipeline_splits, plan.pp));
+  if (stages) {
     // Another stage's parameters: their memory goes, and this rank neither trains nor reduces them.
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> kept;

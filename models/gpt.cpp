@@ -1,6 +1,5 @@
 #include "models/gpt.h"
 
-#include <array>
 #include <cmath>
 
 namespace loom::models {
