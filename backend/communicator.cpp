@@ -4,6 +4,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <thread>
+
+#include "backend/build_info.h"
 #include "backend/timeline.h"
 #include "backend/torch_compat.h"
 #include "lang/diagnostics.h"
@@ -43,7 +46,7 @@ void Work::wait() {
   } catch (const std::exception& e) {
     work_.reset();
     finish_ = nullptr;
-    throw CommError(what_ + " failed: " + e.what());
+    throw CommError(what_ + " failed: " + exception_text(e, false));
   }
   work_.reset();
   if (finish_) {
@@ -90,6 +93,54 @@ void require_contiguous(const at::Tensor& t, const char* what) {
   if (!t.is_contiguous()) throw InternalError(std::string(what) + ": tensors must be contiguous");
 }
 
+// What to check when ranks cannot meet: the usual causes of a multi-node start that hangs.
+std::string rendezvous_hint(const RankEnv& env) {
+  return "start every node with the same command, each with its own node rank (`loom run --node-rank`, or the "
+         "launcher's own variables under torchrun, srun or mpirun); check that " + env.master_addr + " (--master-addr, "
+         "MASTER_ADDR) is node 0's address and reachable from every node, that port " + std::to_string(env.master_port) +
+         " (--master-port, MASTER_PORT) is open in the firewall, and raise --timeout if the nodes start far apart";
+}
+
+// The ranks that have not announced themselves, with their nodes ("1 (node 1), 3 (node 1)").
+std::string missing_ranks(c10d::Store& store, const RankEnv& env, int* count) {
+  std::string missing;
+  *count = 0;
+  for (int r = 0; r < env.world; ++r) {
+    if (store.check({"loom/joined/" + std::to_string(r)})) continue;
+    if (++*count <= 8) missing += (missing.empty() ? "" : ", ") + std::to_string(r) + " (node " + std::to_string(r / env.local_world) + ")";
+  }
+  if (*count > 8) missing += " and " + std::to_string(*count - 8) + " more";
+  return missing;
+}
+
+// Every rank announces itself; the last to come says so, and the others wait for that up to
+// the timeout. Whoever never came is named with their node, where the store's own wait would
+// only say "Socket Timeout".
+void await_every_rank(c10d::Store& store, const RankEnv& env, std::chrono::milliseconds timeout) {
+  std::string where = "the rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port);
+  try {
+    store.set("loom/joined/" + std::to_string(env.rank), std::vector<uint8_t>{1});
+    if (store.add("loom/joined", 1) == env.world) store.set("loom/all_joined", std::vector<uint8_t>{1});
+    store.wait({"loom/all_joined"}, timeout);
+    return;
+  } catch (const std::exception&) {
+    // Timed out, or rank 0 (which serves the store) gave up first: say who is missing if we still can.
+  }
+  int count = 0;
+  std::string missing;
+  try {
+    missing = missing_ranks(store, env, &count);
+  } catch (const std::exception&) {
+    throw UserError(SourceRange{}, "rank " + std::to_string(env.rank) + " lost " + where + " while waiting for the other ranks to join",
+                    "rank 0, which serves it, stopped (its own message says why); " + rendezvous_hint(env));
+  }
+  if (count == 0) return;  // the last rank came just as the wait ended
+  throw UserError(SourceRange{}, std::string(count == 1 ? "rank " : "ranks ") + missing + " did not join the run within " +
+                                     std::to_string(timeout.count() / 1000) + " s (" + where + ", world " +
+                                     std::to_string(env.world) + ")",
+                  rendezvous_hint(env));
+}
+
 }  // namespace
 
 std::shared_ptr<Group> init_world(const RankEnv& env, const WorldOptions& options) {
@@ -97,14 +148,20 @@ std::shared_ptr<Group> init_world(const RankEnv& env, const WorldOptions& option
   store_options.port = static_cast<std::uint16_t>(env.master_port);
   store_options.isServer = env.rank == 0;
   store_options.numWorkers = env.world;
+  store_options.waitWorkers = false;  // await_every_rank waits, and names who is missing
   store_options.timeout = options.timeout;
   auto impl = std::make_unique<GroupImpl>();
   try {
     impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
   } catch (const std::exception& e) {
-    throw CommError("rank " + std::to_string(env.rank) + " could not join the store at " + env.master_addr + ":" +
-                    std::to_string(env.master_port) + ": " + e.what());
+    std::string reason = exception_text(e, false);
+    throw UserError(SourceRange{}, "rank " + std::to_string(env.rank) + (env.rank == 0 ? " could not serve" : " could not reach") +
+                                       " the rendezvous store at " + env.master_addr + ":" + std::to_string(env.master_port) +
+                                       " within " + std::to_string(options.timeout.count() / 1000) + " s: " +
+                                       reason.substr(0, reason.find('\n')),
+                    env.rank == 0 ? "the port may be taken: pick another (--master-port, MASTER_PORT)" : rendezvous_hint(env));
   }
+  await_every_rank(*impl->store, env, options.timeout);
   impl->device = make_device(env.master_addr);
   impl->timeout = options.timeout;
   impl->rank = env.rank;

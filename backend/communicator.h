@@ -65,6 +65,8 @@ struct WorldOptions {
 };
 
 // Joins the world: rendezvous through a TCPStore at master_addr:master_port (rank 0 serves it).
+// Ranks that do not join within the timeout, or a store that cannot be reached, are a UserError
+// naming the ranks, their nodes and what to check.
 std::shared_ptr<Group> init_world(const RankEnv& env, const WorldOptions& options = {});
 // A subgroup of world ranks. Every world rank calls this with the same list, in the same
 // order as other subgroup creations; ranks outside the list get nullptr.

@@ -82,6 +82,7 @@ pid_t spawn(const LaunchSpec& spec, const RankEnv& env, int err_write_fd) {
   dup2(err_write_fd, STDERR_FILENO);
   close(err_write_fd);
   for (auto& [k, v] : torchrun_variables(env)) setenv(k.c_str(), v.c_str(), 1);
+  setenv(kLaunchedByLoom, "1", 1);
   std::vector<char*> args;
   for (auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);

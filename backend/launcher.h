@@ -20,6 +20,10 @@ struct LaunchSpec {
   std::chrono::seconds grace{5};  // how long stopped workers get before SIGKILL
 };
 
+// Set in each worker's environment: Loom's launcher has already validated the run and shown
+// what the schedule prints, so the ranks need not again.
+inline constexpr const char* kLaunchedByLoom = "LOOM_LAUNCHER";
+
 // Runs the workers to completion. Returns 0 when all succeed; otherwise stops the
 // others and returns 1 (130 after Ctrl-C), having written to `err` which rank failed
 // and its last error lines.

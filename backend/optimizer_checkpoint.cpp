@@ -3,10 +3,12 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 #include <torch/serialize.h>
 
+#include "backend/output_paths.h"
 #include "backend/torch_compat.h"
 #include "lang/diagnostics.h"
 
@@ -28,8 +30,10 @@ void save_optimizer_ranges(const fs::path& dir, int rank, const std::vector<Opti
                      {"step", state.step()}});
   }
   std::string base = "rank-" + std::to_string(rank);
-  archive.save_to((dir / "optim" / (base + ".pt")).string());
-  std::ofstream(dir / "optim" / (base + ".json")) << index.dump(1) << "\n";
+  CheckedFileWriter file((dir / "optim" / (base + ".pt")).string());
+  archive.save_to(file.sink());
+  file.finish();
+  write_whole_file((dir / "optim" / (base + ".json")).string(), index.dump(1) + "\n");
 }
 
 namespace {

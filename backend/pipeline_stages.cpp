@@ -24,9 +24,7 @@ PipelineStages plan_pipeline_stages(const ModuleTree& tree, const std::vector<st
   PipelineStages out;
   int list = -1;
   if (splits.empty()) {
-    // Evenly over the ModuleList holding the most parameters.
-    for (int i = 0; i < tree.size(); ++i)
-      if (tree.node(i).type == "ModuleList" && (list < 0 || tree.parameter_count(i) > tree.parameter_count(list))) list = i;
+    list = tree.largest_list();  // evenly over the model's repeated blocks
     if (list < 0)
       throw UserError(SourceRange{}, "mesh(pp=" + std::to_string(pp) + "): model " + tree.model_name() +
                                          " has no ModuleList of layers to split into pipeline stages",

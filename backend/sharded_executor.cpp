@@ -609,9 +609,9 @@ void ShardedExecutor::average_gradients() {
   }
 }
 
-void ShardedExecutor::clip_gradients(double max_norm) {
+double ShardedExecutor::clip_gradients(double max_norm) {
   // The s_os ranks of one optimizer block hold every element once.
-  clip_sharded_grad_norm(s_->optimized, s_->groups.optim_block.get(), max_norm);
+  return clip_sharded_grad_norm(s_->optimized, s_->groups.optim_block.get(), max_norm);
 }
 
 void ShardedExecutor::publish() {

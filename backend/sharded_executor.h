@@ -61,8 +61,9 @@ class ShardedExecutor : public nn::CallInterceptor {
   void finish_backward();
   // After the last micro-batch: the optimizer slices' gradients, averaged over all dp ranks.
   void average_gradients();
-  // Clips the global gradient norm (over all slices of all ranks) to `max_norm`.
-  void clip_gradients(double max_norm);
+  // Clips the global gradient norm (over all slices of all ranks) to `max_norm`; returns the
+  // norm before clipping.
+  double clip_gradients(double max_norm);
   // After the optimizer step: spreads the updated slices inside each optimizer subgroup.
   void publish();
 

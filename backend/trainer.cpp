@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -21,15 +23,18 @@
 #include <torch/torch.h>
 
 #include "backend/activation_checkpoint.h"
+#include "backend/build_info.h"
 #include "backend/collective_profiler.h"
 #include "backend/communicator.h"
 #include "backend/gradient_reducer.h"
+#include "backend/launcher.h"
 #include "backend/lr_schedule.h"
 #include "backend/memory_counter.h"
 #include "backend/model_trace.h"
 #include "backend/op_profiler.h"
 #include "backend/optimizer_checkpoint.h"
 #include "backend/optimizer_offload.h"
+#include "backend/output_paths.h"
 #include "backend/mesh_groups.h"
 #include "backend/pass_pipeline.h"
 #include "backend/pipeline_stage.h"
@@ -54,12 +59,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::unique_ptr<Schedule> evaluate_schedule(const TrainOptions& o, int world, int local_world, SourceManager& sources) {
+// `print_to`: where the schedule's print() goes (null: nowhere, so a run prints it once).
+std::unique_ptr<Schedule> evaluate_schedule(const TrainOptions& o, int world, int local_world, SourceManager& sources,
+                                            std::ostream* print_to) {
   auto sch = std::make_unique<Schedule>(module_tree_of(o.model), ScheduleContext{world, local_world});
   apply_settings(sch->knobs(), o.sets);
   if (!o.schedule_file.empty()) {
     InterpreterOptions io;
     io.stdlib_dir = o.stdlib;
+    io.print_to = print_to;
     Interpreter(*sch, sources, io).run_file(o.schedule_file);
   }
   sch->knobs().check_overrides_used();
@@ -96,6 +104,17 @@ void check_options(const TrainOptions& o) {
                     "use --backend gloo (or auto) on CPU");
 }
 
+// Every output the run was asked for can be written: checked before the first step, so a run
+// is never lost to a --save it cannot write at its end. `lead`: rank 0 (or the launcher), the
+// only writer of the metrics and the profile; every rank writes checkpoints, records and traces.
+void check_outputs(const TrainOptions& o, bool lead) {
+  if (!o.save_dir.empty()) prepare_output_directory(o.save_dir, "--save");
+  if (!o.record.empty()) prepare_output_directory(o.record, "--record");
+  if (!o.trace.empty()) check_output_file(o.trace, "--trace");
+  if (lead && !o.metrics.empty()) check_output_file(o.metrics, "--metrics");
+  if (lead && !o.profile_out.empty()) check_output_file(o.profile_out, "--cache-dir");  // the profile's file in the cache
+}
+
 // What tensor and pipeline parallelism do not run with yet: a UserError naming it.
 void check_model_parallel_options(const TrainOptions& o, const RuntimePlan& plan) {
   if (!plan.model_parallel()) return;
@@ -129,8 +148,10 @@ void save_rank_state(const fs::path& dir, int rank, const std::map<std::string, 
     tensors.push_back(t.cpu());
   }
   std::string base = (dir / "rank_state" / ("rank-" + std::to_string(rank))).string();
-  torch::save(tensors, base + ".pt");
-  std::ofstream(base + ".json") << names.dump() << "\n";
+  CheckedFileWriter file(base + ".pt");
+  torch::save(tensors, file.sink());
+  file.finish();
+  write_whole_file(base + ".json", names.dump() + "\n");
 }
 
 std::map<std::string, torch::Tensor> load_rank_state(const fs::path& dir, int rank) {
@@ -164,7 +185,7 @@ void configure_compression(ShardedExecutor& sharded, const std::vector<CompressR
 
 // Every rank calls this with every parameter resident; ranks below `optim_writers` write
 // their optimizer ranges, every rank its `rank_state`. The directory appears whole or not at all.
-void write_checkpoint(const TrainOptions& o, comm::Group& world, int64_t steps_done, torch::nn::Module& model,
+void write_checkpoint_files(const TrainOptions& o, comm::Group& world, int64_t steps_done, torch::nn::Module& model,
                       torch::optim::AdamW& opt, const std::vector<OptimizedRange>& ranges, int optim_writers,
                       const std::map<std::string, torch::Tensor>& rank_state) {
   std::string name = step_name(steps_done);
@@ -182,22 +203,52 @@ void write_checkpoint(const TrainOptions& o, comm::Group& world, int64_t steps_d
   if (lead) {
     torch::serialize::OutputArchive archive;
     model.save(archive);
-    archive.save_to((tmp / "model.pt").string());
+    CheckedFileWriter model_file((tmp / "model.pt").string());
+    archive.save_to(model_file.sink());
+    model_file.finish();
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
-    torch::save(gen.get_state(), (tmp / "rng.pt").string());
+    CheckedFileWriter rng_file((tmp / "rng.pt").string());
+    torch::save(gen.get_state(), rng_file.sink());
+    rng_file.finish();
   }
   comm::barrier(world);
   if (!lead) return;
   nlohmann::json meta{{"step", steps_done}, {"model", o.model}, {"world", world.size()}, {"seed", o.seed},
                       {"format", "loom-checkpoint-2"}, {"optimizer_files", optim_writers}};
-  std::ofstream(tmp / "trainer.json") << meta.dump(2) << "\n";
+  write_whole_file((tmp / "trainer.json").string(), meta.dump(2) + "\n");
   // Renames are atomic: a crash leaves either the previous checkpoint or this whole one.
   fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);
   fs::path latest_tmp = fs::path(o.save_dir) / ".latest.tmp";
-  std::ofstream(latest_tmp) << name << "\n";
+  write_whole_file(latest_tmp.string(), name + "\n");
   fs::rename(latest_tmp, fs::path(o.save_dir) / "latest");
+}
+
+// write_checkpoint_files, with a failed write (a full disk) as a user error that says the
+// previous checkpoint is intact: `latest` moves only after the new directory is complete.
+void write_checkpoint(const TrainOptions& o, comm::Group& world, int64_t steps_done, torch::nn::Module& model,
+                      torch::optim::AdamW& opt, const std::vector<OptimizedRange>& ranges, int optim_writers,
+                      const std::map<std::string, torch::Tensor>& rank_state) {
+  std::string previous;  // what `latest` names: it moves only once the new checkpoint is whole
+  std::ifstream(fs::path(o.save_dir) / "latest") >> previous;
+  if (previous == step_name(steps_done)) previous.clear();  // rewritten in place: not intact
+  auto failed = [&](const std::string& reason) {
+    std::error_code ignored;
+    fs::remove_all(fs::path(o.save_dir) / (".tmp-" + step_name(steps_done)), ignored);
+    return UserError(SourceRange{}, "could not write the checkpoint of step " + std::to_string(steps_done) + " to " + o.save_dir +
+                                        ": " + reason,
+                    previous.empty() ? "no earlier checkpoint was written; free space (or choose another --save) and run again"
+                                     : "the previous checkpoint " + (fs::path(o.save_dir) / previous).string() +
+                                           " is intact: free space, then continue with --resume " + o.save_dir);
+  };
+  try {
+    write_checkpoint_files(o, world, steps_done, model, opt, ranges, optim_writers, rank_state);
+  } catch (const WriteError& e) {
+    throw failed(e.what());
+  } catch (const fs::filesystem_error& e) {
+    throw failed(e.code().message() + " (" + e.path1().string() + ")");
+  }
 }
 
 fs::path resolve_checkpoint(const std::string& path) {
@@ -310,6 +361,50 @@ void write_profile(const TrainOptions& o, const OpProfiler& profiler, comm::Grou
   if (per_rank && std::string(per_rank) == "1") write(o.profile_out + ".rank" + std::to_string(env.rank));
 }
 
+// What a run did, for the closing summary.
+struct RunSummary {
+  int64_t steps = 0, tokens = 0, peak_bytes = 0;
+  double final_loss = std::numeric_limits<double>::quiet_NaN();
+  double seconds = 0;
+  std::string checkpoint;  // the last checkpoint written, if any
+};
+
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// The header's second line: the batch a step trains and the optimizer's settings.
+std::string describe_run_shape(const TrainOptions& o, const Schedule& schedule, int dp) {
+  char lr[96], clip[32];
+  std::snprintf(lr, sizeof lr, "lr %g (warmup %lld, cosine to %g)", o.lr, static_cast<long long>(o.warmup), o.lr * o.min_lr_ratio);
+  std::snprintf(clip, sizeof clip, "%g", o.clip);
+  int64_t sequences = o.micro_batch * o.accum * dp;
+  return "  batch: micro-batch " + std::to_string(o.micro_batch) + " x seq " + std::to_string(o.seq) + " x accum " +
+         std::to_string(o.accum) + " x dp " + std::to_string(dp) + " = " + with_commas(sequences) + " sequences, " +
+         with_commas(sequences * o.seq) + " tokens per step; " + std::to_string(o.steps) + " steps, " + lr + ", clip " +
+         (o.clip > 0 ? std::string(clip) : std::string("off")) + ", seed " + std::to_string(o.seed) + "\n  schedule: " +
+         (o.schedule_file.empty() ? std::string("none (plain data parallelism)")
+                                  : o.schedule_file + " (" + std::to_string(schedule.trace().size()) + " directives)") +
+         "\n";
+}
+
+std::string describe_summary(const TrainOptions& o, const RunSummary& r) {
+  char line[256];
+  std::snprintf(line, sizeof line, "loom run: done: %lld step%s, %s tokens in %.1f s (%.0f tokens/s), final loss %.4f, peak memory %s on rank 0\n",
+                static_cast<long long>(r.steps), r.steps == 1 ? "" : "s", with_commas(r.tokens).c_str(), r.seconds, r.tokens / std::max(r.seconds, 1e-9),
+                r.final_loss, format_size(r.peak_bytes).c_str());
+  std::string out = line;
+  if (!r.checkpoint.empty()) out += "  checkpoint: " + r.checkpoint + "\n";
+  if (!o.metrics.empty()) out += "  metrics: " + o.metrics + "\n";
+  if (!o.trace.empty()) out += "  trace: " + o.trace + "\n";
+  return out;
+}
+
 }  // namespace
 
 double learning_rate(const TrainOptions& o, int64_t step) {
@@ -324,16 +419,16 @@ std::vector<Directive> validate_run(const TrainOptions& o, int world, int local_
   SourceManager sources;
   std::vector<Directive> directives;
   try {
-    auto sch = evaluate_schedule(o, world, local_world, sources);
+    auto sch = evaluate_schedule(o, world, local_world, sources, &std::cout);
     RuntimePlan plan = plan_runtime(*sch);
     check_model_parallel_options(o, plan);
-    if (plan.pp > 1) plan_pipeline_stages(sch->tree(), plan.pipeline_splits, plan.pp);
     directives = sch->trace();
   } catch (const UserError& e) {
     // Re-throw with the quoted source line, which only `sources` can provide.
     throw UserError(self_contained(e.diagnostic(), &sources));
   }
   open_data(o);
+  check_outputs(o, true);
   return directives;
 }
 
@@ -345,7 +440,9 @@ int resolved_threads(const TrainOptions& o, int local_world) {
   return o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, local_world));
 }
 
-int train(const TrainOptions& o, const RankEnv& env) {
+namespace {
+
+int train_rank(const TrainOptions& o, const RankEnv& env) {
   int threads = resolved_threads(o, env.local_world);
   torch::set_num_threads(threads);
   memory::install_counting_allocator();
@@ -356,11 +453,16 @@ int train(const TrainOptions& o, const RankEnv& env) {
   std::unique_ptr<TokenSource> data;
   try {
     check_options(o);
-    sch = evaluate_schedule(o, env.world, env.local_world, sources);
+    // Loom's launcher validated the run and showed the schedule's print()s; under torchrun,
+    // srun or mpirun rank 0 does both, once.
+    const char* launcher = std::getenv(kLaunchedByLoom);
+    bool launched_by_loom = launcher && std::string(launcher) == "1";
+    sch = evaluate_schedule(o, env.world, env.local_world, sources, env.rank == 0 && !launched_by_loom ? &std::cout : nullptr);
     plan = plan_runtime(*sch);
     check_model_parallel_options(o, plan);
     if (plan.pp > 1) stages = std::make_unique<PipelineStages>(plan_pipeline_stages(sch->tree(), plan.pipeline_splits, plan.pp));
     data = open_data(o);
+    if (!launched_by_loom) check_outputs(o, env.rank == 0);  // every rank, before any of them waits for the others
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), &sources);
     return 1;
@@ -601,12 +703,14 @@ int train(const TrainOptions& o, const RankEnv& env) {
               << (mesh ? ", mesh tp " + std::to_string(layout.tp) + " x pp " + std::to_string(layout.pp) + " x dp " + std::to_string(layout.dp)
                        : "")
               << "\n"
-              << std::flush;
+              << describe_run_shape(o, *sch, layout.dp) << std::flush;
   if (lead && offload)
     std::cout << "offload: the optimizer states of " << offload->offloaded_count() << " of " << optimized.size()
               << " tensors (" << offload->offloaded_elements() << " elements per rank) live in host memory\n"
               << std::flush;
   Progress progress(o.steps);
+  RunSummary summary;
+  auto run_start = std::chrono::steady_clock::now();
   int64_t V = model.vocab_size;
   std::vector<int64_t> tokens(static_cast<size_t>(o.micro_batch * (o.seq + 1)));
   for (int64_t step = start; step < o.steps; ++step) {
@@ -662,6 +766,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
       // Between micro-batches only model states stay resident (lins.txt §IV-D's quantity).
       if (micro == 0 && o.accum > 1 && !cuda) between_micro_batches = memory::current_bytes();
     }
+    double grad_norm = std::numeric_limits<double>::quiet_NaN();
     {
       timeline::Span optimizer_span("optimizer", "phase");
       if (sharded) sharded->average_gradients();
@@ -676,9 +781,12 @@ int train(const TrainOptions& o, const RankEnv& env) {
           recorder->add(RecordKind::Bound, b.param, 0, 0,
                         torch::tensor({b.bound, step == 0 ? 2 * lr : std::numeric_limits<double>::infinity(),
                                        static_cast<double>(b.estimated)}, torch::dtype(torch::kDouble)));
+      // The gradient norm: for clipping, and for the metrics (--clip 0 computes it only for them).
+      bool want_norm = o.clip > 0 || !o.metrics.empty();
+      double max_norm = o.clip > 0 ? o.clip : std::numeric_limits<double>::infinity();
       if (sharded) {
-        if (o.clip > 0) sharded->clip_gradients(o.clip);
-      } else if (mesh && o.clip > 0) {
+        if (want_norm) grad_norm = sharded->clip_gradients(max_norm);
+      } else if (mesh && want_norm) {
         // Each element once over the model's ranks: slices everywhere, the rest on tp rank 0 of
         // the stage that trains it (stage 0 for what every stage holds).
         std::vector<bool> counted;
@@ -687,9 +795,9 @@ int train(const TrainOptions& o, const RankEnv& env) {
           counted.push_back((tensor_parallel->split_axis(name) >= 0 || layout.tp_rank == 0) &&
                             (s >= 0 || layout.stage == 0));
         }
-        clip_sharded_grad_norm(params, mesh->model.get(), o.clip, counted);
-      } else if (o.clip > 0) {
-        torch::nn::utils::clip_grad_norm_(params, o.clip);
+        grad_norm = clip_sharded_grad_norm(params, mesh->model.get(), max_norm, counted);
+      } else if (want_norm) {
+        grad_norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
       }
       if (offload) offload->gradients_to_host();
       optimizer.step();
@@ -722,17 +830,27 @@ int train(const TrainOptions& o, const RankEnv& env) {
         nlohmann::json m{{"step", step + 1}, {"loss", nlohmann::json::parse(loss_text)}, {"lr", lr},
                          {"tokens_per_s", tokens_per_s}, {"step_ms", ms}, {"peak_mem_bytes", peak},
                          {"resident_between_micro_batches_bytes", between_micro_batches},
-                         {"max_rss_bytes", static_cast<int64_t>(usage.ru_maxrss) * 1024}};
+                         {"max_rss_bytes", static_cast<int64_t>(usage.ru_maxrss) * 1024},
+                         {"grad_norm", std::isfinite(grad_norm) ? nlohmann::json(grad_norm) : nlohmann::json()}};
         metrics << m.dump() << "\n" << std::flush;
+        if (!metrics)
+          throw UserError(SourceRange{}, "could not write --metrics " + o.metrics + " after step " + std::to_string(step + 1) + ": " +
+                                             std::strerror(errno),
+                          "free space or choose another --metrics file; --resume continues from the last checkpoint");
       }
       progress.update(step + 1, loss, tokens_per_s, ms, peak);
     }
+    summary.steps += 1;
+    summary.tokens += layout.dp * o.micro_batch * o.seq * o.accum;
+    summary.final_loss = loss;
+    summary.peak_bytes = std::max(summary.peak_bytes, peak);
     bool last = step + 1 == o.steps;
     if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
       if (sharded) sharded->gather_all();  // for the consolidated model.pt
       write_checkpoint(o, *world, step + 1, *model.module, optimizer, state_ranges, plan.factors.optim,
                        sharded ? sharded->compression_residuals() : std::map<std::string, torch::Tensor>{});
       if (sharded) sharded->release_all();
+      summary.checkpoint = (fs::path(o.save_dir) / step_name(step + 1)).string();
     }
   }
   nn::set_call_interceptor(nullptr);
@@ -745,7 +863,25 @@ int train(const TrainOptions& o, const RankEnv& env) {
     if (lead && env.world == env.local_world) timeline::merge(o.trace, env.world, o.trace);
   }
   comm::barrier(*world);
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  if (lead && o.profile_out.empty() && o.record.empty()) std::cout << describe_summary(o, summary) << std::flush;
   return 0;
+}
+
+}  // namespace
+
+int train(const TrainOptions& o, const RankEnv& env) {
+  try {
+    return train_rank(o, env);
+  } catch (const UserError& e) {
+    std::cerr << render(e.diagnostic(), nullptr);
+    return 1;
+  } catch (const comm::CommError& e) {
+    // Another process's failure as this rank sees it: not a Loom bug.
+    std::cerr << "error: " << e.what() << "\n  hint: another rank stopped or stalled (its own message says why); if the ranks "
+              << "are only slow, raise --timeout (now " << o.timeout_s << " s)\n";
+    return 1;
+  }
 }
 
 }  // namespace loom

@@ -4,6 +4,8 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "backend/output_paths.h"
+#include "backend/runtime_plan.h"
 #include "lang/interpreter.h"
 #include "lang/trace.h"
 #include "verifier/schedule_rules.h"
@@ -49,6 +51,26 @@ void emit(const Diagnostic& d, const SourceManager& sources, bool json) {
   else std::cerr << render(d, &sources);
 }
 
+// A warning that one call raises for each module it selects (a prefetch on every block) shows
+// once, followed by a note naming how many more modules it concerns.
+void emit_warnings(const std::vector<Diagnostic>& warnings, const SourceManager& sources, bool json) {
+  std::vector<bool> shown(warnings.size(), false);
+  for (size_t i = 0; i < warnings.size(); ++i) {
+    if (shown[i]) continue;
+    emit(warnings[i], sources, json);
+    size_t again = 0;
+    for (size_t j = i + 1; j < warnings.size(); ++j) {
+      bool same_call = warnings[j].range.to_string() == warnings[i].range.to_string() && warnings[j].hint == warnings[i].hint;
+      if (shown[j] || !same_call) continue;
+      shown[j] = true;
+      ++again;
+      if (json) emit(warnings[j], sources, json);
+    }
+    if (again > 0 && !json)
+      std::cerr << "note: the same warning for " << plural(again, "more module") << " of this selection\n";
+  }
+}
+
 int run_check(const CheckOptions& o) {
   SourceManager sources;
   std::shared_ptr<const ModuleTree> tree;
@@ -83,11 +105,16 @@ int run_check(const CheckOptions& o) {
       }
     }
     check_schedule_rules(sch, rules);
-    for (auto& w : sch.warnings()) emit(w, sources, o.json);
+    emit_warnings(sch.warnings(), sources, o.json);
+    plan_runtime(sch);  // what `loom run` cannot honour yet is an error here too, with run's message
     if (o.print) std::cout << trace_to_sched(sch);
     if (!o.trace_json.empty()) {
-      std::ofstream out(o.trace_json);
-      out << trace_to_json(sch) << "\n";
+      check_output_file(o.trace_json, "--trace-json");
+      try {
+        write_whole_file(o.trace_json, trace_to_json(sch) + "\n");
+      } catch (const WriteError& e) {
+        throw UserError(SourceRange{}, std::string("--trace-json: ") + e.what(), "free space, or choose another file");
+      }
     }
     if (!o.json)
       std::cerr << o.file << ": ok (" << plural(sch.trace().size(), "directive") << ", " << plural(sch.warnings().size(), "warning") << ") for "
@@ -106,8 +133,8 @@ void add_check(CLI::App& app, std::function<int()>& run) {
   CLI::App* c = app.add_subcommand("check", "Parse, evaluate and validate a schedule against a model; print its directive trace");
   c->add_option("file", o->file, "the .sched file")->required();
   c->add_option("--model", o->model, "reference model, e.g. gpt2, llama-7b (see `loom models`)")->required();
-  c->add_option("--world", o->world, "total number of ranks the schedule is written for")->check(CLI::PositiveNumber);
-  c->add_option("--local-world", o->local_world, "ranks per node (default: all ranks on one node)")->check(CLI::NonNegativeNumber);
+  c->add_option("--world", o->world, "total number of ranks the schedule is written for")->check(at_least(1));
+  c->add_option("--local-world", o->local_world, "ranks per node (default: all ranks on one node)")->check(at_least(0));
   c->add_option("--set", o->sets, "fix a tune() knob: --set micro_batch=4 (repeatable)");
   c->add_flag("--print", o->print, "print the directive trace as canonical .sched text");
   c->add_flag("--json", o->json, "emit diagnostics as JSON objects, one per line, on stdout");

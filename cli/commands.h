@@ -32,7 +32,7 @@ void add_verify(CLI::App& app, std::function<int()>& run);
 // loom verify's settings; `loom run` verifies with them too when the schedule calls verify().
 struct VerifyOptions {
   TrainOptions train;
-  int nproc = 1;
+  int nproc = 2;  // at one rank nothing is sharded, so a verification there proves little
   std::optional<double> atol, rtol;  // unset: the defaults of the run's dtype
   bool bisect = true;                // when not equivalent, find the breaking directive
   bool json = false;
@@ -49,6 +49,10 @@ const std::vector<std::string>& original_arguments();
 std::optional<int> train_if_rank(const TrainOptions& options);
 // A launch of `nproc` local ranks, each running this same command line.
 LaunchSpec relaunch_as_ranks(int nproc);
+
+// A numeric option's check: "must be at least 1, got 0" (CLI11's own range check prints the
+// whole double range).
+CLI::Validator at_least(double min);
 
 // The options `loom run` and `loom profile` share: the model, the data and its shapes, the
 // device and precision, threads, knobs, the stdlib and the timeout.

@@ -1,6 +1,7 @@
 // loom data prepare: turn text files into a token file for `loom run --data`.
 #include <iostream>
 
+#include "backend/output_paths.h"
 #include "backend/token_data.h"
 #include "cli/commands.h"
 #include "lang/diagnostics.h"
@@ -18,6 +19,7 @@ void add_data(CLI::App& app, std::function<int()>& run) {
   prep->callback([&run, inputs, out] {
     run = [inputs, out] {
       try {
+        check_output_file(*out, "--out");
         TokenFileHeader h = prepare_token_file(*inputs, *out);
         std::cout << "wrote " << *out << ": " << h.count << " tokens, vocabulary " << h.vocab_size << "\n";
         return kOk;

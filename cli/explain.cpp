@@ -82,8 +82,8 @@ void add_explain(CLI::App& app, std::function<int()>& run) {
   CLI::App* c = app.add_subcommand("explain", "Print the instruction IR a schedule lowers to, and the per-pass log (no training)");
   c->add_option("file", o->file, "the .sched file (optional)");
   c->add_option("--model", o->model, "reference model (see `loom models`)")->required();
-  c->add_option("--nproc", o->nproc, "ranks the step is planned for")->check(CLI::PositiveNumber);
-  c->add_option("--local-world", o->local_world, "ranks per node (default: all on one node)")->check(CLI::NonNegativeNumber);
+  c->add_option("--nproc", o->nproc, "ranks the step is planned for")->check(at_least(1));
+  c->add_option("--local-world", o->local_world, "ranks per node (default: all on one node)")->check(at_least(0));
   c->add_option("--set", o->sets, "fix a tune() knob: --set name=value (repeatable)");
   c->add_flag("--json", o->json, "print the IR as JSON");
   c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE`: prices each instruction");

@@ -1,9 +1,17 @@
 // loom: the command-line entry point. Subcommands live one per file in cli/.
+#include <algorithm>
+#include <csignal>
+#include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
 
+#include "backend/build_info.h"
 #include "backend/rank_env.h"
 #include "cli/commands.h"
 #include "lang/diagnostics.h"
+#include "lang/module_tree.h"
 
 namespace loom::cli {
 namespace {
@@ -31,10 +39,23 @@ LaunchSpec relaunch_as_ranks(int nproc) {
   return spec;
 }
 
+CLI::Validator at_least(double min) {
+  std::string bound = min == static_cast<int64_t>(min) ? std::to_string(static_cast<int64_t>(min)) : std::to_string(min);
+  return CLI::Validator(
+      [min, bound](std::string& text) -> std::string {
+        char* end = nullptr;
+        double value = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0') return "expects a number, got '" + text + "'";
+        return value < min ? "must be at least " + bound + ", got " + text : "";
+      },
+      "at least " + bound);
+}
+
 void add_step_options(CLI::App* c, TrainOptions& t) {
   t.stdlib = LOOM_STDLIB_DIR;
   c->add_option("file", t.schedule_file, "the .sched file (optional: none means plain data parallelism)");
-  c->add_option("--model", t.model, "reference model (see `loom models`)")->required();
+  // Required, so its member's default ("gpt:tiny", for the library) is not shown as one.
+  c->add_option("--model", t.model, "reference model (see `loom models`)")->required()->default_str("");
   c->add_option("--data", t.data, "token file from `loom data prepare`, or 'synthetic'");
   c->add_option("--micro-batch", t.micro_batch, "sequences per rank per micro-batch");
   c->add_option("--seq", t.seq, "tokens per sequence");
@@ -52,9 +73,29 @@ void add_step_options(CLI::App* c, TrainOptions& t) {
   c->add_option("--stdlib", t.stdlib, "directory of the standard schedules");
   c->add_option("--timeout", t.timeout_s, "seconds a rank waits for the rendezvous or a collective before failing");
 }
+namespace {
+
+// `loom chekc`: name the unknown command and the closest one, where CLI11 would only say that a
+// subcommand is required. Returns the exit code when the first argument is no command.
+std::optional<int> refuse_unknown_command(CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return std::nullopt;
+  std::vector<std::string> names;
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) names.push_back(sub->get_name());
+  std::string given = argv[1];
+  if (std::find(names.begin(), names.end(), given) != names.end()) return std::nullopt;
+  std::vector<std::string> near = closest(given, names, 1);
+  std::cerr << "error: unknown command '" << given << "'\n  hint: "
+            << (near.empty() ? "" : "did you mean '" + near[0] + "'? ") << "`loom --help` lists the commands\n";
+  return kUsageError;
+}
+
+}  // namespace
 }  // namespace loom::cli
 
 int main(int argc, char** argv) {
+  // Past a file-size limit (ulimit -f) a write fails with EFBIG, which Loom reports like a full
+  // disk, instead of the signal killing the process mid-checkpoint.
+  std::signal(SIGXFSZ, SIG_IGN);
   for (int i = 1; i < argc; ++i) loom::cli::arguments.push_back(argv[i]);
   CLI::App app{
       "Loom: a schedule language for distributed training of LibTorch models.\n"
@@ -62,6 +103,9 @@ int main(int argc, char** argv) {
       "prefetched, offloaded, compressed, checkpointed) is written beside it in a .sched file.\n"
       "Docs: docs/language.md, docs/primitives.md, docs/architecture.md"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("loom ") + LOOM_VERSION + " (" + loom::build_description() + ")");
+  // Every option's default shows in --help (subcommands inherit this when they are added).
+  app.option_defaults()->always_capture_default();
   std::function<int()> run;
   loom::cli::add_check(app, run);
   loom::cli::add_fmt(app, run);
@@ -73,11 +117,14 @@ int main(int argc, char** argv) {
   loom::cli::add_explain(app, run);
   loom::cli::add_profile(app, run);
   loom::cli::add_verify(app, run);
+  if (std::optional<int> rc = loom::cli::refuse_unknown_command(app, argc, argv)) return *rc;
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);
@@ -87,7 +134,11 @@ int main(int argc, char** argv) {
     return run();
   } catch (const std::exception& e) {
     // User errors are handled by each command; anything reaching here is a Loom bug.
-    std::cerr << "loom: internal error: " << e.what() << "\nplease report this with the command that caused it\n";
+    const char* backtrace = std::getenv("LOOM_BACKTRACE");
+    bool with_backtrace = backtrace && std::string(backtrace) == "1";
+    std::cerr << "loom: internal error: " << loom::exception_text(e, with_backtrace)
+              << "\nplease report this with the command that caused it"
+              << (with_backtrace ? "" : " (LOOM_BACKTRACE=1 adds the stack trace)") << "\n";
     return 70;
   }
 }

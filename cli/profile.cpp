@@ -7,6 +7,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "backend/output_paths.h"
 #include "backend/profile.h"
 #include "backend/rank_env.h"
 #include "cli/commands.h"
@@ -44,7 +45,7 @@ std::string key_of(const ProfileOptions& o) {
   k.seq = o.train.seq;
   k.accum = o.train.accum;
   k.device = resolved_device(o.train) + " backend=" + o.train.backend + " reduce=" + o.train.reduce_dtype;
-  k.precision = k.device == "cuda" ? o.train.precision : "fp32";
+  k.precision = resolved_device(o.train) == "cuda" ? o.train.precision : "fp32";
   k.threads = resolved_threads(o.train, o.nproc);
   return profile_key(k);
 }
@@ -99,6 +100,8 @@ int profile(ProfileOptions o) {
     std::cerr << "loom profile: reusing " << path << " (same model, schedule, world and shapes; --refresh measures again)\n";
   } else {
     try {
+      prepare_output_directory(cache_dir, "--cache-dir");
+      if (!o.out.empty()) check_output_file(o.out, "--out");
       validate_run(o.train, o.nproc, o.nproc);
     } catch (const UserError& e) {
       std::cerr << render(e.diagnostic(), nullptr);
@@ -112,7 +115,13 @@ int profile(ProfileOptions o) {
     }
     std::cerr << "loom profile: saved " << path << "\n";
   }
-  if (!o.out.empty()) std::ofstream(o.out) << cached->to_json();
+  try {
+    if (!o.out.empty()) write_whole_file(o.out, cached->to_json());
+  } catch (const WriteError& e) {
+    UserError error(SourceRange{}, std::string("--out: ") + e.what(), "free space, or choose another file; the profile stays in " + path);
+    std::cerr << render(error.diagnostic(), nullptr);
+    return kUserError;
+  }
   if (o.json) std::cout << cached->to_json();
   else print_profile(*cached, std::cout);
   return kOk;
@@ -126,9 +135,9 @@ void add_profile(CLI::App& app, std::function<int()>& run) {
   CLI::App* c = app.add_subcommand(
       "profile", "Measure a step under a schedule: per-op time and memory, collective costs (cached; see docs/backend.md)");
   add_step_options(c, t);
-  c->add_option("--nproc", o->nproc, "ranks to start on this node")->check(CLI::PositiveNumber);
-  c->add_option("--steps", o->measured_steps, "measured steps (each op's figure is the median over them)")->check(CLI::PositiveNumber);
-  c->add_option("--warmup-steps", t.profile_warmup, "unmeasured steps first")->check(CLI::NonNegativeNumber);
+  c->add_option("--nproc", o->nproc, "ranks to start on this node")->check(at_least(1));
+  c->add_option("--steps", o->measured_steps, "measured steps (each op's figure is the median over them)")->check(at_least(1));
+  c->add_option("--warmup-steps", t.profile_warmup, "unmeasured steps first")->check(at_least(0));
   c->add_option("--out", o->out, "also write the profile (JSON) to this file");
   c->add_option("--cache-dir", o->cache_dir, "profile cache (default: $LOOM_CACHE_DIR, else ~/.cache/loom/profiles)");
   c->add_flag("--refresh", o->refresh, "measure again even when a cached profile matches");

@@ -50,6 +50,7 @@ int run(const RunOptions& o) {
     }
     std::cout << std::flush;
   }
+  std::cout << std::flush;  // what the schedule printed comes before the ranks' output
   LaunchSpec spec = relaunch_as_ranks(o.nproc);
   spec.nnodes = o.nnodes;
   spec.node_rank = o.node_rank;
@@ -65,9 +66,9 @@ void add_run(CLI::App& app, std::function<int()>& run_fn) {
   TrainOptions& t = o->train;
   CLI::App* c = app.add_subcommand("run", "Train a model under a schedule on N ranks (see docs/running.md)");
   add_step_options(c, t);
-  c->add_option("--nproc", o->nproc, "ranks to start on this node")->check(CLI::PositiveNumber);
-  c->add_option("--nnodes", o->nnodes, "number of nodes (multi-node: run loom run on each)")->check(CLI::PositiveNumber);
-  c->add_option("--node-rank", o->node_rank, "this node's index, 0..nnodes-1")->check(CLI::NonNegativeNumber);
+  c->add_option("--nproc", o->nproc, "ranks to start on this node")->check(at_least(1));
+  c->add_option("--nnodes", o->nnodes, "number of nodes (multi-node: run loom run on each)")->check(at_least(1));
+  c->add_option("--node-rank", o->node_rank, "this node's index, 0..nnodes-1")->check(at_least(0));
   c->add_option("--master-addr", o->master_addr, "address of node 0, where rank 0 serves the rendezvous store");
   c->add_option("--master-port", o->master_port, "port of the rendezvous store (default: a free port on one node, 29500 across nodes)");
   c->add_option("--steps", t.steps, "optimizer steps");

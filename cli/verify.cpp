@@ -261,6 +261,9 @@ int verify_schedule(const VerifyOptions& o) {
 
   std::printf("loom verify: %s on %s, %d rank%s, one step from seed %llu\n", t.schedule_file.c_str(), t.model.c_str(), o.nproc,
               o.nproc == 1 ? "" : "s", static_cast<unsigned long long>(t.seed));
+  if (o.nproc == 1 && !directives.empty())
+    std::printf("  note: at 1 rank nothing is sharded, split or reduced, so this compares little more than the plain "
+                "model with itself; verify at the world size you will train with (--nproc N; the default is 2)\n");
   if (model_parallel > 1)
     std::printf("  tensor/pipeline parallel (tp x pp = %d): the plain model runs at %d rank(s), one per replica; each "
                 "replica's slices and stages are reassembled before comparing\n",
@@ -324,11 +327,11 @@ void add_verify(CLI::App& app, std::function<int()>& run) {
       "when they differ, name the first diverging module and the directive that broke it (see docs/verify.md)");
   add_step_options(c, t);
   c->get_option("file")->required()->description("the .sched file to verify against the plain model");
-  c->add_option("--nproc", o->nproc, "ranks for both runs")->check(CLI::PositiveNumber);
+  c->add_option("--nproc", o->nproc, "ranks for both runs")->check(at_least(1));
   c->add_option("--seed", t.seed, "seed of the weights and the batch (the same for both runs)");
-  c->add_option("--atol", o->atol, "absolute tolerance (default by dtype: fp32 1e-5, fp16 1e-3, bf16 1e-2)")->check(CLI::NonNegativeNumber);
+  c->add_option("--atol", o->atol, "absolute tolerance (default by dtype: fp32 1e-5, fp16 1e-3, bf16 1e-2)")->check(at_least(0));
   c->add_option("--rtol", o->rtol, "tolerance relative to each tensor's largest |value| (default: fp32 1e-4, fp16 1e-2, bf16 5e-2)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   c->add_flag("--no-bisect", [o](int64_t) { o->bisect = false; }, "when not equivalent, do not search for the breaking directive");
   c->add_flag("--json", o->json, "print the report as JSON");
   c->add_flag("--keep", o->keep, "keep the runs' records, metrics and logs (their directory is printed)");

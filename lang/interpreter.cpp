@@ -373,6 +373,11 @@ Value Interpreter::eval_call(const ast::Expr& e) {
     CallArgs call{std::move(args), std::move(kwargs), e.range, SourceRange{callee.range.file, callee.range.end, callee.range.end}};
     // Underline the method name: it ends where the callee ends.
     call.name_range.begin.column = callee.range.end.column - static_cast<int>(callee.text.size());
+    if (callee.text == "blocks") {
+      if (!call.positional.empty() || !call.keyword.empty())
+        throw UserError(e.range, "blocks() takes no arguments", "write sch.blocks() to select the model's repeated blocks");
+      return Value::selection(std::make_shared<Selection>(object.as_selection()->blocks(call.name_range)));
+    }
     object.as_selection()->apply(callee.text, call);
     return object;
   }
@@ -482,7 +487,7 @@ Value Interpreter::call_builtin(const std::string& name, const ast::Expr& call, 
   if (name == "print") {
     std::string line;
     for (size_t i = 0; i < args.size(); ++i) line += (i ? " " : "") + args[i].value.to_display();
-    *options_.print_to << line << "\n";
+    if (options_.print_to) *options_.print_to << line << "\n";
     return Value::none();
   }
   if (name == "tune") {

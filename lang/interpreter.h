@@ -25,7 +25,7 @@ struct FunctionValue {
 
 struct InterpreterOptions {
   std::string stdlib_dir;              // where `import "stdlib/x.sched"` looks after the importing file's folder
-  std::ostream* print_to = &std::cout; // print(...) output
+  std::ostream* print_to = &std::cout; // print(...) output; null: print() is silent
   int max_call_depth = 200;
   int64_t max_range = 10'000'000;
 };

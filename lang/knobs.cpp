@@ -73,10 +73,16 @@ void KnobSpace::check_overrides_used() const {
   for (auto& [name, text] : overrides_)
     if (!find(name)) {
       std::vector<std::string> names;
-      for (auto& k : knobs_) names.push_back(k.name);
+      std::vector<Value> quoted;
+      for (auto& k : knobs_) {
+        names.push_back(k.name);
+        quoted.push_back(Value::string(k.name));
+      }
       auto near = closest(name, names, 1);
-      throw UserError(SourceRange{}, "--set names knob '" + name + "', which the schedule never declares with tune(...)",
-                      near.empty() ? "declared knobs: " + domain_text({}) : "did you mean '" + near[0] + "'?");
+      std::string hint = !near.empty()     ? "did you mean '" + near[0] + "'?"
+                         : names.empty() ? "the schedule declares no knobs; remove --set " + name
+                                         : "declared knobs: " + domain_text(quoted);
+      throw UserError(SourceRange{}, "--set names knob '" + name + "', which the schedule never declares with tune(...)", hint);
     }
 }
 

@@ -118,6 +118,17 @@ int64_t ModuleTree::parameter_count(int root) const {
   return total;
 }
 
+int ModuleTree::largest_list(int root) const {
+  int best = -1;
+  int64_t best_count = -1;
+  for (int i = root; i < size(); ++i) {
+    if (nodes_[i].type != "ModuleList" || !is_within(i, root)) continue;
+    int64_t count = parameter_count(i);
+    if (count > best_count) best = i, best_count = count;
+  }
+  return best;
+}
+
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;

@@ -51,6 +51,9 @@ class ModuleTree {
   bool is_within(int module, int ancestor) const;
   // Unique parameter elements in the subtree (tied tensors counted once).
   int64_t parameter_count(int root = 0) const;
+  // The model's repeated blocks: the ModuleList at or below `root` that holds the most
+  // parameters (GPT's h, LLaMA's layers, BERT's bert.encoder.layer); -1 when there is none.
+  int largest_list(int root = 0) const;
   // Up to `limit` existing paths closest to `text` (edit distance), for "did you mean".
   std::vector<std::string> closest_paths(const std::string& text, size_t limit = 3) const;
 

@@ -42,11 +42,29 @@ Selection Selection::select(const std::string& relative, const SourceRange& wher
       for (size_t i = 0; i < near.size(); ++i) hint += (i ? ", " : "") + quote_string(near[i]);
       hint += "?";
     } else {
-      hint = "paths follow named_modules(); run `loom check --tree` to list them";
+      hint = "paths follow named_modules(); run `loom tree --model " + tree.model_name() + "` to list them";
     }
     throw UserError(where, "no module matches " + quote_string(shown) + " in model " + tree.model_name(), hint);
   }
   return Selection(schedule_, std::move(out), full_pattern, wild || from_pattern_ || modules_.size() > 1);
+}
+
+Selection Selection::blocks(const SourceRange& where) const {
+  const ModuleTree& tree = schedule_->tree();
+  std::vector<int> out;
+  std::string pattern;
+  for (int m : modules_) {
+    int list = tree.largest_list(m);
+    if (list < 0) {
+      std::string what = m == 0 ? "model " + tree.model_name() : "`" + tree.node(m).path + "` in model " + tree.model_name();
+      throw UserError(where, what + " holds no ModuleList, so blocks() has nothing to select",
+                      "select modules by path instead; `loom tree --model " + tree.model_name() + "` lists them");
+    }
+    const std::vector<int>& entries = tree.node(list).children;
+    out.insert(out.end(), entries.begin(), entries.end());
+    if (pattern.empty()) pattern = join_path(tree.node(list).path, "*");
+  }
+  return Selection(schedule_, std::move(out), pattern, true);
 }
 
 std::vector<Selection> Selection::elements() const {

@@ -64,6 +64,10 @@ class Selection {
   // A pattern that matches nothing is a user error at `where`, with suggestions.
   Selection select(const std::string& relative, const SourceRange& where) const;
   Selection operator[](const std::string& relative) const;
+  // The model's repeated blocks below each selected module: the entries of its largest
+  // ModuleList (ModuleTree::largest_list), whatever the model names them (`h`, `layers`,
+  // `bert.encoder.layer`). A module with no ModuleList below it is a user error at `where`.
+  Selection blocks(const SourceRange& where = SourceRange{}) const;
 
   const std::vector<int>& modules() const { return modules_; }
   std::vector<std::string> paths() const;

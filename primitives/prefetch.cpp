@@ -11,7 +11,10 @@ void check_budget(const PrimitiveCall& c) {
   const Value& b = c.arg("budget");
   if (b.is(ValueKind::Bytes) && b.as_int() <= 0)
     c.fail_at(c.arg_range("budget"), "budget must be a positive size, got " + b.to_source(), "e.g. budget=512MiB, or budget=auto");
-  if (c.schedule().sharding().params == 1)
+  if (c.schedule().dp() == 1)
+    c.warn("at dp = 1 (world " + std::to_string(c.schedule().world()) + ") nothing is sharded, so there is nothing to gather ahead",
+           kAtWorldOne);
+  else if (c.schedule().sharding().params == 1)
     c.warn("parameters are not sharded (s_p = 1), so there is nothing to gather ahead",
            "shard parameters first, e.g. sch.shard_states(params=dp, grads=dp, optim=dp)");
 }

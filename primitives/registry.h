@@ -47,6 +47,11 @@ struct ParamSpec {
   std::string doc;
 };
 
+// The hint of warnings about a schedule evaluated at dp = 1, where nothing can be sharded: the
+// world size was probably left at its default.
+inline constexpr const char* kAtWorldOne =
+    "give the world size you will train with: `loom check --world N` (it defaults to 1), `loom run --nproc N`";
+
 class PrimitiveCall;
 using CheckFn = std::function<void(const PrimitiveCall&)>;
 using EffectFn = std::function<void(const PrimitiveCall&)>;

@@ -11,7 +11,10 @@ void check_keep(const PrimitiveCall& c) {
   const Value& k = c.arg("keep");
   if (k.is(ValueKind::Bool) && !k.as_bool())
     c.fail_at(c.arg_range("keep"), "unshard(false) asks for nothing", "remove the call: sharded parameters are released by default");
-  if (c.schedule().sharding().params == 1)
+  if (c.schedule().dp() == 1)
+    c.warn("at dp = 1 (world " + std::to_string(c.schedule().world()) + ") nothing is sharded, so parameters are always resident",
+           kAtWorldOne);
+  else if (c.schedule().sharding().params == 1)
     c.warn("parameters are not sharded (s_p = 1), so they are always resident", "shard parameters first with shard_states(...)");
 }
 }  // namespace

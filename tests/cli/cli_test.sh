@@ -16,10 +16,15 @@ expect "unknown knob in --set" 1 "--set names knob 'micro_bach'" -- "$loom" chec
 expect "bad --set" 2 "--set expects name=value" -- "$loom" check examples/gpt_tuned.sched --model gpt2 --set micro_batch
 expect "unknown model" 2 "did you mean 'gpt2'?" -- "$loom" check examples/gpt_tp.sched --model gpt3
 expect "missing --model" 2 "--model is required" -- "$loom" check examples/gpt_tp.sched
-expect "bad world" 2 "--world" -- "$loom" check examples/gpt_tp.sched --model gpt2 --world 0
 expect "local world must divide" 1 "local_world 3 does not divide world 8" -- "$loom" check examples/gpt_tp.sched --model gpt2 --world 8 --local-world 3
 expect "missing file" 1 "cannot read schedule file 'nope.sched'" -- "$loom" check nope.sched --model gpt2
 expect "no subcommand" 2 "A subcommand is required" -- "$loom"
+expect "unknown subcommand" 2 "error: unknown command 'chekc'" "hint: did you mean 'check'? \`loom --help\` lists the commands" -- "$loom" chekc x.sched
+expect "unknown subcommand, nothing close" 2 "error: unknown command 'xyzzy'" "hint: \`loom --help\` lists the commands" -- "$loom" xyzzy
+expect "version" 0 "loom 0.1.0 (LibTorch 1." -- "$loom" --version
+expect "run help shows defaults" 0 "--micro-batch INT=4" "--seq INT=128" "--steps INT=50" "--lr FLOAT=0.003" -- "$loom" run --help
+expect "nproc 0" 2 "--nproc: must be at least 1, got 0" -- "$loom" run --model gpt:tiny --nproc 0
+expect "world 0" 2 "--world: must be at least 1, got 0" -- "$loom" check examples/gpt_tp.sched --model gpt2 --world 0
 expect "help" 0 "check" -- "$loom" --help
 expect "check help" 0 "--local-world" -- "$loom" check --help
 expect "fmt" 0 "let x = (1 + 2) * 3  # trailing comment" -- "$loom" fmt tests/golden/fmt/messy.sched
@@ -38,6 +43,46 @@ expect "explain ddp" 0 "all_reduce      lm_head" -- "$loom" explain --model llam
 expect "explain json" 0 '"gathers_placed": true' -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --json
 expect "explain LOOM_DEBUG" 0 "[loom] pass insert_gather_release: changed" -- env LOOM_DEBUG=1 "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2
 expect "explain schedule error" 1 "error: shard_states on sch: params = 3 does not divide dp = 8" -- "$loom" explain tests/error/shard_states_divide.sched --model gpt2 --nproc 8
+
+# The standard library fits every family, and so does docs/language.md's first example (taken
+# from the doc itself); at the default world 1 the warnings say so, once per call.
+sed -n '/^```$/,/^```$/p' docs/language.md | sed '1d' | sed '/^```$/,$d' > "$tmp/first_example.sched"
+for model in gpt:tiny llama:tiny bert:tiny mixtral:tiny; do
+  expect "stdlib on $model" 0 "ok (" -- "$loom" check tests/cli/stdlib_import.sched --model $model --world 2
+  expect "docs/language.md's first example on $model" 0 "ok (" -- "$loom" check "$tmp/first_example.sched" --model $model --world 2
+done
+expect "world 1 warns that nothing is sharded" 0 "warning: prefetch on \`layers.0\`: at dp = 1 (world 1) nothing is sharded" \
+  "hint: give the world size you will train with: \`loom check --world N\` (it defaults to 1)" \
+  "note: the same warning for 3 more modules of this selection" -- "$loom" check tests/cli/stdlib_import.sched --model llama:tiny
+
+# What `loom run` cannot honour yet, `loom check` refuses with run's message; the hints are true.
+expect "check refuses a mesh with ZeRO-3" 1 \
+  "mesh_zero3.sched:3:1: error: shard_states is not yet supported at runtime: with tensor or pipeline parallelism (mesh tp = 2, pp = 1)" \
+  "hint: remove it to train with the mesh's tensor parallelism, or remove the mesh" \
+  -- "$loom" check tests/cli/mesh_zero3.sched --model gpt:tiny --world 4
+expect "run refuses it the same way" 1 \
+  "mesh_zero3.sched:3:1: error: shard_states is not yet supported at runtime: with tensor or pipeline parallelism (mesh tp = 2, pp = 1)" \
+  -- "$loom" run tests/cli/mesh_zero3.sched --model gpt:tiny --nproc 4 --steps 1
+expect "check refuses replace" 1 'error: replace is not yet supported at runtime: its runtime effect is not implemented yet' \
+  'hint: remove `sch["h.0.attn"].replace(impl="gpt2_attention_chunked")`' -- "$loom" check tests/cli/replace.sched --model gpt:tiny --world 2
+expect "zero(stage=3) at dp 1 beside a mesh is plain data parallelism" 0 "ok (" -- "$loom" check tests/cli/mesh_zero3.sched --model gpt:tiny --world 2
+expect "shard_states(1, 1, 1) beside a mesh" 0 "ok (" -- "$loom" check tests/cli/mesh_plain_dp.sched --model gpt:tiny --world 2
+expect "check refuses unshard(auto)" 1 "error: unshard is not yet supported at runtime: unshard(auto) needs the memory-aware selection" \
+  "hint: write unshard(true)" -- "$loom" check tests/cli/unshard_auto.sched --model gpt2 --world 2
+expect "unknown knob lists the declared ones" 1 "--set names knob 'nosuch', which the schedule never declares" \
+  'hint: declared knobs: ["micro_batch", "ckpt_ratio"]' -- "$loom" run tests/cli/knobs.sched --model gpt:tiny --set nosuch=1 --steps 1
+expect "a knob set for a schedule without knobs" 1 "hint: the schedule declares no knobs; remove --set bs" \
+  -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --set bs=1
+
+# Outputs of every command are checked before work is spent.
+touch "$tmp/afile"
+expect "check --trace-json unwritable" 1 "error: --trace-json $tmp/afile/t.json: cannot create the directory $tmp/afile: '$tmp/afile' is a file, not a directory" \
+  -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --trace-json "$tmp/afile/t.json"
+expect "data prepare --out unwritable" 1 "error: --out /proc/x/c.bin: cannot create the directory /proc/x" -- "$loom" data prepare README.md --out /proc/x/c.bin
+expect "profile --out unwritable" 1 "error: --out $tmp: cannot write it: it is a directory" \
+  -- "$loom" profile --model gpt:tiny --nproc 1 --steps 1 --cache-dir "$tmp/cache2" --out "$tmp"
+expect "profile --cache-dir unwritable" 1 "error: --cache-dir /proc/x: cannot create the directory /proc/x" \
+  -- "$loom" profile --model gpt:tiny --nproc 1 --steps 1 --cache-dir /proc/x
 
 # Whole-schedule rules (verifier/) run in check.
 expect "memory limit" 1 "error: model states need" -- "$loom" check stdlib_schedules/zero1.sched --model gpt2 --world 8 --memory-limit 500MB

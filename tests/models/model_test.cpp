@@ -2,12 +2,15 @@
 #include "doctest_torch.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "backend/ir/verifier.h"
 #include "backend/model_trace.h"
 #include "backend/pass_pipeline.h"
+#include "backend/runtime_plan.h"
+#include "lang/interpreter.h"
 #include "lang/schedule.h"
 #include "lang/trace.h"
 #include "models/gpt.h"
@@ -200,4 +203,32 @@ TEST_CASE("every reference model traces on the meta device and lowers to a verif
   ir::OpTrace gpt = trace_model("gpt:tiny");
   CHECK(gpt.forward.back().module == "lm_head");
   CHECK(gpt.forward.back().params == std::vector<std::string>{"wte.weight"});
+}
+
+TEST_CASE("every standard schedule fits every reference model family") {
+  // blocks() finds each family's repeated blocks whatever their name; the runtime plan accepts them.
+  const std::pair<const char*, const char*> families[] = {
+      {"gpt:tiny", "h"}, {"llama:tiny", "layers"}, {"bert:tiny", "bert.encoder.layer"}, {"mixtral:tiny", "layers"}};
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(LOOM_SOURCE_DIR) + "/stdlib_schedules")) {
+    for (auto [model, blocks] : families) {
+      for (int world : {1, 2, 4}) {
+        CAPTURE(entry.path().string());
+        CAPTURE(model);
+        CAPTURE(world);
+        Schedule sch(module_tree_of(model), ScheduleContext{world, 0});
+        SourceManager sources;
+        InterpreterOptions options;
+        options.print_to = nullptr;
+        Interpreter(sch, sources, options).run_file(entry.path().string());
+        CHECK_NOTHROW(plan_runtime(sch));
+        int list = sch.tree().find(blocks);
+        REQUIRE(list >= 0);
+        for (const Directive& d : sch.trace())
+          if (d.primitive == "checkpoint" || d.primitive == "prefetch")
+            CHECK(sch.tree().node(sch.tree().find(d.target)).parent == list);
+        if (entry.path().filename() == "checkpoint_all.sched")
+          CHECK(sch.trace().size() == sch.tree().node(list).children.size());
+      }
+    }
+  }
 }

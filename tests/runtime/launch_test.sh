@@ -61,16 +61,19 @@ RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 "$loom" run --model gpt:
   > /dev/null 2> "$tmp/err"
 if [ $? -eq 1 ] && grep -q "data file '$tmp/missing.bin': cannot open" "$tmp/err"; then ok; else bad "worker error"; fi
 
-# 4. Ranks started by hand with torchrun's variables join one run.
+# 4. Ranks started by hand with torchrun's variables join one run; rank 0 alone shows what the
+# schedule prints.
 port=$((30000 + RANDOM % 20000))
+printf 'print("hello from rank 0 only")\n' > "$tmp/print_once.sched"
 for r in 0 1; do
   RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-    "$loom" run --model gpt:tiny --data synthetic --seq 32 --micro-batch 2 --steps 3 --threads 1 \
+    "$loom" run "$tmp/print_once.sched" --model gpt:tiny --data synthetic --seq 32 --micro-batch 2 --steps 3 --threads 1 \
     --metrics "$tmp/manual$r.jsonl" > "$tmp/out$r" 2> "$tmp/err$r" &
 done
 wait %1; rc0=$?
 wait %2; rc1=$?
-if [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] && [ "$(wc -l < "$tmp/manual0.jsonl")" -eq 3 ] && grep -q "2 ranks" "$tmp/out0"; then ok
+if [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] && [ "$(wc -l < "$tmp/manual0.jsonl")" -eq 3 ] && grep -q "2 ranks" "$tmp/out0" &&
+   [ "$(grep -c "hello from rank 0 only" "$tmp/out0")" -eq 1 ] && ! grep -q "hello" "$tmp/out1"; then ok
 else cat "$tmp/err0" "$tmp/err1" > "$tmp/err"; bad "torchrun-style ranks (rc $rc0 $rc1)"; fi
 
 # 5. Slurm and Open MPI variables are understood too (one rank, world 1).
@@ -142,6 +145,60 @@ expect_run_error 1 "checkpoint is not combined with them yet" \
   "$(mesh_sched with_checkpoint 'sch.mesh(tp=2)' 'sch["h.0"].checkpoint()')" --model gpt:tiny --nproc 2 --steps 1
 expect_run_error 1 "error: \`h\` has 4 entries, fewer than the pp = 8 pipeline stages" \
   "$(mesh_sched pp8 'sch.mesh(pp=8)')" --model gpt:tiny --nproc 8 --steps 1
+
+# 9. Outputs that cannot be written are refused before the first step; a write that fails later
+# (here a file-size limit, as a full disk) is a user error that leaves the previous checkpoint.
+small_run="--model gpt:tiny --data synthetic --seq 32 --micro-batch 2 --threads 1"
+touch "$tmp/afile"
+expect_no_step() {  # message, arguments...: refused with the message, before any step trained
+  local want="$1"
+  shift
+  "$loom" run $small_run --steps 2 "$@" > "$tmp/out" 2> "$tmp/err"
+  local rc=$?
+  if [ "$rc" -eq 1 ] && grep -qF -- "$want" "$tmp/err" && ! grep -q "step 1/" "$tmp/out"; then ok; else bad "refused before training (rc=$rc): $want"; fi
+}
+expect_no_step "error: --save $tmp/afile/ckpt: cannot create the directory $tmp/afile/ckpt: '$tmp/afile' is a file, not a directory" \
+  --nproc 2 --save "$tmp/afile/ckpt"
+expect_no_step "error: --save /proc/x: cannot create the directory /proc/x" --nproc 2 --save /proc/x
+expect_no_step "error: --metrics /proc/x/m.jsonl: cannot create the directory /proc/x" --metrics /proc/x/m.jsonl
+expect_no_step "error: --trace $tmp: cannot write it: it is a directory" --trace "$tmp"
+# A rank started by torchrun's variables checks its outputs itself.
+RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port + 3)) "$loom" run $small_run --steps 2 --save "$tmp/afile/x" \
+  > "$tmp/out" 2> "$tmp/err"
+if [ $? -eq 1 ] && grep -q "error: --save $tmp/afile/x: cannot create the directory" "$tmp/err"; then ok; else bad "torchrun rank checks --save"; fi
+expect_run_error 1 "error: could not write --metrics /dev/full after step 1: No space left on device" $small_run --steps 2 --metrics /dev/full
+"$loom" run $small_run --nproc 2 --steps 2 --save "$tmp/ck" > /dev/null 2>&1
+(ulimit -f 1000; "$loom" run $small_run --nproc 2 --steps 4 --resume "$tmp/ck" --save "$tmp/ck" > /dev/null 2> "$tmp/err")
+rc=$?
+if [ "$rc" -eq 1 ] && grep -q "error: could not write the checkpoint of step 4 to $tmp/ck: cannot write .*: File too large" "$tmp/err" &&
+   grep -qF "the previous checkpoint $tmp/ck/step-000002 is intact" "$tmp/err" && ! grep -q "internal error\|frame #" "$tmp/err" &&
+   [ "$(cat "$tmp/ck/latest")" = "step-000002" ] && [ ! -e "$tmp/ck/.tmp-step-000004" ] &&
+   "$loom" run $small_run --nproc 2 --steps 3 --resume "$tmp/ck" > /dev/null 2>&1; then ok
+else bad "a checkpoint write that fails keeps the previous one (rc=$rc)"; fi
+
+# 10. Ranks that never join are named, with what to check; no stack trace, no "please report".
+"$loom" run $small_run --nnodes 2 --node-rank 0 --nproc 1 --timeout 3 --master-port $((port + 4)) > /dev/null 2> "$tmp/err"
+if [ $? -eq 1 ] && grep -q "error: rank 1 (node 1) did not join the run within 3 s (the rendezvous at 127.0.0.1:$((port + 4)), world 2)" "$tmp/err" &&
+   grep -q "hint: start every node with the same command" "$tmp/err" && ! grep -q "frame #\|please report" "$tmp/err"; then ok
+else bad "a node that never joins"; fi
+"$loom" run $small_run --nnodes 2 --node-rank 1 --nproc 1 --timeout 3 --master-port $((port + 5)) > /dev/null 2> "$tmp/err"
+if [ $? -eq 1 ] && grep -q "error: rank 1 could not reach the rendezvous store at 127.0.0.1:$((port + 5)) within 3 s" "$tmp/err" &&
+   ! grep -q "frame #\|please report" "$tmp/err"; then ok
+else bad "node 0 that never starts"; fi
+
+# 11. What a run says: print() once, the whole run shape, a closing summary, the gradient norm.
+printf 'print("hello from the schedule")\nsch.blocks().checkpoint()\n' > "$tmp/print.sched"
+"$loom" run "$tmp/print.sched" $small_run --nproc 2 --steps 3 --save "$tmp/said" --metrics "$tmp/said.jsonl" > "$tmp/out" 2> "$tmp/err"
+if [ $? -eq 0 ] && [ "$(grep -c "hello from the schedule" "$tmp/out")" -eq 1 ] &&
+   grep -q "batch: micro-batch 2 x seq 32 x accum 1 x dp 2 = 4 sequences, 128 tokens per step; 3 steps, lr 0.003" "$tmp/out" &&
+   grep -q "schedule: $tmp/print.sched (4 directives)" "$tmp/out" &&
+   grep -q "loom run: done: 3 steps, 384 tokens in .* s (.* tokens/s), final loss 5\.[0-9]*, peak memory .* on rank 0" "$tmp/out" &&
+   grep -qF "checkpoint: $tmp/said/step-000003" "$tmp/out" && grep -qF "metrics: $tmp/said.jsonl" "$tmp/out" &&
+   tail -1 "$tmp/said.jsonl" | grep -q '"grad_norm":[0-9]'; then ok
+else cat "$tmp/out" >> "$tmp/err"; bad "what a run says"; fi
+# --clip 0 still reports the norm in the metrics (measured, not clipped).
+"$loom" run $small_run --steps 1 --clip 0 --metrics "$tmp/noclip.jsonl" > /dev/null 2>&1
+grep -q '"grad_norm":[0-9]' "$tmp/noclip.jsonl" && ok || bad "grad_norm with --clip 0"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -81,3 +81,24 @@ let ratio = tune("ratio", range(0, 5 - bs))
   CHECK(dependent.size() == 4 + 3 + 1);
   CHECK(none_pruned == 0);
 }
+
+TEST_CASE("--set of an undeclared knob lists the declared ones") {
+  auto s = std::make_unique<Schedule>(testing::fixture_tree("gpt2"));
+  s->knobs().set_override("nosuch", "1");
+  SourceManager sources;
+  std::ostringstream out;
+  InterpreterOptions o;
+  o.print_to = &out;
+  Interpreter(*s, sources, o).run_source("t.sched", kFig6);
+  try {
+    s->knobs().check_overrides_used();
+    FAIL("an undeclared knob was accepted");
+  } catch (const UserError& e) {
+    CHECK(e.diagnostic().message == "--set names knob 'nosuch', which the schedule never declares with tune(...)");
+    CHECK(e.diagnostic().hint == "declared knobs: [\"micro_batch\", \"ckpt_ratio\"]");
+  }
+  auto none = std::make_unique<Schedule>(testing::fixture_tree("gpt2"));
+  none->knobs().set_override("bs", "1");
+  CHECK_THROWS_WITH_AS(none->knobs().check_overrides_used(),
+                       "--set names knob 'bs', which the schedule never declares with tune(...)", UserError);
+}

@@ -87,6 +87,19 @@ print(len(sch["h.0"]))
   CHECK(trace[2].target == "h.11.mlp");
 }
 
+TEST_CASE("blocks() selects the entries of the largest ModuleList, whatever the model names it") {
+  auto gpt = evaluate("print(len(sch.blocks()))\nsch.blocks()[\"mlp\"].checkpoint()\n", "gpt2");
+  CHECK(gpt->printed == "12\n");
+  REQUIRE(gpt->schedule->trace().size() == 12);
+  CHECK(gpt->schedule->trace()[11].target == "h.11.mlp");
+  auto llama = evaluate("sch.blocks().checkpoint()\n", "llama-13b");
+  REQUIRE(llama->schedule->trace().size() == 40);
+  CHECK(llama->schedule->trace()[0].target == "layers.0");
+  CHECK(error_of("sch[\"h.0\"].blocks().checkpoint()\n") ==
+        "test.sched:1:12: `h.0` in model gpt2 holds no ModuleList, so blocks() has nothing to select");
+  CHECK(error_of("sch.blocks(2)\n") == "test.sched:1:1: blocks() takes no arguments");
+}
+
 TEST_CASE("a call on a multi-module selection applies to each match in order") {
   auto e = evaluate("sch[\"h.*.attn\"].checkpoint()\n");
   REQUIRE(e->schedule->trace().size() == 12);

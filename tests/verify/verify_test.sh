@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# loom verify end to end (issue #5): every stdlib schedule verifies at world 1, 2 and 4; the
-# examples verify (compression against its own bound); tensor and pipeline parallelism verify,
+# loom verify end to end (issue #5): every stdlib schedule verifies at world 1, 2 and 4 (and on
+# every model family at world 2); the examples verify (compression against its own bound);
+# tensor and pipeline parallelism verify,
 # and a missing sync is caught by the numbers; deliberately broken schedules (the test-only fault
 # primitives) are caught and the report names the right module and the right directive;
 # verify() makes `loom run` verify before training.
@@ -13,6 +14,16 @@ for world in 1 2 4; do
     expect "verify $f at world $world" 0 "equivalent (" "parameters after the step:" -- "$loom" verify "$f" $small --nproc $world
   done
 done
+# Every standard schedule on every other model family (blocks() finds their repeated blocks).
+for model in llama:tiny mixtral:tiny bert:tiny; do
+  for f in stdlib_schedules/*.sched; do
+    expect "verify $f on $model" 0 "equivalent (" -- "$loom" verify "$f" --model $model --seq 32 --micro-batch 2 --threads 1 --nproc 2
+  done
+done
+# --nproc defaults to 2; at 1 rank the report says how little that proves.
+expect "verify defaults to 2 ranks" 0 "on gpt:tiny, 2 ranks, one step" "equivalent (" -- "$loom" verify stdlib_schedules/zero3.sched $small
+expect "verify at 1 rank says nothing was sharded" 0 "note: at 1 rank nothing is sharded, split or reduced" "equivalent (" \
+  -- "$loom" verify stdlib_schedules/zero3.sched $small --nproc 1
 expect "fp16 reductions: fp16 tolerance" 0 "tolerance (fp16)" "equivalent (" -- "$loom" verify stdlib_schedules/zero3.sched $small --nproc 2 --reduce-dtype fp16
 
 # The examples: gpt_tuned (ZeRO-3, checkpoint, TAGC, unshard, offload) verifies, its compression

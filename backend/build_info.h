@@ -1,0 +1,17 @@
+// What the command line says about this build and about exceptions that escape to it;
+// torch-free declarations, implemented beside the version-specific code (torch_compat.cpp).
+#pragma once
+
+#include <exception>
+#include <string>
+
+namespace loom {
+
+// "LibTorch 1.13.1, CPU" or "LibTorch 2.11.0, CUDA and NCCL".
+std::string build_description();
+
+// An exception's message for the user: LibTorch's C++ stack trace only when `with_backtrace`
+// (LOOM_BACKTRACE=1), since it is for Loom's developers, not for whoever ran the command.
+std::string exception_text(const std::exception& e, bool with_backtrace);
+
+}  // namespace loom
