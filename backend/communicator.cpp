@@ -208,7 +208,7 @@ Work all_reduce(Group& group, at::Tensor& tensor, const AllReduceOptions& option
   c10d::AllreduceOptions o;
   o.reduceOp = to_c10d(options.op);
   o.timeout = group.impl().timeout;
-  return Work(group.impl().pg->allreduce(ts, o), nullptr, "all_reduce of " + std::to_string(tensor.numel()) + " elements on " + group.name());
+  return Work(group.impl().pg->allreduce(ts, o), nullptr, "all_reduce on " + group.name() + " (" + std::to_string(tensor.numel()) + " elements)");
 }
 
 Work broadcast(Group& group, at::Tensor& tensor, const BroadcastOptions& options) {

@@ -1,11 +1,9 @@
 #include "backend/gradient_reducer.h"
 
-#include <map>
-#include <unordered_set>
-
 namespace loom {
 
 struct GradientReducer::State {
+  static constexpr size_t kNone = static_cast<size_t>(-1);
   struct Bucket {
     std::vector<size_t> params;   // indices into State::params
     torch::Tensor flat;           // the reduction buffer
@@ -17,7 +15,7 @@ struct GradientReducer::State {
   comm::Group* group;
   std::vector<torch::Tensor> params;
   std::vector<int64_t> offset;    // of each parameter in its bucket
-  std::vector<size_t> bucket_of;
+  std::vector<size_t> bucket_of;  // kNone: in no bucket (never reduced)
   std::vector<bool> reported;
   std::vector<Bucket> buckets;
   size_t next_launch = 0;         // buckets launch in index order on every rank
@@ -55,55 +53,29 @@ struct GradientReducer::State {
   }
 };
 
-GradientReducer::GradientReducer(const std::vector<torch::Tensor>& params, comm::Group& group, int64_t bucket_bytes,
-                                 torch::Dtype reduce_dtype, const std::vector<int>& declared_bucket)
+GradientReducer::GradientReducer(const std::vector<torch::Tensor>& params, const std::vector<std::vector<size_t>>& buckets,
+                                 comm::Group& group, torch::Dtype reduce_dtype)
     : s_(std::make_unique<State>()) {
   s_->group = &group;
-  std::unordered_set<const void*> seen;
-  std::vector<int> declared;  // of each kept parameter
-  for (size_t i = 0; i < params.size(); ++i)
-    if (params[i].requires_grad() && seen.insert(params[i].unsafeGetTensorImpl()).second) {
-      s_->params.push_back(params[i]);
-      declared.push_back(i < declared_bucket.size() ? declared_bucket[i] : -1);
-    }
-  size_t n = s_->params.size();
+  s_->params = params;
+  size_t n = params.size();
   s_->offset.assign(n, 0);
-  s_->bucket_of.assign(n, 0);
+  s_->bucket_of.assign(n, State::kNone);
   s_->reported.assign(n, false);
-  // Reverse registration order approximates the order in which backward completes gradients.
-  // A declared bucket (bucket()) is one bucket of its own, whatever its size.
-  int64_t filled = 0;
-  bool open = false;  // the last bucket takes size-filled parameters
-  std::map<int, size_t> declared_at;
-  for (size_t k = n; k-- > 0;) {
-    int64_t bytes = s_->params[k].numel() * s_->params[k].element_size();
-    if (declared[k] >= 0) {
-      auto [it, fresh] = declared_at.emplace(declared[k], s_->buckets.size());
-      if (fresh) s_->buckets.emplace_back();
-      s_->bucket_of[k] = it->second;
-      s_->buckets[it->second].params.push_back(k);
-      open = false;
-      continue;
-    }
-    if (!open || (filled > 0 && filled + bytes > bucket_bytes)) {
-      s_->buckets.emplace_back();
-      filled = 0;
-      open = true;
-    }
-    auto& b = s_->buckets.back();
-    s_->bucket_of[k] = s_->buckets.size() - 1;
-    b.params.push_back(k);
-    filled += bytes;
-  }
-  for (auto& b : s_->buckets) {
+  for (const std::vector<size_t>& members : buckets) {
+    State::Bucket b;
+    b.params = members;
     int64_t total = 0;
-    for (size_t p : b.params) {
+    for (size_t p : members) {
+      s_->bucket_of[p] = s_->buckets.size();
       s_->offset[p] = total;
-      total += s_->params[p].numel();
+      total += params[p].numel();
     }
-    b.flat = torch::zeros({total}, s_->params[b.params[0]].options().dtype(reduce_dtype).requires_grad(false));
+    b.flat = torch::zeros({total}, params[members.at(0)].options().dtype(reduce_dtype).requires_grad(false));
+    s_->buckets.push_back(std::move(b));
   }
   for (size_t k = 0; k < n; ++k) {
+    if (s_->bucket_of[k] == State::kNone || !params[k].requires_grad()) continue;  // finish() reduces what it holds
     State* state = s_.get();
     s_->params[k].register_hook([state, k](torch::Tensor grad) {
       state->on_grad(k, grad);
@@ -132,7 +104,7 @@ void GradientReducer::finish() {
   State& s = *s_;
   // Parameters that got no gradient this step (unused experts, say) contribute what they hold.
   for (size_t p = 0; p < s.params.size(); ++p) {
-    if (s.reported[p]) continue;
+    if (s.reported[p] || s.bucket_of[p] == State::kNone) continue;
     auto& b = s.buckets[s.bucket_of[p]];
     if (b.launched) continue;
     const torch::Tensor& g = s.params[p].grad();
@@ -153,6 +125,7 @@ void GradientReducer::finish() {
   double scale = 1.0 / s.group->size();
   torch::NoGradGuard no_grad;
   for (size_t p = 0; p < s.params.size(); ++p) {
+    if (s.bucket_of[p] == State::kNone) continue;
     auto& b = s.buckets[s.bucket_of[p]];
     torch::Tensor avg =
         b.flat.narrow(0, s.offset[p], s.params[p].numel()).view(s.params[p].sizes()).to(s.params[p].scalar_type()) * scale;

@@ -1,5 +1,5 @@
-// Data-parallel gradient averaging: gradients are all-reduced in buckets, each
-// launched as soon as all of its gradients are complete, while backward still runs.
+// Data-parallel gradient averaging: gradients are all-reduced in the buckets it is given, each
+// launched (in order) as soon as all of its gradients are complete, while backward still runs.
 #pragma once
 
 #include <memory>
@@ -13,12 +13,12 @@ namespace loom {
 
 class GradientReducer {
  public:
-  // `params` in registration order; shared (tied) tensors are reduced once.
-  // Buckets hold `reduce_dtype` (the gradients are cast into them and back).
-  // `declared_bucket` (per parameter, may be empty): parameters with the same id >= 0 form one
-  // bucket of their own (bucket()); the others fill buckets of `bucket_bytes`.
-  GradientReducer(const std::vector<torch::Tensor>& params, comm::Group& group, int64_t bucket_bytes,
-                  torch::Dtype reduce_dtype = torch::kFloat, const std::vector<int>& declared_bucket = {});
+  // `params`: unique tensors. `buckets`: indices into `params`, one list per bucket, in launch
+  // order: the step program's data-parallel all-reduces (bucket_data_parallel), or
+  // plan_gradient_buckets where the program does not describe the run (a mesh). A parameter in
+  // no bucket is never reduced. A bucket holds `reduce_dtype` (gradients are cast into it and back).
+  GradientReducer(const std::vector<torch::Tensor>& params, const std::vector<std::vector<size_t>>& buckets, comm::Group& group,
+                  torch::Dtype reduce_dtype = torch::kFloat);
   ~GradientReducer();
 
   // Before each micro-batch's backward: `sync` is true on the last micro-batch of a

@@ -7,6 +7,7 @@
 #include "backend/ir/lower.h"
 #include "backend/ir/verifier.h"
 #include "backend/passes/bucket.h"
+#include "backend/passes/bucket_data_parallel.h"
 #include "backend/passes/compress.h"
 #include "backend/passes/insert_gather_release.h"
 #include "backend/passes/insert_gradient_reduction.h"
@@ -24,6 +25,7 @@ const std::vector<std::pair<std::string, passes::Pass>>& pipeline_passes() {
       {"compress", passes::compress},                                     // TAGC: a compressed reduce-scatter
       {"unshard", passes::unshard},                                       // DeepCompile §4.3: keep gathered for backward
       {"bucket", passes::bucket},                                         // SimpleFSDP §3.2: one collective per bucket
+      {"bucket_data_parallel", passes::bucket_data_parallel},             // DDP: gradient all-reduces in size-capped buckets
       {"prefetch", passes::prefetch},                                     // gathers of the next block, ahead
   };
   return list;
@@ -66,13 +68,14 @@ ir::Program run_passes(ir::Program program, const passes::PassInputs& inputs,
 }
 
 ir::Program plan_step(const Schedule& schedule, const ir::OpTrace& trace, std::vector<PassRecord>* records,
-                      const PipelineDebug& debug) {
+                      const PipelineDebug& debug, const StepOptions& options) {
   ir::Sharding s;
   s.dp = schedule.dp();
   s.params = schedule.sharding().params;
   s.grads = schedule.sharding().grads;
   s.optim = schedule.sharding().optim;
   passes::PassInputs inputs;
+  inputs.data_parallel_bucket_bytes = options.bucket_bytes;
   for (const Directive& d : schedule.trace())
     if (d.primitive == "prefetch") {
       const Value& b = *d.arg("budget");
@@ -84,7 +87,7 @@ ir::Program plan_step(const Schedule& schedule, const ir::OpTrace& trace, std::v
     } else if (d.primitive == "unshard" && d.arg("keep")->is(ValueKind::Bool)) {
       inputs.unshard.push_back(d.target);  // keep=auto waits for the memory-aware selection (runtime_plan refuses it)
     }
-  ir::Program program = run_passes(ir::lower(trace, s), inputs, pipeline_passes(), records, debug);
+  ir::Program program = run_passes(ir::lower(trace, s, options.grad_norm), inputs, pipeline_passes(), records, debug);
   std::string problem = ir::verify_complete(program);
   if (!problem.empty()) throw InternalError("IR verifier, end of pipeline: " + problem);
   return program;

@@ -7,18 +7,6 @@
 namespace loom {
 namespace {
 
-// The profile's name of an IR collective (the executor realises `broadcast` as an all-gather).
-const char* collective_name(ir::OpKind kind) {
-  switch (kind) {
-    case ir::OpKind::AllGather:
-    case ir::OpKind::Broadcast: return "all_gather";
-    case ir::OpKind::ReduceScatter:
-    case ir::OpKind::Compress: return "reduce_scatter";  // TAGC's sketch travels in one (its index all-reduce is not priced)
-    case ir::OpKind::AllReduce: return "all_reduce";
-    default: return nullptr;
-  }
-}
-
 // The profile's process-group role of an IR group role.
 std::string profile_role(const std::string& role) {
   static const std::map<std::string, std::string> roles{
@@ -63,7 +51,7 @@ StepEstimate estimate_step(const ir::Program& program, const Profile& profile, c
       ops.insert(ops.begin(), ops.back());  // rotate the other way: backward runs the calls in reverse
       ops.pop_back();
       e.backward_compute_ms += ms;
-    } else if (const char* name = collective_name(in.kind)) {
+    } else if (const char* name = ir::collective_op(in.kind)) {
       if (const CollectiveProfile* c = profile.collective(name, profile_role(in.group.role))) {
         ms = c->predict_ms(in.bytes);
         e.collective_ms += ms;

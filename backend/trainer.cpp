@@ -14,6 +14,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <unordered_set>
@@ -24,8 +25,10 @@
 
 #include "backend/activation_checkpoint.h"
 #include "backend/build_info.h"
+#include "backend/checkpoint_io.h"
 #include "backend/collective_profiler.h"
 #include "backend/communicator.h"
+#include "backend/gradient_buckets.h"
 #include "backend/gradient_reducer.h"
 #include "backend/launcher.h"
 #include "backend/lr_schedule.h"
@@ -115,6 +118,104 @@ void check_outputs(const TrainOptions& o, bool lead) {
   if (lead && !o.profile_out.empty()) check_output_file(o.profile_out, "--cache-dir");  // the profile's file in the cache
 }
 
+// The gradient norm is measured for clipping, and for the metrics (which report it even with
+// --clip 0); where parts of the gradients live on different ranks that costs an all-reduce.
+bool measures_grad_norm(const TrainOptions& o) { return o.clip > 0 || !o.metrics.empty(); }
+
+// The data-parallel buckets of the step program (its gradient all-reduces over dp), as indices
+// into `names`; `skipped` (test_skip_reduction) are left out.
+std::vector<std::vector<size_t>> program_buckets(const ir::Program& step, const std::vector<std::string>& names,
+                                                 const std::vector<std::string>& skipped) {
+  std::vector<std::vector<size_t>> buckets;
+  for (const ir::Instr& in : step.instrs) {
+    if (in.kind != ir::OpKind::AllReduce || in.phase != ir::Phase::Backward || in.group.role != "dp") continue;
+    std::vector<size_t> members;
+    for (int q : in.params) {
+      const std::string& name = step.params[q].name;
+      if (std::find(skipped.begin(), skipped.end(), name) != skipped.end()) continue;
+      auto at = std::find(names.begin(), names.end(), name);
+      if (at == names.end()) throw InternalError("the step program reduces " + name + ", which the model does not train");
+      members.push_back(static_cast<size_t>(at - names.begin()));
+    }
+    if (!members.empty()) buckets.push_back(members);
+  }
+  return buckets;
+}
+
+// Under a mesh, which the step program does not describe yet: DDP's buckets over this rank's
+// parameters (its slices, its stage's), in reverse registration order, bucket() modules apart.
+std::vector<std::vector<size_t>> mesh_buckets(const std::vector<torch::Tensor>& params, const std::vector<std::string>& names,
+                                              const std::vector<std::string>& bucket_modules, int64_t bucket_bytes,
+                                              const std::vector<std::string>& skipped) {
+  std::vector<size_t> order;
+  std::vector<int64_t> bytes;
+  std::vector<int> declared;
+  for (size_t i = params.size(); i-- > 0;) {
+    if (std::find(skipped.begin(), skipped.end(), names[i]) != skipped.end()) continue;
+    auto in = std::find_if(bucket_modules.begin(), bucket_modules.end(),
+                           [&](const std::string& m) { return names[i].rfind(m + ".", 0) == 0; });
+    order.push_back(i);
+    bytes.push_back(params[i].numel() * params[i].element_size());
+    declared.push_back(in == bucket_modules.end() ? -1 : static_cast<int>(in - bucket_modules.begin()));
+  }
+  std::vector<std::vector<size_t>> buckets = plan_gradient_buckets(bytes, declared, bucket_bytes);
+  for (auto& b : buckets)
+    for (size_t& k : b) k = order[k];
+  return buckets;
+}
+
+// The model's parameters, each once: LibTorch's parameters() lists a tied tensor once per owner
+// (wte and lm_head), and the optimizer and clipping must see it once (under its first name).
+std::pair<std::vector<torch::Tensor>, std::vector<std::string>> unique_parameters(torch::nn::Module& model) {
+  std::vector<torch::Tensor> params;
+  std::vector<std::string> names;
+  std::unordered_set<const void*> seen;
+  for (auto& p : model.named_parameters())
+    if (seen.insert(p.value().unsafeGetTensorImpl()).second) {
+      params.push_back(p.value());
+      names.push_back(p.key());
+    }
+  return {params, names};
+}
+
+// Another stage's parameters: their memory goes, and this rank neither trains nor reduces them;
+// `params` and `names` keep this stage's and those every stage holds.
+void keep_stage_parameters(const PipelineStages& stages, int stage, std::vector<torch::Tensor>& params,
+                           std::vector<std::string>& names) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> kept;
+  std::vector<std::string> kept_names;
+  for (size_t i = 0; i < params.size(); ++i) {
+    int s = stages.stage_of_param(names[i]);
+    if (s >= 0 && s != stage) {
+      params[i].set_(torch::empty({0}, params[i].options()));
+      continue;
+    }
+    kept.push_back(params[i]);
+    kept_names.push_back(names[i]);
+  }
+  params = std::move(kept);
+  names = std::move(kept_names);
+}
+
+// One --metrics line. A write that fails (a full disk) is a UserError.
+void write_metrics_row(std::ofstream& out, const std::string& path, const StepMetrics& m, int64_t between_micro_batches) {
+  char loss_text[40];
+  std::snprintf(loss_text, sizeof loss_text, "%.17g", m.loss);  // every digit: runs compare bit for bit
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  nlohmann::json row{{"step", m.step}, {"loss", nlohmann::json::parse(loss_text)}, {"lr", m.lr},
+                     {"tokens_per_s", m.tokens_per_s}, {"step_ms", m.step_ms}, {"peak_mem_bytes", m.peak_bytes},
+                     {"resident_between_micro_batches_bytes", between_micro_batches},
+                     {"max_rss_bytes", static_cast<int64_t>(usage.ru_maxrss) * 1024},
+                     {"grad_norm", m.grad_norm >= 0 ? nlohmann::json(m.grad_norm) : nlohmann::json()}};
+  out << row.dump() << "\n" << std::flush;
+  if (!out)
+    throw UserError(SourceRange{}, "could not write --metrics " + path + " after step " + std::to_string(m.step) + ": " +
+                                       std::strerror(errno),
+                    "free space or choose another --metrics file; --resume continues from the last checkpoint");
+}
+
 // What tensor and pipeline parallelism do not run with yet: a UserError naming it.
 void check_model_parallel_options(const TrainOptions& o, const RuntimePlan& plan) {
   if (!plan.model_parallel()) return;
@@ -124,45 +225,6 @@ void check_model_parallel_options(const TrainOptions& o, const RuntimePlan& plan
                                      std::to_string(plan.tp) + ", pp = " + std::to_string(plan.pp) + ")",
                   "checkpoints and profiles would have to gather tensor-parallel slices and every stage's parameters; "
                   "train without " + what + ", or with tp = pp = 1");
-}
-
-// Checkpoints: DIR/step-000010/{model.pt, optim/rank-R.{pt,json}, rng.pt, trainer.json} and
-// DIR/latest. model.pt is the consolidated model (it loads into the plain LibTorch model);
-// optim/ holds the optimizer states by range, written by the ranks of the first optimizer
-// block, so any later world size and sharding can resume from it (optimizer_checkpoint.h).
-std::string step_name(int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "step-%06lld", static_cast<long long>(step));
-  return buf;
-}
-
-// Per-rank state that does not reshard (TAGC's error-feedback accumulators): DIR/rank_state/rank-R.pt
-// (the tensors) and rank-R.json (their names). Read back only at the same world size.
-void save_rank_state(const fs::path& dir, int rank, const std::map<std::string, torch::Tensor>& state) {
-  if (state.empty()) return;
-  fs::create_directories(dir / "rank_state");
-  std::vector<torch::Tensor> tensors;
-  nlohmann::json names = nlohmann::json::array();
-  for (auto& [name, t] : state) {
-    names.push_back(name);
-    tensors.push_back(t.cpu());
-  }
-  std::string base = (dir / "rank_state" / ("rank-" + std::to_string(rank))).string();
-  CheckedFileWriter file(base + ".pt");
-  torch::save(tensors, file.sink());
-  file.finish();
-  write_whole_file(base + ".json", names.dump() + "\n");
-}
-
-std::map<std::string, torch::Tensor> load_rank_state(const fs::path& dir, int rank) {
-  std::map<std::string, torch::Tensor> out;
-  std::string base = (dir / "rank_state" / ("rank-" + std::to_string(rank))).string();
-  if (!fs::exists(base + ".json")) return out;
-  std::vector<torch::Tensor> tensors;
-  torch::load(tensors, base + ".pt");
-  nlohmann::json names = nlohmann::json::parse(std::ifstream(base + ".json"));
-  for (size_t i = 0; i < names.size() && i < tensors.size(); ++i) out[names[i].get<std::string>()] = tensors[i];
-  return out;
 }
 
 // compress(): TAGC on the reduce-scatter of every parameter below each module (runtime_plan
@@ -176,120 +238,11 @@ void configure_compression(ShardedExecutor& sharded, const std::vector<CompressR
       if (name.rfind(c.module + ".", 0) == 0) compressed[name] = {c.ratio, c.index_bits, c.sparsity};
   sharded.compress(compressed);
   if (resume_dir.empty()) return;
-  int written_at = nlohmann::json::parse(std::ifstream(resume_dir / "trainer.json")).at("world").get<int>();
+  int written_at = checkpoint_world(resume_dir);
   if (written_at == env.world) sharded.restore_compression_residuals(load_rank_state(resume_dir, env.rank));
   else if (env.rank == 0)
     std::cerr << "note: the checkpoint was written by " << written_at << " ranks; TAGC's error-feedback accumulators "
               << "restart at zero on " << env.world << "\n";
-}
-
-// Every rank calls this with every parameter resident; ranks below `optim_writers` write
-// their optimizer ranges, every rank its `rank_state`. The directory appears whole or not at all.
-void write_checkpoint_files(const TrainOptions& o, comm::Group& world, int64_t steps_done, torch::nn::Module& model,
-                      torch::optim::AdamW& opt, const std::vector<OptimizedRange>& ranges, int optim_writers,
-                      const std::map<std::string, torch::Tensor>& rank_state) {
-  std::string name = step_name(steps_done);
-  fs::path tmp = fs::path(o.save_dir) / (".tmp-" + name);
-  fs::path final_dir = fs::path(o.save_dir) / name;
-  bool lead = world.rank() == 0;
-  if (lead) {
-    fs::create_directories(o.save_dir);
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
-  }
-  comm::barrier(world);
-  if (world.rank() < optim_writers) save_optimizer_ranges(tmp, world.rank(), ranges, opt);
-  save_rank_state(tmp, world.rank(), rank_state);
-  if (lead) {
-    torch::serialize::OutputArchive archive;
-    model.save(archive);
-    CheckedFileWriter model_file((tmp / "model.pt").string());
-    archive.save_to(model_file.sink());
-    model_file.finish();
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    CheckedFileWriter rng_file((tmp / "rng.pt").string());
-    torch::save(gen.get_state(), rng_file.sink());
-    rng_file.finish();
-  }
-  comm::barrier(world);
-  if (!lead) return;
-  nlohmann::json meta{{"step", steps_done}, {"model", o.model}, {"world", world.size()}, {"seed", o.seed},
-                      {"format", "loom-checkpoint-2"}, {"optimizer_files", optim_writers}};
-  write_whole_file((tmp / "trainer.json").string(), meta.dump(2) + "\n");
-  // Renames are atomic: a crash leaves either the previous checkpoint or this whole one.
-  fs::remove_all(final_dir);
-  fs::rename(tmp, final_dir);
-  fs::path latest_tmp = fs::path(o.save_dir) / ".latest.tmp";
-  write_whole_file(latest_tmp.string(), name + "\n");
-  fs::rename(latest_tmp, fs::path(o.save_dir) / "latest");
-}
-
-// write_checkpoint_files, with a failed write (a full disk) as a user error that says the
-// previous checkpoint is intact: `latest` moves only after the new directory is complete.
-void write_checkpoint(const TrainOptions& o, comm::Group& world, int64_t steps_done, torch::nn::Module& model,
-                      torch::optim::AdamW& opt, const std::vector<OptimizedRange>& ranges, int optim_writers,
-                      const std::map<std::string, torch::Tensor>& rank_state) {
-  std::string previous;  // what `latest` names: it moves only once the new checkpoint is whole
-  std::ifstream(fs::path(o.save_dir) / "latest") >> previous;
-  if (previous == step_name(steps_done)) previous.clear();  // rewritten in place: not intact
-  auto failed = [&](const std::string& reason) {
-    std::error_code ignored;
-    fs::remove_all(fs::path(o.save_dir) / (".tmp-" + step_name(steps_done)), ignored);
-    return UserError(SourceRange{}, "could not write the checkpoint of step " + std::to_string(steps_done) + " to " + o.save_dir +
-                                        ": " + reason,
-                    previous.empty() ? "no earlier checkpoint was written; free space (or choose another --save) and run again"
-                                     : "the previous checkpoint " + (fs::path(o.save_dir) / previous).string() +
-                                           " is intact: free space, then continue with --resume " + o.save_dir);
-  };
-  try {
-    write_checkpoint_files(o, world, steps_done, model, opt, ranges, optim_writers, rank_state);
-  } catch (const WriteError& e) {
-    throw failed(e.what());
-  } catch (const fs::filesystem_error& e) {
-    throw failed(e.code().message() + " (" + e.path1().string() + ")");
-  }
-}
-
-fs::path resolve_checkpoint(const std::string& path) {
-  fs::path p(path);
-  if (fs::exists(p / "trainer.json")) return p;
-  if (fs::exists(p / "latest")) {
-    std::ifstream in(p / "latest");
-    std::string name;
-    in >> name;
-    if (fs::exists(p / name / "trainer.json")) return p / name;
-  }
-  throw UserError(SourceRange{}, "no checkpoint found at '" + path + "'",
-                  "pass a directory written by --save (it holds 'latest') or one of its step-N folders");
-}
-
-// The model's weights and the random state; returns the checkpoint's folder and step.
-// `params`: the model's unique parameters.
-std::pair<fs::path, int64_t> load_model_checkpoint(const TrainOptions& o, torch::nn::Module& model,
-                                                   const std::vector<torch::Tensor>& params) {
-  fs::path dir = resolve_checkpoint(o.resume);
-  nlohmann::json meta = nlohmann::json::parse(std::ifstream(dir / "trainer.json"));
-  if (meta.value("model", "") != o.model)
-    throw UserError(SourceRange{}, "checkpoint '" + dir.string() + "' is of model " + meta.value("model", "?") + ", not " + o.model,
-                    "resume with --model " + meta.value("model", "?"));
-  {
-    torch::serialize::InputArchive archive;
-    archive.load_from((dir / "model.pt").string());
-    model.load(archive);
-    // The loaded tensors' storage is not resizable, and the sharded executor frees and
-    // refills parameter storage: give every parameter storage of its own.
-    torch::NoGradGuard no_grad;
-    for (auto p : params) p.set_(p.detach().clone());
-  }
-  {
-    torch::Tensor state;
-    torch::load(state, (dir / "rng.pt").string());
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(state);
-  }
-  return {dir, meta.at("step").get<int64_t>()};
 }
 
 // Module calls as timeline spans, named by module path.
@@ -361,14 +314,6 @@ void write_profile(const TrainOptions& o, const OpProfiler& profiler, comm::Grou
   if (per_rank && std::string(per_rank) == "1") write(o.profile_out + ".rank" + std::to_string(env.rank));
 }
 
-// What a run did, for the closing summary.
-struct RunSummary {
-  int64_t steps = 0, tokens = 0, peak_bytes = 0;
-  double final_loss = std::numeric_limits<double>::quiet_NaN();
-  double seconds = 0;
-  std::string checkpoint;  // the last checkpoint written, if any
-};
-
 std::string with_commas(int64_t n) {
   std::string digits = std::to_string(n), out;
   for (size_t i = 0; i < digits.size(); ++i) {
@@ -393,11 +338,11 @@ std::string describe_run_shape(const TrainOptions& o, const Schedule& schedule, 
          "\n";
 }
 
-std::string describe_summary(const TrainOptions& o, const RunSummary& r) {
+std::string describe_summary(const TrainOptions& o, const TrainResult& r) {
   char line[256];
   std::snprintf(line, sizeof line, "loom run: done: %lld step%s, %s tokens in %.1f s (%.0f tokens/s), final loss %.4f, peak memory %s on rank 0\n",
-                static_cast<long long>(r.steps), r.steps == 1 ? "" : "s", with_commas(r.tokens).c_str(), r.seconds, r.tokens / std::max(r.seconds, 1e-9),
-                r.final_loss, format_size(r.peak_bytes).c_str());
+                static_cast<long long>(r.steps.size()), r.steps.size() == 1 ? "" : "s", with_commas(r.tokens).c_str(), r.seconds, r.tokens / std::max(r.seconds, 1e-9),
+                r.final_loss(), format_size(r.peak_bytes).c_str());
   std::string out = line;
   if (!r.checkpoint.empty()) out += "  checkpoint: " + r.checkpoint + "\n";
   if (!o.metrics.empty()) out += "  metrics: " + o.metrics + "\n";
@@ -442,437 +387,462 @@ int resolved_threads(const TrainOptions& o, int local_world) {
 
 namespace {
 
-int train_rank(const TrainOptions& o, const RankEnv& env) {
-  int threads = resolved_threads(o, env.local_world);
-  torch::set_num_threads(threads);
-  memory::install_counting_allocator();
-  SourceManager sources;
+// One rank's run, set up: the schedule's plan, the devices and groups, the model with its
+// executors and interceptors (outermost last), the optimizer. Built by set_up_rank, used by
+// train_step and finish_rank; never moved, since the interceptors point at one another.
+struct RankRun {
+  const TrainOptions& o;
+  RankEnv env;
+  int threads = 1;
   std::unique_ptr<Schedule> sch;
   RuntimePlan plan;
   std::unique_ptr<PipelineStages> stages;
   std::unique_ptr<TokenSource> data;
+  bool cuda = false, nccl = false, bf16 = false;
+  int gpu = 0;
+  torch::Device device = torch::kCPU;
+  std::shared_ptr<comm::Group> world;
+  BuiltModel model;
+  std::vector<torch::Tensor> params;  // unique, this rank's (its stage's, its tensor-parallel slices)
+  std::vector<std::string> param_names;
+  int64_t start = 0;  // steps done before this run (resume)
+  std::filesystem::path resume_dir;
+  std::unique_ptr<MeshGroups> mesh;
+  MeshLayout layout;
+  std::unique_ptr<TensorParallel> tensor_parallel;
+  std::unique_ptr<ActivationCheckpointer> checkpointer;
+  ir::OpTrace trace;                 // the model's compute ops (the op profiler keeps a reference)
+  std::optional<ir::Program> step;  // the step's program (not for a mesh yet)
+  std::unique_ptr<OpProfiler> profiler;
+  std::unique_ptr<ShardedExecutor> sharded;
+  std::unique_ptr<StepRecorder> recorder;
+  std::unique_ptr<PipelineStage> stage;
+  std::vector<torch::Tensor> optimized;     // what the optimizer updates (shards' slices when sharded)
+  std::vector<OptimizedRange> state_ranges;  // the optimizer's tensors as ranges (checkpoints)
+  std::vector<OptimizedRange> ranges;        // the optimized tensors as ranges (records, faults)
+  std::unique_ptr<OptimizerOffload> offload;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<GradientReducer> reducer;
+  std::unique_ptr<TimelineObserver> observer;
+  std::ofstream metrics;
+  std::vector<int64_t> tokens;  // one micro-batch's samples
+
+  RankRun(const TrainOptions& options, const RankEnv& rank_env)
+      : o(options), env(rank_env), layout(MeshLayout::of(rank_env.world, rank_env.rank, 1, 1)) {}
+  // The interceptors it installed point into it: none may outlive it (a library caller goes on).
+  ~RankRun() {
+    nn::set_call_interceptor(nullptr);
+    nn::set_call_observer(nullptr);
+  }
+  bool lead() const { return env.rank == 0; }
+};
+
+// The schedule, the data and the outputs, checked before this rank waits for any other.
+void plan_rank(RankRun& r) {
+  const TrainOptions& o = r.o;
+  SourceManager sources;
   try {
     check_options(o);
     // Loom's launcher validated the run and showed the schedule's print()s; under torchrun,
     // srun or mpirun rank 0 does both, once.
     const char* launcher = std::getenv(kLaunchedByLoom);
     bool launched_by_loom = launcher && std::string(launcher) == "1";
-    sch = evaluate_schedule(o, env.world, env.local_world, sources, env.rank == 0 && !launched_by_loom ? &std::cout : nullptr);
-    plan = plan_runtime(*sch);
-    check_model_parallel_options(o, plan);
-    if (plan.pp > 1) stages = std::make_unique<PipelineStages>(plan_pipeline_stages(sch->tree(), plan.pipeline_splits, plan.pp));
-    data = open_data(o);
-    if (!launched_by_loom) check_outputs(o, env.rank == 0);  // every rank, before any of them waits for the others
+    r.sch = evaluate_schedule(o, r.env.world, r.env.local_world, sources, r.lead() && !launched_by_loom ? &std::cout : nullptr);
+    r.plan = plan_runtime(*r.sch);
+    check_model_parallel_options(o, r.plan);
+    if (r.plan.pp > 1) r.stages = std::make_unique<PipelineStages>(plan_pipeline_stages(r.sch->tree(), r.plan.pipeline_splits, r.plan.pp));
+    r.data = open_data(o);
+    if (!launched_by_loom) check_outputs(o, r.lead());  // every rank, before any of them waits for the others
   } catch (const UserError& e) {
-    std::cerr << render(e.diagnostic(), &sources);
-    return 1;
+    throw UserError(self_contained(e.diagnostic(), &sources));  // with the quoted line, which only `sources` has
   }
+}
 
-  // GPU ranks: one device each (by local rank), NCCL, bf16 autocast over fp32 master weights.
-  bool cuda = resolved_device(o) == "cuda";
-  if (cuda && !compat::cuda_available()) {
-    std::cerr << "error: --device cuda, but this loom has no CUDA or sees no GPU\n"
-                 "  hint: build with -DLOOM_WITH_CUDA=ON against a CUDA LibTorch, or use --device cpu\n";
-    return 1;
-  }
+// GPU ranks: one device each (by local rank), NCCL, bf16 autocast over fp32 master weights.
+void choose_device(RankRun& r) {
+  const TrainOptions& o = r.o;
+  r.cuda = resolved_device(o) == "cuda";
+  if (r.cuda && !compat::cuda_available())
+    throw UserError(SourceRange{}, "--device cuda, but this loom has no CUDA or sees no GPU",
+                    "build with -DLOOM_WITH_CUDA=ON against a CUDA LibTorch, or use --device cpu");
   // NCCL needs a GPU per rank; gloo moves GPU tensors too, so its ranks may share GPUs.
-  bool nccl = cuda && o.backend != "gloo";
-  if (nccl && env.local_rank >= compat::cuda_device_count()) {
-    std::cerr << "error: local rank " << env.local_rank << " has no GPU of its own (" << compat::cuda_device_count()
-              << " visible)\n  hint: run at most one rank per GPU per node (--nproc), or --backend gloo to share GPUs\n";
-    return 1;
-  }
-  int gpu = cuda ? env.local_rank % compat::cuda_device_count() : 0;
-  torch::Device device = cuda ? torch::Device(torch::kCUDA, gpu) : torch::Device(torch::kCPU);
-  if (cuda) compat::set_cuda_device(gpu);
+  r.nccl = r.cuda && o.backend != "gloo";
+  if (r.nccl && r.env.local_rank >= compat::cuda_device_count())
+    throw UserError(SourceRange{}, "local rank " + std::to_string(r.env.local_rank) + " has no GPU of its own (" +
+                                       std::to_string(compat::cuda_device_count()) + " visible)",
+                    "run at most one rank per GPU per node (--nproc), or --backend gloo to share GPUs");
+  r.gpu = r.cuda ? r.env.local_rank % compat::cuda_device_count() : 0;
+  r.device = r.cuda ? torch::Device(torch::kCUDA, r.gpu) : torch::Device(torch::kCPU);
+  if (r.cuda) compat::set_cuda_device(r.gpu);
+  r.bf16 = r.cuda && o.precision == "bf16";
+}
 
-  comm::WorldOptions wo;
-  wo.timeout = std::chrono::seconds(o.timeout_s);
-  wo.backend = nccl ? comm::Backend::Nccl : comm::Backend::Gloo;
-  auto world = comm::init_world(env, wo);
-
+// The model from the seed (rank 0's weights on every rank), or from the checkpoint resumed;
+// then each rank keeps its tensor-parallel slices and its stage's parameters.
+void build_rank_model(RankRun& r) {
+  const TrainOptions& o = r.o;
   torch::manual_seed(static_cast<uint64_t>(o.seed));
-  BuiltModel model = build_model(o.model);
-  model.module->to(device);
-  bool bf16 = cuda && o.precision == "bf16";
-  if (bf16) compat::set_bf16_autocast(true);
-  if (static_cast<int64_t>(data->vocab_size()) > model.vocab_size) {
-    std::cerr << "error: the data's vocabulary (" << data->vocab_size() << ") is larger than model " << o.model << "'s ("
-              << model.vocab_size << ")\n  hint: choose a model with a larger vocabulary\n";
-    return 1;
-  }
-  if (o.seq > model.max_seq) {
-    std::cerr << "error: --seq " << o.seq << " is longer than model " << o.model << "'s context of " << model.max_seq
-              << " tokens\n  hint: use --seq " << model.max_seq << " or less\n";
-    return 1;
-  }
-  // LibTorch's parameters() lists a tied tensor once per owner (wte and lm_head); the
-  // optimizer and clipping must see it once.
-  std::vector<torch::Tensor> params;
-  std::vector<std::string> param_names;
+  r.model = build_model(o.model);
+  r.model.module->to(r.device);
+  if (r.bf16) compat::set_bf16_autocast(true);
+  if (static_cast<int64_t>(r.data->vocab_size()) > r.model.vocab_size)
+    throw UserError(SourceRange{}, "the data's vocabulary (" + std::to_string(r.data->vocab_size()) + ") is larger than model " +
+                                       o.model + "'s (" + std::to_string(r.model.vocab_size) + ")",
+                    "choose a model with a larger vocabulary");
+  if (o.seq > r.model.max_seq)
+    throw UserError(SourceRange{}, "--seq " + std::to_string(o.seq) + " is longer than model " + o.model + "'s context of " +
+                                       std::to_string(r.model.max_seq) + " tokens",
+                    "use --seq " + std::to_string(r.model.max_seq) + " or less");
+  std::tie(r.params, r.param_names) = unique_parameters(*r.model.module);
   {
-    std::unordered_set<const void*> seen;
-    for (auto& p : model.module->named_parameters())
-      if (seen.insert(p.value().unsafeGetTensorImpl()).second) {
-        params.push_back(p.value());
-        param_names.push_back(p.key());
-      }
-  }
-  {
-    // Every rank starts from rank 0's weights.
     torch::NoGradGuard no_grad;
-    for (auto& p : params) comm::broadcast(*world, p).wait();
+    for (auto& p : r.params) comm::broadcast(*r.world, p).wait();
   }
-  // Resuming: the consolidated weights before any sharding, the optimizer states below.
-  int64_t start = 0;
-  fs::path resume_dir;
-  if (!o.resume.empty()) {
-    try {
-      std::tie(resume_dir, start) = load_model_checkpoint(o, *model.module, params);
-    } catch (const UserError& e) {
-      std::cerr << render(e.diagnostic(), nullptr);
-      return 1;
-    }
+  // Resuming: the consolidated weights before any sharding, the optimizer states later.
+  if (!o.resume.empty()) std::tie(r.resume_dir, r.start) = load_model_checkpoint(o, *r.model.module, r.params);
+  if (r.plan.model_parallel()) {
+    r.mesh = std::make_unique<MeshGroups>(make_mesh_groups(*r.world, r.plan.tp, r.plan.pp));
+    r.layout = r.mesh->at;
+    r.tensor_parallel = std::make_unique<TensorParallel>(*r.model.module, r.plan.shards, r.plan.syncs, r.mesh->tp);
+    r.tensor_parallel->shard_parameters();
   }
+  if (r.stages) keep_stage_parameters(*r.stages, r.layout.stage, r.params, r.param_names);
+}
 
-  // mesh(tp, pp): each rank keeps its tensor-parallel slices and its stage's parameters, cut
-  // from the whole model every rank now holds (plain data parallelism over the rest).
-  std::unique_ptr<MeshGroups> mesh;
-  MeshLayout layout = MeshLayout::of(env.world, env.rank, 1, 1);
-  std::unique_ptr<TensorParallel> tensor_parallel;
-  if (plan.model_parallel()) {
-    mesh = std::make_unique<MeshGroups>(make_mesh_groups(*world, plan.tp, plan.pp));
-    layout = mesh->at;
-    tensor_parallel = std::make_unique<TensorParallel>(*model.module, plan.shards, plan.syncs, mesh->tp);
-    tensor_parallel->shard_parameters();
-  }
-  if (stages) {
-    // Another stage's parameters: their memory goes, and this rank neither trains nor reduces them.
-    torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> kept;
-    std::vector<std::string> kept_names;
-    for (size_t i = 0; i < params.size(); ++i) {
-      int s = stages->stage_of_param(param_names[i]);
-      if (s >= 0 && s != layout.stage) {
-        params[i].set_(torch::empty({0}, params[i].options()));
-        continue;
-      }
-      kept.push_back(params[i]);
-      kept_names.push_back(param_names[i]);
-    }
-    params = std::move(kept);
-    param_names = std::move(kept_names);
-  }
-
+// The interceptors around every module call, innermost first: checkpointing, the op profiler,
+// the sharded executor, tensor parallelism, the step recorder, the pipeline stage.
+void install_executors(RankRun& r, const std::vector<std::string>& unreduced, torch::Dtype reduce_dtype) {
+  const TrainOptions& o = r.o;
   std::unordered_set<const torch::nn::Module*> checkpointed;
-  for (auto& item : model.module->named_modules("", /*include_self=*/true))
-    for (auto& path : plan.checkpoint)
+  for (auto& item : r.model.module->named_modules("", /*include_self=*/true))
+    for (auto& path : r.plan.checkpoint)
       if (item.key() == path) checkpointed.insert(item.value().get());
-  ActivationCheckpointer checkpointer(checkpointed);
-  if (!checkpointed.empty()) nn::set_call_interceptor(&checkpointer);
-
-  plan.factors.dp = env.world;
-  torch::Dtype reduce_dtype = o.reduce_dtype == "fp16" ? torch::kHalf : o.reduce_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
+  r.checkpointer = std::make_unique<ActivationCheckpointer>(checkpointed);
+  if (!checkpointed.empty()) nn::set_call_interceptor(r.checkpointer.get());
+  r.plan.factors.dp = r.env.world;
   bool profiling = !o.profile_out.empty();
-  ir::OpTrace trace;
-  if (plan.factors.optim > 1 || profiling) trace = trace_model(o.model);
-  // Profiling: the op profiler runs innermost, where an op's parameters are resident.
-  nn::CallInterceptor* innermost = checkpointed.empty() ? nullptr : &checkpointer;
-  std::unique_ptr<OpProfiler> profiler;
-  if (profiling) {
-    profiler = std::make_unique<OpProfiler>(*model.module, trace, innermost, cuda ? gpu : -1);
-    innermost = profiler.get();
-    nn::set_call_interceptor(profiler.get());
+  ir::OpTrace& trace = r.trace;
+  if (!r.plan.model_parallel() || profiling) trace = trace_model(o.model);
+  // The step's program, as `loom explain` shows it: the sharded executor follows it, and plain
+  // data parallelism takes its gradient buckets from it. Meshes are not lowered to it yet.
+  if (!r.plan.model_parallel()) {
+    StepOptions step_options;
+    step_options.bucket_bytes = o.bucket_bytes;
+    step_options.grad_norm = measures_grad_norm(o);
+    r.step = plan_step(*r.sch, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
   }
-
+  // Profiling: the op profiler runs innermost, where an op's parameters are resident.
+  nn::CallInterceptor* innermost = checkpointed.empty() ? nullptr : r.checkpointer.get();
+  if (profiling) {
+    r.profiler = std::make_unique<OpProfiler>(*r.model.module, trace, innermost, r.cuda ? r.gpu : -1);
+    innermost = r.profiler.get();
+    nn::set_call_interceptor(r.profiler.get());
+  }
   // Any sharding (s_os > 1: ZeRO-1/2/3, MiCS, hybrids): the sharded executor runs every module
   // call, the activation checkpointer inside it. Every rank creates every subgroup, in order.
-  std::unique_ptr<ShardedExecutor> sharded;
-  std::vector<torch::Tensor> optimized = params;
-  if (plan.factors.optim > 1) {
-    ir::Program step = plan_step(*sch, trace, nullptr, PipelineDebug::from_environment(std::cerr));
-    sharded = std::make_unique<ShardedExecutor>(*model.module, std::move(step), make_shard_groups(*world, plan.factors), innermost,
-                                                reduce_dtype);
-    optimized = sharded->optimized();
-    nn::set_call_interceptor(sharded.get());
+  r.optimized = r.params;
+  if (r.plan.factors.optim > 1) {
+    r.sharded = std::make_unique<ShardedExecutor>(*r.model.module, *r.step, make_shard_groups(*r.world, r.plan.factors), innermost,
+                                                  reduce_dtype);
+    r.optimized = r.sharded->optimized();
+    nn::set_call_interceptor(r.sharded.get());
   }
-  nn::CallInterceptor* outermost = sharded ? sharded.get() : innermost;
-  if (tensor_parallel) {
-    outermost = tensor_parallel.get();
+  nn::CallInterceptor* outermost = r.sharded ? r.sharded.get() : innermost;
+  if (r.tensor_parallel) {
+    outermost = r.tensor_parallel.get();
     nn::set_call_interceptor(outermost);
   }
   // Test-only faults (loom verify's tests): unreduced gradients, weights released too early.
-  std::vector<std::string> unreduced, released_early;
-  for (const InjectedFault& f : plan.faults) {
-    if (f.primitive == "test_skip_reduction") unreduced.push_back(f.param);
+  std::vector<std::string> released_early;
+  for (const InjectedFault& f : r.plan.faults)
     if (f.primitive == "test_release_early") released_early.push_back(f.module);
-  }
-  if (sharded) sharded->inject_faults(unreduced, released_early);
-  if (sharded && !plan.compress.empty()) {
-    try {
-      configure_compression(*sharded, plan.compress, param_names, resume_dir, env);
-    } catch (const UserError& e) {
-      std::cerr << render(e.diagnostic(), nullptr);
-      return 1;
-    }
-  }
+  if (r.sharded) r.sharded->inject_faults(unreduced, released_early);
+  if (r.sharded && !r.plan.compress.empty()) configure_compression(*r.sharded, r.plan.compress, r.param_names, r.resume_dir, r.env);
   // loom verify: the first step is recorded, module call by module call.
-  std::unique_ptr<StepRecorder> recorder;
   if (!o.record.empty()) {
-    recorder = std::make_unique<StepRecorder>(*model.module, outermost);
-    nn::set_call_interceptor(recorder.get());
+    r.recorder = std::make_unique<StepRecorder>(*r.model.module, outermost);
+    nn::set_call_interceptor(r.recorder.get());
   }
   // Pipeline stages pass over other stages' modules before the recorder sees a call.
-  std::unique_ptr<PipelineStage> stage;
-  if (stages) {
-    stage = std::make_unique<PipelineStage>(*model.module, *stages, *mesh, recorder ? static_cast<nn::CallInterceptor*>(recorder.get()) : outermost);
-    nn::set_call_interceptor(stage.get());
+  if (r.stages) {
+    r.stage = std::make_unique<PipelineStage>(*r.model.module, *r.stages, *r.mesh,
+                                              r.recorder ? static_cast<nn::CallInterceptor*>(r.recorder.get()) : outermost);
+    nn::set_call_interceptor(r.stage.get());
   }
+}
 
+// The optimizer over what this rank updates (host copies with offload), its states resumed;
+// the test-only corruption of a shard.
+void create_optimizer(RankRun& r) {
+  const TrainOptions& o = r.o;
   // Each optimized tensor as a range of its parameter's flat tensor (sharded checkpoints).
-  std::vector<OptimizedRange> ranges;
-  if (sharded) {
-    ranges = sharded->optimized_ranges();
+  if (r.sharded) {
+    r.ranges = r.sharded->optimized_ranges();
   } else {
-    for (size_t i = 0; i < params.size(); ++i)
-      ranges.push_back({param_names[i], params[i].numel(), 0, optimized[i]});
+    for (size_t i = 0; i < r.params.size(); ++i) r.ranges.push_back({r.param_names[i], r.params[i].numel(), 0, r.optimized[i]});
   }
-  for (const InjectedFault& f : plan.faults) {
-    if (f.primitive != "test_corrupt_shard" || f.rank != env.rank) continue;
-    auto it = std::find_if(ranges.begin(), ranges.end(), [&](const OptimizedRange& r) { return r.param == f.param; });
-    if (it == ranges.end()) {
-      std::cerr << "error: test_corrupt_shard: " << f.param << " is not a trained parameter of its own (a tied weight?)\n";
-      return 1;
-    }
+  for (const InjectedFault& f : r.plan.faults) {
+    if (f.primitive != "test_corrupt_shard" || f.rank != r.env.rank) continue;
+    auto it = std::find_if(r.ranges.begin(), r.ranges.end(), [&](const OptimizedRange& range) { return range.param == f.param; });
+    if (it == r.ranges.end())
+      throw UserError(SourceRange{}, "test_corrupt_shard: " + f.param + " is not a trained parameter of its own (a tied weight?)",
+                      "corrupt the parameter's first owner");
     // Not a constant: a LayerNorm'd input sums to zero, so a uniform shift would not show.
     torch::NoGradGuard no_grad;
     it->tensor.add_(torch::arange(it->tensor.numel(), it->tensor.options().requires_grad(false)).remainder(7).mul(0.01).view_as(it->tensor));
   }
   // offload("optimizer"): the optimizer updates host copies, so its states live on the host.
-  std::unique_ptr<OptimizerOffload> offload;
-  if (plan.offload) offload = std::make_unique<OptimizerOffload>(optimized, plan.offload_budget);
-  torch::optim::AdamW optimizer(offload ? offload->optimized() : optimized,
-                                torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay));
-  // The ranges by the tensors the optimizer holds states for (checkpoints).
-  std::vector<OptimizedRange> state_ranges = ranges;
-  if (offload)
-    for (size_t i = 0; i < state_ranges.size(); ++i) state_ranges[i].tensor = offload->optimized()[i];
-  if (!resume_dir.empty()) {
-    try {
-      load_optimizer_ranges(resume_dir, state_ranges, optimizer);
-    } catch (const UserError& e) {
-      std::cerr << render(e.diagnostic(), nullptr);
-      return 1;
-    }
-  }
-  std::unique_ptr<GradientReducer> reducer;
-  // Replicated parameters are all-reduced in buckets; sharded ones by the executor.
-  comm::Group* replicas = mesh ? mesh->dp.get() : env.world > 1 ? world.get() : nullptr;
-  if (replicas && !sharded) {
-    std::vector<torch::Tensor> reduced;
-    std::vector<int> declared;  // bucket(): the index of the module holding each parameter
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (std::find(unreduced.begin(), unreduced.end(), param_names[i]) != unreduced.end()) continue;
-      reduced.push_back(params[i]);
-      auto in = std::find_if(plan.buckets.begin(), plan.buckets.end(),
-                             [&](const std::string& m) { return param_names[i].rfind(m + ".", 0) == 0; });
-      declared.push_back(in == plan.buckets.end() ? -1 : static_cast<int>(in - plan.buckets.begin()));
-    }
-    reducer = std::make_unique<GradientReducer>(reduced, *replicas, o.bucket_bytes, reduce_dtype, declared);
-  }
+  if (r.plan.offload) r.offload = std::make_unique<OptimizerOffload>(r.optimized, r.plan.offload_budget);
+  r.optimizer = std::make_unique<torch::optim::AdamW>(r.offload ? r.offload->optimized() : r.optimized,
+                                                      torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay));
+  r.state_ranges = r.ranges;
+  if (r.offload)
+    for (size_t i = 0; i < r.state_ranges.size(); ++i) r.state_ranges[i].tensor = r.offload->optimized()[i];
+  if (!r.resume_dir.empty()) load_optimizer_ranges(r.resume_dir, r.state_ranges, *r.optimizer);
+}
 
-  std::unique_ptr<TimelineObserver> observer;
+// The run's first lines on rank 0: what trains, on what, in which shape.
+void print_header(const RankRun& r) {
+  const TrainOptions& o = r.o;
+  const RuntimePlan& plan = r.plan;
+  std::cout << "loom run: " << o.model << " (" << module_tree_of(o.model)->parameter_count() << " parameters), " << r.env.world
+            << " rank" << (r.env.world == 1 ? "" : "s") << " x " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ", "
+            << r.data->describe() << ", " << plan.checkpoint.size() << " checkpointed modules, "
+            << (plan.factors.optim > 1 ? "sharding (s_p, s_g, s_os) = (" + std::to_string(plan.factors.params) + ", " +
+                                             std::to_string(plan.factors.grads) + ", " + std::to_string(plan.factors.optim) + "), "
+                                       : "")
+            << (!r.cuda ? "cpu (fp32, gloo)"
+                        : std::string("cuda (") + (r.bf16 ? "bf16 autocast, fp32 weights" : "fp32") + (r.nccl ? ", nccl)" : ", gloo)"))
+            << (r.start > 0 ? ", resuming after step " + std::to_string(r.start) : "")
+            << (r.mesh ? ", mesh tp " + std::to_string(r.layout.tp) + " x pp " + std::to_string(r.layout.pp) + " x dp " +
+                             std::to_string(r.layout.dp)
+                       : "")
+            << "\n"
+            << describe_run_shape(o, *r.sch, r.layout.dp) << std::flush;
+  if (r.offload)
+    std::cout << "offload: the optimizer states of " << r.offload->offloaded_count() << " of " << r.optimized.size()
+              << " tensors (" << r.offload->offloaded_elements() << " elements per rank) live in host memory\n"
+              << std::flush;
+}
+
+// Everything before the first step.
+std::unique_ptr<RankRun> set_up_rank(const TrainOptions& o, const RankEnv& env) {
+  auto r = std::make_unique<RankRun>(o, env);
+  r->threads = resolved_threads(o, env.local_world);
+  torch::set_num_threads(r->threads);
+  memory::install_counting_allocator();
+  plan_rank(*r);
+  choose_device(*r);
+  comm::WorldOptions wo;
+  wo.timeout = std::chrono::seconds(o.timeout_s);
+  wo.backend = r->nccl ? comm::Backend::Nccl : comm::Backend::Gloo;
+  r->world = comm::init_world(env, wo);
+  build_rank_model(*r);
+  torch::Dtype reduce_dtype = o.reduce_dtype == "fp16" ? torch::kHalf : o.reduce_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
+  std::vector<std::string> unreduced;  // test_skip_reduction: gradients each rank keeps as they are
+  for (const InjectedFault& f : r->plan.faults)
+    if (f.primitive == "test_skip_reduction") unreduced.push_back(f.param);
+  install_executors(*r, unreduced, reduce_dtype);
+  create_optimizer(*r);
+  // Replicated parameters are all-reduced in buckets; sharded ones by the executor.
+  comm::Group* replicas = r->mesh ? r->mesh->dp.get() : env.world > 1 ? r->world.get() : nullptr;
+  if (replicas && !r->sharded) {
+    std::vector<std::vector<size_t>> buckets =
+        r->step ? program_buckets(*r->step, r->param_names, unreduced)
+                : mesh_buckets(r->params, r->param_names, r->plan.buckets, o.bucket_bytes, unreduced);
+    r->reducer = std::make_unique<GradientReducer>(r->params, buckets, *replicas, reduce_dtype);
+  }
   if (!o.trace.empty()) {
     timeline::enable(env.rank);
-    observer = std::make_unique<TimelineObserver>(*model.module);
-    nn::set_call_observer(observer.get());
+    r->observer = std::make_unique<TimelineObserver>(*r->model.module);
+    nn::set_call_observer(r->observer.get());
   }
+  if (r->lead() && !o.metrics.empty()) r->metrics.open(o.metrics, r->start > 0 ? std::ios::app : std::ios::trunc);
+  if (r->lead()) print_header(*r);
+  r->tokens.resize(static_cast<size_t>(o.micro_batch * (o.seq + 1)));
+  return r;
+}
 
-  bool lead = env.rank == 0;
-  std::ofstream metrics;
-  if (lead && !o.metrics.empty()) metrics.open(o.metrics, start > 0 ? std::ios::app : std::ios::trunc);
-  if (lead)
-    std::cout << "loom run: " << o.model << " (" << module_tree_of(o.model)->parameter_count() << " parameters), "
-              << env.world << " rank" << (env.world == 1 ? "" : "s") << " x " << threads << " thread"
-              << (threads == 1 ? "" : "s") << ", " << data->describe() << ", " << plan.checkpoint.size()
-              << " checkpointed modules, " << (plan.factors.optim > 1 ? "sharding (s_p, s_g, s_os) = (" + std::to_string(plan.factors.params) + ", " +
-                                                 std::to_string(plan.factors.grads) + ", " + std::to_string(plan.factors.optim) + "), "
-                                           : "")
-              << (!cuda ? "cpu (fp32, gloo)" : std::string("cuda (") + (bf16 ? "bf16 autocast, fp32 weights" : "fp32") + (nccl ? ", nccl)" : ", gloo)"))
-              << (start > 0 ? ", resuming after step " + std::to_string(start) : "")
-              << (mesh ? ", mesh tp " + std::to_string(layout.tp) + " x pp " + std::to_string(layout.pp) + " x dp " + std::to_string(layout.dp)
-                       : "")
-              << "\n"
-              << describe_run_shape(o, *sch, layout.dp) << std::flush;
-  if (lead && offload)
-    std::cout << "offload: the optimizer states of " << offload->offloaded_count() << " of " << optimized.size()
-              << " tensors (" << offload->offloaded_elements() << " elements per rank) live in host memory\n"
-              << std::flush;
-  Progress progress(o.steps);
-  RunSummary summary;
-  auto run_start = std::chrono::steady_clock::now();
-  int64_t V = model.vocab_size;
-  std::vector<int64_t> tokens(static_cast<size_t>(o.micro_batch * (o.seq + 1)));
-  for (int64_t step = start; step < o.steps; ++step) {
-    bool recording = recorder && step == start;
-    auto t0 = std::chrono::steady_clock::now();
-    memory::reset_peak();
-    if (cuda) compat::cuda_reset_peak(gpu);
-    double lr = learning_rate(o, step);
-    for (auto& group : optimizer.param_groups())
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    optimizer.zero_grad();
-    double loss_sum = 0;
-    int64_t between_micro_batches = -1;
-    for (int64_t micro = 0; micro < o.accum; ++micro) {
-      for (int64_t i = 0; i < o.micro_batch; ++i)
-        data->sample(sample_index(step, micro, o.accum, layout.dp, layout.dp_rank, o.micro_batch, i), o.seq + 1,
-                     tokens.data() + i * (o.seq + 1));
-      torch::Tensor batch = torch::from_blob(tokens.data(), {o.micro_batch, o.seq + 1}, torch::kLong).to(device);
-      torch::Tensor x = batch.narrow(1, 0, o.seq), y = batch.narrow(1, 1, o.seq).contiguous();
-      if (sharded) sharded->begin_forward(micro == o.accum - 1);
-      if (profiler) profiler->begin_forward(step >= o.profile_warmup);
-      torch::Tensor logits;
-      bool handed_on = false;  // a pipeline stage before the last: its activation went to the next stage
-      {
-        timeline::Span span("forward", "phase");
-        if (recording) recorder->begin_forward();
-        try {
-          logits = model.forward(x);
-        } catch (const StageForwardDone&) {
-          handed_on = true;
-        }
-        if (recording) recorder->end_forward();
-        if (sharded) sharded->finish_forward();
-      }
-      // The loss in fp32 whatever the compute dtype.
-      torch::Tensor loss;
-      if (!handed_on)
-        loss = torch::cross_entropy_loss(logits.to(torch::kFloat).reshape({-1, V}), y.reshape({-1})) / static_cast<double>(o.accum);
-      if (bf16) compat::clear_autocast_cache();
-      if (recording && loss.defined()) recorder->add(RecordKind::Loss, "loss", micro, 0, loss);
-      if (reducer) reducer->prepare(micro == o.accum - 1);
-      {
-        timeline::Span span("backward", "phase");
-        if (profiler) profiler->begin_backward();
-        if (handed_on) stage->backward_from_next_stage();
-        else loss.backward();
-        if (stage) stage->send_gradient_to_previous_stage();
-        if (profiler) profiler->end_backward();
-        if (reducer) reducer->finish();
-        if (sharded) sharded->finish_backward();
-      }
-      if (loss.defined()) loss_sum += loss.item<double>();
-      // Between micro-batches only model states stay resident (lins.txt §IV-D's quantity).
-      if (micro == 0 && o.accum > 1 && !cuda) between_micro_batches = memory::current_bytes();
+// One micro-batch's forward and backward; returns its share of the step's loss (0 on a
+// pipeline stage before the last, which hands its activation on).
+double train_micro_batch(RankRun& r, int64_t step, int64_t micro, bool recording) {
+  const TrainOptions& o = r.o;
+  for (int64_t i = 0; i < o.micro_batch; ++i)
+    r.data->sample(sample_index(step, micro, o.accum, r.layout.dp, r.layout.dp_rank, o.micro_batch, i), o.seq + 1,
+                   r.tokens.data() + i * (o.seq + 1));
+  torch::Tensor batch = torch::from_blob(r.tokens.data(), {o.micro_batch, o.seq + 1}, torch::kLong).to(r.device);
+  torch::Tensor x = batch.narrow(1, 0, o.seq), y = batch.narrow(1, 1, o.seq).contiguous();
+  if (r.sharded) r.sharded->begin_forward(micro == o.accum - 1);
+  if (r.profiler) r.profiler->begin_forward(step >= o.profile_warmup);
+  torch::Tensor logits;
+  bool handed_on = false;  // a pipeline stage before the last: its activation went to the next stage
+  {
+    timeline::Span span("forward", "phase");
+    if (recording) r.recorder->begin_forward();
+    try {
+      logits = r.model.forward(x);
+    } catch (const StageForwardDone&) {
+      handed_on = true;
     }
-    double grad_norm = std::numeric_limits<double>::quiet_NaN();
-    {
-      timeline::Span optimizer_span("optimizer", "phase");
-      if (sharded) sharded->average_gradients();
-      if (stage) stage->reduce_shared_gradients(params, param_names);
-      if (recording)  // each rank's part of every reduced gradient (as shaped: tensor-parallel slices), before clipping
-        for (const OptimizedRange& r : ranges)
-          if (r.tensor.grad().defined()) recorder->add(RecordKind::ParamGrad, r.param, 0, r.offset, r.tensor.grad());
-      // Compressed gradients are lossy by design: their stated bounds. AdamW's first step moves
-      // each element by lr * |m| / (sqrt(v) + eps) < lr, so the updated values differ by < 2 lr.
-      if (recording && sharded)
-        for (const auto& b : sharded->compression_bounds())
-          recorder->add(RecordKind::Bound, b.param, 0, 0,
-                        torch::tensor({b.bound, step == 0 ? 2 * lr : std::numeric_limits<double>::infinity(),
-                                       static_cast<double>(b.estimated)}, torch::dtype(torch::kDouble)));
-      // The gradient norm: for clipping, and for the metrics (--clip 0 computes it only for them).
-      bool want_norm = o.clip > 0 || !o.metrics.empty();
-      double max_norm = o.clip > 0 ? o.clip : std::numeric_limits<double>::infinity();
-      if (sharded) {
-        if (want_norm) grad_norm = sharded->clip_gradients(max_norm);
-      } else if (mesh && want_norm) {
-        // Each element once over the model's ranks: slices everywhere, the rest on tp rank 0 of
-        // the stage that trains it (stage 0 for what every stage holds).
-        std::vector<bool> counted;
-        for (const std::string& name : param_names) {
-          int s = stages ? stages->stage_of_param(name) : -1;
-          counted.push_back((tensor_parallel->split_axis(name) >= 0 || layout.tp_rank == 0) &&
-                            (s >= 0 || layout.stage == 0));
-        }
-        grad_norm = clip_sharded_grad_norm(params, mesh->model.get(), max_norm, counted);
-      } else if (want_norm) {
-        grad_norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
-      }
-      if (offload) offload->gradients_to_host();
-      optimizer.step();
-      if (offload) offload->values_to_device();
-      if (sharded) sharded->publish();
-    }
-    if (recording) {
-      if (sharded) sharded->gather_all();
-      if (layout.dp_rank == 0)  // every replica holds the same parameters after the step
-        for (size_t i = 0; i < params.size(); ++i) recorder->add(RecordKind::Param, param_names[i], 0, 0, params[i]);
-      if (sharded) sharded->release_all();
-      fs::create_directories(o.record);
-      if (env.rank == 0)  // how loom verify reassembles the ranks' records into the plain model's
-        std::ofstream(fs::path(o.record) / "mesh.json") << nlohmann::json{{"tp", layout.tp}, {"pp", layout.pp}}.dump() << "\n";
-      recorder->write((fs::path(o.record) / ("rank-" + std::to_string(env.rank) + ".pt")).string());
-    }
-    torch::Tensor loss_t = torch::tensor({loss_sum}, torch::TensorOptions().dtype(torch::kDouble)).to(device);
-    comm::all_reduce(*world, loss_t).wait();
-    double loss = loss_t.item<double>() / (env.world / layout.pp);  // the last stage's ranks hold the loss
-    if (cuda) compat::cuda_synchronize();
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    double tokens_per_s = static_cast<double>(layout.dp * o.micro_batch * o.seq * o.accum) / (ms / 1000.0);
-    int64_t peak = cuda ? compat::cuda_peak_bytes(gpu) : memory::peak_bytes();
-    if (lead) {
-      if (metrics.is_open()) {
-        char loss_text[40];
-        std::snprintf(loss_text, sizeof loss_text, "%.17g", loss);
-        rusage usage{};
-        getrusage(RUSAGE_SELF, &usage);
-        nlohmann::json m{{"step", step + 1}, {"loss", nlohmann::json::parse(loss_text)}, {"lr", lr},
-                         {"tokens_per_s", tokens_per_s}, {"step_ms", ms}, {"peak_mem_bytes", peak},
-                         {"resident_between_micro_batches_bytes", between_micro_batches},
-                         {"max_rss_bytes", static_cast<int64_t>(usage.ru_maxrss) * 1024},
-                         {"grad_norm", std::isfinite(grad_norm) ? nlohmann::json(grad_norm) : nlohmann::json()}};
-        metrics << m.dump() << "\n" << std::flush;
-        if (!metrics)
-          throw UserError(SourceRange{}, "could not write --metrics " + o.metrics + " after step " + std::to_string(step + 1) + ": " +
-                                             std::strerror(errno),
-                          "free space or choose another --metrics file; --resume continues from the last checkpoint");
-      }
-      progress.update(step + 1, loss, tokens_per_s, ms, peak);
-    }
-    summary.steps += 1;
-    summary.tokens += layout.dp * o.micro_batch * o.seq * o.accum;
-    summary.final_loss = loss;
-    summary.peak_bytes = std::max(summary.peak_bytes, peak);
-    bool last = step + 1 == o.steps;
-    if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
-      if (sharded) sharded->gather_all();  // for the consolidated model.pt
-      write_checkpoint(o, *world, step + 1, *model.module, optimizer, state_ranges, plan.factors.optim,
-                       sharded ? sharded->compression_residuals() : std::map<std::string, torch::Tensor>{});
-      if (sharded) sharded->release_all();
-      summary.checkpoint = (fs::path(o.save_dir) / step_name(step + 1)).string();
-    }
+    if (recording) r.recorder->end_forward();
+    if (r.sharded) r.sharded->finish_forward();
   }
+  // The loss in fp32 whatever the compute dtype.
+  torch::Tensor loss;
+  if (!handed_on)
+    loss = torch::cross_entropy_loss(logits.to(torch::kFloat).reshape({-1, r.model.vocab_size}), y.reshape({-1})) /
+           static_cast<double>(o.accum);
+  if (r.bf16) compat::clear_autocast_cache();
+  if (recording && loss.defined()) r.recorder->add(RecordKind::Loss, "loss", micro, 0, loss);
+  if (r.reducer) r.reducer->prepare(micro == o.accum - 1);
+  {
+    timeline::Span span("backward", "phase");
+    if (r.profiler) r.profiler->begin_backward();
+    if (handed_on) r.stage->backward_from_next_stage();
+    else loss.backward();
+    if (r.stage) r.stage->send_gradient_to_previous_stage();
+    if (r.profiler) r.profiler->end_backward();
+    if (r.reducer) r.reducer->finish();
+    if (r.sharded) r.sharded->finish_backward();
+  }
+  return loss.defined() ? loss.item<double>() : 0;
+}
+
+// The global gradient norm before clipping, clipped to --clip; NaN when not measured.
+double clip_gradients(RankRun& r) {
+  const TrainOptions& o = r.o;
+  if (!measures_grad_norm(o)) return std::numeric_limits<double>::quiet_NaN();
+  double max_norm = o.clip > 0 ? o.clip : std::numeric_limits<double>::infinity();
+  if (r.sharded) return r.sharded->clip_gradients(max_norm);
+  if (!r.mesh) return torch::nn::utils::clip_grad_norm_(r.params, max_norm);
+  // Each element once over the model's ranks: slices everywhere, the rest on tp rank 0 of the
+  // stage that trains it (stage 0 for what every stage holds).
+  std::vector<bool> counted;
+  for (const std::string& name : r.param_names) {
+    int s = r.stages ? r.stages->stage_of_param(name) : -1;
+    counted.push_back((r.tensor_parallel->split_axis(name) >= 0 || r.layout.tp_rank == 0) && (s >= 0 || r.layout.stage == 0));
+  }
+  return clip_sharded_grad_norm(r.params, r.mesh->model.get(), max_norm, counted);
+}
+
+// loom verify's record of the first step: reduced gradients (before clipping), compression
+// bounds, and the parameters after the update.
+void record_gradients(RankRun& r, int64_t step, double lr) {
+  for (const OptimizedRange& range : r.ranges)  // each rank's part (as shaped: tensor-parallel slices)
+    if (range.tensor.grad().defined()) r.recorder->add(RecordKind::ParamGrad, range.param, 0, range.offset, range.tensor.grad());
+  // Compressed gradients are lossy by design: their stated bounds. AdamW's first step moves
+  // each element by lr * |m| / (sqrt(v) + eps) < lr, so the updated values differ by < 2 lr.
+  if (r.sharded)
+    for (const auto& b : r.sharded->compression_bounds())
+      r.recorder->add(RecordKind::Bound, b.param, 0, 0,
+                      torch::tensor({b.bound, step == 0 ? 2 * lr : std::numeric_limits<double>::infinity(),
+                                     static_cast<double>(b.estimated)},
+                                    torch::dtype(torch::kDouble)));
+}
+
+void record_parameters(RankRun& r) {
+  const TrainOptions& o = r.o;
+  if (r.sharded) r.sharded->gather_all();
+  if (r.layout.dp_rank == 0)  // every replica holds the same parameters after the step
+    for (size_t i = 0; i < r.params.size(); ++i) r.recorder->add(RecordKind::Param, r.param_names[i], 0, 0, r.params[i]);
+  if (r.sharded) r.sharded->release_all();
+  fs::create_directories(o.record);
+  if (r.lead())  // how loom verify reassembles the ranks' records into the plain model's
+    std::ofstream(fs::path(o.record) / "mesh.json") << nlohmann::json{{"tp", r.layout.tp}, {"pp", r.layout.pp}}.dump() << "\n";
+  r.recorder->write((fs::path(o.record) / ("rank-" + std::to_string(r.env.rank) + ".pt")).string());
+}
+
+// One optimizer step: its micro-batches, the reduced gradients clipped, the update, the loss
+// averaged over the ranks, metrics and progress on rank 0, a checkpoint when one is due.
+StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
+  const TrainOptions& o = r.o;
+  bool recording = r.recorder && step == r.start;
+  auto t0 = std::chrono::steady_clock::now();
+  memory::reset_peak();
+  if (r.cuda) compat::cuda_reset_peak(r.gpu);
+  double lr = learning_rate(o, step);
+  for (auto& group : r.optimizer->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  r.optimizer->zero_grad();
+  double loss_sum = 0;
+  int64_t between_micro_batches = -1;
+  for (int64_t micro = 0; micro < o.accum; ++micro) {
+    loss_sum += train_micro_batch(r, step, micro, recording);
+    // Between micro-batches only model states stay resident (lins.txt §IV-D's quantity).
+    if (micro == 0 && o.accum > 1 && !r.cuda) between_micro_batches = memory::current_bytes();
+  }
+  double grad_norm;
+  {
+    timeline::Span optimizer_span("optimizer", "phase");
+    if (r.sharded) r.sharded->average_gradients();
+    if (r.stage) r.stage->reduce_shared_gradients(r.params, r.param_names);
+    if (recording) record_gradients(r, step, lr);
+    grad_norm = clip_gradients(r);
+    if (r.offload) r.offload->gradients_to_host();
+    r.optimizer->step();
+    if (r.offload) r.offload->values_to_device();
+    if (r.sharded) r.sharded->publish();
+  }
+  if (recording) record_parameters(r);
+  torch::Tensor loss_t = torch::tensor({loss_sum}, torch::TensorOptions().dtype(torch::kDouble)).to(r.device);
+  comm::all_reduce(*r.world, loss_t).wait();
+  double loss = loss_t.item<double>() / (r.env.world / r.layout.pp);  // the last stage's ranks hold the loss
+  if (r.cuda) compat::cuda_synchronize();
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  int64_t tokens = r.layout.dp * o.micro_batch * o.seq * o.accum;
+  double tokens_per_s = static_cast<double>(tokens) / (ms / 1000.0);
+  int64_t peak = r.cuda ? compat::cuda_peak_bytes(r.gpu) : memory::peak_bytes();
+  StepMetrics measured{step + 1, loss, lr, std::isfinite(grad_norm) ? grad_norm : -1, tokens_per_s, ms, peak};
+  if (r.metrics.is_open()) write_metrics_row(r.metrics, o.metrics, measured, between_micro_batches);
+  result.tokens += tokens;
+  result.peak_bytes = std::max(result.peak_bytes, peak);
+  bool last = step + 1 == o.steps;
+  if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
+    if (r.sharded) r.sharded->gather_all();  // for the consolidated model.pt
+    write_checkpoint(o, *r.world, step + 1, *r.model.module, *r.optimizer, r.state_ranges, r.plan.factors.optim,
+                     r.sharded ? r.sharded->compression_residuals() : std::map<std::string, torch::Tensor>{});
+    if (r.sharded) r.sharded->release_all();
+    result.checkpoint = (fs::path(o.save_dir) / checkpoint_step_name(step + 1)).string();
+  }
+  return measured;
+}
+
+// After the last step: interceptors off, the profile and the timeline written.
+void finish_rank(RankRun& r) {
+  const TrainOptions& o = r.o;
   nn::set_call_interceptor(nullptr);
   nn::set_call_observer(nullptr);
-  if (profiler) write_profile(o, *profiler, *world, sharded ? &sharded->groups() : nullptr, device, env);
+  if (r.profiler) write_profile(o, *r.profiler, *r.world, r.sharded ? &r.sharded->groups() : nullptr, r.device, r.env);
   if (!o.trace.empty()) {
     // Each rank writes its events; rank 0 merges them (ranks of one node share the file system).
-    timeline::write_rank_events(o.trace + ".rank" + std::to_string(env.rank));
-    comm::barrier(*world);
-    if (lead && env.world == env.local_world) timeline::merge(o.trace, env.world, o.trace);
+    timeline::write_rank_events(o.trace + ".rank" + std::to_string(r.env.rank));
+    comm::barrier(*r.world);
+    if (r.lead() && r.env.world == r.env.local_world) timeline::merge(o.trace, r.env.world, o.trace);
   }
-  comm::barrier(*world);
-  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-  if (lead && o.profile_out.empty() && o.record.empty()) std::cout << describe_summary(o, summary) << std::flush;
-  return 0;
+  comm::barrier(*r.world);
 }
 
 }  // namespace
 
+TrainResult run_training(const TrainOptions& o, const RankEnv& env) {
+  std::unique_ptr<RankRun> r = set_up_rank(o, env);
+  Progress progress(o.steps);
+  TrainResult result;
+  auto run_start = std::chrono::steady_clock::now();
+  for (int64_t step = r->start; step < o.steps; ++step) {
+    StepMetrics measured = train_step(*r, step, result);
+    if (r->lead()) progress.update(measured.step, measured.loss, measured.tokens_per_s, measured.step_ms, measured.peak_bytes);
+    result.steps.push_back(measured);
+  }
+  finish_rank(*r);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  return result;
+}
+
 int train(const TrainOptions& o, const RankEnv& env) {
   try {
-    return train_rank(o, env);
+    TrainResult result = run_training(o, env);
+    if (env.rank == 0 && o.profile_out.empty() && o.record.empty()) std::cout << describe_summary(o, result) << std::flush;
+    return 0;
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), nullptr);
     return 1;

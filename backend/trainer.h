@@ -61,7 +61,32 @@ std::vector<Directive> validate_run(const TrainOptions& options, int world, int 
 std::string resolved_device(const TrainOptions& options);
 int resolved_threads(const TrainOptions& options, int local_world);
 
-// Trains on this rank. Returns the process exit code; user errors are printed.
+// One optimizer step as this rank measured it (what --metrics writes on rank 0).
+struct StepMetrics {
+  int64_t step = 0;        // 1-based
+  double loss = 0;         // the step's loss, averaged over the ranks that hold it
+  double lr = 0;
+  double grad_norm = -1;   // the global gradient norm before clipping; -1 when not measured
+  double tokens_per_s = 0; // over all ranks
+  double step_ms = 0;
+  int64_t peak_bytes = 0;  // this rank's peak tensor memory during the step
+};
+
+// What a training run did, on this rank.
+struct TrainResult {
+  std::vector<StepMetrics> steps;  // the steps this run trained (after a resume: from there on)
+  int64_t tokens = 0;              // over all ranks
+  double seconds = 0;
+  int64_t peak_bytes = 0;          // the largest step peak on this rank
+  std::string checkpoint;          // the last checkpoint written, if any
+  double final_loss() const { return steps.empty() ? 0 : steps.back().loss; }
+};
+
+// Trains on this rank: the library entry point (the CLI, the tuner and the bindings call it).
+// Throws UserError for the user's mistakes and comm::CommError when another rank fails.
+TrainResult run_training(const TrainOptions& options, const RankEnv& env);
+
+// run_training for the command line: prints errors; returns the process exit code.
 int train(const TrainOptions& options, const RankEnv& env);
 
 // The learning rate at `step`: linear warmup, then cosine decay to lr * min_lr_ratio.

@@ -3,6 +3,8 @@
 #include <iostream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/model_trace.h"
 #include "backend/pass_pipeline.h"
 #include "backend/profile.h"
@@ -20,6 +22,8 @@ struct ExplainOptions {
   std::string model;
   int nproc = 1;
   int local_world = 0;
+  int rank = 0;
+  double clip = TrainOptions{}.clip;
   std::vector<std::string> sets;
   bool json = false;
   std::string profile;  // a profile from `loom profile` prices every instruction
@@ -39,12 +43,27 @@ int explain(const ExplainOptions& o) {
     }
     sch.knobs().check_overrides_used();
     check_schedule_rules(sch);
+    if (o.rank >= o.nproc)
+      throw UserError(SourceRange{}, "--rank " + std::to_string(o.rank) + " is not below --nproc " + std::to_string(o.nproc),
+                      "ranks are numbered 0.." + std::to_string(o.nproc - 1));
     std::vector<PassRecord> records;
-    ir::Program program = plan_step(sch, trace_model(o.model), &records, PipelineDebug::from_environment(std::cerr));
+    StepOptions step_options;
+    step_options.grad_norm = o.clip > 0;
+    ir::Program program = plan_step(sch, trace_model(o.model), &records, PipelineDebug::from_environment(std::cerr), step_options);
+    // Every rank runs this same program (SPMD) outside a mesh; a mesh is not lowered yet.
+    bool mesh = sch.mesh_state().tp > 1 || sch.mesh_state().pp > 1;
+    std::string mesh_note = "mesh(tp, pp) is not lowered to the IR yet: this program omits its tensor- and "
+                            "pipeline-parallel collectives and shows plain data parallelism over its replicas";
     if (o.json) {
-      std::cout << program.to_json() << "\n";
+      nlohmann::json j = nlohmann::json::parse(program.to_json());
+      j["rank"] = o.rank;
+      j["complete"] = !mesh;
+      if (mesh) j["note"] = mesh_note;
+      std::cout << j.dump(1) << "\n";
       return kOk;
     }
+    std::cout << "# the program of rank " << o.rank << " (every rank runs the same one)\n";
+    if (mesh) std::cout << "# note: " << mesh_note << "\n";
     std::cout << "# passes (in order):\n";
     for (auto& r : records)
       std::cout << "#   " << r.pass << ": " << (r.changed ? "changed" : "unchanged") << ", " << r.instructions
@@ -85,7 +104,9 @@ void add_explain(CLI::App& app, std::function<int()>& run) {
   c->add_option("--nproc", o->nproc, "ranks the step is planned for")->check(at_least(1));
   c->add_option("--local-world", o->local_world, "ranks per node (default: all on one node)")->check(at_least(0));
   c->add_option("--set", o->sets, "fix a tune() knob: --set name=value (repeatable)");
-  c->add_flag("--json", o->json, "print the IR as JSON");
+  c->add_option("--rank", o->rank, "the rank whose program is printed")->check(at_least(0));
+  c->add_option("--clip", o->clip, "the run's --clip: with 0 the gradient norm is not measured (unless --metrics asks for it)");
+  c->add_flag("--json", o->json, "print the IR as JSON (with \"rank\", and \"complete\": false where a mesh is not lowered)");
   c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE`: prices each instruction");
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules");
   c->callback([&run, o] { run = [o] { return explain(*o); }; });

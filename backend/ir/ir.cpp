@@ -22,8 +22,27 @@ const char* op_name(OpKind k) {
     case OpKind::Offload: return "offload";
     case OpKind::Reload: return "reload";
     case OpKind::Compress: return "compress";
+    case OpKind::CompressIndex: return "compress_index";
+    case OpKind::CompressBound: return "compress_bound";
+    case OpKind::GradNorm: return "grad_norm";
+    case OpKind::LossReduce: return "loss_reduce";
   }
   return "?";
+}
+
+const char* collective_op(OpKind k) {
+  switch (k) {
+    case OpKind::AllGather:
+    case OpKind::Broadcast: return "all_gather";
+    case OpKind::ReduceScatter:
+    case OpKind::Compress: return "reduce_scatter";
+    case OpKind::AllReduce:
+    case OpKind::CompressIndex:
+    case OpKind::CompressBound:
+    case OpKind::GradNorm:
+    case OpKind::LossReduce: return "all_reduce";
+    default: return nullptr;
+  }
 }
 
 const char* phase_name(Phase p) {
@@ -68,6 +87,7 @@ std::string Program::to_json() const {
   j["instructions"] = nlohmann::json::array();
   for (auto& in : instrs) {
     nlohmann::json x{{"op", op_name(in.kind)}, {"phase", phase_name(in.phase)}};
+    if (const char* c = collective_op(in.kind)) x["collective"] = c;
     if (!in.module.empty()) x["module"] = in.module;
     if (!in.params.empty()) x["params"] = in.params;
     if (!in.group.role.empty()) x["group"] = {{"role", in.group.role}, {"size", in.group.size}};
@@ -89,6 +109,16 @@ Instr collective(Program& p, OpKind kind, Phase phase, int q, GroupRef group, in
   in.params = {q};
   in.group = std::move(group);
   in.bytes = bytes;
+  in.handle = p.new_handle();
+  return in;
+}
+
+Instr scalar_collective(Program& p, OpKind kind, Phase phase, GroupRef group) {
+  Instr in;
+  in.kind = kind;
+  in.phase = phase;
+  in.group = std::move(group);
+  in.bytes = 8;  // one double
   in.handle = p.new_handle();
   return in;
 }

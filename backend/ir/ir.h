@@ -25,15 +25,23 @@ enum class OpKind {
   OptimizerStep,  // update this rank's shard of parameters and states
   Offload,        // reserved for the offloading pass
   Reload,         // reserved for the offloading pass
-  Compress,       // reduce a gradient to its shard owners with TAGC (a compressed reduce-scatter)
+  Compress,       // reduce a gradient to its shard owners with TAGC (a compressed reduce-scatter of its sketch)
+  CompressIndex,  // TAGC: OR the index of a gradient's kept entries over the parameter group (all-reduce)
+  CompressBound,  // TAGC: agree on the compression's error bound and estimated entries (all-reduce)
+  GradNorm,       // all-reduce the squared gradient norm over ranks holding disjoint parts (clipping, metrics)
+  LossReduce,     // all-reduce the step's loss over every rank (what the run reports)
 };
 
 const char* op_name(OpKind k);
+// The collective a kind runs as, by its c10d name ("all_reduce", "all_gather", ...); null for
+// instructions that are not collectives. Lins' broadcast of updated slices runs as one
+// all_gather; TAGC's compress as a reduce_scatter of its sketch.
+const char* collective_op(OpKind k);
 const char* phase_name(Phase p);
 
 // A process group as the IR sees it: a role and a size.
 struct GroupRef {
-  std::string role;  // "params" (s_p), "grads" (s_g), "replicas", "optim", "dp"
+  std::string role;  // "params" (s_p), "grads" (s_g), "replicas", "optim", "dp", "world"
   int size = 1;
 };
 
@@ -78,6 +86,8 @@ struct Program {
 int64_t param_bytes(const Program& program, int q);
 // A collective of one parameter on `group`, with a new handle of `program`.
 Instr collective(Program& program, OpKind kind, Phase phase, int q, GroupRef group, int64_t bytes);
+// A collective of no parameter (a scalar of the step: the gradient norm, the loss) on `group`.
+Instr scalar_collective(Program& program, OpKind kind, Phase phase, GroupRef group);
 // A wait for the collective `handle`.
 Instr wait_for(int handle, Phase phase);
 // A release of parameter `q`'s gathered storage.

@@ -6,7 +6,7 @@
 
 namespace loom::ir {
 
-Program lower(const OpTrace& trace, const Sharding& sharding) {
+Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm) {
   Program p;
   p.model = trace.model;
   p.sharding = sharding;
@@ -27,11 +27,23 @@ Program lower(const OpTrace& trace, const Sharding& sharding) {
   };
   for (auto& op : trace.forward) p.instrs.push_back(compute(op, Phase::Forward));
   for (auto it = trace.forward.rbegin(); it != trace.forward.rend(); ++it) p.instrs.push_back(compute(*it, Phase::Backward));
+  // With optimizer states sharded, each of the s_os ranks of a block holds its part of every
+  // gradient: the norm's squares are summed over them. Otherwise every rank holds them all.
+  if (grad_norm && sharding.optim > 1) {
+    Instr norm = scalar_collective(p, OpKind::GradNorm, Phase::Step, {"optim_block", sharding.optim});
+    p.instrs.push_back(norm);
+    p.instrs.push_back(wait_for(norm.handle, Phase::Step));
+  }
   Instr step;
   step.kind = OpKind::OptimizerStep;
   step.phase = Phase::Step;
   for (size_t i = 0; i < p.params.size(); ++i) step.params.push_back(static_cast<int>(i));
   p.instrs.push_back(step);
+  if (sharding.dp > 1) {
+    Instr loss = scalar_collective(p, OpKind::LossReduce, Phase::Step, {"world", sharding.dp});
+    p.instrs.push_back(loss);
+    p.instrs.push_back(wait_for(loss.handle, Phase::Step));
+  }
   return p;
 }
 

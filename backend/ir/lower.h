@@ -1,6 +1,8 @@
 // Lowering: a traced model and the schedule's sharding become the initial IR of one
-// step: forward compute ops in order, backward ones in reverse, then the optimizer step.
-// Communication is added by the passes.
+// step: forward compute ops in order, backward ones in reverse, then the step's tail: the
+// gradient-norm all-reduce (when parts of the gradients live on different ranks), the
+// optimizer step, and the all-reduce of the loss the run reports. Gradient and parameter
+// communication is added by the passes.
 #pragma once
 
 #include "backend/ir/ir.h"
@@ -8,6 +10,7 @@
 
 namespace loom::ir {
 
-Program lower(const OpTrace& trace, const Sharding& sharding);
+// `grad_norm`: the run needs the global gradient norm (clipping, or metrics that report it).
+Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm = true);
 
 }  // namespace loom::ir

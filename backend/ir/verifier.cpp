@@ -6,10 +6,7 @@
 namespace loom::ir {
 namespace {
 
-bool is_collective(OpKind k) {
-  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce || k == OpKind::Broadcast ||
-         k == OpKind::Compress;
-}
+bool is_collective(OpKind k) { return collective_op(k) != nullptr; }
 
 std::string at(size_t i, const Program& p, const std::string& what) {
   const Instr& in = p.instrs[i];

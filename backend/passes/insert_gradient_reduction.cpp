@@ -20,7 +20,7 @@ bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
   std::vector<Instr> out;
   std::vector<Instr> pending;  // waits (and select & drops) to run before the optimizer step
   for (size_t i = 0; i < p.instrs.size(); ++i) {
-    if (p.instrs[i].kind == OpKind::OptimizerStep) {
+    if (p.instrs[i].phase == ir::Phase::Step) {  // the step's tail (norm, update) needs every reduction done
       for (auto& w : pending) out.push_back(w);
       pending.clear();
     }

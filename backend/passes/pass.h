@@ -24,6 +24,7 @@ struct PassInputs {
   std::vector<std::string> buckets;  // bucket() targets: module paths
   std::vector<std::string> unshard;  // unshard(true) targets: module paths
   std::vector<CompressedModule> compress;
+  int64_t data_parallel_bucket_bytes = 1 << 20;  // DDP's bucket size (the run's bucket_bytes)
 };
 
 // A pass rewrites the program and says whether it changed anything.

@@ -40,6 +40,9 @@ expect "pipeline boundaries in two lists" 1 \
 expect "explain zero3" 0 "reduce_scatter  h.3.mlp.c_proj.weight" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2
 expect "explain pass log" 0 "#   prefetch: changed" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2
 expect "explain ddp" 0 "all_reduce      lm_head" -- "$loom" explain --model llama:tiny --nproc 2
+expect "explain --rank" 0 "# the program of rank 1 (every rank runs the same one)" "loss_reduce" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --rank 1
+expect "explain --rank out of range" 2 "error: --rank 2 is not below --nproc 2" -- "$loom" explain --model gpt:tiny --nproc 2 --rank 2
+expect "explain json names each collective's operation" 0 '"collective": "reduce_scatter"' '"rank": 0' '"complete": true' -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --json
 expect "explain json" 0 '"gathers_placed": true' -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --json
 expect "explain LOOM_DEBUG" 0 "[loom] pass insert_gather_release: changed" -- env LOOM_DEBUG=1 "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2
 expect "explain schedule error" 1 "error: shard_states on sch: params = 3 does not divide dp = 8" -- "$loom" explain tests/error/shard_states_divide.sched --model gpt2 --nproc 8

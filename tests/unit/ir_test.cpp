@@ -3,6 +3,7 @@
 
 #include <sstream>
 
+#include "backend/gradient_buckets.h"
 #include "backend/ir/lower.h"
 #include "backend/ir/verifier.h"
 #include "backend/pass_pipeline.h"
@@ -26,12 +27,12 @@ ir::Program run(const ir::OpTrace& t, ir::Sharding s, passes::PassInputs in = {}
   return run_passes(ir::lower(t, s), in, pipeline_passes(), nullptr, {});
 }
 
-// Index of the first instruction matching kind/phase/param (or module), from `from`.
+// Index of the first instruction matching kind/phase/param (or module; "" matches any), from `from`.
 int find(const ir::Program& p, OpKind kind, ir::Phase phase, const std::string& name, size_t from = 0) {
   for (size_t i = from; i < p.instrs.size(); ++i) {
     const auto& in = p.instrs[i];
     if (in.kind != kind || in.phase != phase) continue;
-    if (kind == OpKind::Compute ? in.module == name : (!in.params.empty() && p.params[in.params[0]].name == name))
+    if (name.empty() || (kind == OpKind::Compute ? in.module == name : (!in.params.empty() && p.params[in.params[0]].name == name)))
       return static_cast<int>(i);
   }
   return -1;
@@ -213,9 +214,53 @@ TEST_CASE("bucket merges a module's gathers into the first and its reductions in
   // h.1 is not in the bucket.
   CHECK(bucketed.instrs[find(bucketed, OpKind::AllGather, F, "h.1.fc.w")].params.size() == 1);
   CHECK(ir::verify_complete(bucketed) == "");
-  // Under plain data parallelism the all-reduces merge the same way.
+  // Under plain data parallelism the three small gradients share one DDP bucket; bucket()
+  // gives h.0 a bucket of its own, so h.1's is another.
+  CHECK(count(run(t, {2, 1, 1, 1}), OpKind::AllReduce) == 1);
   ir::Program dp = run(t, {2, 1, 1, 1}, in);
-  CHECK(count(run(t, {2, 1, 1, 1}), OpKind::AllReduce) - count(dp, OpKind::AllReduce) == 1);
+  REQUIRE(count(dp, OpKind::AllReduce) == 2);
+  CHECK(dp.instrs[find(dp, OpKind::AllReduce, B, "h.1.fc.w")].params.size() == 1);
+  CHECK(dp.instrs[find(dp, OpKind::AllReduce, B, "h.0.proj.w")].params.size() == 2);
+}
+
+TEST_CASE("DDP buckets: gradients in completion order fill buckets up to the size; bucket() groups stand alone") {
+  CHECK(plan_gradient_buckets({40, 40, 40}, {}, 100) == std::vector<std::vector<size_t>>{{0, 1}, {2}});
+  CHECK(plan_gradient_buckets({400, 40}, {}, 100) == std::vector<std::vector<size_t>>{{0}, {1}});  // a large one alone
+  CHECK(plan_gradient_buckets({40, 40, 40, 40}, {-1, 7, -1, 7}, 100) == std::vector<std::vector<size_t>>{{0}, {1, 3}, {2}});
+  // In the IR: each bucket's all-reduce where its last gradient completes, one wait each, before the step.
+  passes::PassInputs in;
+  in.data_parallel_bucket_bytes = 80;  // two of two_blocks()' 40-byte gradients
+  ir::Program p = run(two_blocks(), {2, 1, 1, 1}, in);
+  auto B = ir::Phase::Backward;
+  REQUIRE(count(p, OpKind::AllReduce) == 2);
+  int first = find(p, OpKind::AllReduce, B, "h.1.fc.w");  // backward completes h.1 first
+  REQUIRE(first >= 0);
+  CHECK(p.instrs[first].params.size() == 2);
+  CHECK(p.params[p.instrs[first].params[1]].name == "h.0.proj.w");
+  CHECK(first > find(p, OpKind::Compute, B, "h.0.proj"));
+  CHECK(first < find(p, OpKind::Compute, B, "h.0.fc"));
+  CHECK(count(p, OpKind::Wait) == 2 + 1);  // the buckets' and the loss's
+  CHECK(ir::verify_complete(p) == "");
+}
+
+TEST_CASE("the step's tail: the gradient-norm all-reduce where optimizer states are sharded, the loss all-reduce") {
+  auto tail = [](const ir::Program& p) {
+    std::vector<std::string> ops;
+    for (auto& in : p.instrs)
+      if (in.phase == ir::Phase::Step && in.kind != OpKind::Wait && in.kind != OpKind::Broadcast) ops.push_back(ir::op_name(in.kind));
+    return ops;
+  };
+  CHECK(tail(run(two_blocks(), {1, 1, 1, 1})) == std::vector<std::string>{"optimizer_step"});
+  CHECK(tail(run(two_blocks(), {2, 1, 1, 1})) == std::vector<std::string>{"optimizer_step", "loss_reduce"});
+  ir::Program zero3 = run(two_blocks(), {2, 2, 2, 2});
+  CHECK(tail(zero3) == std::vector<std::string>{"grad_norm", "optimizer_step", "loss_reduce"});
+  const ir::Instr& norm = zero3.instrs[find(zero3, OpKind::GradNorm, ir::Phase::Step, "")];
+  CHECK(norm.group.role == "optim_block");
+  CHECK(std::string(ir::collective_op(norm.kind)) == "all_reduce");
+  // Without clipping or metrics the norm is not measured.
+  ir::Program unclipped = run_passes(ir::lower(two_blocks(), {2, 2, 2, 2}, false), {}, pipeline_passes(), nullptr, {});
+  CHECK(count(unclipped, OpKind::GradNorm) == 0);
+  CHECK(ir::verify_complete(zero3) == "");
 }
 
 TEST_CASE("unshard keeps a module's parameters gathered from the forward gather to the last backward use") {
@@ -246,8 +291,12 @@ TEST_CASE("compress turns a compressed parameter's reduce-scatter into TAGC's, p
   auto B = ir::Phase::Backward;
   int c = find(p, OpKind::Compress, B, "h.0.fc.w");
   REQUIRE(c >= 0);
-  CHECK(p.instrs[c].bytes == 40 / 10 + 2);  // 10 fp32 values / 10, and 10 index bits in 2 bytes
+  CHECK(p.instrs[c].bytes == 40 / 10);  // the sketch: 10 fp32 values / 10
+  CHECK(p.instrs[c - 2].kind == OpKind::CompressIndex);  // 10 index bits in 2 bytes, OR-reduced first
+  CHECK(p.instrs[c - 2].bytes == 2);
   CHECK(p.instrs[c + 1].kind == OpKind::Wait);
+  CHECK(p.instrs[c + 2].kind == OpKind::CompressBound);  // then the bound, agreed over the group
+  CHECK(std::string(ir::collective_op(p.instrs[c + 2].kind)) == "all_reduce");
   CHECK(find(p, OpKind::ReduceScatter, B, "h.0.fc.w") == -1);
   CHECK(find(p, OpKind::ReduceScatter, B, "h.0.proj.w") >= 0);
   CHECK(ir::verify_complete(p) == "");

@@ -1,0 +1,77 @@
+// One golden test per pass (as MLIR keeps one test file per pass): tests/golden/passes/<pass>.txt
+// holds the IR text before and after the pass, on a small model, with the pipeline's earlier
+// passes applied first. LOOM_UPDATE_GOLDEN=1 rewrites the files; review the diff.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+
+#include "backend/ir/lower.h"
+#include "backend/pass_pipeline.h"
+#include "helpers.h"
+
+using namespace loom;
+
+namespace {
+
+// Two blocks: h.0 = fc, proj; h.1 = fc, with 10-element weights, and a tied embedding used twice.
+ir::OpTrace two_blocks() {
+  ir::OpTrace t;
+  t.model = "blocks";
+  t.params = {{"wte", 40, 4}, {"h.0.fc.w", 10, 4}, {"h.0.proj.w", 10, 4}, {"h.1.fc.w", 10, 4}};
+  t.forward = {{"wte", {"wte"}}, {"h.0.fc", {"h.0.fc.w"}}, {"h.0.proj", {"h.0.proj.w"}}, {"h.1.fc", {"h.1.fc.w"}}, {"head", {"wte"}}};
+  return t;
+}
+
+// The run each pass is shown on: a sharding and the schedule's requests that make it act.
+struct GoldenCase {
+  ir::Sharding sharding;
+  passes::PassInputs inputs;
+  std::string described;
+};
+
+std::map<std::string, GoldenCase> golden_cases() {
+  std::map<std::string, GoldenCase> cases;
+  ir::Sharding zero3{2, 2, 2, 2};
+  cases["insert_gather_release"] = {zero3, {}, "ZeRO-3 at dp 2"};
+  cases["insert_gradient_reduction"] = {zero3, {}, "ZeRO-3 at dp 2"};
+  cases["insert_parameter_broadcast"] = {{4, 2, 4, 4}, {}, "Lins (2, 4, 4) at dp 4"};
+  passes::PassInputs compress;
+  compress.compress = {{"h.0.fc", 10}};
+  cases["compress"] = {zero3, compress, "ZeRO-3 at dp 2, h.0.fc compressed at ratio 10"};
+  passes::PassInputs unshard;
+  unshard.unshard = {"h.0.proj"};
+  cases["unshard"] = {zero3, unshard, "ZeRO-3 at dp 2, h.0.proj unsharded"};
+  passes::PassInputs bucket;
+  bucket.buckets = {"h.0"};
+  cases["bucket"] = {zero3, bucket, "ZeRO-3 at dp 2, h.0 bucketed"};
+  passes::PassInputs ddp;
+  ddp.data_parallel_bucket_bytes = 80;
+  cases["bucket_data_parallel"] = {{2, 1, 1, 1}, ddp, "plain data parallelism at dp 2, 80-byte buckets"};
+  passes::PassInputs prefetch;
+  prefetch.prefetch = {{"h.0", 0}, {"h.1", 0}};
+  cases["prefetch"] = {zero3, prefetch, "ZeRO-3 at dp 2, h.0 and h.1 prefetched (auto)"};
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("every pass has a golden test of the IR before and after it") {
+  std::map<std::string, GoldenCase> cases = golden_cases();
+  const auto& pipeline = pipeline_passes();
+  for (size_t k = 0; k < pipeline.size(); ++k) {
+    const std::string& name = pipeline[k].first;
+    CAPTURE(name);
+    REQUIRE_MESSAGE(cases.count(name), "add a golden case for pass " << name << " in tests/unit/pass_golden_test.cpp");
+    const GoldenCase& c = cases[name];
+    std::vector<std::pair<std::string, passes::Pass>> before(pipeline.begin(), pipeline.begin() + static_cast<long>(k));
+    ir::Program program = run_passes(ir::lower(two_blocks(), c.sharding), c.inputs, before, nullptr, {});
+    std::string text = "# pass " + name + " on " + c.described + "\n# before\n" + program.to_text();
+    ir::Program after = run_passes(program, c.inputs, {pipeline[k]}, nullptr, {});
+    text += "# after\n" + after.to_text();
+    std::string path = testing::source_path("tests/golden/passes/" + name + ".txt");
+    if (std::getenv("LOOM_UPDATE_GOLDEN")) std::ofstream(path) << text;
+    CHECK(text == testing::read_file(path));
+  }
+}
