@@ -139,10 +139,18 @@ std::vector<std::vector<size_t>> program_buckets(const ir::Program& step, const 
     }
     if (!members.empty()) buckets.push_back(members);
   }
+  // A parameter the program never reduces would drift apart on the replicas: a Loom bug.
+  std::vector<bool> reduced(names.size(), false);
+  for (const auto& b : buckets)
+    for (size_t k : b) reduced[k] = true;
+  for (size_t k = 0; k < names.size(); ++k)
+    if (!reduced[k] && std::find(skipped.begin(), skipped.end(), names[k]) == skipped.end())
+      throw InternalError("the step program never reduces the gradient of " + names[k] + " (was it traced?)");
   return buckets;
 }
 
-// Under a mesh, which the step program does not describe yet: DDP's buckets over this rank's
+// Under a mesh, which the step program does not describe yet (until it does, the buckets are
+// formed here as well as in the bucket_data_parallel pass): DDP's buckets over this rank's
 // parameters (its slices, its stage's), in reverse registration order, bucket() modules apart.
 std::vector<std::vector<size_t>> mesh_buckets(const std::vector<torch::Tensor>& params, const std::vector<std::string>& names,
                                               const std::vector<std::string>& bucket_modules, int64_t bucket_bytes,
@@ -388,7 +396,7 @@ int resolved_threads(const TrainOptions& o, int local_world) {
 namespace {
 
 // One rank's run, set up: the schedule's plan, the devices and groups, the model with its
-// executors and interceptors (outermost last), the optimizer. Built by set_up_rank, used by
+// executors and interceptors, the optimizer. Built by set_up_rank, used by
 // train_step and finish_rank; never moved, since the interceptors point at one another.
 struct RankRun {
   const TrainOptions& o;
@@ -433,6 +441,7 @@ struct RankRun {
   ~RankRun() {
     nn::set_call_interceptor(nullptr);
     nn::set_call_observer(nullptr);
+    if (bf16) compat::set_bf16_autocast(false);
   }
   bool lead() const { return env.rank == 0; }
 };

@@ -3,6 +3,7 @@
 // checkpoint()'s recomputation, metrics, and checkpoints that resume exactly.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -79,7 +80,8 @@ struct TrainResult {
   double seconds = 0;
   int64_t peak_bytes = 0;          // the largest step peak on this rank
   std::string checkpoint;          // the last checkpoint written, if any
-  double final_loss() const { return steps.empty() ? 0 : steps.back().loss; }
+  // NaN when no step ran (a resume at or past --steps).
+  double final_loss() const { return steps.empty() ? std::nan("") : steps.back().loss; }
 };
 
 // Trains on this rank: the library entry point (the CLI, the tuner and the bindings call it).

@@ -62,8 +62,8 @@ int explain(const ExplainOptions& o) {
       std::cout << j.dump(1) << "\n";
       return kOk;
     }
-    std::cout << "# the program of rank " << o.rank << " (every rank runs the same one)\n";
     if (mesh) std::cout << "# note: " << mesh_note << "\n";
+    else std::cout << "# the program of rank " << o.rank << " (every rank runs the same one)\n";
     std::cout << "# passes (in order):\n";
     for (auto& r : records)
       std::cout << "#   " << r.pass << ": " << (r.changed ? "changed" : "unchanged") << ", " << r.instructions
@@ -105,7 +105,7 @@ void add_explain(CLI::App& app, std::function<int()>& run) {
   c->add_option("--local-world", o->local_world, "ranks per node (default: all on one node)")->check(at_least(0));
   c->add_option("--set", o->sets, "fix a tune() knob: --set name=value (repeatable)");
   c->add_option("--rank", o->rank, "the rank whose program is printed")->check(at_least(0));
-  c->add_option("--clip", o->clip, "the run's --clip: with 0 the gradient norm is not measured (unless --metrics asks for it)");
+  c->add_option("--clip", o->clip, "the run's --clip: 0 plans no gradient-norm all-reduce (a run with --metrics still measures the norm; plan it with --clip 1)");
   c->add_flag("--json", o->json, "print the IR as JSON (with \"rank\", and \"complete\": false where a mesh is not lowered)");
   c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE`: prices each instruction");
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules");

@@ -41,7 +41,7 @@ const char* phase_name(Phase p);
 
 // A process group as the IR sees it: a role and a size.
 struct GroupRef {
-  std::string role;  // "params" (s_p), "grads" (s_g), "replicas", "optim", "dp", "world"
+  std::string role;  // "params" (s_p), "grads" (s_g), "replicas", "optim", "optim_block" (s_os), "dp", "world"
   int size = 1;
 };
 

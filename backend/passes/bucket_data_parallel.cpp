@@ -6,11 +6,25 @@
 #include "backend/gradient_buckets.h"
 
 namespace loom::passes {
+namespace {
+
+// The index of the bucket() module holding every parameter of `in`, or -1.
+int bucket_module_of(const ir::Program& p, const ir::Instr& in, const PassInputs& inputs) {
+  for (size_t m = 0; m < inputs.buckets.size(); ++m) {
+    std::string prefix = inputs.buckets[m] + ".";
+    bool inside = !in.params.empty();
+    for (int q : in.params) inside = inside && p.params[q].name.rfind(prefix, 0) == 0;
+    if (inside) return static_cast<int>(m);
+  }
+  return -1;
+}
+
+}  // namespace
 
 bool bucket_data_parallel(ir::Program& p, const PassInputs& inputs) {
   if (p.sharding.dp <= 1 || p.sharding.optim > 1) return false;
-  // The data-parallel reductions in the order backward completes them; one that already holds
-  // several parameters came from bucket() and stays a bucket of its own.
+  // The data-parallel reductions in the order backward completes them; one of a bucket()
+  // module's parameters (the bucket pass merged them) stays a bucket of its own.
   std::vector<size_t> at;
   std::vector<int64_t> bytes;
   std::vector<int> declared;
@@ -19,7 +33,7 @@ bool bucket_data_parallel(ir::Program& p, const PassInputs& inputs) {
     if (in.kind != ir::OpKind::AllReduce || in.phase != ir::Phase::Backward || in.group.role != "dp") continue;
     at.push_back(i);
     bytes.push_back(in.bytes);
-    declared.push_back(in.params.size() > 1 ? static_cast<int>(i) : -1);
+    declared.push_back(bucket_module_of(p, in, inputs));
   }
   std::vector<std::vector<size_t>> buckets = plan_gradient_buckets(bytes, declared, inputs.data_parallel_bucket_bytes);
   if (buckets.size() == at.size()) return false;

@@ -241,6 +241,12 @@ TEST_CASE("DDP buckets: gradients in completion order fill buckets up to the siz
   CHECK(first < find(p, OpKind::Compute, B, "h.0.fc"));
   CHECK(count(p, OpKind::Wait) == 2 + 1);  // the buckets' and the loss's
   CHECK(ir::verify_complete(p) == "");
+  // A bucket() module of one parameter is a bucket of its own too.
+  in.buckets = {"h.1"};
+  ir::Program own = run(two_blocks(), {2, 1, 1, 1}, in);
+  REQUIRE(count(own, OpKind::AllReduce) == 2);
+  CHECK(own.instrs[find(own, OpKind::AllReduce, B, "h.1.fc.w")].params.size() == 1);
+  CHECK(own.instrs[find(own, OpKind::AllReduce, B, "h.0.proj.w")].params.size() == 2);
 }
 
 TEST_CASE("the step's tail: the gradient-norm all-reduce where optimizer states are sharded, the loss all-reduce") {
