@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The IR is the step: for each schedule, the collectives rank 0 issues in step 2 (from the
-# --trace timeline), as a multiset of op names, equal the collective instructions of
+# --trace timeline), as a multiset of (op name, group size), equal the collective instructions of
 # `loom explain --json --rank 0`. A mesh (tp/pp) is not lowered to the IR yet: explain says so.
 set -uo pipefail
 source "$(dirname "$0")/../lib/expect.sh" "$@"
@@ -11,8 +11,12 @@ trace, program = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 events = trace["traceEvents"] if isinstance(trace, dict) else trace
 rank0 = [e for e in events if e.get("pid") == 0 and e.get("ph") == "X"]
 forwards = sorted(e["ts"] for e in rank0 if e.get("cat") == "phase" and e["name"] == "forward")
-issued = collections.Counter(e["name"].split(" ")[0] for e in rank0 if e.get("cat") == "collective" and e["ts"] >= forwards[1])
-planned = collections.Counter(i["collective"] for i in program["instructions"] if "collective" in i)
+world = int(sys.argv[3])
+def group_size(name):  # "world", or a subgroup named "group<K>_<rank>_<rank>..."
+    return world if name == "world" else len(name.split("_")) - 1
+issued = collections.Counter((e["name"].split(" ")[0], group_size(e["name"].split(" ")[2]))
+                             for e in rank0 if e.get("cat") == "collective" and e["ts"] >= forwards[1])
+planned = collections.Counter((i["collective"], i["group"]["size"]) for i in program["instructions"] if "collective" in i)
 print("step 2 on rank 0 issued", dict(sorted(issued.items())), "; the IR holds", dict(sorted(planned.items())))
 sys.exit(0 if issued == planned and program["complete"] else 1)
 PY
@@ -26,7 +30,7 @@ same_collectives() {
   "$loom" run "$file" "$@" --nproc "$nproc" --micro-batch "$micro_batch" --steps 2 --seq 32 --threads 1 --trace "$tmp/trace.json" \
     > "$tmp/run.log" 2>&1
   "$loom" explain "$file" "$@" --nproc "$nproc" --rank 0 --json > "$tmp/program.json" 2>> "$tmp/run.log"
-  expect "the IR is the step: $name" 0 "the IR holds" -- python3 "$tmp/compare.py" "$tmp/trace.json" "$tmp/program.json"
+  expect "the IR is the step: $name" 0 "the IR holds" -- python3 "$tmp/compare.py" "$tmp/trace.json" "$tmp/program.json" "$nproc"
   [ -s "$tmp/program.json" ] && [ -s "$tmp/trace.json" ] || sed 's/^/    /' "$tmp/run.log"
 }
 
