@@ -26,6 +26,11 @@ std::string verify(const Program& p) {
   std::vector<bool> reduced(p.params.size(), false);
   std::set<int> reduction_handles;
   int64_t gathered = 0;
+  // A gradient is complete after its parameter's last backward compute: no reduction before it.
+  std::map<int, size_t> last_backward_use;
+  for (size_t i = 0; i < p.instrs.size(); ++i)
+    if (p.instrs[i].kind == OpKind::Compute && p.instrs[i].phase == Phase::Backward)
+      for (int q : p.instrs[i].params) last_backward_use[q] = i;
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& in = p.instrs[i];
     for (int q : in.params)
@@ -69,18 +74,28 @@ std::string verify(const Program& p) {
       case OpKind::Compress:
       case OpKind::AllReduce:
         if (in.phase == Phase::Backward) {
-          for (int q : in.params) reduced[q] = true;
+          for (int q : in.params) {
+            auto last = last_backward_use.find(q);
+            if (last != last_backward_use.end() && last->second > i)
+              return at(i, p, "reduces the gradient of " + p.params[q].name + " before its last backward use (instruction " +
+                                  std::to_string(last->second) + ")");
+            reduced[q] = true;
+          }
           reduction_handles.insert(in.handle);
         }
         break;
-      case OpKind::OptimizerStep:
+      case OpKind::GradNorm:
+      case OpKind::OptimizerStep: {
+        // Both read every reduced gradient: each must be reduced and waited for.
+        std::string what = in.kind == OpKind::GradNorm ? "measures the gradient norm" : "updates parameters";
         if (p.sharding.dp > 1 && p.reductions_placed) {
           for (size_t q = 0; q < p.params.size(); ++q)
-            if (!reduced[q]) return at(i, p, "updates " + p.params[q].name + " before its gradient is reduced");
+            if (!reduced[q]) return at(i, p, what + " before the gradient of " + p.params[q].name + " is reduced");
           for (int h : reduction_handles)
-            if (!waited.count(h)) return at(i, p, "updates parameters before waiting for gradient reduction %" + std::to_string(h));
+            if (!waited.count(h)) return at(i, p, what + " before waiting for gradient reduction %" + std::to_string(h));
         }
         break;
+      }
       default: break;
     }
   }

@@ -156,7 +156,45 @@ bool drop_a_wait(ir::Program& p, const passes::PassInputs&) {
     }
   return false;
 }
+// Moves the first backward reduction to the start of the backward phase, before its gradient exists.
+bool reduce_too_early(ir::Program& p, const passes::PassInputs&) {
+  size_t first_backward = 0, reduction = 0;
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    if (!first_backward && p.instrs[i].phase == ir::Phase::Backward) first_backward = i;
+    if (p.instrs[i].kind == OpKind::ReduceScatter) {
+      reduction = i;
+      break;
+    }
+  }
+  ir::Instr moved = p.instrs[reduction];
+  p.instrs.erase(p.instrs.begin() + static_cast<long>(reduction));
+  p.instrs.insert(p.instrs.begin() + static_cast<long>(first_backward), moved);
+  return true;
+}
+// Moves the gradient-norm all-reduce before the reductions' waits.
+bool norm_too_early(ir::Program& p, const passes::PassInputs&) {
+  size_t first_backward = 0, norm = 0;
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    if (!first_backward && p.instrs[i].phase == ir::Phase::Backward) first_backward = i;
+    if (p.instrs[i].kind == OpKind::GradNorm) norm = i;
+  }
+  ir::Instr moved = p.instrs[norm];
+  p.instrs.erase(p.instrs.begin() + static_cast<long>(norm));
+  p.instrs.insert(p.instrs.begin() + static_cast<long>(first_backward), moved);
+  return true;
+}
 }  // namespace
+
+TEST_CASE("the verifier catches a reduction before its gradient is complete, and a norm before the reductions") {
+  auto list = pipeline_passes();
+  list.push_back({"reduce_too_early", reduce_too_early});
+  CHECK_THROWS_WITH_AS(run_passes(ir::lower(small_trace(), {2, 2, 2, 2}), {}, list, nullptr, {}),
+                       doctest::Contains("before its last backward use"), InternalError);
+  auto list2 = pipeline_passes();
+  list2.push_back({"norm_too_early", norm_too_early});
+  CHECK_THROWS_WITH_AS(run_passes(ir::lower(small_trace(), {2, 2, 2, 2}), {}, list2, nullptr, {}),
+                       doctest::Contains("measures the gradient norm before the gradient of"), InternalError);
+}
 
 TEST_CASE("the verifier catches a broken pass and names it") {
   auto list = pipeline_passes();
