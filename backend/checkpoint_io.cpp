@@ -1,5 +1,6 @@
 #include "backend/checkpoint_io.h"
 
+#include <cstdio>
 #include <fstream>
 #include <mutex>
 
@@ -22,6 +23,18 @@ std::string checkpoint_step_name(int64_t step) {
 
 namespace {
 
+// What `latest` in a --save directory names ("step-000010"); empty when there is none.
+std::string latest_step_name(const fs::path& save_dir) {
+  std::string name;
+  std::ifstream(save_dir / "latest") >> name;
+  return name;
+}
+
+// Where a checkpoint is written before it is renamed into place.
+fs::path staging_dir(const std::string& save_dir, int64_t step) {
+  return fs::path(save_dir) / (".tmp-" + checkpoint_step_name(step));
+}
+
 // Per-rank state that does not reshard (TAGC's error-feedback accumulators): DIR/rank_state/rank-R.pt
 // (the tensors) and rank-R.json (their names). Read back only at the same world size.
 void save_rank_state(const fs::path& dir, int rank, const std::map<std::string, torch::Tensor>& state) {
@@ -40,28 +53,22 @@ void save_rank_state(const fs::path& dir, int rank, const std::map<std::string, 
   write_whole_file(base + ".json", names.dump() + "\n");
 }
 
-}  // namespace
-
-std::map<std::string, torch::Tensor> load_rank_state(const fs::path& dir, int rank) {
-  std::map<std::string, torch::Tensor> out;
-  std::string base = (dir / "rank_state" / ("rank-" + std::to_string(rank))).string();
-  if (!fs::exists(base + ".json")) return out;
-  std::vector<torch::Tensor> tensors;
-  torch::load(tensors, base + ".pt");
-  nlohmann::json names = nlohmann::json::parse(std::ifstream(base + ".json"));
-  for (size_t i = 0; i < names.size() && i < tensors.size(); ++i) out[names[i].get<std::string>()] = tensors[i];
-  return out;
+fs::path resolve_checkpoint(const std::string& path) {
+  fs::path p(path);
+  if (fs::exists(p / "trainer.json")) return p;
+  std::string latest = latest_step_name(p);
+  if (!latest.empty() && fs::exists(p / latest / "trainer.json")) return p / latest;
+  throw UserError(SourceRange{}, "no checkpoint found at '" + path + "'",
+                  "pass a directory written by --save (it holds 'latest') or one of its step-N folders");
 }
-
-namespace {
 
 // Every rank calls this with every parameter resident; ranks below `optim_writers` write
 // their optimizer ranges, every rank its `rank_state`. The directory appears whole or not at all.
 void write_checkpoint_files(const TrainOptions& o, comm::Group& world, int64_t steps_done, torch::nn::Module& model,
-                      torch::optim::AdamW& opt, const std::vector<OptimizedRange>& ranges, int optim_writers,
-                      const std::map<std::string, torch::Tensor>& rank_state) {
+                            torch::optim::AdamW& opt, const std::vector<OptimizedRange>& ranges, int optim_writers,
+                            const std::map<std::string, torch::Tensor>& rank_state) {
   std::string name = checkpoint_step_name(steps_done);
-  fs::path tmp = fs::path(o.save_dir) / (".tmp-" + name);
+  fs::path tmp = staging_dir(o.save_dir, steps_done);
   fs::path final_dir = fs::path(o.save_dir) / name;
   bool lead = world.rank() == 0;
   if (lead) {
@@ -99,17 +106,27 @@ void write_checkpoint_files(const TrainOptions& o, comm::Group& world, int64_t s
 
 }  // namespace
 
+std::map<std::string, torch::Tensor> load_rank_state(const fs::path& dir, int rank) {
+  std::map<std::string, torch::Tensor> out;
+  std::string base = (dir / "rank_state" / ("rank-" + std::to_string(rank))).string();
+  if (!fs::exists(base + ".json")) return out;
+  std::vector<torch::Tensor> tensors;
+  torch::load(tensors, base + ".pt");
+  nlohmann::json names = nlohmann::json::parse(std::ifstream(base + ".json"));
+  for (size_t i = 0; i < names.size() && i < tensors.size(); ++i) out[names[i].get<std::string>()] = tensors[i];
+  return out;
+}
+
 // write_checkpoint_files, with a failed write (a full disk) as a user error that says the
 // previous checkpoint is intact: `latest` moves only after the new directory is complete.
 void write_checkpoint(const TrainOptions& o, comm::Group& world, int64_t steps_done, torch::nn::Module& model,
                       torch::optim::AdamW& opt, const std::vector<OptimizedRange>& ranges, int optim_writers,
                       const std::map<std::string, torch::Tensor>& rank_state) {
-  std::string previous;  // what `latest` names: it moves only once the new checkpoint is whole
-  std::ifstream(fs::path(o.save_dir) / "latest") >> previous;
+  std::string previous = latest_step_name(o.save_dir);  // `latest` moves only once the new checkpoint is whole
   if (previous == checkpoint_step_name(steps_done)) previous.clear();  // rewritten in place: not intact
   auto failed = [&](const std::string& reason) {
     std::error_code ignored;
-    fs::remove_all(fs::path(o.save_dir) / (".tmp-" + checkpoint_step_name(steps_done)), ignored);
+    fs::remove_all(staging_dir(o.save_dir, steps_done), ignored);
     return UserError(SourceRange{}, "could not write the checkpoint of step " + std::to_string(steps_done) + " to " + o.save_dir +
                                         ": " + reason,
                     previous.empty() ? "no earlier checkpoint was written; free space (or choose another --save) and run again"
@@ -125,25 +142,6 @@ void write_checkpoint(const TrainOptions& o, comm::Group& world, int64_t steps_d
   }
 }
 
-namespace {
-
-fs::path resolve_checkpoint(const std::string& path) {
-  fs::path p(path);
-  if (fs::exists(p / "trainer.json")) return p;
-  if (fs::exists(p / "latest")) {
-    std::ifstream in(p / "latest");
-    std::string name;
-    in >> name;
-    if (fs::exists(p / name / "trainer.json")) return p / name;
-  }
-  throw UserError(SourceRange{}, "no checkpoint found at '" + path + "'",
-                  "pass a directory written by --save (it holds 'latest') or one of its step-N folders");
-}
-
-}  // namespace
-
-// The model's weights and the random state; returns the checkpoint's folder and step.
-// `params`: the model's unique parameters.
 std::pair<fs::path, int64_t> load_model_checkpoint(const TrainOptions& o, torch::nn::Module& model,
                                                    const std::vector<torch::Tensor>& params) {
   fs::path dir = resolve_checkpoint(o.resume);
@@ -169,6 +167,7 @@ std::pair<fs::path, int64_t> load_model_checkpoint(const TrainOptions& o, torch:
   }
   return {dir, meta.at("step").get<int64_t>()};
 }
+
 int checkpoint_world(const fs::path& dir) {
   return nlohmann::json::parse(std::ifstream(dir / "trainer.json")).at("world").get<int>();
 }

@@ -30,4 +30,10 @@ std::vector<std::vector<size_t>> plan_gradient_buckets(const std::vector<int64_t
   return buckets;
 }
 
+int bucket_module_of(const std::string& param, const std::vector<std::string>& modules) {
+  for (size_t m = 0; m < modules.size(); ++m)
+    if (param.rfind(modules[m] + ".", 0) == 0) return static_cast<int>(m);
+  return -1;
+}
+
 }  // namespace loom

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace loom {
@@ -14,5 +15,9 @@ namespace loom {
 // order they are created (which is the order they are launched).
 std::vector<std::vector<size_t>> plan_gradient_buckets(const std::vector<int64_t>& bytes, const std::vector<int>& declared,
                                                        int64_t bucket_bytes);
+
+// The index in `modules` (bucket() targets, module paths) of the first that the parameter
+// `param` (a full name) lies below, or -1.
+int bucket_module_of(const std::string& param, const std::vector<std::string>& modules);
 
 }  // namespace loom

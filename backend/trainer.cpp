@@ -102,6 +102,9 @@ void check_options(const TrainOptions& o) {
   if (o.reduce_dtype == "bf16" && !(resolved_device(o) == "cuda" && o.backend != "gloo"))
     throw UserError(SourceRange{}, "--reduce-dtype bf16 needs NCCL (gloo in LibTorch 1.13 has no bf16 reductions)",
                     "use --reduce-dtype fp16 with gloo, or train on GPUs with --backend nccl");
+  if (o.device == "cuda" && !compat::cuda_available())
+    throw UserError(SourceRange{}, "--device cuda, but this loom has no CUDA or sees no GPU",
+                    "build with -DLOOM_WITH_CUDA=ON against a CUDA LibTorch, or use --device cpu");
   if (o.backend == "nccl" && resolved_device(o) != "cuda")
     throw UserError(SourceRange{}, "--backend nccl needs --device cuda (NCCL moves GPU tensors only)",
                     "use --backend gloo (or auto) on CPU");
@@ -160,11 +163,9 @@ std::vector<std::vector<size_t>> mesh_buckets(const std::vector<torch::Tensor>& 
   std::vector<int> declared;
   for (size_t i = params.size(); i-- > 0;) {
     if (std::find(skipped.begin(), skipped.end(), names[i]) != skipped.end()) continue;
-    auto in = std::find_if(bucket_modules.begin(), bucket_modules.end(),
-                           [&](const std::string& m) { return names[i].rfind(m + ".", 0) == 0; });
     order.push_back(i);
     bytes.push_back(params[i].numel() * params[i].element_size());
-    declared.push_back(in == bucket_modules.end() ? -1 : static_cast<int>(in - bucket_modules.begin()));
+    declared.push_back(bucket_module_of(names[i], bucket_modules));
   }
   std::vector<std::vector<size_t>> buckets = plan_gradient_buckets(bytes, declared, bucket_bytes);
   for (auto& b : buckets)
@@ -366,9 +367,6 @@ double learning_rate(const TrainOptions& o, int64_t step) {
 
 std::vector<Directive> validate_run(const TrainOptions& o, int world, int local_world) {
   check_options(o);
-  if (o.device == "cuda" && !compat::cuda_available())
-    throw UserError(SourceRange{}, "--device cuda, but this loom has no CUDA or sees no GPU",
-                    "build with -DLOOM_WITH_CUDA=ON against a CUDA LibTorch, or use --device cpu");
   SourceManager sources;
   std::vector<Directive> directives;
   try {
@@ -467,13 +465,11 @@ void plan_rank(RankRun& r) {
   }
 }
 
-// GPU ranks: one device each (by local rank), NCCL, bf16 autocast over fp32 master weights.
+// GPU ranks: one device each (by local rank), NCCL, bf16 autocast over fp32 master weights
+// (check_options refused --device cuda without CUDA).
 void choose_device(RankRun& r) {
   const TrainOptions& o = r.o;
   r.cuda = resolved_device(o) == "cuda";
-  if (r.cuda && !compat::cuda_available())
-    throw UserError(SourceRange{}, "--device cuda, but this loom has no CUDA or sees no GPU",
-                    "build with -DLOOM_WITH_CUDA=ON against a CUDA LibTorch, or use --device cpu");
   // NCCL needs a GPU per rank; gloo moves GPU tensors too, so its ranks may share GPUs.
   r.nccl = r.cuda && o.backend != "gloo";
   if (r.nccl && r.env.local_rank >= compat::cuda_device_count())

@@ -10,13 +10,11 @@ namespace {
 
 // The index of the bucket() module holding every parameter of `in`, or -1.
 int bucket_module_of(const ir::Program& p, const ir::Instr& in, const PassInputs& inputs) {
-  for (size_t m = 0; m < inputs.buckets.size(); ++m) {
-    std::string prefix = inputs.buckets[m] + ".";
-    bool inside = !in.params.empty();
-    for (int q : in.params) inside = inside && p.params[q].name.rfind(prefix, 0) == 0;
-    if (inside) return static_cast<int>(m);
-  }
-  return -1;
+  if (in.params.empty()) return -1;
+  int module = loom::bucket_module_of(p.params[in.params[0]].name, inputs.buckets);
+  for (int q : in.params)
+    if (loom::bucket_module_of(p.params[q].name, inputs.buckets) != module) return -1;
+  return module;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The instruction IR and its first passes on small hand-built graphs.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "backend/gradient_buckets.h"
@@ -156,55 +157,44 @@ bool drop_a_wait(ir::Program& p, const passes::PassInputs&) {
     }
   return false;
 }
-// Moves the first backward reduction to the start of the backward phase, before its gradient exists.
-bool reduce_too_early(ir::Program& p, const passes::PassInputs&) {
-  size_t first_backward = 0, reduction = 0;
-  for (size_t i = 0; i < p.instrs.size(); ++i) {
-    if (!first_backward && p.instrs[i].phase == ir::Phase::Backward) first_backward = i;
-    if (p.instrs[i].kind == OpKind::ReduceScatter) {
-      reduction = i;
-      break;
-    }
-  }
-  ir::Instr moved = p.instrs[reduction];
-  p.instrs.erase(p.instrs.begin() + static_cast<long>(reduction));
+// Moves instruction `from` to the start of the backward phase.
+void move_to_backward_start(ir::Program& p, size_t from) {
+  size_t first_backward = 0;
+  while (p.instrs[first_backward].phase != ir::Phase::Backward) ++first_backward;
+  ir::Instr moved = p.instrs[from];
+  p.instrs.erase(p.instrs.begin() + static_cast<long>(from));
   p.instrs.insert(p.instrs.begin() + static_cast<long>(first_backward), moved);
+}
+// Moves the first reduce-scatter before its gradient exists.
+bool reduce_too_early(ir::Program& p, const passes::PassInputs&) {
+  move_to_backward_start(p, static_cast<size_t>(find(p, OpKind::ReduceScatter, ir::Phase::Backward, "")));
   return true;
 }
-// Moves the gradient-norm all-reduce before the reductions' waits.
+// Moves the gradient-norm all-reduce before the reductions.
 bool norm_too_early(ir::Program& p, const passes::PassInputs&) {
-  size_t first_backward = 0, norm = 0;
-  for (size_t i = 0; i < p.instrs.size(); ++i) {
-    if (!first_backward && p.instrs[i].phase == ir::Phase::Backward) first_backward = i;
-    if (p.instrs[i].kind == OpKind::GradNorm) norm = i;
-  }
-  ir::Instr moved = p.instrs[norm];
-  p.instrs.erase(p.instrs.begin() + static_cast<long>(norm));
-  p.instrs.insert(p.instrs.begin() + static_cast<long>(first_backward), moved);
+  move_to_backward_start(p, static_cast<size_t>(find(p, OpKind::GradNorm, ir::Phase::Step, "")));
   return true;
+}
+
+// ZeRO-3 on small_trace() through the pipeline with `pass` inserted at `position` (default: last).
+ir::Program run_with_pass(const char* name, passes::Pass pass, size_t position = static_cast<size_t>(-1)) {
+  auto list = pipeline_passes();
+  list.insert(list.begin() + static_cast<long>(std::min(position, list.size())), {name, pass});
+  return run_passes(ir::lower(small_trace(), {2, 2, 2, 2}), {}, list, nullptr, {});
 }
 }  // namespace
 
 TEST_CASE("the verifier catches a reduction before its gradient is complete, and a norm before the reductions") {
-  auto list = pipeline_passes();
-  list.push_back({"reduce_too_early", reduce_too_early});
-  CHECK_THROWS_WITH_AS(run_passes(ir::lower(small_trace(), {2, 2, 2, 2}), {}, list, nullptr, {}),
-                       doctest::Contains("before its last backward use"), InternalError);
-  auto list2 = pipeline_passes();
-  list2.push_back({"norm_too_early", norm_too_early});
-  CHECK_THROWS_WITH_AS(run_passes(ir::lower(small_trace(), {2, 2, 2, 2}), {}, list2, nullptr, {}),
+  CHECK_THROWS_WITH_AS(run_with_pass("reduce_too_early", reduce_too_early), doctest::Contains("before its last backward use"),
+                       InternalError);
+  CHECK_THROWS_WITH_AS(run_with_pass("norm_too_early", norm_too_early),
                        doctest::Contains("measures the gradient norm before the gradient of"), InternalError);
 }
 
 TEST_CASE("the verifier catches a broken pass and names it") {
-  auto list = pipeline_passes();
-  list.push_back({"release_too_early", release_too_early});
-  CHECK_THROWS_WITH_AS(run_passes(ir::lower(small_trace(), {2, 2, 2, 2}), {}, list, nullptr, {}),
+  CHECK_THROWS_WITH_AS(run_with_pass("release_too_early", release_too_early),
                        doctest::Contains("IR verifier, after pass 'release_too_early': instruction"), InternalError);
-  auto list2 = pipeline_passes();
-  list2.insert(list2.begin() + 1, {"drop_a_wait", drop_a_wait});
-  CHECK_THROWS_WITH_AS(run_passes(ir::lower(small_trace(), {2, 2, 2, 2}), {}, list2, nullptr, {}),
-                       doctest::Contains("after pass 'drop_a_wait'"), InternalError);
+  CHECK_THROWS_WITH_AS(run_with_pass("drop_a_wait", drop_a_wait, 1), doctest::Contains("after pass 'drop_a_wait'"), InternalError);
 }
 
 TEST_CASE("a memory limit on gathered parameters is enforced") {
