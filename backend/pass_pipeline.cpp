@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <ostream>
 
-#include "backend/ir/lower.h"
 #include "backend/ir/verifier.h"
+#include "lang/diagnostics.h"
 #include "backend/passes/bucket.h"
 #include "backend/passes/bucket_data_parallel.h"
 #include "backend/passes/compress.h"
@@ -64,32 +64,6 @@ ir::Program run_passes(ir::Program program, const passes::PassInputs& inputs,
     }
     if (debug.out && debug.level >= 2 && changed) *debug.out << program.to_text();
   }
-  return program;
-}
-
-ir::Program plan_step(const Schedule& schedule, const ir::OpTrace& trace, std::vector<PassRecord>* records,
-                      const PipelineDebug& debug, const StepOptions& options) {
-  ir::Sharding s;
-  s.dp = schedule.dp();
-  s.params = schedule.sharding().params;
-  s.grads = schedule.sharding().grads;
-  s.optim = schedule.sharding().optim;
-  passes::PassInputs inputs;
-  inputs.data_parallel_bucket_bytes = options.bucket_bytes;
-  for (const Directive& d : schedule.trace())
-    if (d.primitive == "prefetch") {
-      const Value& b = *d.arg("budget");
-      inputs.prefetch.push_back({d.target, b.is(ValueKind::Bytes) ? b.as_int() : 0});
-    } else if (d.primitive == "bucket") {
-      inputs.buckets.push_back(d.target);
-    } else if (d.primitive == "compress") {
-      inputs.compress.push_back({d.target, d.arg("ratio")->as_number()});
-    } else if (d.primitive == "unshard" && d.arg("keep")->is(ValueKind::Bool)) {
-      inputs.unshard.push_back(d.target);  // keep=auto waits for the memory-aware selection (runtime_plan refuses it)
-    }
-  ir::Program program = run_passes(ir::lower(trace, s, options.grad_norm), inputs, pipeline_passes(), records, debug);
-  std::string problem = ir::verify_complete(program);
-  if (!problem.empty()) throw InternalError("IR verifier, end of pipeline: " + problem);
   return program;
 }
 

@@ -12,7 +12,6 @@
 #include "backend/ir/ir.h"
 #include "backend/ir/op_trace.h"
 #include "backend/passes/pass.h"
-#include "lang/schedule.h"
 
 namespace loom {
 
@@ -37,16 +36,5 @@ const std::vector<std::pair<std::string, passes::Pass>>& pipeline_passes();
 ir::Program run_passes(ir::Program program, const passes::PassInputs& inputs,
                        const std::vector<std::pair<std::string, passes::Pass>>& list, std::vector<PassRecord>* records,
                        const PipelineDebug& debug);
-
-// What of the run, beside the schedule, shapes the step's program.
-struct StepOptions {
-  int64_t bucket_bytes = 1 << 20;  // DDP's gradient bucket size
-  bool grad_norm = true;           // clipping, or metrics that report it, need the global gradient norm
-};
-
-// The step program of a schedule: its sharding factors and prefetch requests applied to a
-// traced model, through lowering and the whole pipeline.
-ir::Program plan_step(const Schedule& schedule, const ir::OpTrace& trace, std::vector<PassRecord>* records,
-                      const PipelineDebug& debug, const StepOptions& options = {});
 
 }  // namespace loom

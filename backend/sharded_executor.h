@@ -38,7 +38,7 @@ namespace loom {
 
 class ShardedExecutor : public nn::CallInterceptor {
  public:
-  // The program must be the step planned for this model and sharding (plan_step). `inner`
+  // The program must be the step planned for this model and sharding (lower_step). `inner`
   // (may be null) runs each module call once its parameters are resident: the activation
   // checkpointer, whose recomputation in backward re-gathers through this executor.
   // Gradients travel in `reduce_dtype` (cast before each collective, accumulated in fp32).

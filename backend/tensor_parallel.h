@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "backend/communicator.h"
-#include "backend/runtime_plan.h"
+#include "backend/lower/runtime_plan.h"
 #include "models/nn/module.h"
 
 namespace loom {

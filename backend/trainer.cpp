@@ -41,7 +41,8 @@
 #include "backend/mesh_groups.h"
 #include "backend/pass_pipeline.h"
 #include "backend/pipeline_stage.h"
-#include "backend/runtime_plan.h"
+#include "backend/lower/lower_schedule.h"
+#include "backend/lower/lower_step.h"
 #include "backend/shard_groups.h"
 #include "backend/sharded_grad_clip.h"
 #include "backend/sharded_executor.h"
@@ -236,8 +237,8 @@ void check_model_parallel_options(const TrainOptions& o, const RuntimePlan& plan
                   "train without " + what + ", or with tp = pp = 1");
 }
 
-// compress(): TAGC on the reduce-scatter of every parameter below each module (runtime_plan
-// refused it where parameters are not sharded). Resuming at the same world size, the
+// compress(): TAGC on the reduce-scatter of every parameter below each module (the lowering
+// (compression.cpp) refused it where parameters are not sharded). Resuming at the same world size, the
 // error-feedback accumulators continue where they were; otherwise they restart at zero.
 void configure_compression(ShardedExecutor& sharded, const std::vector<CompressRequest>& requests,
                            const std::vector<std::string>& param_names, const fs::path& resume_dir, const RankEnv& env) {
@@ -365,22 +366,22 @@ double learning_rate(const TrainOptions& o, int64_t step) {
   return LrSchedule{o.lr, o.min_lr_ratio, o.warmup, o.steps}.at(step);
 }
 
-std::vector<Directive> validate_run(const TrainOptions& o, int world, int local_world) {
+ValidatedRun validate_run(const TrainOptions& o, int world, int local_world) {
   check_options(o);
   SourceManager sources;
-  std::vector<Directive> directives;
+  ValidatedRun run;
   try {
     auto sch = evaluate_schedule(o, world, local_world, sources, &std::cout);
-    RuntimePlan plan = plan_runtime(*sch);
-    check_model_parallel_options(o, plan);
-    directives = sch->trace();
+    run.plan = lower_schedule(*sch);
+    check_model_parallel_options(o, run.plan);
+    run.directives = sch->trace();
   } catch (const UserError& e) {
     // Re-throw with the quoted source line, which only `sources` can provide.
     throw UserError(self_contained(e.diagnostic(), &sources));
   }
   open_data(o);
   check_outputs(o, true);
-  return directives;
+  return run;
 }
 
 std::string resolved_device(const TrainOptions& o) {
@@ -455,7 +456,7 @@ void plan_rank(RankRun& r) {
     const char* launcher = std::getenv(kLaunchedByLoom);
     bool launched_by_loom = launcher && std::string(launcher) == "1";
     r.sch = evaluate_schedule(o, r.env.world, r.env.local_world, sources, r.lead() && !launched_by_loom ? &std::cout : nullptr);
-    r.plan = plan_runtime(*r.sch);
+    r.plan = lower_schedule(*r.sch);
     check_model_parallel_options(o, r.plan);
     if (r.plan.pp > 1) r.stages = std::make_unique<PipelineStages>(plan_pipeline_stages(r.sch->tree(), r.plan.pipeline_splits, r.plan.pp));
     r.data = open_data(o);
@@ -524,7 +525,6 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
       if (item.key() == path) checkpointed.insert(item.value().get());
   r.checkpointer = std::make_unique<ActivationCheckpointer>(checkpointed);
   if (!checkpointed.empty()) nn::set_call_interceptor(r.checkpointer.get());
-  r.plan.factors.dp = r.env.world;
   bool profiling = !o.profile_out.empty();
   ir::OpTrace& trace = r.trace;
   if (!r.plan.model_parallel() || profiling) trace = trace_model(o.model);
@@ -534,7 +534,7 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
     StepOptions step_options;
     step_options.bucket_bytes = o.bucket_bytes;
     step_options.grad_norm = measures_grad_norm(o);
-    r.step = plan_step(*r.sch, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
+    r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
   }
   // Profiling: the op profiler runs innermost, where an op's parameters are resident.
   nn::CallInterceptor* innermost = checkpointed.empty() ? nullptr : r.checkpointer.get();
@@ -560,7 +560,7 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   // Test-only faults (loom verify's tests): unreduced gradients, weights released too early.
   std::vector<std::string> released_early;
   for (const InjectedFault& f : r.plan.faults)
-    if (f.primitive == "test_release_early") released_early.push_back(f.module);
+    if (f.kind == FaultKind::ReleaseEarly) released_early.push_back(f.module);
   if (r.sharded) r.sharded->inject_faults(unreduced, released_early);
   if (r.sharded && !r.plan.compress.empty()) configure_compression(*r.sharded, r.plan.compress, r.param_names, r.resume_dir, r.env);
   // loom verify: the first step is recorded, module call by module call.
@@ -587,7 +587,7 @@ void create_optimizer(RankRun& r) {
     for (size_t i = 0; i < r.params.size(); ++i) r.ranges.push_back({r.param_names[i], r.params[i].numel(), 0, r.optimized[i]});
   }
   for (const InjectedFault& f : r.plan.faults) {
-    if (f.primitive != "test_corrupt_shard" || f.rank != r.env.rank) continue;
+    if (f.kind != FaultKind::CorruptShard || f.rank != r.env.rank) continue;
     auto it = std::find_if(r.ranges.begin(), r.ranges.end(), [&](const OptimizedRange& range) { return range.param == f.param; });
     if (it == r.ranges.end())
       throw UserError(SourceRange{}, "test_corrupt_shard: " + f.param + " is not a trained parameter of its own (a tied weight?)",
@@ -646,7 +646,7 @@ std::unique_ptr<RankRun> set_up_rank(const TrainOptions& o, const RankEnv& env) 
   torch::Dtype reduce_dtype = o.reduce_dtype == "fp16" ? torch::kHalf : o.reduce_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
   std::vector<std::string> unreduced;  // test_skip_reduction: gradients each rank keeps as they are
   for (const InjectedFault& f : r->plan.faults)
-    if (f.primitive == "test_skip_reduction") unreduced.push_back(f.param);
+    if (f.kind == FaultKind::SkipReduction) unreduced.push_back(f.param);
   install_executors(*r, unreduced, reduce_dtype);
   create_optimizer(*r);
   // Replicated parameters are all-reduced in buckets; sharded ones by the executor.

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/lower/runtime_plan.h"
 #include "backend/rank_env.h"
 #include "lang/directive.h"
 
@@ -55,8 +56,12 @@ struct TrainOptions {
 
 // Validates everything that can be checked before starting ranks: the schedule (at
 // `world` ranks) and the data file. Returns the directives the run applies (all of the
-// schedule's, or its --trace-prefix). Throws UserError.
-std::vector<Directive> validate_run(const TrainOptions& options, int world, int local_world);
+// schedule's, or its --trace-prefix) and their lowering. Throws UserError.
+struct ValidatedRun {
+  std::vector<Directive> directives;
+  RuntimePlan plan;
+};
+ValidatedRun validate_run(const TrainOptions& options, int world, int local_world);
 
 // What "auto" and 0 resolve to on this machine: "cpu" or "cuda"; intra-op threads per rank.
 std::string resolved_device(const TrainOptions& options);

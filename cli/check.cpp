@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 #include "backend/output_paths.h"
-#include "backend/runtime_plan.h"
+#include "backend/lower/lower_schedule.h"
 #include "lang/interpreter.h"
 #include "lang/trace.h"
 #include "verifier/schedule_rules.h"
@@ -106,7 +106,7 @@ int run_check(const CheckOptions& o) {
     }
     check_schedule_rules(sch, rules);
     emit_warnings(sch.warnings(), sources, o.json);
-    plan_runtime(sch);  // what `loom run` cannot honour yet is an error here too, with run's message
+    lower_schedule(sch);  // what `loom run` cannot honour yet is an error here too, with run's message
     if (o.print) std::cout << trace_to_sched(sch);
     if (!o.trace_json.empty()) {
       check_output_file(o.trace_json, "--trace-json");

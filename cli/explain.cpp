@@ -6,7 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/model_trace.h"
-#include "backend/pass_pipeline.h"
+#include "backend/lower/lower_schedule.h"
+#include "backend/lower/lower_step.h"
 #include "backend/profile.h"
 #include "backend/step_estimate.h"
 #include "cli/commands.h"
@@ -49,9 +50,10 @@ int explain(const ExplainOptions& o) {
     std::vector<PassRecord> records;
     StepOptions step_options;
     step_options.grad_norm = o.clip > 0;
-    ir::Program program = plan_step(sch, trace_model(o.model), &records, PipelineDebug::from_environment(std::cerr), step_options);
+    RuntimePlan plan = lower_schedule(sch);
+    ir::Program program = lower_step(plan, trace_model(o.model), &records, PipelineDebug::from_environment(std::cerr), step_options);
     // Every rank runs this same program (SPMD) outside a mesh; a mesh is not lowered yet.
-    bool mesh = sch.mesh_state().tp > 1 || sch.mesh_state().pp > 1;
+    bool mesh = plan.model_parallel();
     std::string mesh_note = "mesh(tp, pp) is not lowered to the IR yet: this program omits its tensor- and "
                             "pipeline-parallel collectives and shows plain data parallelism over its replicas";
     if (o.json) {

@@ -28,8 +28,7 @@ int run(const RunOptions& o) {
   // The launcher: check what can be checked before starting any rank.
   bool verify_first = false;
   try {
-    for (const Directive& d : validate_run(o.train, o.nproc * o.nnodes, o.nproc))
-      if (d.primitive == "verify" && !o.no_verify) verify_first = true;
+    verify_first = validate_run(o.train, o.nproc * o.nnodes, o.nproc).plan.verify_first && !o.no_verify;
     if (verify_first && o.nnodes > 1)
       throw UserError(SourceRange{}, "verify() runs its comparison on one node, but this run spans " + std::to_string(o.nnodes),
                       "run `loom verify` on one node first, then train without verify()");

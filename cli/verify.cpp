@@ -188,8 +188,11 @@ int verify_schedule(const VerifyOptions& o) {
   auto started = std::chrono::steady_clock::now();
   const TrainOptions& t = o.train;
   std::vector<Directive> directives;
+  int model_parallel = 1;  // tp * pp: the plain model runs at nproc / (tp * pp) ranks
   try {
-    directives = validate_run(t, o.nproc, o.nproc);
+    ValidatedRun validated = validate_run(t, o.nproc, o.nproc);
+    directives = validated.directives;
+    model_parallel = validated.plan.tp * validated.plan.pp;
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), nullptr);
     return kUserError;
@@ -203,9 +206,6 @@ int verify_schedule(const VerifyOptions& o) {
 
   char tmpl[] = "/tmp/loom-verify-XXXXXX";
   fs::path dir = mkdtemp(tmpl);
-  int model_parallel = 1;  // tp * pp: the plain model runs at nproc / (tp * pp) ranks
-  for (const Directive& d : directives)
-    if (d.primitive == "mesh") model_parallel = static_cast<int>(d.arg("tp")->as_int() * d.arg("pp")->as_int());
   Runs runs(o, dir, o.nproc / model_parallel);
   std::string error;
   if (!runs.run("plain", false, -1, error) || !runs.run("scheduled", true, -1, error)) {

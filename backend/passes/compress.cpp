@@ -4,8 +4,8 @@ namespace loom::passes {
 namespace {
 
 // The compressed module covering `param`, or null.
-const CompressedModule* compressed(const std::string& param, const PassInputs& inputs) {
-  for (const CompressedModule& c : inputs.compress)
+const CompressRequest* compressed(const std::string& param, const PassInputs& inputs) {
+  for (const CompressRequest& c : inputs.compress)
     if (param.rfind(c.module + ".", 0) == 0) return &c;
   return nullptr;
 }
@@ -28,7 +28,7 @@ bool compress(ir::Program& p, const PassInputs& inputs) {
   bool changed = false;
   for (const ir::Instr& original : p.instrs) {
     ir::Instr in = original;
-    const CompressedModule* c = nullptr;
+    const CompressRequest* c = nullptr;
     if (in.kind == ir::OpKind::ReduceScatter && in.phase == ir::Phase::Backward && in.params.size() == 1)
       c = compressed(p.params[in.params[0]].name, inputs);
     if (c) {

@@ -6,24 +6,15 @@
 #include <vector>
 
 #include "backend/ir/ir.h"
+#include "backend/lower/runtime_plan.h"
 
 namespace loom::passes {
-
-struct PrefetchRequest {
-  std::string module;  // the prefetch directive's target (a block, e.g. "h.3")
-  int64_t budget = 0;  // bytes gathered ahead; 0 means auto (one block ahead)
-};
-
-struct CompressedModule {
-  std::string module;  // the compress directive's target
-  double ratio = 10;   // the count sketch's compression ratio
-};
 
 struct PassInputs {
   std::vector<PrefetchRequest> prefetch;
   std::vector<std::string> buckets;  // bucket() targets: module paths
   std::vector<std::string> unshard;  // unshard(true) targets: module paths
-  std::vector<CompressedModule> compress;
+  std::vector<CompressRequest> compress;
   int64_t data_parallel_bucket_bytes = 1 << 20;  // DDP's bucket size (the run's bucket_bytes)
 };
 

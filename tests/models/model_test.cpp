@@ -8,8 +8,8 @@
 
 #include "backend/ir/verifier.h"
 #include "backend/model_trace.h"
-#include "backend/pass_pipeline.h"
-#include "backend/runtime_plan.h"
+#include "backend/lower/lower_schedule.h"
+#include "backend/lower/lower_step.h"
 #include "lang/interpreter.h"
 #include "lang/schedule.h"
 #include "lang/trace.h"
@@ -189,10 +189,10 @@ TEST_CASE("every reference model traces on the meta device and lowers to a verif
     REQUIRE(!trace.forward.empty());
     Schedule sch(module_tree_of(name), {8, 0});
     sch.fsdp();
-    ir::Program program = plan_step(sch, trace, nullptr, {});
+    ir::Program program = lower_step(lower_schedule(sch), trace, nullptr, {});
     CHECK(ir::verify_complete(program) == "");
     // Planning twice (as two ranks would) gives the same collectives.
-    CHECK(ir::compare_collectives(program, plan_step(sch, trace_model(name), nullptr, {})) == "");
+    CHECK(ir::compare_collectives(program, lower_step(lower_schedule(sch), trace_model(name), nullptr, {})) == "");
     // Every unique parameter of the model is used by some op.
     CHECK(static_cast<int64_t>(trace.params.size()) > 0);
     int64_t traced = 0;
@@ -220,7 +220,7 @@ TEST_CASE("every standard schedule fits every reference model family") {
         InterpreterOptions options;
         options.print_to = nullptr;
         Interpreter(sch, sources, options).run_file(entry.path().string());
-        CHECK_NOTHROW(plan_runtime(sch));
+        CHECK_NOTHROW(lower_schedule(sch));
         int list = sch.tree().find(blocks);
         REQUIRE(list >= 0);
         for (const Directive& d : sch.trace())

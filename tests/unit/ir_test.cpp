@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "backend/gradient_buckets.h"
-#include "backend/ir/lower.h"
+#include "backend/lower/step_program.h"
 #include "backend/ir/verifier.h"
 #include "backend/pass_pipeline.h"
 #include "lang/diagnostics.h"

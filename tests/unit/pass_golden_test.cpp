@@ -7,7 +7,7 @@
 #include <fstream>
 #include <map>
 
-#include "backend/ir/lower.h"
+#include "backend/lower/step_program.h"
 #include "backend/pass_pipeline.h"
 #include "helpers.h"
 

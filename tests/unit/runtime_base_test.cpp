@@ -15,7 +15,7 @@
 #include "backend/mesh_layout.h"
 #include "backend/pipeline_stages.h"
 #include "backend/rank_env.h"
-#include "backend/runtime_plan.h"
+#include "backend/lower/lower_schedule.h"
 #include "backend/token_data.h"
 #include "helpers.h"
 
@@ -110,27 +110,27 @@ TEST_CASE("learning rate: linear warmup, cosine decay to the floor") {
 
 TEST_CASE("the runtime plan accepts checkpoint, data parallelism and every valid sharding, and names what it cannot run") {
   auto ok = testing::evaluate("sch.shard_states(params=1, grads=1, optim=1)\nsch[\"h.*\"].checkpoint()\n", "gpt:tiny", {2, 0});
-  CHECK(plan_runtime(*ok->schedule).checkpoint.size() == 4);
+  CHECK(lower_schedule(*ok->schedule).checkpoint.size() == 4);
   auto zero3 = testing::evaluate("sch.zero(stage=3)\nsch[\"h.*\"].prefetch()\n", "gpt:tiny", {2, 0});
-  CHECK(plan_runtime(*zero3->schedule).factors.params == 2);
+  CHECK(lower_schedule(*zero3->schedule).factors.params == 2);
   auto zero1 = testing::evaluate("sch.zero(stage=1)\n", "gpt:tiny", {2, 0});
-  CHECK(plan_runtime(*zero1->schedule).factors.params == 1);
-  CHECK(plan_runtime(*zero1->schedule).factors.optim == 2);
+  CHECK(lower_schedule(*zero1->schedule).factors.params == 1);
+  CHECK(lower_schedule(*zero1->schedule).factors.optim == 2);
   auto hybrid = testing::evaluate("sch.shard_states(params=2, grads=4, optim=4)\n", "gpt:tiny", {4, 0});
-  ir::Sharding f = plan_runtime(*hybrid->schedule).factors;
+  ir::Sharding f = lower_schedule(*hybrid->schedule).factors;
   CHECK(f.params == 2);
   CHECK(f.grads == 4);
   CHECK(f.optim == 4);
   auto both = testing::evaluate("sch.fsdp()\nsch[\"h.0\"].checkpoint()\n", "gpt:tiny", {2, 0});
-  CHECK(plan_runtime(*both->schedule).checkpoint.size() == 1);
+  CHECK(lower_schedule(*both->schedule).checkpoint.size() == 1);
   // Prefetch without sharded parameters has nothing to gather: the primitive warns, the
   // runtime runs it as plain data parallelism (stdlib zero3 at world 1).
   auto pf = testing::evaluate("sch[\"h.0\"].prefetch()\n", "gpt:tiny", {1, 0});
-  CHECK(plan_runtime(*pf->schedule).factors.optim == 1);
+  CHECK(lower_schedule(*pf->schedule).factors.optim == 1);
   setenv("LOOM_TEST_PRIMITIVES", "1", 1);
   auto early = testing::evaluate("sch[\"h.0.mlp.c_fc\"].test_release_early()\n", "gpt:tiny", {2, 0});
   try {
-    plan_runtime(*early->schedule);
+    lower_schedule(*early->schedule);
     FAIL("test_release_early without sharded parameters was accepted");
   } catch (const UserError& e) {
     CHECK(e.diagnostic().range.to_string() == "test.sched:1:1");
@@ -142,7 +142,7 @@ TEST_CASE("the runtime plan accepts checkpoint, data parallelism and every valid
 
 TEST_CASE("the runtime plan of tensor and pipeline parallelism: shards, syncs, stage boundaries") {
   auto tp = testing::evaluate(testing::read_file(testing::source_path("examples/gpt_tp.sched")), "gpt2", {4, 0});
-  RuntimePlan plan = plan_runtime(*tp->schedule);
+  RuntimePlan plan = lower_schedule(*tp->schedule);
   CHECK(plan.tp == 2);
   CHECK(plan.pp == 2);
   CHECK(plan.model_parallel());

@@ -1,20 +1,27 @@
-// What `loom run` does with a schedule's directives today. Torch-free.
+// The runtime plan: a validated schedule's directives, resolved into what the run does
+// (lower_schedule.h builds it). Plain data with a comment on each field. Torch-free.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "backend/ir/ir.h"
-#include "lang/schedule.h"
 
 namespace loom {
 
 // A fault a test-only primitive injects on purpose (to test loom verify).
+enum class FaultKind {
+  CorruptShard,    // test_corrupt_shard: perturb one rank's shard of a parameter after the step
+  SkipReduction,   // test_skip_reduction: never reduce one parameter's gradient
+  ReleaseEarly,    // test_release_early: release a module's gathered parameters before backward
+};
+
 struct InjectedFault {
-  std::string primitive;  // test_corrupt_shard, test_skip_reduction or test_release_early
-  std::string module;     // the module's path
-  std::string param;      // the parameter's full name (test_release_early: empty, all of the module's)
-  int rank = 0;           // test_corrupt_shard: the rank whose shard is perturbed
+  FaultKind kind = FaultKind::CorruptShard;
+  std::string module;  // the module's path
+  std::string param;   // the parameter's full name (ReleaseEarly: empty, all of the module's)
+  int rank = 0;        // CorruptShard: the rank whose shard is perturbed
 };
 
 // compress(): TAGC on the gradient reduction of the module's parameters (tagc.txt).
@@ -23,6 +30,12 @@ struct CompressRequest {
   double ratio = 10;
   int index_bits = 1;
   double sparsity = 0.9875;  // sparsity=auto resolved by Table 1
+};
+
+// prefetch(): gather the parameters of the blocks after `module` ahead of their use.
+struct PrefetchRequest {
+  std::string module;  // a block, e.g. "h.3"
+  int64_t budget = 0;  // bytes gathered ahead; 0 means auto (one block ahead)
 };
 
 // shard(): parameters of a module split along `axis` over the tensor-parallel group.
@@ -41,8 +54,11 @@ struct SyncRequest {
 };
 
 struct RuntimePlan {
+  bool verify_first = false;            // verify(): the launcher runs loom verify before training
   std::vector<std::string> checkpoint;  // module paths whose forward is recomputed in backward
-  ir::Sharding factors;                 // Lins factors from shard_states (all 1: plain data parallelism); dp unset
+  ir::Sharding factors;                 // dp, and the Lins factors from shard_states (all 1: plain data parallelism)
+  std::vector<PrefetchRequest> prefetch;
+  std::vector<std::string> unshard;     // unshard(true): modules whose parameters stay gathered for backward
   std::vector<InjectedFault> faults;    // test-only primitives
   std::vector<std::string> buckets;     // bucket(): modules whose parameters communicate as one
   std::vector<CompressRequest> compress;
@@ -54,17 +70,5 @@ struct RuntimePlan {
   std::vector<std::string> pipeline_splits;  // stage boundaries after these list entries ("h.5")
   bool model_parallel() const { return tp > 1 || pp > 1; }
 };
-
-// The plan for a validated schedule. A directive whose runtime effect does not exist
-// yet is a UserError at its source location naming it: never a silent no-op.
-// Supported: checkpoint(); shard_states/zero/fsdp with any valid factors (s_p > 1: the sharded
-// executor, also with checkpoint() and prefetch; s_p = 1: optimizer-state sharding, ZeRO-1/2);
-// mesh with tensor and pipeline parallelism (shard() of Linear layers; sync() fwd_post all_reduce
-// or all_gather, bwd_post all_reduce; pipeline_split(); with plain data parallelism, not with the
-// other runtime primitives yet); bucket() (the sharded executor's gathers and reductions, or the data-
-// parallel reducer's buckets); compress() where parameters are sharded (s_p > 1: TAGC replaces
-// their reduce-scatter); unshard(true); offload("optimizer") (budget=auto: every state on the
-// host); verify(); the test-only fault primitives.
-RuntimePlan plan_runtime(const Schedule& schedule);
 
 }  // namespace loom

@@ -1,4 +1,4 @@
-// Lowering: a traced model and the schedule's sharding become the initial IR of one
+// The step's initial program: a traced model and the schedule's sharding become the initial IR of one
 // step: forward compute ops in order, backward ones in reverse, then the step's tail: the
 // gradient-norm all-reduce (when parts of the gradients live on different ranks), the
 // optimizer step, and the all-reduce of the loss the run reports. Gradient and parameter

@@ -1,4 +1,4 @@
-#include "backend/ir/lower.h"
+#include "backend/lower/step_program.h"
 
 #include <map>
 

@@ -1,0 +1,50 @@
+// Every directive's lowering, listed in one place: what each primitive with a runtime effect
+// contributes to the RuntimePlan. One .cpp per parallelism (data_parallel, sharding,
+// tensor_parallel, pipeline, activation_checkpoint, optimizer_offload, compression,
+// test_faults); lower_schedule.cpp dispatches on the primitive's name, the only place that
+// matches names. Torch-free.
+#pragma once
+
+#include <string>
+
+#include "backend/lower/runtime_plan.h"
+#include "lang/schedule.h"
+
+namespace loom::lowering {
+
+// Adds directive `d` of `schedule` to `plan`; throws UserError where the runtime cannot honour it.
+using Lower = void (*)(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+// Checks `d` against the whole plan, once every directive is lowered.
+using Check = void (*)(const Directive& d, const Schedule& schedule, const RuntimePlan& plan);
+
+// data_parallel.cpp
+void bucket(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+// sharding.cpp (Lins factors, ZeRO, FSDP, and what steers the gathers of sharded parameters)
+void shard_states(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+void prefetch(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+void unshard(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+// tensor_parallel.cpp (Megatron-LM's split layers and their syncs; mesh() sets tp and pp)
+void mesh(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+void shard(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+void sync(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+// pipeline.cpp
+void pipeline_split(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+void check_pipeline_stages(const Schedule& schedule, const RuntimePlan& plan);
+// activation_checkpoint.cpp
+void checkpoint(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+// optimizer_offload.cpp
+void offload(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+// compression.cpp (TAGC)
+void compress(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+void check_compress(const Directive& d, const Schedule& schedule, const RuntimePlan& plan);
+// test_faults.cpp (the test-only primitives that break a run on purpose, for loom verify's tests)
+void test_corrupt_shard(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+void test_skip_reduction(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+void test_release_early(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+void check_release_early(const Directive& d, const Schedule& schedule, const RuntimePlan& plan);
+
+// A directive the runtime cannot honour: a UserError at its source location naming it. `hint`
+// says what the user can do instead; by default, train without the directive.
+[[noreturn]] void unsupported(const Directive& d, const std::string& why, const std::string& hint = "");
+
+}  // namespace loom::lowering

@@ -1,0 +1,80 @@
+#include "backend/lower/lower_schedule.h"
+
+#include <map>
+
+#include "backend/lower/directive_lowering.h"
+
+namespace loom {
+namespace {
+
+struct Entry {
+  lowering::Lower lower;
+  lowering::Check check = nullptr;
+  bool with_mesh = false;  // runs beside tensor or pipeline parallelism today
+};
+
+// Every primitive with a runtime effect, by name. A new one adds its line here and its
+// function in its parallelism's file (docs/backend.md, "Adding a primitive").
+const std::map<std::string, Entry>& lowerings() {
+  using namespace lowering;
+  static const std::map<std::string, Entry> table = {
+      {"bucket", {bucket}},
+      {"shard_states", {shard_states}},
+      {"prefetch", {prefetch}},
+      {"unshard", {unshard}},
+      {"mesh", {mesh, nullptr, true}},
+      {"shard", {shard, nullptr, true}},
+      {"sync", {sync, nullptr, true}},
+      {"pipeline_split", {pipeline_split, nullptr, true}},
+      {"checkpoint", {checkpoint}},
+      {"offload", {offload}},
+      {"compress", {compress, check_compress}},
+      {"verify", {[](const Directive&, const Schedule&, RuntimePlan& plan) { plan.verify_first = true; }, nullptr, true}},
+      {"test_corrupt_shard", {test_corrupt_shard}},
+      {"test_skip_reduction", {test_skip_reduction}},
+      {"test_release_early", {test_release_early, check_release_early}},
+  };
+  return table;
+}
+
+// shard_states(1, 1, 1) (zero() or fsdp() at dp = 1 record it too) is plain data parallelism,
+// which is what a mesh runs over.
+bool plain_data_parallel(const Directive& d) { return d.primitive == "shard_states" && d.arg("optim")->as_int() == 1; }
+
+void check_mesh_composition(const Directive& d, const RuntimePlan& plan) {
+  std::string kind = plan.tp > 1 && plan.pp > 1 ? "tensor and pipeline" : plan.tp > 1 ? "tensor" : "pipeline";
+  lowering::unsupported(d, "with tensor or pipeline parallelism (mesh tp = " + std::to_string(plan.tp) + ", pp = " +
+                               std::to_string(plan.pp) + ") the runtime runs shard, sync and pipeline_split over plain data "
+                               "parallelism; " + d.primitive + " is not combined with them yet",
+                        "remove it to train with the mesh's " + kind + " parallelism, or remove the mesh (and its "
+                        "shard, sync and pipeline_split) to keep it");
+}
+
+}  // namespace
+
+RuntimePlan lower_schedule(const Schedule& schedule) {
+  RuntimePlan plan;
+  plan.factors.dp = schedule.dp();
+  for (const Directive& d : schedule.trace()) {
+    auto it = lowerings().find(d.primitive);
+    if (it == lowerings().end()) lowering::unsupported(d, "its runtime effect is not implemented yet");
+    it->second.lower(d, schedule, plan);
+  }
+  for (const Directive& d : schedule.trace()) {
+    const Entry& e = lowerings().at(d.primitive);
+    if (plan.model_parallel() && !e.with_mesh && !plain_data_parallel(d)) check_mesh_composition(d, plan);
+    if (e.check) e.check(d, schedule, plan);
+  }
+  lowering::check_pipeline_stages(schedule, plan);
+  return plan;
+}
+
+namespace lowering {
+
+void unsupported(const Directive& d, const std::string& why, const std::string& hint) {
+  throw UserError(d.where, d.primitive + " is not yet supported at runtime: " + why,
+                  !hint.empty() ? hint : "remove `" + d.to_sched() + "`: the runtime cannot honour it yet, and the rest of the schedule runs without it");
+}
+
+}  // namespace lowering
+}  // namespace loom

@@ -1,0 +1,23 @@
+#include "backend/lower/lower_step.h"
+
+#include "backend/ir/verifier.h"
+#include "backend/lower/step_program.h"
+#include "lang/diagnostics.h"
+
+namespace loom {
+
+ir::Program lower_step(const RuntimePlan& plan, const ir::OpTrace& trace, std::vector<PassRecord>* records,
+                       const PipelineDebug& debug, const StepOptions& options) {
+  passes::PassInputs inputs;
+  inputs.prefetch = plan.prefetch;
+  inputs.buckets = plan.buckets;
+  inputs.unshard = plan.unshard;
+  inputs.compress = plan.compress;
+  inputs.data_parallel_bucket_bytes = options.bucket_bytes;
+  ir::Program program = run_passes(ir::lower(trace, plan.factors, options.grad_norm), inputs, pipeline_passes(), records, debug);
+  std::string problem = ir::verify_complete(program);
+  if (!problem.empty()) throw InternalError("IR verifier, end of pipeline: " + problem);
+  return program;
+}
+
+}  // namespace loom

@@ -1,0 +1,27 @@
+// Lowering a step: a schedule's RuntimePlan and a traced model become the step's program —
+// the initial program (step_program.h), then every pass of the pipeline (pass_pipeline.h).
+// What `loom explain` prints and what the executor runs. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/ir/ir.h"
+#include "backend/ir/op_trace.h"
+#include "backend/lower/runtime_plan.h"
+#include "backend/pass_pipeline.h"
+
+namespace loom {
+
+// What of the run, beside the schedule, shapes the step's program.
+struct StepOptions {
+  int64_t bucket_bytes = 1 << 20;  // DDP's gradient bucket size
+  bool grad_norm = true;           // clipping, or metrics that report it, need the global gradient norm
+};
+
+// The step program of a plan (lower_schedule) on a traced model. The IR is verified after
+// lowering, after every pass and, whole, at the end: a violation is an InternalError.
+ir::Program lower_step(const RuntimePlan& plan, const ir::OpTrace& trace, std::vector<PassRecord>* records,
+                       const PipelineDebug& debug, const StepOptions& options = {});
+
+}  // namespace loom

@@ -1,0 +1,13 @@
+// Optimizer-state offload's directive: offload("optimizer") keeps states on the host, all of
+// them with budget=auto, or all but `budget` bytes.
+#include "backend/lower/directive_lowering.h"
+
+namespace loom::lowering {
+
+void offload(const Directive& d, const Schedule&, RuntimePlan& plan) {
+  plan.offload = true;
+  const Value& b = *d.arg("budget");
+  plan.offload_budget = b.is(ValueKind::Bytes) ? b.as_int() : 0;
+}
+
+}  // namespace loom::lowering

@@ -1,0 +1,35 @@
+// Tensor parallelism's directives (slapo.txt §3.2.2, Megatron-LM): mesh() sets the group
+// sizes, shard() splits Linear layers, sync() adds the collective that makes them whole.
+#include "backend/lower/directive_lowering.h"
+
+namespace loom::lowering {
+
+void mesh(const Directive& d, const Schedule&, RuntimePlan& plan) {
+  plan.tp = static_cast<int>(d.arg("tp")->as_int());
+  plan.pp = static_cast<int>(d.arg("pp")->as_int());
+}
+
+void shard(const Directive& d, const Schedule& schedule, RuntimePlan& plan) {
+  const std::string& type = schedule.tree().node(schedule.tree().find(d.target)).type;
+  if (type != "Linear")
+    unsupported(d, "tensor parallelism splits Linear layers; `" + d.target + "` is a " + type,
+                "shard the Linear layers inside it instead (`loom tree --model " + schedule.tree().model_name() + "` lists them)");
+  TensorShard s{d.target, {}, static_cast<int>(d.arg("axis")->as_int())};
+  const Value& params = *d.arg("params");
+  if (params.is(ValueKind::String)) s.params.push_back(params.as_string());
+  else for (const Value& p : params.as_list()) s.params.push_back(p.as_string());
+  plan.shards.push_back(s);
+}
+
+void sync(const Directive& d, const Schedule&, RuntimePlan& plan) {
+  SyncRequest s{d.target, d.arg("mode")->as_string(), d.arg("op")->as_string()};
+  bool runs = (s.mode == "fwd_post" && (s.op == "all_reduce" || s.op == "all_gather")) ||
+              (s.mode == "bwd_post" && s.op == "all_reduce");
+  if (!runs)
+    unsupported(d, "sync(mode=\"" + s.mode + "\", op=\"" + s.op + "\") is not built; the runtime has fwd_post "
+                   "all_reduce or all_gather, and bwd_post all_reduce (Megatron-LM's row- and column-parallel layers)",
+                "use one of those syncs");
+  plan.syncs.push_back(s);
+}
+
+}  // namespace loom::lowering
