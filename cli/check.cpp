@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "backend/output_paths.h"
+#include "backend/train/output_paths.h"
 #include "backend/lower/lower_schedule.h"
 #include "lang/interpreter.h"
 #include "lang/trace.h"

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/launcher.h"
-#include "backend/trainer.h"
+#include "backend/train/launcher.h"
+#include "backend/train/trainer.h"
 
 namespace loom::cli {
 

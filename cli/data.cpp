@@ -1,8 +1,8 @@
 // loom data prepare: turn text files into a token file for `loom run --data`.
 #include <iostream>
 
-#include "backend/output_paths.h"
-#include "backend/token_data.h"
+#include "backend/train/output_paths.h"
+#include "backend/train/token_data.h"
 #include "cli/commands.h"
 #include "lang/diagnostics.h"
 

@@ -5,11 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/model_trace.h"
+#include "backend/instrument/model_trace.h"
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
-#include "backend/profile.h"
-#include "backend/step_estimate.h"
+#include "backend/cost/profile.h"
+#include "backend/cost/step_estimate.h"
 #include "cli/commands.h"
 #include "lang/interpreter.h"
 #include "models/zoo.h"
@@ -25,6 +25,8 @@ struct ExplainOptions {
   int local_world = 0;
   int rank = 0;
   double clip = TrainOptions{}.clip;
+  int64_t seq = TrainOptions{}.seq;                  // the micro-batch the compute instructions' FLOPs
+  int64_t micro_batch = TrainOptions{}.micro_batch;  // and saved activations are for
   std::vector<std::string> sets;
   bool json = false;
   std::string profile;  // a profile from `loom profile` prices every instruction
@@ -51,7 +53,7 @@ int explain(const ExplainOptions& o) {
     StepOptions step_options;
     step_options.grad_norm = o.clip > 0;
     RuntimePlan plan = lower_schedule(sch);
-    ir::Program program = lower_step(plan, trace_model(o.model), &records, PipelineDebug::from_environment(std::cerr), step_options);
+    ir::Program program = lower_step(plan, trace_model(o.model, {o.micro_batch, o.seq}), &records, PipelineDebug::from_environment(std::cerr), step_options);
     // Every rank runs this same program (SPMD) outside a mesh; a mesh is not lowered yet.
     bool mesh = plan.model_parallel();
     std::string mesh_note = "mesh(tp, pp) is not lowered to the IR yet: this program omits its tensor- and "
@@ -107,6 +109,9 @@ void add_explain(CLI::App& app, std::function<int()>& run) {
   c->add_option("--local-world", o->local_world, "ranks per node (default: all on one node)")->check(at_least(0));
   c->add_option("--set", o->sets, "fix a tune() knob: --set name=value (repeatable)");
   c->add_option("--rank", o->rank, "the rank whose program is printed")->check(at_least(0));
+  c->add_option("--seq", o->seq, "tokens per sequence: the compute instructions' FLOPs and activations are for one micro-batch")
+      ->check(at_least(1));
+  c->add_option("--micro-batch", o->micro_batch, "sequences per rank per micro-batch")->check(at_least(1));
   c->add_option("--clip", o->clip, "the run's --clip: 0 plans no gradient-norm all-reduce (a run with --metrics still measures the norm; plan it with --clip 1)");
   c->add_flag("--json", o->json, "print the IR as JSON (with \"rank\", and \"complete\": false where a mesh is not lowered)");
   c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE`: prices each instruction");

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backend/build_info.h"
-#include "backend/rank_env.h"
+#include "backend/train/rank_env.h"
 #include "cli/commands.h"
 #include "lang/diagnostics.h"
 #include "lang/module_tree.h"

@@ -7,9 +7,9 @@
 #include <iostream>
 #include <sstream>
 
-#include "backend/output_paths.h"
-#include "backend/profile.h"
-#include "backend/rank_env.h"
+#include "backend/train/output_paths.h"
+#include "backend/cost/profile.h"
+#include "backend/train/rank_env.h"
 #include "cli/commands.h"
 #include "lang/diagnostics.h"
 #include "lang/value.h"

@@ -4,9 +4,9 @@
 
 #include <iostream>
 
-#include "backend/launcher.h"
-#include "backend/rank_env.h"
-#include "backend/trainer.h"
+#include "backend/train/launcher.h"
+#include "backend/train/rank_env.h"
+#include "backend/train/trainer.h"
 #include "cli/commands.h"
 #include "lang/diagnostics.h"
 

@@ -18,8 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/mesh_record_merge.h"
-#include "backend/step_record_compare.h"
+#include "verifier/differential/mesh_record_merge.h"
+#include "verifier/differential/step_record_compare.h"
 #include "cli/commands.h"
 #include "lang/diagnostics.h"
 

@@ -82,6 +82,15 @@ std::string format_size(int64_t b) {
   return buf;
 }
 
+std::string format_flops(double f) {
+  static const char* units[] = {"FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"};
+  int u = 0;
+  while (f >= 1000 && u < 5) f /= 1000, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", f, units[u]);
+  return buf;
+}
+
 std::string quote_string(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {

@@ -69,6 +69,8 @@ std::string Program::to_text() const {
     std::string extra;
     if (!in.group.role.empty()) extra += in.group.role + "(" + std::to_string(in.group.size) + ")  ";
     if (in.bytes) extra += format_size(in.bytes) + "  ";
+    if (in.flops > 0) extra += format_flops(in.flops) + "  ";
+    if (in.activation_bytes) extra += (in.phase == Phase::Forward ? "saves " : "frees ") + format_size(in.activation_bytes) + "  ";
     if (in.handle >= 0 && in.kind != OpKind::Wait) extra += "-> %" + std::to_string(in.handle);
     std::snprintf(line, sizeof line, "%5zu %-4s %-15s %-40s %s\n", i, phase_name(in.phase), op_name(in.kind), what.c_str(),
                   extra.c_str());
@@ -80,6 +82,7 @@ std::string Program::to_text() const {
 std::string Program::to_json() const {
   nlohmann::json j;
   j["model"] = model;
+  j["shape"] = {{"micro_batch", shape.micro_batch}, {"seq", shape.seq}};
   j["sharding"] = {{"dp", sharding.dp}, {"params", sharding.params}, {"grads", sharding.grads}, {"optim", sharding.optim}};
   j["guarantees"] = {{"gathers_placed", gathers_placed}, {"reductions_placed", reductions_placed}};
   j["params"] = nlohmann::json::array();
@@ -93,6 +96,8 @@ std::string Program::to_json() const {
     if (!in.group.role.empty()) x["group"] = {{"role", in.group.role}, {"size", in.group.size}};
     if (in.bytes) x["bytes"] = in.bytes;
     if (in.handle >= 0) x["handle"] = in.handle;
+    if (in.flops > 0) x["flops"] = in.flops;
+    if (in.activation_bytes) x["activation_bytes"] = in.activation_bytes;
     j["instructions"].push_back(x);
   }
   return j.dump(1);

@@ -23,8 +23,8 @@ enum class OpKind {
   SelectDrop,     // keep this rank's part of a reduced gradient, drop the rest (Lins §IV-C)
   Broadcast,      // spread updated parameters inside the optimizer-state group (Lins §IV-C.2)
   OptimizerStep,  // update this rank's shard of parameters and states
-  Offload,        // reserved for the offloading pass
-  Reload,         // reserved for the offloading pass
+  Offload,        // copy the gradients of host-held optimizer slices to the host (before the step)
+  Reload,         // copy their updated values back to the device (after the step)
   Compress,       // reduce a gradient to its shard owners with TAGC (a compressed reduce-scatter of its sketch)
   CompressIndex,  // TAGC: OR the index of a gradient's kept entries over the parameter group (all-reduce)
   CompressBound,  // TAGC: agree on the compression's error bound and estimated entries (all-reduce)
@@ -53,6 +53,8 @@ struct Instr {
   GroupRef group;           // collectives
   int64_t bytes = 0;        // bytes moved (collectives) or freed (Release)
   int handle = -1;          // collectives: the handle they produce; Wait: the one it waits for
+  double flops = 0;               // Compute: its matrix products' FLOPs (backward: twice forward's)
+  int64_t activation_bytes = 0;   // Compute: bytes forward saves for backward, which backward frees
 };
 
 // The sharding the program implements (lins.txt factors; 1 = replicated).
@@ -65,6 +67,7 @@ struct Sharding {
 
 struct Program {
   std::string model;
+  TraceShape shape;  // the micro-batch the compute instructions' FLOPs and activations are for
   Sharding sharding;
   std::vector<TracedParam> params;
   std::vector<Instr> instrs;

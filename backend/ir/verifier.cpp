@@ -26,6 +26,8 @@ std::string verify(const Program& p) {
   std::vector<bool> reduced(p.params.size(), false);
   std::set<int> reduction_handles;
   int64_t gathered = 0;
+  bool stepped = false;  // the optimizer step has run
+  std::set<int> on_host;  // offloaded, not yet reloaded
   // A gradient is complete after its parameter's last backward compute: no reduction before it.
   std::map<int, size_t> last_backward_use;
   for (size_t i = 0; i < p.instrs.size(); ++i)
@@ -84,10 +86,17 @@ std::string verify(const Program& p) {
           reduction_handles.insert(in.handle);
         }
         break;
+      case OpKind::Offload:
+        if (stepped) return at(i, p, "copies gradients to the host after the optimizer step");
+        on_host.insert(in.params.begin(), in.params.end());
+        [[fallthrough]];
       case OpKind::GradNorm:
       case OpKind::OptimizerStep: {
-        // Both read every reduced gradient: each must be reduced and waited for.
-        std::string what = in.kind == OpKind::GradNorm ? "measures the gradient norm" : "updates parameters";
+        // Each reads every reduced gradient: each must be reduced and waited for.
+        std::string what = in.kind == OpKind::GradNorm ? "measures the gradient norm"
+                           : in.kind == OpKind::Offload ? "copies gradients to the host"
+                                                        : "updates parameters";
+        stepped = stepped || in.kind == OpKind::OptimizerStep;
         if (p.sharding.dp > 1 && p.reductions_placed) {
           for (size_t q = 0; q < p.params.size(); ++q)
             if (!reduced[q]) return at(i, p, what + " before the gradient of " + p.params[q].name + " is reduced");
@@ -96,6 +105,11 @@ std::string verify(const Program& p) {
         }
         break;
       }
+      case OpKind::Reload:
+        if (!stepped) return at(i, p, "copies values to the device before the optimizer step updated them");
+        for (int q : in.params)
+          if (!on_host.erase(q)) return at(i, p, "reloads " + p.params[q].name + ", which was not offloaded");
+        break;
       default: break;
     }
   }
@@ -103,6 +117,7 @@ std::string verify(const Program& p) {
     if (!waited.count(h)) return at(i, p, "collective %" + std::to_string(h) + " is never waited");
   for (size_t q = 0; q < p.params.size(); ++q)
     if (sharded && p.gathers_placed && state[q] != State::Sharded) return "end of step: " + p.params[q].name + " is still gathered";
+  if (!on_host.empty()) return "end of step: the updated values of " + p.params[*on_host.begin()].name + " never come back to the device";
   return "";
 }
 

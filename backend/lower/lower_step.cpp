@@ -14,6 +14,8 @@ ir::Program lower_step(const RuntimePlan& plan, const ir::OpTrace& trace, std::v
   inputs.unshard = plan.unshard;
   inputs.compress = plan.compress;
   inputs.data_parallel_bucket_bytes = options.bucket_bytes;
+  inputs.offload = plan.offload;
+  inputs.offload_budget = plan.offload_budget;
   ir::Program program = run_passes(ir::lower(trace, plan.factors, options.grad_norm), inputs, pipeline_passes(), records, debug);
   std::string problem = ir::verify_complete(program);
   if (!problem.empty()) throw InternalError("IR verifier, end of pipeline: " + problem);

@@ -9,7 +9,7 @@
 #include "backend/ir/ir.h"
 #include "backend/ir/op_trace.h"
 #include "backend/lower/runtime_plan.h"
-#include "backend/pass_pipeline.h"
+#include "backend/passes/pass_pipeline.h"
 
 namespace loom {
 

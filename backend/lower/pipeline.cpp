@@ -1,7 +1,7 @@
 // Pipeline parallelism's directives (slapo.txt §3.3.2): pipeline_split() puts stage
 // boundaries after list entries; the stage plan is made here so it fails before any rank starts.
 #include "backend/lower/directive_lowering.h"
-#include "backend/pipeline_stages.h"
+#include "backend/lower/pipeline_stages.h"
 
 namespace loom::lowering {
 

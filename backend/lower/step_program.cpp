@@ -9,6 +9,7 @@ namespace loom::ir {
 Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm) {
   Program p;
   p.model = trace.model;
+  p.shape = trace.shape;
   p.sharding = sharding;
   p.params = trace.params;
   std::map<std::string, int> index;
@@ -18,6 +19,8 @@ Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm) {
     in.kind = OpKind::Compute;
     in.phase = phase;
     in.module = op.module;
+    in.flops = phase == Phase::Forward ? op.flops : 2 * op.flops;  // gradients of both operands
+    in.activation_bytes = op.activation_bytes;
     for (auto& name : op.params) {
       auto it = index.find(name);
       if (it == index.end()) throw InternalError("traced op " + op.module + " uses unknown parameter " + name);

@@ -3,7 +3,7 @@
 #include <map>
 #include <set>
 
-#include "backend/gradient_buckets.h"
+#include "backend/lower/gradient_buckets.h"
 
 namespace loom::passes {
 namespace {

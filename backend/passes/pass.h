@@ -16,6 +16,8 @@ struct PassInputs {
   std::vector<std::string> unshard;  // unshard(true) targets: module paths
   std::vector<CompressRequest> compress;
   int64_t data_parallel_bucket_bytes = 1 << 20;  // DDP's bucket size (the run's bucket_bytes)
+  bool offload = false;        // offload("optimizer"): optimizer states on the host
+  int64_t offload_budget = 0;  // bytes of states that may stay on the device
 };
 
 // A pass rewrites the program and says whether it changed anything.

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "backend/ir/verifier.h"
-#include "backend/model_trace.h"
+#include "backend/instrument/model_trace.h"
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
 #include "lang/interpreter.h"

@@ -2,7 +2,7 @@
 // count sketches that add up across ranks, and peeling that is exact at Table 1's levels.
 #include "doctest_torch.h"
 
-#include "backend/tagc.h"
+#include "backend/exec/tagc.h"
 #include "primitives/tagc_table1.h"
 
 using namespace loom;

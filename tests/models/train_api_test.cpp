@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "backend/launcher.h"
-#include "backend/trainer.h"
+#include "backend/train/launcher.h"
+#include "backend/train/trainer.h"
 #include "lang/diagnostics.h"
 
 using namespace loom;

@@ -5,9 +5,9 @@
 
 #include <iostream>
 
-#include "backend/communicator.h"
-#include "backend/launcher.h"
-#include "backend/rank_env.h"
+#include "backend/comm/communicator.h"
+#include "backend/train/launcher.h"
+#include "backend/train/rank_env.h"
 
 using namespace loom;
 

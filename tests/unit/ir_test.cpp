@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <sstream>
 
-#include "backend/gradient_buckets.h"
+#include "backend/lower/gradient_buckets.h"
 #include "backend/lower/step_program.h"
 #include "backend/ir/verifier.h"
-#include "backend/pass_pipeline.h"
+#include "backend/passes/pass_pipeline.h"
 #include "lang/diagnostics.h"
 
 using namespace loom;
@@ -336,4 +336,44 @@ TEST_CASE("compress turns a compressed parameter's reduce-scatter into TAGC's, p
   CHECK(ir::verify_complete(p) == "");
   // Without sharded parameters there is no reduce-scatter to replace.
   CHECK(count(run(two_blocks(), {2, 1, 1, 2}, in), OpKind::Compress) == 0);
+}
+
+namespace {
+// Broken offloading: the updated values copied back before the step, or never.
+bool reload_before_step(ir::Program& p, const passes::PassInputs&) {
+  size_t reload = static_cast<size_t>(find(p, OpKind::Reload, ir::Phase::Step, ""));
+  std::swap(p.instrs[reload], p.instrs[reload - 1]);
+  return true;
+}
+bool drop_reload(ir::Program& p, const passes::PassInputs&) {
+  p.instrs.erase(p.instrs.begin() + find(p, OpKind::Reload, ir::Phase::Step, ""));
+  return true;
+}
+ir::Program offloaded(int64_t budget, std::vector<std::pair<std::string, passes::Pass>> extra = {}) {
+  passes::PassInputs in;
+  in.offload = true;
+  in.offload_budget = budget;
+  auto list = pipeline_passes();
+  list.insert(list.end(), extra.begin(), extra.end());
+  return run_passes(ir::lower(small_trace(), {2, 2, 2, 2}), in, list, nullptr, {});
+}
+}  // namespace
+
+TEST_CASE("offload: the parameters past the budget go to the host around the optimizer step, and come back") {
+  ir::Program all = offloaded(0);
+  int to_host = find(all, OpKind::Offload, ir::Phase::Step, "");
+  REQUIRE(to_host >= 0);
+  CHECK(all.instrs[to_host + 1].kind == OpKind::OptimizerStep);
+  CHECK(all.instrs[to_host + 2].kind == OpKind::Reload);
+  CHECK(all.instrs[to_host].params.size() == all.params.size());
+  // A budget holding the first parameter's slice states keeps it on the device.
+  int64_t first_slice = (all.params[0].numel + 1) / 2;
+  ir::Program some = offloaded(8 * first_slice);
+  CHECK(some.instrs[find(some, OpKind::Offload, ir::Phase::Step, "")].params.size() == all.params.size() - 1);
+  // A budget holding every state offloads nothing.
+  CHECK(find(offloaded(int64_t(1) << 40), OpKind::Offload, ir::Phase::Step, "") < 0);
+  CHECK_THROWS_WITH_AS(offloaded(0, {{"reload_before_step", reload_before_step}}),
+                       doctest::Contains("copies values to the device before the optimizer step"), InternalError);
+  CHECK_THROWS_WITH_AS(offloaded(0, {{"drop_reload", drop_reload}}), doctest::Contains("never come back to the device"),
+                       InternalError);
 }

@@ -8,7 +8,7 @@
 #include <map>
 
 #include "backend/lower/step_program.h"
-#include "backend/pass_pipeline.h"
+#include "backend/passes/pass_pipeline.h"
 #include "helpers.h"
 
 using namespace loom;
@@ -52,6 +52,10 @@ std::map<std::string, GoldenCase> golden_cases() {
   passes::PassInputs prefetch;
   prefetch.prefetch = {{"h.0", 0}, {"h.1", 0}};
   cases["prefetch"] = {zero3, prefetch, "ZeRO-3 at dp 2, h.0 and h.1 prefetched (auto)"};
+  passes::PassInputs offload;
+  offload.offload = true;
+  offload.offload_budget = 8 * 30;  // the states of the slices of wte (20 elements), h.0.fc.w and h.0.proj.w (5 each) fit
+  cases["offload_optimizer"] = {zero3, offload, "ZeRO-3 at dp 2, optimizer states offloaded beyond a 240-byte budget"};
   return cases;
 }
 

@@ -8,9 +8,9 @@
 #include <functional>
 #include <unistd.h>
 
-#include "backend/collective_cost.h"
-#include "backend/profile.h"
-#include "backend/step_estimate.h"
+#include "backend/cost/collective_cost.h"
+#include "backend/cost/profile.h"
+#include "backend/cost/step_estimate.h"
 #include "lang/diagnostics.h"
 
 using namespace loom;

@@ -11,12 +11,12 @@
 #include <fstream>
 #include <set>
 
-#include "backend/lr_schedule.h"
-#include "backend/mesh_layout.h"
-#include "backend/pipeline_stages.h"
-#include "backend/rank_env.h"
+#include "backend/train/lr_schedule.h"
+#include "backend/comm/mesh_layout.h"
+#include "backend/lower/pipeline_stages.h"
+#include "backend/train/rank_env.h"
 #include "backend/lower/lower_schedule.h"
-#include "backend/token_data.h"
+#include "backend/train/token_data.h"
 #include "helpers.h"
 
 using namespace loom;

@@ -1,0 +1,285 @@
+#include "backend/comm/communicator.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <thread>
+
+#include "backend/build_info.h"
+#include "backend/instrument/timeline.h"
+#include "backend/torch_compat.h"
+#include "lang/diagnostics.h"
+
+namespace loom::comm {
+
+class GroupImpl {
+ public:
+  ~GroupImpl() {
+    if (backend == Backend::Nccl) compat::shutdown_group(pg);
+  }
+  c10::intrusive_ptr<compat::C10dGroup> pg;
+  c10::intrusive_ptr<c10d::Store> store;
+  std::shared_ptr<::gloo::transport::Device> device;
+  std::chrono::milliseconds timeout;
+  std::vector<int> ranks;
+  int rank = 0;
+  std::string name;
+  int subgroups_created = 0;
+  Backend backend = Backend::Gloo;
+};
+
+Group::Group(std::unique_ptr<GroupImpl> impl) : impl_(std::move(impl)) {}
+Group::~Group() = default;
+int Group::rank() const { return impl_->rank; }
+int Group::size() const { return static_cast<int>(impl_->ranks.size()); }
+const std::vector<int>& Group::global_ranks() const { return impl_->ranks; }
+const std::string& Group::name() const { return impl_->name; }
+
+Work::Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what)
+    : work_(std::move(work)), finish_(std::move(finish)), what_(std::move(what)),
+      launched_us_(timeline::enabled() ? timeline::now_us() : 0) {}
+
+void Work::wait() {
+  try {
+    if (work_) work_->wait();
+  } catch (const std::exception& e) {
+    work_.reset();
+    finish_ = nullptr;
+    throw CommError(what_ + " failed: " + exception_text(e, false));
+  }
+  work_.reset();
+  if (finish_) {
+    auto f = std::move(finish_);
+    finish_ = nullptr;
+    f();
+  }
+  if (timeline::enabled() && !what_.empty()) timeline::record(what_, "collective", timeline::Track::Comm, launched_us_, timeline::now_us());
+}
+
+namespace {
+
+// Gloo collectives of one rank are skipped (nothing to exchange). NCCL ones still run, so a
+// one-GPU run exercises NCCL itself.
+bool trivial(const Group& group) { return group.size() == 1 && group.impl().backend == Backend::Gloo; }
+
+std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master_addr) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  if (master_addr == "127.0.0.1" || master_addr == "localhost")
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+c10::intrusive_ptr<compat::C10dGroup> make_group(Backend backend, const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                 int size, const std::shared_ptr<::gloo::transport::Device>& device,
+                                                 std::chrono::milliseconds timeout) {
+  if (backend == Backend::Nccl) return compat::make_nccl_group(store, rank, size, timeout);
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  options->devices.push_back(device);
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+}
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return c10d::ReduceOp::SUM;
+    case ReduceOp::Max: return c10d::ReduceOp::MAX;
+    case ReduceOp::Min: return c10d::ReduceOp::MIN;
+    case ReduceOp::BitwiseOr: return c10d::ReduceOp::BOR;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+void require_contiguous(const at::Tensor& t, const char* what) {
+  if (!t.is_contiguous()) throw InternalError(std::string(what) + ": tensors must be contiguous");
+}
+
+// What to check when ranks cannot meet: the usual causes of a multi-node start that hangs.
+std::string rendezvous_hint(const RankEnv& env) {
+  return "start every node with the same command, each with its own node rank (`loom run --node-rank`, or the "
+         "launcher's own variables under torchrun, srun or mpirun); check that " + env.master_addr + " (--master-addr, "
+         "MASTER_ADDR) is node 0's address and reachable from every node, that port " + std::to_string(env.master_port) +
+         " (--master-port, MASTER_PORT) is open in the firewall, and raise --timeout if the nodes start far apart";
+}
+
+// The ranks that have not announced themselves, with their nodes ("1 (node 1), 3 (node 1)").
+std::string missing_ranks(c10d::Store& store, const RankEnv& env, int* count) {
+  std::string missing;
+  *count = 0;
+  for (int r = 0; r < env.world; ++r) {
+    if (store.check({"loom/joined/" + std::to_string(r)})) continue;
+    if (++*count <= 8) missing += (missing.empty() ? "" : ", ") + std::to_string(r) + " (node " + std::to_string(r / env.local_world) + ")";
+  }
+  if (*count > 8) missing += " and " + std::to_string(*count - 8) + " more";
+  return missing;
+}
+
+// Every rank announces itself; the last to come says so, and the others wait for that up to
+// the timeout. Whoever never came is named with their node, where the store's own wait would
+// only say "Socket Timeout".
+void await_every_rank(c10d::Store& store, const RankEnv& env, std::chrono::milliseconds timeout) {
+  std::string where = "the rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port);
+  try {
+    store.set("loom/joined/" + std::to_string(env.rank), std::vector<uint8_t>{1});
+    if (store.add("loom/joined", 1) == env.world) store.set("loom/all_joined", std::vector<uint8_t>{1});
+    store.wait({"loom/all_joined"}, timeout);
+    return;
+  } catch (const std::exception&) {
+    // Timed out, or rank 0 (which serves the store) gave up first: say who is missing if we still can.
+  }
+  int count = 0;
+  std::string missing;
+  try {
+    missing = missing_ranks(store, env, &count);
+  } catch (const std::exception&) {
+    throw UserError(SourceRange{}, "rank " + std::to_string(env.rank) + " lost " + where + " while waiting for the other ranks to join",
+                    "rank 0, which serves it, stopped (its own message says why); " + rendezvous_hint(env));
+  }
+  if (count == 0) return;  // the last rank came just as the wait ended
+  throw UserError(SourceRange{}, std::string(count == 1 ? "rank " : "ranks ") + missing + " did not join the run within " +
+                                     std::to_string(timeout.count() / 1000) + " s (" + where + ", world " +
+                                     std::to_string(env.world) + ")",
+                  rendezvous_hint(env));
+}
+
+}  // namespace
+
+std::shared_ptr<Group> init_world(const RankEnv& env, const WorldOptions& options) {
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(env.master_port);
+  store_options.isServer = env.rank == 0;
+  store_options.numWorkers = env.world;
+  store_options.waitWorkers = false;  // await_every_rank waits, and names who is missing
+  store_options.timeout = options.timeout;
+  auto impl = std::make_unique<GroupImpl>();
+  try {
+    impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  } catch (const std::exception& e) {
+    std::string reason = exception_text(e, false);
+    throw UserError(SourceRange{}, "rank " + std::to_string(env.rank) + (env.rank == 0 ? " could not serve" : " could not reach") +
+                                       " the rendezvous store at " + env.master_addr + ":" + std::to_string(env.master_port) +
+                                       " within " + std::to_string(options.timeout.count() / 1000) + " s: " +
+                                       reason.substr(0, reason.find('\n')),
+                    env.rank == 0 ? "the port may be taken: pick another (--master-port, MASTER_PORT)" : rendezvous_hint(env));
+  }
+  await_every_rank(*impl->store, env, options.timeout);
+  impl->device = make_device(env.master_addr);
+  impl->timeout = options.timeout;
+  impl->rank = env.rank;
+  for (int r = 0; r < env.world; ++r) impl->ranks.push_back(r);
+  impl->name = "world";
+  impl->backend = options.backend;
+  impl->pg = make_group(options.backend, c10::make_intrusive<c10d::PrefixStore>("world", impl->store), env.rank, env.world,
+                        impl->device, options.timeout);
+  return std::make_shared<Group>(std::move(impl));
+}
+
+std::shared_ptr<Group> new_subgroup(Group& world, const std::vector<int>& ranks) {
+  GroupImpl& w = world.impl();
+  std::string name = "group" + std::to_string(w.subgroups_created++);
+  for (int r : ranks) name += "_" + std::to_string(r);
+  auto it = std::find(ranks.begin(), ranks.end(), w.rank);
+  if (it == ranks.end()) return nullptr;
+  auto impl = std::make_unique<GroupImpl>();
+  impl->store = w.store;
+  impl->device = w.device;
+  impl->timeout = w.timeout;
+  impl->ranks = ranks;
+  impl->rank = static_cast<int>(it - ranks.begin());
+  impl->name = name;
+  impl->backend = w.backend;
+  impl->pg = make_group(w.backend, c10::make_intrusive<c10d::PrefixStore>(name, w.store), impl->rank,
+                        static_cast<int>(ranks.size()), w.device, w.timeout);
+  return std::make_shared<Group>(std::move(impl));
+}
+
+Work all_reduce(Group& group, at::Tensor& tensor, const AllReduceOptions& options) {
+  require_contiguous(tensor, "all_reduce");
+  if (trivial(group) || tensor.numel() == 0) return Work();
+  if (options.op == ReduceOp::BitwiseOr && group.impl().backend == Backend::Nccl) {
+    // NCCL has no OR: each byte's 8 bits as 8 bytes, their max, packed again.
+    at::Tensor weights = at::tensor({1, 2, 4, 8, 16, 32, 64, 128}, tensor.options().dtype(at::kInt));
+    at::Tensor planes = tensor.to(at::kInt).unsqueeze(-1).bitwise_and(weights).ne(0).to(at::kByte).contiguous();
+    Work w = all_reduce(group, planes, {ReduceOp::Max});
+    w.wait();
+    tensor.copy_((planes.to(at::kInt) * weights).sum(-1).to(tensor.scalar_type()));
+    return Work();
+  }
+  std::vector<at::Tensor> ts{tensor};
+  c10d::AllreduceOptions o;
+  o.reduceOp = to_c10d(options.op);
+  o.timeout = group.impl().timeout;
+  return Work(group.impl().pg->allreduce(ts, o), nullptr, "all_reduce on " + group.name() + " (" + std::to_string(tensor.numel()) + " elements)");
+}
+
+Work broadcast(Group& group, at::Tensor& tensor, const BroadcastOptions& options) {
+  require_contiguous(tensor, "broadcast");
+  if (trivial(group) || tensor.numel() == 0) return Work();
+  std::vector<at::Tensor> ts{tensor};
+  c10d::BroadcastOptions o;
+  o.rootRank = options.root;
+  o.timeout = group.impl().timeout;
+  return Work(group.impl().pg->broadcast(ts, o), nullptr, "broadcast on " + group.name());
+}
+
+Work all_gather(Group& group, const at::Tensor& shard, at::Tensor& out) {
+  require_contiguous(shard, "all_gather");
+  require_contiguous(out, "all_gather");
+  int64_t n = shard.numel();
+  if (out.numel() != n * group.size())
+    throw InternalError("all_gather: output has " + std::to_string(out.numel()) + " elements, expected " +
+                        std::to_string(n * group.size()));
+  if (n == 0) return Work();
+  if (group.size() == 1) {
+    out.view({-1}).copy_(shard.view({-1}));
+    return Work();
+  }
+  // The list form gloo supports, with each output a view into the flat buffer.
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  at::Tensor flat = out.view({-1});
+  for (int r = 0; r < group.size(); ++r) outputs[0].push_back(flat.narrow(0, r * n, n));
+  std::vector<at::Tensor> inputs{shard.view({-1})};
+  c10d::AllgatherOptions o;
+  o.timeout = group.impl().timeout;
+  return Work(group.impl().pg->allgather(outputs, inputs, o), nullptr, "all_gather on " + group.name());
+}
+
+Work reduce_scatter(Group& group, const at::Tensor& input, at::Tensor& out, const ReduceScatterOptions& options) {
+  require_contiguous(input, "reduce_scatter");
+  require_contiguous(out, "reduce_scatter");
+  int64_t n = out.numel();
+  int world = group.size();
+  if (input.numel() != n * world)
+    throw InternalError("reduce_scatter: input has " + std::to_string(input.numel()) + " elements, expected " +
+                        std::to_string(n * world));
+  if (n == 0) return Work();
+  if (world == 1) {
+    out.view({-1}).copy_(input.view({-1}));
+    return Work();
+  }
+  // alltoall sends chunk r to rank r; the received chunks are then reduced locally.
+  at::Tensor received = at::empty({world * n}, input.options());
+  at::Tensor send = input.view({-1});
+  std::vector<int64_t> splits;
+  c10d::AllToAllOptions o;
+  o.timeout = group.impl().timeout;
+  auto work = group.impl().pg->alltoall_base(received, send, splits, splits, o);
+  ReduceOp op = options.op;
+  return Work(work,
+              [received, out, world, n, op]() mutable {
+                at::Tensor chunks = received.view({world, n});
+                at::Tensor flat = out.view({-1});
+                if (op == ReduceOp::Sum) at::sum_out(flat, chunks, {0});
+                else if (op == ReduceOp::Max) flat.copy_(std::get<0>(chunks.max(0)));
+                else flat.copy_(std::get<0>(chunks.min(0)));
+              },
+              "reduce_scatter on " + group.name());
+}
+
+void barrier(Group& group) {
+  if (trivial(group)) return;
+  c10d::BarrierOptions o;
+  o.timeout = group.impl().timeout;
+  Work(group.impl().pg->barrier(o), nullptr, "barrier on " + group.name()).wait();
+}
+
+}  // namespace loom::comm

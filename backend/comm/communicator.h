@@ -1,0 +1,102 @@
+// Process groups and the collectives Loom uses: one options struct and one free
+// function per operation. Gloo on CPU, NCCL on GPU (c10d); the collectives gloo lacks in
+// LibTorch 1.13 (reduce-scatter, flat all-gather) are built here from ones it has.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "backend/train/rank_env.h"
+
+namespace loom::comm {
+
+// A collective failed or timed out (a peer died, the network broke).
+class CommError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class GroupImpl;
+
+// A set of ranks that run collectives together. Ranks are numbered 0..size()-1 inside it.
+class Group {
+ public:
+  explicit Group(std::unique_ptr<GroupImpl> impl);
+  ~Group();
+  int rank() const;
+  int size() const;
+  const std::vector<int>& global_ranks() const;  // members, as world ranks
+  const std::string& name() const;
+  GroupImpl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<GroupImpl> impl_;
+};
+
+// A collective in flight; wait() blocks until it is done (or throws CommError).
+class Work {
+ public:
+  Work() = default;
+  Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what);
+  void wait();
+  bool done() const { return !work_ && !finish_; }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::function<void()> finish_;  // local post-processing after the transfer (e.g. summing)
+  std::string what_;
+  double launched_us_ = 0;        // for the timeline
+};
+
+enum class Backend {
+  Gloo,  // CPU tensors
+  Nccl,  // CUDA tensors (CUDA builds only)
+};
+
+struct WorldOptions {
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // store rendezvous and every collective
+  Backend backend = Backend::Gloo;
+};
+
+// Joins the world: rendezvous through a TCPStore at master_addr:master_port (rank 0 serves it).
+// Ranks that do not join within the timeout, or a store that cannot be reached, are a UserError
+// naming the ranks, their nodes and what to check.
+std::shared_ptr<Group> init_world(const RankEnv& env, const WorldOptions& options = {});
+// A subgroup of world ranks. Every world rank calls this with the same list, in the same
+// order as other subgroup creations; ranks outside the list get nullptr.
+std::shared_ptr<Group> new_subgroup(Group& world, const std::vector<int>& ranks);
+
+// BitwiseOr: integer tensors (gloo's BOR; NCCL, which has no OR, reduces uint8 bit planes with max).
+enum class ReduceOp { Sum, Max, Min, BitwiseOr };
+
+struct AllReduceOptions {
+  ReduceOp op = ReduceOp::Sum;
+};
+// In place: every rank ends with the reduction of every rank's `tensor`.
+Work all_reduce(Group& group, at::Tensor& tensor, const AllReduceOptions& options = {});
+
+struct BroadcastOptions {
+  int root = 0;  // group rank whose tensor everyone receives
+};
+Work broadcast(Group& group, at::Tensor& tensor, const BroadcastOptions& options = {});
+
+// Flat all-gather: `out` (size() * shard.numel() elements) receives every rank's shard in rank order.
+Work all_gather(Group& group, const at::Tensor& shard, at::Tensor& out);
+
+struct ReduceScatterOptions {
+  ReduceOp op = ReduceOp::Sum;
+};
+// Flat reduce-scatter: `input` has size() * out.numel() elements; rank r receives the
+// reduction of every rank's chunk r. Built from alltoall plus a local reduction: the same
+// bytes on the wire as a native reduce-scatter.
+Work reduce_scatter(Group& group, const at::Tensor& input, at::Tensor& out, const ReduceScatterOptions& options = {});
+
+void barrier(Group& group);
+
+}  // namespace loom::comm

@@ -1,0 +1,133 @@
+#include "backend/cost/profile.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "lang/diagnostics.h"
+
+namespace loom {
+namespace {
+
+constexpr int kFormat = 1;  // bump when the measurement changes meaning
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+double CollectiveProfile::predict_ms(int64_t bytes) const { return loom::predict_ms(samples, fit, bytes); }
+
+const CollectiveProfile* Profile::collective(const std::string& name, const std::string& group) const {
+  for (auto& c : collectives)
+    if (c.collective == name && c.group == group) return &c;
+  return nullptr;
+}
+
+std::string Profile::to_json() const {
+  nlohmann::json j{{"format", "loom-profile-" + std::to_string(kFormat)},
+                   {"key", key},
+                   {"device", device},
+                   {"measured_steps", measured_steps}};
+  j["ops"] = nlohmann::json::array();
+  for (auto& op : ops)
+    j["ops"].push_back({{"module", op.module},
+                        {"forward_ms", op.forward_ms},
+                        {"backward_ms", op.backward_ms},
+                        {"memory_before_bytes", op.memory_before_bytes},
+                        {"forward_peak_bytes", op.forward_peak_bytes},
+                        {"backward_before_bytes", op.backward_before_bytes},
+                        {"backward_peak_bytes", op.backward_peak_bytes}});
+  j["collectives"] = nlohmann::json::array();
+  for (auto& c : collectives) {
+    nlohmann::json samples = nlohmann::json::array();
+    for (auto& s : c.samples) samples.push_back({s.bytes, s.ms});
+    j["collectives"].push_back({{"collective", c.collective},
+                                {"group", c.group},
+                                {"group_size", c.group_size},
+                                {"alpha_ms", c.fit.alpha_ms},
+                                {"beta_ms_per_byte", c.fit.beta_ms_per_byte},
+                                {"samples_bytes_ms", samples}});
+  }
+  return j.dump(1) + "\n";
+}
+
+Profile Profile::from_json(const std::string& text, const std::string& origin) {
+  try {
+    auto j = nlohmann::json::parse(text);
+    if (j.value("format", "") != "loom-profile-" + std::to_string(kFormat))
+      throw UserError(SourceRange{}, origin + " is not a Loom profile of format " + std::to_string(kFormat),
+                      "write it again with `loom profile`");
+    Profile p;
+    p.key = j.at("key").get<std::string>();
+    p.device = j.at("device").get<std::string>();
+    p.measured_steps = j.at("measured_steps").get<int>();
+    for (auto& o : j.at("ops"))
+      p.ops.push_back({o.at("module").get<std::string>(), o.at("forward_ms").get<double>(), o.at("backward_ms").get<double>(),
+                       o.at("memory_before_bytes").get<int64_t>(), o.at("forward_peak_bytes").get<int64_t>(),
+                       o.at("backward_before_bytes").get<int64_t>(), o.at("backward_peak_bytes").get<int64_t>()});
+    for (auto& c : j.at("collectives")) {
+      CollectiveProfile cp;
+      cp.collective = c.at("collective").get<std::string>();
+      cp.group = c.at("group").get<std::string>();
+      cp.group_size = c.at("group_size").get<int>();
+      cp.fit = {c.at("alpha_ms").get<double>(), c.at("beta_ms_per_byte").get<double>()};
+      for (auto& s : c.at("samples_bytes_ms")) cp.samples.push_back({s.at(0).get<int64_t>(), s.at(1).get<double>()});
+      p.collectives.push_back(std::move(cp));
+    }
+    return p;
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(SourceRange{}, origin + " is not a readable Loom profile: " + e.what(), "write it again with `loom profile`");
+  }
+}
+
+std::string profile_key(const ProfileKeyInputs& k) {
+  std::ostringstream s;
+  s << "loom-profile-" << kFormat << " model=" << k.model << " world=" << k.world << " local_world=" << k.local_world
+    << " micro_batch=" << k.micro_batch << " seq=" << k.seq << " accum=" << k.accum << " device=" << k.device
+    << " precision=" << k.precision << " threads=" << k.threads << " schedule=" << std::hex << fnv1a(k.schedule);
+  return s.str();
+}
+
+std::string profile_cache_path(const std::string& dir, const std::string& model, int world, const std::string& key) {
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(fnv1a(key)));
+  std::string name = model;
+  for (char& c : name)
+    if (c == ':' || c == '/') c = '-';
+  return (std::filesystem::path(dir) / (name + "-w" + std::to_string(world) + "-" + hash + ".json")).string();
+}
+
+std::string default_profile_cache_dir() {
+  if (const char* d = std::getenv("LOOM_CACHE_DIR"); d && *d) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/loom/profiles";
+  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/loom/profiles";
+  return ".loom-cache/profiles";
+}
+
+Profile load_profile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UserError(SourceRange{}, "cannot read the profile '" + path + "'", "write one with `loom profile ... --out FILE`");
+  std::stringstream text;
+  text << in.rdbuf();
+  return Profile::from_json(text.str(), path);
+}
+
+std::optional<Profile> load_cached_profile(const std::string& path, const std::string& key) {
+  try {
+    Profile p = load_profile(path);
+    if (p.key != key) return std::nullopt;
+    return p;
+  } catch (const UserError&) {
+    return std::nullopt;  // a missing, stale or damaged cache entry is measured again
+  }
+}
+
+}  // namespace loom

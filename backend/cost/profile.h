@@ -1,0 +1,79 @@
+// A measured profile of one training step under a schedule (issue #4 §3): per compute op its
+// forward and backward time and memory, per collective and process-group role its time as a
+// function of bytes. Written by `loom profile`, saved in a cache keyed by everything that
+// changes the figures, and read by passes. Every figure was reduced (max) across ranks before
+// it was saved, so every rank holds the same profile. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/cost/collective_cost.h"
+
+namespace loom {
+
+struct OpProfile {
+  std::string module;                // the traced op (module path), in forward order
+  double forward_ms = 0;             // median over the measured steps
+  double backward_ms = 0;            // its backward, excluding a checkpoint() recomputation
+  int64_t memory_before_bytes = 0;   // in use just before its forward
+  int64_t forward_peak_bytes = 0;    // the peak during its forward
+  int64_t backward_before_bytes = 0; // in use just before its backward
+  int64_t backward_peak_bytes = 0;   // the peak during its backward
+};
+
+// One collective on one process-group role ("params", "grad_peers", "optim_peers",
+// "replicas", "world"), over a sweep of sizes.
+struct CollectiveProfile {
+  std::string collective;  // "all_gather", "reduce_scatter", "all_reduce"
+  std::string group;       // the role
+  int group_size = 0;
+  std::vector<CollectiveSample> samples;  // sorted by bytes
+  AlphaBeta fit;
+
+  double predict_ms(int64_t bytes) const;
+};
+
+struct Profile {
+  std::string key;       // what the figures depend on (profile_key)
+  std::string device;    // "cpu" or "cuda"
+  int measured_steps = 0;
+  std::vector<OpProfile> ops;
+  std::vector<CollectiveProfile> collectives;
+
+  // nullptr when this profile has no such collective on that role.
+  const CollectiveProfile* collective(const std::string& collective, const std::string& group) const;
+  std::string to_json() const;
+  // Throws UserError when `text` is not a Loom profile.
+  static Profile from_json(const std::string& text, const std::string& origin);
+};
+
+// Everything the figures depend on, as one canonical line of text.
+struct ProfileKeyInputs {
+  std::string model;
+  std::string schedule;  // the .sched file's text, and the --set overrides
+  int world = 1;
+  int local_world = 1;
+  int64_t micro_batch = 0;
+  int64_t seq = 0;
+  int64_t accum = 1;
+  std::string device;
+  std::string precision;
+  int threads = 0;
+};
+std::string profile_key(const ProfileKeyInputs& inputs);
+
+// Where a profile of `key` is cached: DIR/<model>-w<world>-<16 hex digits of the key's hash>.json.
+std::string profile_cache_path(const std::string& dir, const std::string& model, int world, const std::string& key);
+// The cache directory: $LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom/profiles, else ~/.cache/loom/profiles.
+std::string default_profile_cache_dir();
+
+// The profile saved at `path`. Throws UserError when it cannot be read or is not a profile.
+Profile load_profile(const std::string& path);
+
+// The profile cached at `path` if there is one and it was made for `key`.
+std::optional<Profile> load_cached_profile(const std::string& path, const std::string& key);
+
+}  // namespace loom

@@ -1,0 +1,26 @@
+// A step's instructions priced by a measured profile (backend/cost/profile.h): each compute op at
+// its measured forward or backward time, each collective at its role's fitted time for its
+// bytes. The sums are serial: overlap is what the executed timeline (--trace) shows, and what
+// a later issue's cost model (deepcompile.txt §4.2) will estimate. Torch-free.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backend/ir/ir.h"
+#include "backend/cost/profile.h"
+
+namespace loom {
+
+struct StepEstimate {
+  std::vector<double> instruction_ms;  // per instruction; -1 where the profile has no figure
+  double forward_compute_ms = 0;
+  double backward_compute_ms = 0;
+  double collective_ms = 0;
+};
+
+// Throws UserError when the profile was measured for other compute ops (another model or
+// schedule); `origin` names the profile in the message.
+StepEstimate estimate_step(const ir::Program& program, const Profile& profile, const std::string& origin);
+
+}  // namespace loom

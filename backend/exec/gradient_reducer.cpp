@@ -1,0 +1,137 @@
+#include "backend/exec/gradient_reducer.h"
+
+namespace loom {
+
+struct GradientReducer::State {
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+  struct Bucket {
+    std::vector<size_t> params;   // indices into State::params
+    torch::Tensor flat;           // the reduction buffer
+    size_t ready = 0;
+    bool launched = false;
+    bool late = false;            // a gradient arrived after launch (reduce again at the end)
+    comm::Work work;
+  };
+  comm::Group* group;
+  std::vector<torch::Tensor> params;
+  std::vector<int64_t> offset;    // of each parameter in its bucket
+  std::vector<size_t> bucket_of;  // kNone: in no bucket (never reduced)
+  std::vector<bool> reported;
+  std::vector<Bucket> buckets;
+  size_t next_launch = 0;         // buckets launch in index order on every rank
+  bool sync = false;
+
+  void copy_in(size_t p, const torch::Tensor& grad) {
+    Bucket& b = buckets[bucket_of[p]];
+    b.flat.narrow(0, offset[p], params[p].numel()).copy_(grad.reshape({-1}));
+  }
+
+  void launch_ready() {
+    while (next_launch < buckets.size() && buckets[next_launch].ready == buckets[next_launch].params.size()) {
+      Bucket& b = buckets[next_launch++];
+      b.launched = true;
+      b.work = comm::all_reduce(*group, b.flat);
+    }
+  }
+
+  void on_grad(size_t p, const torch::Tensor& incoming) {
+    if (!sync) return;
+    // The gradient this step: what was accumulated before plus what arrives now.
+    const torch::Tensor& acc = params[p].grad();
+    torch::Tensor full = acc.defined() ? acc + incoming : incoming;
+    Bucket& b = buckets[bucket_of[p]];
+    if (b.launched) {
+      b.late = true;
+      return;
+    }
+    copy_in(p, full);
+    if (!reported[p]) {
+      reported[p] = true;
+      ++b.ready;
+    }
+    launch_ready();
+  }
+};
+
+GradientReducer::GradientReducer(const std::vector<torch::Tensor>& params, const std::vector<std::vector<size_t>>& buckets,
+                                 comm::Group& group, torch::Dtype reduce_dtype)
+    : s_(std::make_unique<State>()) {
+  s_->group = &group;
+  s_->params = params;
+  size_t n = params.size();
+  s_->offset.assign(n, 0);
+  s_->bucket_of.assign(n, State::kNone);
+  s_->reported.assign(n, false);
+  for (const std::vector<size_t>& members : buckets) {
+    State::Bucket b;
+    b.params = members;
+    int64_t total = 0;
+    for (size_t p : members) {
+      s_->bucket_of[p] = s_->buckets.size();
+      s_->offset[p] = total;
+      total += params[p].numel();
+    }
+    b.flat = torch::zeros({total}, params[members.at(0)].options().dtype(reduce_dtype).requires_grad(false));
+    s_->buckets.push_back(std::move(b));
+  }
+  for (size_t k = 0; k < n; ++k) {
+    if (s_->bucket_of[k] == State::kNone || !params[k].requires_grad()) continue;  // finish() reduces what it holds
+    State* state = s_.get();
+    s_->params[k].register_hook([state, k](torch::Tensor grad) {
+      state->on_grad(k, grad);
+      return grad;
+    });
+  }
+}
+
+GradientReducer::~GradientReducer() = default;
+
+size_t GradientReducer::bucket_count() const { return s_->buckets.size(); }
+
+void GradientReducer::prepare(bool sync) {
+  s_->sync = sync;
+  s_->next_launch = 0;
+  std::fill(s_->reported.begin(), s_->reported.end(), false);
+  for (auto& b : s_->buckets) {
+    b.ready = 0;
+    b.launched = false;
+    b.late = false;
+  }
+}
+
+void GradientReducer::finish() {
+  if (!s_->sync) return;
+  State& s = *s_;
+  // Parameters that got no gradient this step (unused experts, say) contribute what they hold.
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    if (s.reported[p] || s.bucket_of[p] == State::kNone) continue;
+    auto& b = s.buckets[s.bucket_of[p]];
+    if (b.launched) continue;
+    const torch::Tensor& g = s.params[p].grad();
+    if (g.defined()) s.copy_in(p, g);
+    else b.flat.narrow(0, s.offset[p], s.params[p].numel()).zero_();
+    s.reported[p] = true;
+    ++b.ready;
+  }
+  s.launch_ready();
+  for (auto& b : s.buckets) b.work.wait();
+  // Late gradients (a tensor used both inside and outside a checkpointed module) are
+  // reduced again from the final .grad; every rank sees the same pattern.
+  for (auto& b : s.buckets) {
+    if (!b.late) continue;
+    for (size_t p : b.params) s.copy_in(p, s.params[p].grad());
+    comm::all_reduce(*s.group, b.flat).wait();
+  }
+  double scale = 1.0 / s.group->size();
+  torch::NoGradGuard no_grad;
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    if (s.bucket_of[p] == State::kNone) continue;
+    auto& b = s.buckets[s.bucket_of[p]];
+    torch::Tensor avg =
+        b.flat.narrow(0, s.offset[p], s.params[p].numel()).view(s.params[p].sizes()).to(s.params[p].scalar_type()) * scale;
+    if (s.params[p].grad().defined()) s.params[p].mutable_grad().copy_(avg);
+    else s.params[p].mutable_grad() = avg.clone();
+  }
+}
+
+}  // namespace loom

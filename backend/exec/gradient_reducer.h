@@ -1,0 +1,36 @@
+// Data-parallel gradient averaging: gradients are all-reduced in the buckets it is given, each
+// launched (in order) as soon as all of its gradients are complete, while backward still runs.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "backend/comm/communicator.h"
+
+namespace loom {
+
+class GradientReducer {
+ public:
+  // `params`: unique tensors. `buckets`: indices into `params`, one list per bucket, in launch
+  // order: the step program's data-parallel all-reduces (bucket_data_parallel), or
+  // plan_gradient_buckets where the program does not describe the run (a mesh). A parameter in
+  // no bucket is never reduced. A bucket holds `reduce_dtype` (gradients are cast into it and back).
+  GradientReducer(const std::vector<torch::Tensor>& params, const std::vector<std::vector<size_t>>& buckets, comm::Group& group,
+                  torch::Dtype reduce_dtype = torch::kFloat);
+  ~GradientReducer();
+
+  // Before each micro-batch's backward: `sync` is true on the last micro-batch of a
+  // step (gradients are reduced then), false while accumulating.
+  void prepare(bool sync);
+  // After backward: launches what is left, waits, and writes averaged gradients.
+  void finish();
+  size_t bucket_count() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace loom

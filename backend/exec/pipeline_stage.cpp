@@ -1,0 +1,81 @@
+#include "backend/exec/pipeline_stage.h"
+
+#include <torch/types.h>
+#include <torch/utils.h>
+
+namespace loom {
+
+PipelineStage::PipelineStage(torch::nn::Module& root, PipelineStages stages, const MeshGroups& groups,
+                             nn::CallInterceptor* next)
+    : stages_(std::move(stages)), at_(groups.at), previous_(groups.previous), next_stage_(groups.next),
+      pipeline_(groups.pipeline), next_(next) {
+  std::string prefix = stages_.list + ".";
+  for (auto& item : root.named_modules("", false)) {
+    const std::string& path = item.key();
+    if (path.rfind(prefix, 0) == 0 && path.find('.', prefix.size()) == std::string::npos)
+      entry_[item.value().get()] = std::stoi(path.substr(prefix.size()));
+  }
+}
+
+torch::Tensor PipelineStage::intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
+                                       const nn::Forward& forward) {
+  auto run = [&](const std::vector<torch::Tensor>& xs) { return next_ ? next_->intercept(module, xs, forward) : forward(xs); };
+  auto it = entry_.find(&module);
+  if (it == entry_.end()) return run(inputs);
+  int entry = it->second, begin = stages_.begins[at_.stage], end = stages_.begins[at_.stage + 1];
+  if (entry < begin) return inputs.at(0);  // an earlier stage's: its output arrives below
+  std::vector<torch::Tensor> xs = inputs;
+  if (entry == begin && !at_.first_stage()) {
+    // The previous stage's activation has the shape this stage computed locally for it.
+    received_ = torch::empty_like(xs.at(0)).contiguous();
+    comm::broadcast(*previous_, received_, {0}).wait();
+    received_.requires_grad_(torch::GradMode::is_enabled());
+    xs[0] = received_;
+  }
+  torch::Tensor out = run(xs);
+  if (entry == end - 1 && !at_.last_stage()) {
+    sent_ = out;
+    torch::Tensor outgoing = out.detach().contiguous();
+    comm::broadcast(*next_stage_, outgoing, {0}).wait();
+    throw StageForwardDone();
+  }
+  return out;
+}
+
+void PipelineStage::backward_from_next_stage() {
+  torch::Tensor grad = torch::empty_like(sent_.detach()).contiguous();
+  comm::broadcast(*next_stage_, grad, {1}).wait();
+  sent_.backward(grad);
+  sent_ = torch::Tensor();
+}
+
+void PipelineStage::send_gradient_to_previous_stage() {
+  if (at_.first_stage()) return;
+  torch::Tensor grad = received_.grad().defined() ? received_.grad().contiguous() : torch::zeros_like(received_);
+  comm::broadcast(*previous_, grad, {1}).wait();
+  received_ = torch::Tensor();
+}
+
+void PipelineStage::reduce_shared_gradients(const std::vector<torch::Tensor>& params, const std::vector<std::string>& names) {
+  if (!pipeline_) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads, flat_grads;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (stages_.stage_of_param(names[i]) >= 0) continue;
+    torch::Tensor p = params[i];
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad());
+    flat_grads.push_back(p.grad().reshape({-1}));
+  }
+  if (grads.empty()) return;
+  // One collective for all of them, in a fixed order on every stage.
+  torch::Tensor flat = torch::cat(flat_grads);
+  comm::all_reduce(*pipeline_, flat).wait();
+  int64_t at = 0;
+  for (auto& g : grads) {
+    g.copy_(flat.narrow(0, at, g.numel()).view_as(g));
+    at += g.numel();
+  }
+}
+
+}  // namespace loom

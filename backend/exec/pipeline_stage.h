@@ -1,0 +1,55 @@
+// One pipeline stage at runtime (slapo.txt §3.3.2): every stage runs the model's forward, but
+// only its own entries of the split list. The entries of earlier stages are passed over (they
+// keep the activation's shape); the stage's first entry takes the activation the previous stage
+// sent; after its last entry the stage sends the activation on and ends its forward by throwing
+// StageForwardDone. In backward the gradient travels back the same way.
+//
+// The schedule is the simple one: one micro-batch crosses the stages at a time, so stages wait
+// for each other (no GPipe or 1F1B overlap yet). Modules outside the list (embeddings, final
+// norm, head) are held and run by every stage; their gradients are summed over the pipeline, so
+// every stage applies the same update (Megatron-LM does this for tied embeddings).
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "backend/comm/mesh_groups.h"
+#include "backend/lower/pipeline_stages.h"
+#include "models/nn/module.h"
+
+namespace loom {
+
+// Thrown by a stage other than the last when its part of the forward is done.
+struct StageForwardDone : std::exception {
+  const char* what() const noexcept override { return "pipeline stage forward done"; }
+};
+
+class PipelineStage : public nn::CallInterceptor {
+ public:
+  PipelineStage(torch::nn::Module& root, PipelineStages stages, const MeshGroups& groups, nn::CallInterceptor* next);
+
+  // After a forward that ended with StageForwardDone: receives the gradient of the sent
+  // activation from the next stage and runs this stage's backward.
+  void backward_from_next_stage();
+  // After this stage's backward: sends the gradient of the received activation back.
+  void send_gradient_to_previous_stage();
+  // Sums the gradients of the parameters outside the list over the pipeline, in place (zeros
+  // where a stage did not use one).
+  void reduce_shared_gradients(const std::vector<torch::Tensor>& params, const std::vector<std::string>& names);
+
+  torch::Tensor intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
+                          const nn::Forward& forward) override;
+
+ private:
+  PipelineStages stages_;
+  MeshLayout at_;
+  std::shared_ptr<comm::Group> previous_, next_stage_, pipeline_;
+  nn::CallInterceptor* next_;
+  std::unordered_map<const torch::nn::Module*, int> entry_;  // the split list's entries
+  torch::Tensor received_;  // this step's activation from the previous stage (a leaf)
+  torch::Tensor sent_;      // this step's activation sent to the next stage (in the graph)
+};
+
+}  // namespace loom

@@ -1,0 +1,706 @@
+#include "backend/exec/sharded_executor.h"
+
+#include <torch/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <optional>
+#include <unordered_set>
+
+#include "backend/exec/sharded_grad_clip.h"
+#include "lang/diagnostics.h"
+#include "models/zoo_torch.h"
+
+namespace loom {
+
+namespace {
+
+// A gathered parameter's storage is freed after its last use and refilled before the next
+// (ENVIRONMENT.md: autograd's saved tensors keep their identity, so gradients are unchanged).
+// Through the storage's own allocator, so it works on any device (and CPU stays counted).
+void free_storage(const torch::Tensor& t) {
+  c10::StorageImpl* storage = t.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, t.device()));
+  storage->set_nbytes(0);
+}
+void refill_storage(const torch::Tensor& t) {
+  c10::StorageImpl* storage = t.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
+  size_t bytes = static_cast<size_t>(t.numel() * t.element_size());
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+}  // namespace
+
+struct ShardedExecutor::State {
+  // One all-gather in flight: of one parameter, or of a bucket's members as one collective.
+  struct Gather {
+    std::vector<size_t> members;
+    std::vector<int64_t> offsets;  // of each member's shard in the concatenated send buffer
+    int64_t length = 0;            // the concatenated shards' length
+    torch::Tensor send, buffer;    // buffer: s_p blocks of `length`, in rank order
+    comm::Work work;
+    bool done = false;
+  };
+  // One gradient reduction in flight: of one parameter, or of a bucket's members as one.
+  struct Reduction {
+    std::vector<size_t> members;
+    torch::Tensor wire;  // the reduce-scatter's input, alive until it completes
+    torch::Tensor out;   // its output: the members' shards (or a compressed member's summed sketch), concatenated
+    comm::Work work;
+  };
+
+  struct Param {
+    torch::Tensor full;       // the module's parameter; storage present only while gathered
+    int64_t numel = 0;
+    int64_t padded = 0;       // numel padded to a multiple of s_os
+    int64_t chunk = 0;        // parameter shard length: padded / s_p
+    torch::Tensor shard;      // this rank's parameter shard
+    torch::Tensor slice;      // its optimizer slice: a leaf view into `shard` the optimizer updates
+    bool resident = false;
+    bool gathering = false;
+    std::shared_ptr<Gather> gather;  // while gathering
+    // Gradient reduction of the current micro-batch.
+    bool grad_ready = false;
+    bool reduce_launched = false;
+    torch::Tensor grad_flat;   // padded full gradient
+    torch::Tensor grad_wire;   // it in the reduction dtype: the reduce-scatter's input
+    torch::Tensor grad_shard;  // its output (1/s_p)
+    // Kept across micro-batches: 1/s_g of the parameter shard (or all of it when s_g = s_p).
+    torch::Tensor grad_kept;
+    // After the last micro-batch: the reduced gradient of the optimizer slice (sum over dp ranks).
+    torch::Tensor slice_grad;
+    // compress(): TAGC's settings, error-feedback accumulator (padded, this rank's dropped
+    // values), this shard's index of non-zeros during a reduction, and the last bound.
+    std::optional<tagc::Config> tagc;
+    torch::Tensor residual, shard_index_set;
+    double threshold = 0, bound = 0;
+    int64_t estimated = 0;
+  };
+
+  // Reductions in flight at once: a bound on the full-size gradients alive during backward.
+  static constexpr size_t kReductionsInFlight = 2;
+
+  ir::Program program;
+  ShardGroups groups;
+  torch::Dtype reduce_dtype = torch::kFloat;
+  nn::CallInterceptor* inner = nullptr;
+  int s_p = 1, m_g = 1, m_os = 1;
+  int shard_index = 0;  // which 1/s_p shard of every parameter this rank holds
+  std::vector<Param> params;
+  std::vector<torch::Tensor> optimized;
+  std::unordered_map<const torch::nn::Module*, std::vector<size_t>> params_of;
+  std::unordered_map<const torch::nn::Module*, std::string> path_of;
+  std::vector<size_t> forward_instrs;  // indices of the program's forward instructions
+  size_t cursor = 0;                   // next forward instruction to execute
+  std::vector<size_t> backward_instrs; // indices of the program's backward instructions
+  std::unordered_map<size_t, std::vector<size_t>> completed_by;  // backward compute -> parameters whose gradient it completes
+  size_t backward_cursor = 0;          // next backward instruction to execute
+  bool in_backward = false;            // module calls now are recomputations (checkpoint())
+  bool last_micro_batch = true;        // this backward ends the step's accumulation
+  std::deque<Reduction> in_flight;     // reductions launched and not yet completed, in launch order
+  std::vector<std::vector<size_t>> reduce_units;  // parameters reduced together (a bucket, or one), in reduction order
+  size_t next_reduce = 0;              // the next unit of reduce_units to launch
+  std::map<int, std::vector<int>> gathers_by_handle;
+  std::unordered_set<size_t> unreduced, released_early;  // test-only faults (inject_faults)
+
+  // One all-gather of the given parameters' shards (those not resident or in flight already;
+  // every rank skips the same ones).
+  void launch_gather(const std::vector<size_t>& wanted) {
+    auto g = std::make_shared<Gather>();
+    std::vector<torch::Tensor> shards;
+    for (size_t p : wanted) {
+      Param& q = params[p];
+      if (q.resident || q.gathering) continue;
+      g->members.push_back(p);
+      g->offsets.push_back(g->length);
+      g->length += q.chunk;
+      shards.push_back(q.shard);
+    }
+    if (g->members.empty()) return;
+    g->send = shards.size() == 1 ? shards[0] : torch::cat(shards);
+    g->buffer = torch::empty({g->length * s_p}, g->send.options());
+    g->work = comm::all_gather(*groups.params, g->send, g->buffer);
+    for (size_t p : g->members) {
+      params[p].gathering = true;
+      params[p].gather = g;
+    }
+  }
+
+  void finish_gather(size_t p) {
+    Param& q = params[p];
+    if (q.resident) return;
+    if (!q.gathering) launch_gather({p});
+    Gather& g = *q.gather;
+    if (!g.done) {
+      g.work.wait();
+      g.done = true;
+    }
+    size_t k = std::find(g.members.begin(), g.members.end(), p) - g.members.begin();
+    refill_storage(q.full);
+    torch::NoGradGuard no_grad;
+    if (in_backward && released_early.count(p)) {
+      q.full.data().zero_();  // a test-only fault
+    } else {
+      // Rank r's block holds every member's shard r; this member's padded tensor is its shards in rank order.
+      torch::Tensor padded = g.buffer.view({s_p, g.length}).narrow(1, g.offsets[k], q.chunk).reshape({-1});
+      q.full.data().view({-1}).copy_(padded.narrow(0, 0, q.numel));
+    }
+    q.gather.reset();
+    q.gathering = false;
+    q.resident = true;
+  }
+
+  void release(size_t p) {
+    Param& q = params[p];
+    if (!q.resident || s_p == 1) return;  // replicated parameters (ZeRO-1/2) stay resident
+    free_storage(q.full);
+    q.resident = false;
+  }
+
+  // Executes forward instructions up to and including the compute of `module` ("" = to the end).
+  // A compute this rank skips (an expert no token was routed to) is passed over with its
+  // gathers, waits and releases: the collectives follow the IR, never the data, so every rank
+  // issues the same ones. Modules must run in the traced order, possibly with gaps.
+  void run_forward_until(const std::string& module) {
+    if (!module.empty() && find_compute(forward_instrs, cursor, module) == forward_instrs.size())
+      throw InternalError("sharded executor: module `" + module +
+                          "` ran where the traced step does not expect it (out of the traced order)");
+    while (cursor < forward_instrs.size()) {
+      const ir::Instr& in = program.instrs[forward_instrs[cursor++]];
+      switch (in.kind) {
+        case ir::OpKind::AllGather:
+          launch_gather(as_indices(in.params));
+          break;
+        case ir::OpKind::Wait:
+          wait_handle(in.handle);
+          break;
+        case ir::OpKind::Release:
+          for (int p : in.params) release(p);
+          break;
+        case ir::OpKind::Compute:
+          if (in.module == module) return;
+          break;
+        default: break;
+      }
+    }
+  }
+
+  // Before `module`'s backward: the IR's backward gathers and waits up to its compute, so the
+  // gathers of the ops that follow are in flight while this one computes (backward prefetch).
+  // Reductions and releases follow the gradients themselves (on_grad). When the op is not
+  // where the IR expects it, nothing is skipped past: its parameters are gathered at need,
+  // which every rank does alike.
+  void run_backward_until(const std::string& module) {
+    size_t target = find_compute(backward_instrs, backward_cursor, module);
+    if (target < backward_instrs.size()) run_backward_through(target);
+  }
+
+  // The position in `instrs` (indices into the program), from `from` on, of the compute of
+  // `module`; instrs.size() when there is none.
+  size_t find_compute(const std::vector<size_t>& instrs, size_t from, const std::string& module) const {
+    for (; from < instrs.size(); ++from) {
+      const ir::Instr& in = program.instrs[instrs[from]];
+      if (in.kind == ir::OpKind::Compute && in.module == module) break;
+    }
+    return from;
+  }
+
+  // Executes backward instructions up to and including index `last` of backward_instrs. A
+  // compute passed over before `last` did not run on this rank: the gradients it would have
+  // completed are zeros, reduced at this point, as a rank that ran it reduces them here.
+  void run_backward_through(size_t last) {
+    for (; backward_cursor <= last && backward_cursor < backward_instrs.size(); ++backward_cursor) {
+      size_t index = backward_instrs[backward_cursor];
+      const ir::Instr& in = program.instrs[index];
+      if (in.kind == ir::OpKind::AllGather) {
+        launch_gather(as_indices(in.params));
+      } else if (in.kind == ir::OpKind::Wait) {
+        wait_handle(in.handle);
+      } else if (in.kind == ir::OpKind::Compute && backward_cursor < last) {
+        auto it = completed_by.find(index);
+        if (it == completed_by.end()) continue;
+        for (size_t p : it->second)
+          if (!params[p].grad_ready) add_gradient(p, torch::Tensor());
+        launch_reductions();
+      }
+    }
+  }
+
+  void wait_handle(int handle) {
+    auto it = gathers_by_handle.find(handle);
+    if (it == gathers_by_handle.end()) return;
+    for (int p : it->second) finish_gather(p);
+  }
+
+  void on_grad(size_t p, const torch::Tensor& grad) {
+    Param& q = params[p];
+    if (q.reduce_launched)
+      throw InternalError("sharded executor: parameter " + program.params[p].name +
+                          " received a second gradient after its reduction started (a weight used both inside and "
+                          "outside a checkpoint()ed module); this combination is not supported yet");
+    add_gradient(p, grad);
+    // Its gradient is complete, so no backward op needs the gathered weight any more.
+    release(p);
+    launch_reductions();
+  }
+
+  // Adds `grad` (undefined: nothing, a zero gradient) to parameter p's padded flat gradient.
+  void add_gradient(size_t p, const torch::Tensor& grad) {
+    Param& q = params[p];
+    torch::NoGradGuard no_grad;
+    if (!q.grad_ready) {
+      q.grad_flat = torch::zeros({q.padded}, q.shard.options());
+      q.grad_ready = true;
+    }
+    if (grad.defined()) q.grad_flat.narrow(0, 0, q.numel).add_(grad.reshape({-1}));
+  }
+
+  static std::vector<size_t> as_indices(const std::vector<int>& ps) { return {ps.begin(), ps.end()}; }
+
+  bool ready(const std::vector<size_t>& unit) const {
+    return std::all_of(unit.begin(), unit.end(), [&](size_t p) { return params[p].grad_ready; });
+  }
+
+  // Reductions launch in one fixed order on every rank (collectives must match across ranks):
+  // a unit once all of its members' gradients are complete.
+  void launch_reductions() {
+    while (next_reduce < reduce_units.size() && ready(reduce_units[next_reduce])) {
+      Reduction r;
+      r.members = reduce_units[next_reduce++];
+      for (size_t p : r.members) params[p].reduce_launched = true;
+      Param& first = params[r.members[0]];
+      if (first.tagc) {
+        launch_compressed(first, r);  // a unit of its own, compressed from grad_flat
+        in_flight.push_back(std::move(r));
+        continue;
+      }
+      std::vector<torch::Tensor> blocks;
+      for (size_t p : r.members) {
+        Param& q = params[p];
+        q.grad_wire = q.grad_flat.to(reduce_dtype);  // the same tensor when the dtypes agree
+        blocks.push_back(q.grad_wire.view({s_p, q.chunk}));
+      }
+      if (unreduced.count(r.members[0])) {
+        first.grad_shard = first.grad_wire.narrow(0, shard_index * first.chunk, first.chunk).clone();  // a test-only fault
+      } else if (groups.params) {
+        // Rank r's part of the input is every member's chunk r, in member order.
+        r.wire = blocks.size() == 1 ? first.grad_wire : torch::cat(blocks, 1).reshape({-1});
+        r.out = torch::empty({r.wire.numel() / s_p}, r.wire.options());
+        r.work = comm::reduce_scatter(*groups.params, r.wire, r.out);
+      } else {
+        for (size_t p : r.members) params[p].grad_shard = params[p].grad_wire;  // s_p = 1: the shard is the whole parameter
+      }
+      in_flight.push_back(std::move(r));
+    }
+    complete_reductions(kReductionsInFlight);
+  }
+
+  // Completes the oldest reductions until at most `limit` remain in flight, in launch order.
+  void complete_reductions(size_t limit) {
+    while (in_flight.size() > limit) {
+      Reduction r = std::move(in_flight.front());
+      in_flight.pop_front();
+      r.work.wait();
+      if (params[r.members[0]].tagc) finish_compressed(params[r.members[0]], r.out);
+      int64_t offset = 0;
+      for (size_t p : r.members) {
+        Param& q = params[p];
+        if (r.out.defined() && !q.tagc) q.grad_shard = r.out.narrow(0, offset, q.chunk);
+        offset += q.chunk;
+        q.grad_shard = q.grad_shard.to(q.shard.scalar_type());
+        q.grad_flat = q.grad_wire = torch::Tensor();
+        q.full.mutable_grad() = torch::Tensor();  // the full gradient was only the reduction's input
+      }
+      keep_gradients(r.members, !unreduced.count(r.members[0]));
+    }
+  }
+
+  // TAGC (tagc.txt Algorithm 1) in place of q's reduce-scatter: error feedback and
+  // sparsification, the index OR-reduced over the parameter group, and each shard's count
+  // sketch reduced to its owner (one reduce-scatter of the s_p sketches into r.out).
+  void launch_compressed(Param& q, Reduction& r) {
+    torch::NoGradGuard no_grad;
+    const tagc::Config& c = *q.tagc;
+    torch::Tensor g = q.grad_flat.to(torch::kFloat);
+    if (q.residual.defined()) g = g + q.residual;
+    tagc::Sparsified s = tagc::sparsify(g, c.sparsity);
+    q.residual = s.dropped;
+    q.threshold = s.threshold;
+    torch::Tensor index = tagc::pack_index(s.kept.ne(0));
+    comm::all_reduce(*groups.params, index, {comm::ReduceOp::BitwiseOr}).wait();
+    q.shard_index_set = tagc::unpack_index(index, q.padded).narrow(0, shard_index * q.chunk, q.chunk);
+    // A shard holds at most every rank's kept values.
+    int64_t m = tagc::sketch_length(q.chunk, c.ratio, s_p * tagc::kept_count(q.padded, c.sparsity));
+    std::vector<torch::Tensor> sketches;
+    for (int d = 0; d < s_p; ++d) sketches.push_back(tagc::sketch(s.kept.narrow(0, d * q.chunk, q.chunk), m));
+    r.wire = torch::cat(sketches).to(reduce_dtype);
+    r.out = torch::empty({m}, r.wire.options());
+    r.work = comm::reduce_scatter(*groups.params, r.wire, r.out);
+  }
+
+  // The owner peels its summed sketch; the bound (thresholds summed over every dp rank,
+  // averaged as the gradient will be) and the estimated entries are agreed on by all ranks.
+  void finish_compressed(Param& q, const torch::Tensor& summed) {
+    torch::NoGradGuard no_grad;
+    tagc::Decoded d = tagc::peel(summed.to(torch::kFloat), q.shard_index_set);
+    q.grad_shard = d.values;
+    q.shard_index_set = torch::Tensor();
+    torch::Tensor stats = torch::tensor({q.threshold, static_cast<double>(d.estimated)}, torch::dtype(torch::kDouble)).to(q.shard.device());
+    comm::all_reduce(*groups.params, stats).wait();
+    if (groups.replicas) comm::all_reduce(*groups.replicas, stats).wait();
+    stats = stats.cpu();
+    q.bound = stats[0].item<double>() / groups.factors.dp;
+    q.estimated = static_cast<int64_t>(stats[1].item<double>());
+  }
+
+  // All-reduces the tensors as one collective in the reduction dtype, in place.
+  void all_reduce_together(comm::Group& group, const std::vector<torch::Tensor>& tensors) {
+    torch::Tensor wire = tensors.size() == 1 ? tensors[0] : torch::cat(tensors);
+    if (wire.scalar_type() != reduce_dtype) wire = wire.to(reduce_dtype);
+    comm::all_reduce(group, wire).wait();
+    if (tensors.size() == 1 && wire.is_same(tensors[0])) return;
+    int64_t offset = 0;
+    for (const torch::Tensor& t : tensors) {
+      t.copy_(wire.narrow(0, offset, t.numel()));
+      offset += t.numel();
+    }
+  }
+
+  // What a rank keeps of its parameter shards' gradients (lins.txt §IV-C); `reduce` is false
+  // only for a test-only fault. A bucket's members travel in one collective.
+  void keep_gradients(const std::vector<size_t>& members, bool reduce) {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> shards;
+    for (size_t p : members) shards.push_back(params[p].grad_shard);
+    if (!last_micro_batch) {
+      // Select & drop when s_g > s_p: all-reduce among the s_g / s_p peers first.
+      if (m_g > 1 && reduce) all_reduce_together(*groups.grad_peers, shards);
+      for (size_t p : members) {
+        Param& q = params[p];
+        // s_g = s_p: the whole parameter shard's gradient accumulates; else this rank's 1/s_g.
+        int64_t part = q.chunk / m_g;
+        torch::Tensor mine = m_g == 1 ? q.grad_shard : q.grad_shard.narrow(0, groups.grad_slot * part, part);
+        if (q.grad_kept.defined()) q.grad_kept.add_(mine);
+        else q.grad_kept = m_g == 1 ? mine : mine.clone();
+        q.grad_shard = torch::Tensor();
+      }
+      return;
+    }
+    // The last micro-batch: add what this rank kept (each kept part is counted once, by its
+    // keeper), all-reduce over the dp / s_p replicas, keep the optimizer slice.
+    for (size_t p : members) {
+      Param& q = params[p];
+      int64_t part = q.chunk / m_g;
+      if (q.grad_kept.defined()) q.grad_shard.narrow(0, groups.grad_slot * part, part).add_(q.grad_kept);
+      q.grad_kept = torch::Tensor();
+    }
+    if (groups.replicas && reduce) all_reduce_together(*groups.replicas, shards);
+    for (size_t p : members) {
+      Param& q = params[p];
+      int64_t slice = q.slice.numel();
+      q.slice_grad = q.grad_shard.narrow(0, groups.optim_slot * slice, slice).clone();
+      q.grad_shard = torch::Tensor();
+    }
+  }
+
+  // Reduction units in the order of the IR's first backward reduction of each parameter; a
+  // test-only unreduced parameter is a unit of its own.
+  void plan_reductions() {
+    reduce_units.clear();
+    std::unordered_set<int> reduced;
+    for (const ir::Instr& in : program.instrs) {
+      bool reduction = in.kind == ir::OpKind::ReduceScatter || in.kind == ir::OpKind::AllReduce || in.kind == ir::OpKind::Compress;
+      if (in.phase != ir::Phase::Backward || !reduction) continue;
+      std::vector<size_t> unit;
+      for (int p : in.params) {
+        if (!reduced.insert(p).second) continue;
+        if (unreduced.count(p) || params[p].tagc) reduce_units.push_back({static_cast<size_t>(p)});
+        else unit.push_back(p);
+      }
+      if (!unit.empty()) reduce_units.push_back(unit);
+    }
+    if (reduced.size() != params.size())
+      throw InternalError("sharded executor: the step reduces " + std::to_string(reduced.size()) + " of " +
+                          std::to_string(params.size()) + " gradients");
+  }
+};
+
+namespace {
+
+struct RegatherHolder : torch::CustomClassHolder {
+  ShardedExecutor* executor;
+  const torch::nn::Module* module;
+};
+
+// Identity in forward; in backward, re-gathers the module's parameters before its own backward runs.
+struct RegatherBeforeBackward : public torch::autograd::Function<RegatherBeforeBackward> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& out,
+                               c10::intrusive_ptr<RegatherHolder> holder) {
+    ctx->saved_data["holder"] = c10::IValue::make_capsule(holder);
+    return out.view_as(out);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto holder = c10::static_intrusive_pointer_cast<RegatherHolder>(ctx->saved_data["holder"].toCapsule());
+    holder->executor->before_backward(holder->module);
+    return {grads[0], torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, ShardGroups groups, nn::CallInterceptor* inner,
+                                 torch::Dtype reduce_dtype)
+    : s_(std::make_unique<State>()) {
+  State& s = *s_;
+  s.reduce_dtype = reduce_dtype;
+  s.program = std::move(program);
+  s.groups = std::move(groups);
+  s.inner = inner;
+  const ir::Sharding& f = s.groups.factors;
+  if (f.optim < 2)
+    throw InternalError("sharded executor: nothing is sharded (s_os = " + std::to_string(f.optim) + ")");
+  s.s_p = f.params;
+  s.m_g = f.grads / f.params;
+  s.m_os = f.optim / f.params;
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < s.program.params.size(); ++i) index[s.program.params[i].name] = i;
+  s.params.resize(s.program.params.size());
+  for (auto& m : parameters_by_module(model)) {
+    std::vector<size_t> mine;
+    for (size_t j = 0; j < m.names.size(); ++j) {
+      auto it = index.find(m.names[j]);
+      if (it == index.end()) throw InternalError("sharded executor: parameter " + m.names[j] + " is not in the traced step");
+      if (!s.params[it->second].full.defined()) s.params[it->second].full = m.tensors[j];
+      mine.push_back(it->second);
+    }
+    s.params_of[m.module] = mine;
+    s.path_of[m.module] = m.path;
+  }
+  s.shard_index = s.groups.params ? s.groups.params->rank() : 0;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    State::Param& q = s.params[i];
+    if (!q.full.defined()) throw InternalError("sharded executor: traced parameter " + s.program.params[i].name + " not found in the model");
+    q.numel = q.full.numel();
+    q.padded = (q.numel + f.optim - 1) / f.optim * f.optim;
+    q.chunk = q.padded / s.s_p;
+    torch::Tensor padded = torch::zeros({q.padded}, q.full.options().requires_grad(false));
+    padded.narrow(0, 0, q.numel).copy_(q.full.detach().reshape({-1}));
+    int64_t slice = q.chunk / s.m_os;
+    if (s.s_p == 1) {
+      // Replicated (ZeRO-1/2): the parameter becomes a view into its padded flat copy, so the
+      // optimizer slice updates it in place and no second copy exists.
+      q.shard = padded;
+      q.full.set_(padded.storage(), 0, q.full.sizes(), q.full.strides());
+      q.resident = true;
+    } else {
+      q.shard = padded.narrow(0, s.shard_index * q.chunk, q.chunk).clone();
+      free_storage(q.full);
+    }
+    q.slice = q.shard.narrow(0, s.groups.optim_slot * slice, slice).requires_grad_(true);
+    s.optimized.push_back(q.slice);
+    State* state = s_.get();
+    q.full.register_hook([state, i](torch::Tensor grad) {
+      state->on_grad(i, grad);
+      return grad;
+    });
+  }
+  for (size_t i = 0; i < s.program.instrs.size(); ++i) {
+    const ir::Instr& in = s.program.instrs[i];
+    if (in.phase == ir::Phase::Forward) s.forward_instrs.push_back(i);
+    if (in.phase == ir::Phase::Backward) s.backward_instrs.push_back(i);
+    if (in.kind == ir::OpKind::AllGather) s.gathers_by_handle[in.handle] = in.params;
+  }
+  s.plan_reductions();
+  // A parameter's gradient is complete after its last backward compute.
+  std::unordered_map<int, size_t> last_backward_use;
+  for (size_t i : s.backward_instrs)
+    if (s.program.instrs[i].kind == ir::OpKind::Compute)
+      for (int p : s.program.instrs[i].params) last_backward_use[p] = i;
+  for (auto& [p, i] : last_backward_use) s.completed_by[i].push_back(static_cast<size_t>(p));
+  for (auto& [i, ps] : s.completed_by) std::sort(ps.begin(), ps.end());
+}
+
+ShardedExecutor::~ShardedExecutor() = default;
+
+const std::vector<torch::Tensor>& ShardedExecutor::optimized() const { return s_->optimized; }
+
+const ShardGroups& ShardedExecutor::groups() const { return s_->groups; }
+
+const std::vector<size_t>& ShardedExecutor::params_of(const torch::nn::Module* module) const {
+  static const std::vector<size_t> none;
+  auto it = s_->params_of.find(module);
+  return it == s_->params_of.end() ? none : it->second;
+}
+
+void ShardedExecutor::before_backward(const torch::nn::Module* module) {
+  auto it = s_->path_of.find(module);
+  if (it != s_->path_of.end()) s_->run_backward_until(it->second);
+  for (size_t p : params_of(module)) s_->finish_gather(p);
+}
+
+void ShardedExecutor::gather_all() {
+  for (size_t p = 0; p < s_->params.size(); ++p) s_->finish_gather(p);
+}
+
+void ShardedExecutor::release_all() {
+  for (size_t p = 0; p < s_->params.size(); ++p) s_->release(p);
+}
+
+void ShardedExecutor::begin_forward(bool last_micro_batch) {
+  s_->last_micro_batch = last_micro_batch;
+  s_->cursor = 0;
+  s_->backward_cursor = 0;
+  s_->next_reduce = 0;
+  s_->in_backward = false;
+  for (auto& q : s_->params) q.grad_ready = q.reduce_launched = false;
+}
+
+void ShardedExecutor::finish_forward() {
+  s_->run_forward_until("");
+  s_->in_backward = true;
+}
+
+torch::Tensor ShardedExecutor::intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
+                                         const nn::Forward& forward) {
+  auto run = [&] { return s_->inner ? s_->inner->intercept(module, inputs, forward) : forward(inputs); };
+  auto it = s_->path_of.find(&module);
+  if (it == s_->path_of.end()) return run();
+  // In forward, the IR's instructions up to this op; in backward (a checkpoint() recomputation),
+  // a gather at need, in the same order on every rank.
+  if (!s_->in_backward) s_->run_forward_until(it->second);
+  for (size_t p : s_->params_of[&module]) s_->finish_gather(p);  // the IR waited already; a no-op then
+  torch::Tensor out = run();
+  if (!torch::GradMode::is_enabled() || !out.requires_grad()) return out;
+  auto holder = c10::make_intrusive<RegatherHolder>();
+  holder->executor = this;
+  holder->module = &module;
+  return RegatherBeforeBackward::apply(out, holder);
+}
+
+void ShardedExecutor::finish_backward() {
+  State& s = *s_;
+  // The backward ops after the last one that ran did not run here: their zeros, in IR order.
+  if (!s.backward_instrs.empty()) s.run_backward_through(s.backward_instrs.size() - 1);
+  // Parameters that received no gradient contribute zeros, in the same order on every rank.
+  for (const auto& unit : s.reduce_units)
+    for (size_t p : unit)
+      if (!s.params[p].grad_ready) s.add_gradient(p, torch::Tensor());
+  s.launch_reductions();
+  s.complete_reductions(0);
+  // A gather the IR launched for an op whose backward did not run completes before its buffer goes.
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    if (s.params[p].gathering) s.finish_gather(p);
+    s.release(p);
+  }
+}
+
+void ShardedExecutor::average_gradients() {
+  State& s = *s_;
+  torch::NoGradGuard no_grad;
+  for (auto& q : s.params) {
+    if (!q.slice_grad.defined()) q.slice_grad = torch::zeros({q.slice.numel()}, q.shard.options());
+    q.slice.mutable_grad() = q.slice_grad.div_(static_cast<double>(s.groups.factors.dp));
+    q.slice_grad = torch::Tensor();
+  }
+}
+
+double ShardedExecutor::clip_gradients(double max_norm) {
+  // The s_os ranks of one optimizer block hold every element once.
+  return clip_sharded_grad_norm(s_->optimized, s_->groups.optim_block.get(), max_norm);
+}
+
+void ShardedExecutor::publish() {
+  State& s = *s_;
+  // The step is done: its gradients go (LibTorch 1.13's zero_grad would keep them, zeroed).
+  for (auto& q : s.params) q.slice.mutable_grad() = torch::Tensor();
+  if (!s.groups.optim_peers) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> gathered(s.params.size());
+  std::vector<comm::Work> works(s.params.size());
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    gathered[p] = torch::empty({s.params[p].chunk}, s.params[p].shard.options());
+    works[p] = comm::all_gather(*s.groups.optim_peers, s.params[p].slice.detach(), gathered[p]);
+  }
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    works[p].wait();
+    s.params[p].shard.copy_(gathered[p]);
+  }
+}
+
+void ShardedExecutor::inject_faults(const std::vector<std::string>& unreduced, const std::vector<std::string>& released_early) {
+  State& s = *s_;
+  for (size_t p = 0; p < s.params.size(); ++p)
+    for (auto& name : unreduced)
+      if (s.program.params[p].name == name) s.unreduced.insert(p);
+  for (auto& [module, path] : s.path_of)
+    for (auto& wanted : released_early)
+      if (path == wanted)
+        for (size_t p : s.params_of[module]) s.released_early.insert(p);
+  s.plan_reductions();
+}
+
+void ShardedExecutor::compress(const std::map<std::string, tagc::Config>& wanted) {
+  State& s = *s_;
+  if (s.s_p == 1 && !wanted.empty())
+    throw InternalError("sharded executor: compress() needs sharded parameters (s_p > 1)");
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    auto it = wanted.find(s.program.params[p].name);
+    if (it != wanted.end()) s.params[p].tagc = it->second;
+  }
+  // The IR's compress instructions and these settings must name the same parameters.
+  for (const ir::Instr& in : s.program.instrs)
+    if (in.kind == ir::OpKind::Compress)
+      for (int p : in.params)
+        if (!s.params[p].tagc)
+          throw InternalError("sharded executor: the IR compresses " + s.program.params[p].name + ", which has no TAGC settings");
+  for (size_t p = 0; p < s.params.size(); ++p)
+    if (s.params[p].tagc && std::none_of(s.program.instrs.begin(), s.program.instrs.end(), [&](const ir::Instr& in) {
+          return in.kind == ir::OpKind::Compress && in.params == std::vector<int>{static_cast<int>(p)};
+        }))
+      throw InternalError("sharded executor: " + s.program.params[p].name + " has TAGC settings, but the IR does not compress it");
+  s.plan_reductions();
+}
+
+std::vector<ShardedExecutor::CompressionBound> ShardedExecutor::compression_bounds() const {
+  std::vector<CompressionBound> out;
+  for (size_t p = 0; p < s_->params.size(); ++p)
+    if (s_->params[p].tagc) out.push_back({s_->program.params[p].name, s_->params[p].bound, s_->params[p].estimated});
+  return out;
+}
+
+std::map<std::string, torch::Tensor> ShardedExecutor::compression_residuals() const {
+  std::map<std::string, torch::Tensor> out;
+  for (size_t p = 0; p < s_->params.size(); ++p)
+    if (s_->params[p].tagc && s_->params[p].residual.defined()) out[s_->program.params[p].name] = s_->params[p].residual;
+  return out;
+}
+
+void ShardedExecutor::restore_compression_residuals(const std::map<std::string, torch::Tensor>& residuals) {
+  for (size_t p = 0; p < s_->params.size(); ++p) {
+    auto it = residuals.find(s_->program.params[p].name);
+    if (it == residuals.end() || !s_->params[p].tagc) continue;
+    if (it->second.numel() != s_->params[p].padded)
+      throw UserError(SourceRange{}, "the checkpoint's TAGC accumulator of " + it->first + " has " + std::to_string(it->second.numel()) +
+                                         " entries, this run's " + std::to_string(s_->params[p].padded),
+                      "resume with the sharding the checkpoint was written with");
+    s_->params[p].residual = it->second.to(s_->params[p].shard.device());
+  }
+}
+
+std::vector<OptimizedRange> ShardedExecutor::optimized_ranges() const {
+  const State& s = *s_;
+  std::vector<OptimizedRange> out;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const State::Param& q = s.params[i];
+    int64_t offset = s.shard_index * q.chunk + s.groups.optim_slot * q.slice.numel();
+    out.push_back({s.program.params[i].name, q.numel, offset, q.slice});
+  }
+  return out;
+}
+
+}  // namespace loom

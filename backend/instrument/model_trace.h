@@ -1,0 +1,15 @@
+// Traces a reference model's compute ops for the IR: one forward and loss, as the trainer
+// runs them, on the meta device (no memory, any size) through Loom's call interception,
+// recording each call of a module that owns parameters, in order, with the parameters it
+// uses, and, from the aten ops it dispatches, its FLOPs and saved activation bytes.
+#pragma once
+
+#include <string>
+
+#include "backend/ir/op_trace.h"
+
+namespace loom {
+
+ir::OpTrace trace_model(const std::string& model_name, ir::TraceShape shape = {});
+
+}  // namespace loom

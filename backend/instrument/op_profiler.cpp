@@ -1,0 +1,245 @@
+#include "backend/instrument/op_profiler.h"
+
+#include <torch/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <unordered_map>
+
+#include "backend/instrument/memory_counter.h"
+#include "backend/torch_compat.h"
+#include "models/zoo_torch.h"
+
+namespace loom {
+
+struct OpProfiler::State {
+  struct Samples {
+    std::vector<double> forward_ms, backward_ms;
+    int64_t memory_before = 0, forward_peak = 0, backward_before = 0, backward_peak = 0;
+  };
+  // A point in time: the wall clock on CPU, a CUDA event on GPU (read when the step is done,
+  // so the device is not synchronized between ops).
+  struct Mark {
+    double wall_ms = 0;
+    std::shared_ptr<compat::CudaEvent> event;
+  };
+  struct Interval {
+    int op;
+    bool backward;
+    Mark start, end;
+  };
+  // A backward in progress: from the output marker to the last input marker.
+  struct OpenBackward {
+    int op = -1;
+    int inputs_left = 0;
+    Mark start;
+    int64_t window = 0;
+  };
+
+  const ir::OpTrace* trace = nullptr;
+  nn::CallInterceptor* inner = nullptr;
+  int cuda_device = -1;
+  std::unordered_map<const torch::nn::Module*, std::string> path_of;
+  std::map<std::string, std::vector<int>> ops_of_path;  // the op indices of each module, in forward order
+  std::vector<Samples> samples;
+  bool measured = false;
+  bool in_backward = false;
+  std::map<std::string, int> calls_this_forward;   // per module: calls seen in this forward
+  std::vector<bool> backward_started;              // per op, this micro-batch
+  OpenBackward open;
+
+  std::vector<Interval> unread;  // measured intervals whose times are not read yet
+
+  Mark now() const {
+    Mark m;
+    if (cuda_device >= 0) m.event = compat::cuda_record_event();
+    else m.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return m;
+  }
+  // Reads the times of the intervals measured so far (on GPU, waits for their events).
+  void read_intervals() {
+    for (const Interval& i : unread) {
+      double ms = i.start.event ? compat::cuda_elapsed_ms(i.start.event, i.end.event) : i.end.wall_ms - i.start.wall_ms;
+      (i.backward ? samples[i.op].backward_ms : samples[i.op].forward_ms).push_back(ms);
+    }
+    unread.clear();
+  }
+  int64_t memory_now() const { return cuda_device >= 0 ? compat::cuda_current_bytes(cuda_device) : memory::current_bytes(); }
+  int64_t begin_window() const {
+    if (cuda_device < 0) return memory::begin_window();
+    compat::cuda_reset_peak(cuda_device);  // profiling steps report no step peaks, so nothing is lost
+    return 0;
+  }
+  int64_t end_window(int64_t token) const {
+    return cuda_device >= 0 ? compat::cuda_peak_bytes(cuda_device) : memory::end_window(token);
+  }
+
+  // The op a call of `path` is: its k-th call in this forward, or in backward (a checkpoint()
+  // recomputation) the first of its ops whose backward has not started.
+  int op_of_call(const std::string& path) {
+    auto it = ops_of_path.find(path);
+    if (it == ops_of_path.end()) return -1;
+    if (!in_backward) {
+      int k = calls_this_forward[path]++;
+      return k < static_cast<int>(it->second.size()) ? it->second[k] : -1;
+    }
+    for (int op : it->second)
+      if (!backward_started[op]) return op;
+    return -1;
+  }
+
+  void close_backward() {
+    if (open.op < 0) return;
+    Samples& s = samples[open.op];
+    unread.push_back({open.op, true, open.start, now()});
+    s.backward_peak = std::max(s.backward_peak, end_window(open.window));
+    open = OpenBackward{};
+  }
+
+  void backward_started_for(int op, int inputs) {
+    close_backward();
+    backward_started[op] = true;
+    Samples& s = samples[op];
+    s.backward_before = std::max(s.backward_before, memory_now());
+    open.op = op;
+    open.inputs_left = inputs;
+    open.window = begin_window();
+    open.start = now();
+  }
+
+  void input_gradient_done(int op) {
+    if (open.op != op) return;
+    if (--open.inputs_left <= 0) close_backward();
+  }
+};
+
+namespace {
+
+struct MarkerHolder : torch::CustomClassHolder {
+  OpProfiler::State* state = nullptr;
+  int op = -1;
+  bool on_output = false;  // on the op's output: its backward starts; on an input: that input's gradient is done
+  int inputs = 0;          // on the output: how many input markers end this op's backward
+};
+
+// Identity; its backward marks a point of the op's backward for the profiler.
+struct Marker : public torch::autograd::Function<Marker> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               c10::intrusive_ptr<MarkerHolder> holder) {
+    ctx->saved_data["holder"] = c10::IValue::make_capsule(holder);
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
+    auto h = c10::static_intrusive_pointer_cast<MarkerHolder>(ctx->saved_data["holder"].toCapsule());
+    if (h->on_output) h->state->backward_started_for(h->op, h->inputs);
+    else h->state->input_gradient_done(h->op);
+    return {grads[0], torch::Tensor()};
+  }
+};
+
+torch::Tensor mark(const torch::Tensor& x, OpProfiler::State* state, int op, bool on_output, int inputs) {
+  auto h = c10::make_intrusive<MarkerHolder>();
+  h->state = state, h->op = op, h->on_output = on_output, h->inputs = inputs;
+  return Marker::apply(x, h);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+OpProfiler::OpProfiler(torch::nn::Module& model, const ir::OpTrace& trace, nn::CallInterceptor* inner, int cuda_device)
+    : s_(std::make_unique<State>()) {
+  s_->trace = &trace;
+  s_->inner = inner;
+  s_->cuda_device = cuda_device;
+  for (auto& m : parameters_by_module(model)) s_->path_of[m.module] = m.path;
+  for (size_t i = 0; i < trace.forward.size(); ++i) s_->ops_of_path[trace.forward[i].module].push_back(static_cast<int>(i));
+  s_->samples.resize(trace.forward.size());
+  s_->backward_started.assign(trace.forward.size(), false);
+}
+
+OpProfiler::~OpProfiler() = default;
+
+void OpProfiler::begin_forward(bool measured) {
+  s_->read_intervals();
+  s_->measured = measured;
+  s_->in_backward = false;
+  s_->calls_this_forward.clear();
+  s_->backward_started.assign(s_->backward_started.size(), false);
+}
+
+void OpProfiler::begin_backward() { s_->in_backward = true; }
+
+void OpProfiler::end_backward() { s_->close_backward(); }
+
+torch::Tensor OpProfiler::intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
+                                    const nn::Forward& forward) {
+  State& s = *s_;
+  auto run = [&](const std::vector<torch::Tensor>& xs) { return s.inner ? s.inner->intercept(module, xs, forward) : forward(xs); };
+  auto path = s.path_of.find(&module);
+  int op = path == s.path_of.end() || !s.measured ? -1 : s.op_of_call(path->second);
+  if (op < 0) return run(inputs);
+
+  bool marks = torch::GradMode::is_enabled();
+  std::vector<torch::Tensor> xs = inputs;
+  int marked_inputs = 0;
+  if (marks) {
+    for (auto& x : xs)
+      if (x.defined() && x.requires_grad()) {
+        x = mark(x, &s, op, /*on_output=*/false, 0);
+        ++marked_inputs;
+      }
+  }
+  torch::Tensor out;
+  if (!s.in_backward) {
+    State::Samples& sample = s.samples[op];
+    sample.memory_before = std::max(sample.memory_before, s.memory_now());
+    int64_t window = s.begin_window();
+    State::Mark start = s.now();
+    out = run(xs);
+    s.unread.push_back({op, false, start, s.now()});
+    sample.forward_peak = std::max(sample.forward_peak, s.end_window(window));
+  } else {
+    out = run(xs);  // a recomputation: part of the enclosing checkpoint's backward, not a forward
+  }
+  if (!marks || !out.requires_grad()) return out;
+  return mark(out, &s, op, /*on_output=*/true, marked_inputs);
+}
+
+std::vector<OpProfile> OpProfiler::result(comm::Group& world) const {
+  s_->read_intervals();
+  const State& s = *s_;
+  constexpr int kFields = 6;
+  int64_t n = static_cast<int64_t>(s.samples.size());
+  torch::Tensor t = torch::zeros({n, kFields}, torch::kDouble);
+  auto a = t.accessor<double, 2>();
+  for (int64_t i = 0; i < n; ++i) {
+    const State::Samples& x = s.samples[i];
+    a[i][0] = median(x.forward_ms);
+    a[i][1] = median(x.backward_ms);
+    a[i][2] = static_cast<double>(x.memory_before);
+    a[i][3] = static_cast<double>(x.forward_peak);
+    a[i][4] = static_cast<double>(x.backward_before);
+    a[i][5] = static_cast<double>(x.backward_peak);
+  }
+  if (world.size() > 1) {
+    torch::Tensor on_device = s.cuda_device >= 0 ? t.to(torch::Device(torch::kCUDA, s.cuda_device)) : t;
+    comm::all_reduce(world, on_device, {comm::ReduceOp::Max}).wait();
+    t = on_device.cpu();
+    a = t.accessor<double, 2>();
+  }
+  std::vector<OpProfile> out;
+  for (int64_t i = 0; i < n; ++i)
+    out.push_back({s.trace->forward[i].module, a[i][0], a[i][1], static_cast<int64_t>(a[i][2]), static_cast<int64_t>(a[i][3]),
+                   static_cast<int64_t>(a[i][4]), static_cast<int64_t>(a[i][5])});
+  return out;
+}
+
+}  // namespace loom

@@ -1,0 +1,42 @@
+// The per-op half of the profiler (issue #4 §3): an interceptor that sits innermost, where a
+// compute op's parameters are already resident, and measures each traced op of the step —
+// forward time and memory around the call, backward time and memory between two autograd
+// markers (one on the op's output: its backward starts; one on each input that needs a
+// gradient: its backward is done). Wall clock on CPU; CUDA events on GPU, read after each
+// micro-batch. Memory: the counting CPU allocator, or CUDA allocator statistics.
+#pragma once
+
+#include <memory>
+
+#include "backend/comm/communicator.h"
+#include "backend/ir/op_trace.h"
+#include "backend/cost/profile.h"
+#include "models/nn/module.h"
+
+namespace loom {
+
+class OpProfiler : public nn::CallInterceptor {
+ public:
+  // `inner` (may be null) runs each call (the activation checkpointer). `cuda_device` < 0: CPU.
+  OpProfiler(torch::nn::Module& model, const ir::OpTrace& trace, nn::CallInterceptor* inner, int cuda_device);
+  ~OpProfiler() override;
+
+  // Around each micro-batch; only micro-batches begun with `measured` are recorded.
+  void begin_forward(bool measured);
+  void begin_backward();
+  void end_backward();
+
+  torch::Tensor intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
+                          const nn::Forward& forward) override;
+
+  // Per traced op, in forward order: medians of the times, maxima of the memory figures,
+  // then the maximum of each over the ranks of `world`, so every rank returns the same.
+  std::vector<OpProfile> result(comm::Group& world) const;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace loom

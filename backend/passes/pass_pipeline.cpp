@@ -1,0 +1,72 @@
+#include "backend/passes/pass_pipeline.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <ostream>
+
+#include "backend/ir/verifier.h"
+#include "lang/diagnostics.h"
+#include "backend/passes/bucket.h"
+#include "backend/passes/bucket_data_parallel.h"
+#include "backend/passes/compress.h"
+#include "backend/passes/insert_gather_release.h"
+#include "backend/passes/insert_gradient_reduction.h"
+#include "backend/passes/insert_parameter_broadcast.h"
+#include "backend/passes/offload_optimizer.h"
+#include "backend/passes/prefetch.h"
+#include "backend/passes/unshard.h"
+
+namespace loom {
+
+const std::vector<std::pair<std::string, passes::Pass>>& pipeline_passes() {
+  static const std::vector<std::pair<std::string, passes::Pass>> list = {
+      {"insert_gather_release", passes::insert_gather_release},          // Fig. 4: gather before first use, release after last
+      {"insert_gradient_reduction", passes::insert_gradient_reduction},  // Lins: reduce each gradient when complete
+      {"insert_parameter_broadcast", passes::insert_parameter_broadcast},  // Lins: s_os > s_p spreads updated params
+      {"compress", passes::compress},                                     // TAGC: a compressed reduce-scatter
+      {"unshard", passes::unshard},                                       // DeepCompile §4.3: keep gathered for backward
+      {"bucket", passes::bucket},                                         // SimpleFSDP §3.2: one collective per bucket
+      {"bucket_data_parallel", passes::bucket_data_parallel},             // DDP: gradient all-reduces in size-capped buckets
+      {"prefetch", passes::prefetch},                                     // gathers of the next block, ahead
+      {"offload_optimizer", passes::offload_optimizer},                   // DeepCompile §4.4: states on the host
+  };
+  return list;
+}
+
+PipelineDebug PipelineDebug::from_environment(std::ostream& out) {
+  PipelineDebug d;
+  if (const char* v = std::getenv("LOOM_DEBUG")) d.level = std::atoi(v);
+  if (const char* v = std::getenv("LOOM_TIME_PASSES")) d.time = std::atoi(v) != 0;
+  d.out = &out;
+  return d;
+}
+
+namespace {
+void check(const ir::Program& p, const std::string& after) {
+  std::string problem = ir::verify(p);
+  if (!problem.empty()) throw InternalError("IR verifier, after " + after + ": " + problem);
+}
+}  // namespace
+
+ir::Program run_passes(ir::Program program, const passes::PassInputs& inputs,
+                       const std::vector<std::pair<std::string, passes::Pass>>& list, std::vector<PassRecord>* records,
+                       const PipelineDebug& debug) {
+  check(program, "lowering");
+  for (auto& [name, pass] : list) {
+    auto t0 = std::chrono::steady_clock::now();
+    bool changed = pass(program, inputs);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    check(program, "pass '" + name + "'");
+    if (records) records->push_back({name, changed, ms, program.instrs.size()});
+    if (debug.out && (debug.level >= 1 || debug.time)) {
+      *debug.out << "[loom] pass " << name << ": " << (changed ? "changed" : "unchanged") << ", "
+                 << program.instrs.size() << " instructions";
+      if (debug.time) *debug.out << ", " << ms << " ms";
+      *debug.out << "\n";
+    }
+    if (debug.out && debug.level >= 2 && changed) *debug.out << program.to_text();
+  }
+  return program;
+}
+
+}  // namespace loom

@@ -1,0 +1,201 @@
+#include "backend/train/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <ostream>
+
+#include "backend/train/rank_env.h"
+
+namespace loom {
+namespace {
+
+volatile sig_atomic_t interrupted = 0;
+void on_interrupt(int) { interrupted = 1; }
+
+struct Worker {
+  int rank = 0;
+  pid_t pid = -1;
+  int err_fd = -1;
+  std::string partial;            // an unfinished output line
+  std::deque<std::string> last;   // its last stderr lines, for the failure message
+  bool running = true;
+  int status = 0;
+};
+
+void forward(Worker& w, const std::string& text, std::ostream& err, bool prefix) {
+  w.partial += text;
+  size_t nl;
+  while ((nl = w.partial.find('\n')) != std::string::npos) {
+    std::string line = w.partial.substr(0, nl);
+    w.partial.erase(0, nl + 1);
+    err << (prefix ? "[rank " + std::to_string(w.rank) + "] " : "") << line << "\n";
+    err.flush();
+    if (!line.empty()) {
+      w.last.push_back(line);
+      if (w.last.size() > 5) w.last.pop_front();
+    }
+  }
+}
+
+bool drain(Worker& w, std::ostream& err, bool prefix) {
+  if (w.err_fd < 0) return false;
+  char buf[4096];
+  ssize_t n = read(w.err_fd, buf, sizeof buf);
+  if (n > 0) {
+    forward(w, std::string(buf, n), err, prefix);
+    return true;
+  }
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+    if (!w.partial.empty()) forward(w, "\n", err, prefix);
+    close(w.err_fd);
+    w.err_fd = -1;
+  }
+  return false;
+}
+
+std::string describe_exit(int status) {
+  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    return std::string("killed by signal ") + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  }
+  return "status " + std::to_string(status);
+}
+
+pid_t spawn(const LaunchSpec& spec, const RankEnv& env, int err_write_fd) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  // Child: die with the launcher, report errors through the pipe, exec the worker.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  dup2(err_write_fd, STDERR_FILENO);
+  close(err_write_fd);
+  for (auto& [k, v] : torchrun_variables(env)) setenv(k.c_str(), v.c_str(), 1);
+  setenv(kLaunchedByLoom, "1", 1);
+  std::vector<char*> args;
+  for (auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv(args[0], args.data());
+  std::fprintf(stderr, "cannot start worker %s: %s\n", args[0], std::strerror(errno));
+  _exit(127);
+}
+
+}  // namespace
+
+int pick_free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  int port = 29500;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+int launch(const LaunchSpec& spec, std::ostream& err) {
+  int world = spec.nproc * spec.nnodes;
+  int port = spec.master_port > 0 ? spec.master_port : (spec.nnodes == 1 ? pick_free_port() : 29500);
+  bool prefix = world > 1;
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  interrupted = 0;
+
+  std::vector<Worker> workers(spec.nproc);
+  for (int i = 0; i < spec.nproc; ++i) {
+    RankEnv env;
+    env.rank = spec.node_rank * spec.nproc + i;
+    env.world = world;
+    env.local_rank = i;
+    env.local_world = spec.nproc;
+    env.master_addr = spec.master_addr;
+    env.master_port = port;
+    int fds[2];
+    if (pipe(fds) != 0) {
+      err << "loom run: cannot create a pipe: " << std::strerror(errno) << "\n";
+      return 1;
+    }
+    workers[i].rank = env.rank;
+    workers[i].pid = spawn(spec, env, fds[1]);
+    close(fds[1]);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    workers[i].err_fd = fds[0];
+  }
+
+  int failed = -1;  // index of the first worker that failed
+  bool stopping = false;
+  auto stop_deadline = std::chrono::steady_clock::now();
+  auto stop_all = [&](int sig) {
+    for (auto& w : workers)
+      if (w.running) kill(w.pid, sig);
+  };
+  while (true) {
+    std::vector<pollfd> fds;
+    for (auto& w : workers)
+      if (w.err_fd >= 0) fds.push_back({w.err_fd, POLLIN, 0});
+    if (!fds.empty()) poll(fds.data(), fds.size(), 100);
+    else usleep(100 * 1000);
+    for (auto& w : workers)
+      while (drain(w, err, prefix)) {
+      }
+    bool any_running = false;
+    for (size_t i = 0; i < workers.size(); ++i) {
+      Worker& w = workers[i];
+      if (!w.running) continue;
+      int status = 0;
+      if (waitpid(w.pid, &status, WNOHANG) == w.pid) {
+        w.running = false;
+        w.status = status;
+        bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (!ok && failed < 0 && !stopping) failed = static_cast<int>(i);
+      } else {
+        any_running = true;
+      }
+    }
+    if (!any_running) break;
+    if ((failed >= 0 || interrupted) && !stopping) {
+      stopping = true;
+      stop_deadline = std::chrono::steady_clock::now() + spec.grace;
+      stop_all(SIGTERM);
+    }
+    if (stopping && std::chrono::steady_clock::now() > stop_deadline) stop_all(SIGKILL);
+  }
+  for (auto& w : workers)
+    while (drain(w, err, prefix)) {
+    }
+  if (failed >= 0) {
+    Worker& w = workers[failed];
+    err << "loom run: rank " << w.rank << " failed (" << describe_exit(w.status) << ")";
+    // Quote the error itself, not a hint printed after it.
+    std::string quoted = w.last.empty() ? "" : w.last.back();
+    for (auto& line : w.last)
+      if (line.find("error") != std::string::npos) quoted = line;
+    if (!quoted.empty()) err << ": " << quoted;
+    err << "\nloom run: stopped the other ranks\n";
+    return 1;
+  }
+  if (interrupted) {
+    err << "loom run: interrupted; stopped all ranks\n";
+    return 130;
+  }
+  return 0;
+}
+
+}  // namespace loom

@@ -1,0 +1,884 @@
+#include "backend/train/trainer.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <unordered_set>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "backend/exec/activation_checkpoint.h"
+#include "backend/build_info.h"
+#include "backend/train/checkpoint_io.h"
+#include "backend/instrument/collective_profiler.h"
+#include "backend/comm/communicator.h"
+#include "backend/lower/gradient_buckets.h"
+#include "backend/exec/gradient_reducer.h"
+#include "backend/train/launcher.h"
+#include "backend/train/lr_schedule.h"
+#include "backend/instrument/memory_counter.h"
+#include "backend/instrument/model_trace.h"
+#include "backend/instrument/op_profiler.h"
+#include "backend/train/optimizer_checkpoint.h"
+#include "backend/exec/optimizer_offload.h"
+#include "backend/train/output_paths.h"
+#include "backend/comm/mesh_groups.h"
+#include "backend/passes/pass_pipeline.h"
+#include "backend/exec/pipeline_stage.h"
+#include "backend/lower/lower_schedule.h"
+#include "backend/lower/lower_step.h"
+#include "backend/comm/shard_groups.h"
+#include "backend/exec/sharded_grad_clip.h"
+#include "backend/exec/sharded_executor.h"
+#include "verifier/differential/step_record.h"
+#include "backend/exec/tensor_parallel.h"
+#include "backend/instrument/timeline.h"
+#include "backend/train/token_data.h"
+#include "backend/torch_compat.h"
+#include "lang/interpreter.h"
+#include "lang/trace.h"
+#include "verifier/schedule_rules.h"
+#include "models/zoo.h"
+#include "models/zoo_torch.h"
+
+namespace loom {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// `print_to`: where the schedule's print() goes (null: nowhere, so a run prints it once).
+std::unique_ptr<Schedule> evaluate_schedule(const TrainOptions& o, int world, int local_world, SourceManager& sources,
+                                            std::ostream* print_to) {
+  auto sch = std::make_unique<Schedule>(module_tree_of(o.model), ScheduleContext{world, local_world});
+  apply_settings(sch->knobs(), o.sets);
+  if (!o.schedule_file.empty()) {
+    InterpreterOptions io;
+    io.stdlib_dir = o.stdlib;
+    io.print_to = print_to;
+    Interpreter(*sch, sources, io).run_file(o.schedule_file);
+  }
+  sch->knobs().check_overrides_used();
+  check_schedule_rules(*sch);
+  if (o.trace_prefix >= 0 && static_cast<size_t>(o.trace_prefix) < sch->trace().size()) {
+    // Bisection: the first directives only, replayed onto the plain model.
+    std::vector<Directive> prefix(sch->trace().begin(), sch->trace().begin() + o.trace_prefix);
+    sch = std::make_unique<Schedule>(module_tree_of(o.model), ScheduleContext{world, local_world});
+    replay(prefix, *sch);
+    check_schedule_rules(*sch);
+  }
+  return sch;
+}
+
+std::unique_ptr<TokenSource> open_data(const TrainOptions& o) {
+  if (o.data == "synthetic") return synthetic_tokens(256, o.seed);
+  return open_token_file(o.data, o.seq + 1);
+}
+
+void check_options(const TrainOptions& o) {
+  auto positive = [](int64_t v, const char* flag) {
+    if (v < 1) throw UserError(SourceRange{}, std::string(flag) + " must be at least 1, got " + std::to_string(v), "");
+  };
+  positive(o.micro_batch, "--micro-batch");
+  positive(o.seq, "--seq");
+  positive(o.steps, "--steps");
+  positive(o.accum, "--accum");
+  if (!(o.lr > 0)) throw UserError(SourceRange{}, "--lr must be positive", "e.g. --lr 3e-3");
+  if (o.reduce_dtype == "bf16" && !(resolved_device(o) == "cuda" && o.backend != "gloo"))
+    throw UserError(SourceRange{}, "--reduce-dtype bf16 needs NCCL (gloo in LibTorch 1.13 has no bf16 reductions)",
+                    "use --reduce-dtype fp16 with gloo, or train on GPUs with --backend nccl");
+  if (o.device == "cuda" && !compat::cuda_available())
+    throw UserError(SourceRange{}, "--device cuda, but this loom has no CUDA or sees no GPU",
+                    "build with -DLOOM_WITH_CUDA=ON against a CUDA LibTorch, or use --device cpu");
+  if (o.backend == "nccl" && resolved_device(o) != "cuda")
+    throw UserError(SourceRange{}, "--backend nccl needs --device cuda (NCCL moves GPU tensors only)",
+                    "use --backend gloo (or auto) on CPU");
+}
+
+// Every output the run was asked for can be written: checked before the first step, so a run
+// is never lost to a --save it cannot write at its end. `lead`: rank 0 (or the launcher), the
+// only writer of the metrics and the profile; every rank writes checkpoints, records and traces.
+void check_outputs(const TrainOptions& o, bool lead) {
+  if (!o.save_dir.empty()) prepare_output_directory(o.save_dir, "--save");
+  if (!o.record.empty()) prepare_output_directory(o.record, "--record");
+  if (!o.trace.empty()) check_output_file(o.trace, "--trace");
+  if (lead && !o.metrics.empty()) check_output_file(o.metrics, "--metrics");
+  if (lead && !o.profile_out.empty()) check_output_file(o.profile_out, "--cache-dir");  // the profile's file in the cache
+}
+
+// The gradient norm is measured for clipping, and for the metrics (which report it even with
+// --clip 0); where parts of the gradients live on different ranks that costs an all-reduce.
+bool measures_grad_norm(const TrainOptions& o) { return o.clip > 0 || !o.metrics.empty(); }
+
+// The data-parallel buckets of the step program (its gradient all-reduces over dp), as indices
+// into `names`; `skipped` (test_skip_reduction) are left out.
+std::vector<std::vector<size_t>> program_buckets(const ir::Program& step, const std::vector<std::string>& names,
+                                                 const std::vector<std::string>& skipped) {
+  std::vector<std::vector<size_t>> buckets;
+  for (const ir::Instr& in : step.instrs) {
+    if (in.kind != ir::OpKind::AllReduce || in.phase != ir::Phase::Backward || in.group.role != "dp") continue;
+    std::vector<size_t> members;
+    for (int q : in.params) {
+      const std::string& name = step.params[q].name;
+      if (std::find(skipped.begin(), skipped.end(), name) != skipped.end()) continue;
+      auto at = std::find(names.begin(), names.end(), name);
+      if (at == names.end()) throw InternalError("the step program reduces " + name + ", which the model does not train");
+      members.push_back(static_cast<size_t>(at - names.begin()));
+    }
+    if (!members.empty()) buckets.push_back(members);
+  }
+  // A parameter the program never reduces would drift apart on the replicas: a Loom bug.
+  std::vector<bool> reduced(names.size(), false);
+  for (const auto& b : buckets)
+    for (size_t k : b) reduced[k] = true;
+  for (size_t k = 0; k < names.size(); ++k)
+    if (!reduced[k] && std::find(skipped.begin(), skipped.end(), names[k]) == skipped.end())
+      throw InternalError("the step program never reduces the gradient of " + names[k] + " (was it traced?)");
+  return buckets;
+}
+
+// Under a mesh, which the step program does not describe yet (until it does, the buckets are
+// formed here as well as in the bucket_data_parallel pass): DDP's buckets over this rank's
+// parameters (its slices, its stage's), in reverse registration order, bucket() modules apart.
+std::vector<std::vector<size_t>> mesh_buckets(const std::vector<torch::Tensor>& params, const std::vector<std::string>& names,
+                                              const std::vector<std::string>& bucket_modules, int64_t bucket_bytes,
+                                              const std::vector<std::string>& skipped) {
+  std::vector<size_t> order;
+  std::vector<int64_t> bytes;
+  std::vector<int> declared;
+  for (size_t i = params.size(); i-- > 0;) {
+    if (std::find(skipped.begin(), skipped.end(), names[i]) != skipped.end()) continue;
+    order.push_back(i);
+    bytes.push_back(params[i].numel() * params[i].element_size());
+    declared.push_back(bucket_module_of(names[i], bucket_modules));
+  }
+  std::vector<std::vector<size_t>> buckets = plan_gradient_buckets(bytes, declared, bucket_bytes);
+  for (auto& b : buckets)
+    for (size_t& k : b) k = order[k];
+  return buckets;
+}
+
+// The model's parameters, each once: LibTorch's parameters() lists a tied tensor once per owner
+// (wte and lm_head), and the optimizer and clipping must see it once (under its first name).
+std::pair<std::vector<torch::Tensor>, std::vector<std::string>> unique_parameters(torch::nn::Module& model) {
+  std::vector<torch::Tensor> params;
+  std::vector<std::string> names;
+  std::unordered_set<const void*> seen;
+  for (auto& p : model.named_parameters())
+    if (seen.insert(p.value().unsafeGetTensorImpl()).second) {
+      params.push_back(p.value());
+      names.push_back(p.key());
+    }
+  return {params, names};
+}
+
+// Another stage's parameters: their memory goes, and this rank neither trains nor reduces them;
+// `params` and `names` keep this stage's and those every stage holds.
+void keep_stage_parameters(const PipelineStages& stages, int stage, std::vector<torch::Tensor>& params,
+                           std::vector<std::string>& names) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> kept;
+  std::vector<std::string> kept_names;
+  for (size_t i = 0; i < params.size(); ++i) {
+    int s = stages.stage_of_param(names[i]);
+    if (s >= 0 && s != stage) {
+      params[i].set_(torch::empty({0}, params[i].options()));
+      continue;
+    }
+    kept.push_back(params[i]);
+    kept_names.push_back(names[i]);
+  }
+  params = std::move(kept);
+  names = std::move(kept_names);
+}
+
+// One --metrics line. A write that fails (a full disk) is a UserError.
+void write_metrics_row(std::ofstream& out, const std::string& path, const StepMetrics& m, int64_t between_micro_batches) {
+  char loss_text[40];
+  std::snprintf(loss_text, sizeof loss_text, "%.17g", m.loss);  // every digit: runs compare bit for bit
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  nlohmann::json row{{"step", m.step}, {"loss", nlohmann::json::parse(loss_text)}, {"lr", m.lr},
+                     {"tokens_per_s", m.tokens_per_s}, {"step_ms", m.step_ms}, {"peak_mem_bytes", m.peak_bytes},
+                     {"resident_between_micro_batches_bytes", between_micro_batches},
+                     {"max_rss_bytes", static_cast<int64_t>(usage.ru_maxrss) * 1024},
+                     {"grad_norm", m.grad_norm >= 0 ? nlohmann::json(m.grad_norm) : nlohmann::json()}};
+  out << row.dump() << "\n" << std::flush;
+  if (!out)
+    throw UserError(SourceRange{}, "could not write --metrics " + path + " after step " + std::to_string(m.step) + ": " +
+                                       std::strerror(errno),
+                    "free space or choose another --metrics file; --resume continues from the last checkpoint");
+}
+
+// What tensor and pipeline parallelism do not run with yet: a UserError naming it.
+void check_model_parallel_options(const TrainOptions& o, const RuntimePlan& plan) {
+  if (!plan.model_parallel()) return;
+  std::string what = !o.save_dir.empty() ? "--save" : !o.resume.empty() ? "--resume" : !o.profile_out.empty() ? "loom profile" : "";
+  if (what.empty()) return;
+  throw UserError(SourceRange{}, what + " is not implemented yet with tensor or pipeline parallelism (mesh tp = " +
+                                     std::to_string(plan.tp) + ", pp = " + std::to_string(plan.pp) + ")",
+                  "checkpoints and profiles would have to gather tensor-parallel slices and every stage's parameters; "
+                  "train without " + what + ", or with tp = pp = 1");
+}
+
+// compress(): TAGC on the reduce-scatter of every parameter below each module (the lowering
+// (compression.cpp) refused it where parameters are not sharded). Resuming at the same world size, the
+// error-feedback accumulators continue where they were; otherwise they restart at zero.
+void configure_compression(ShardedExecutor& sharded, const std::vector<CompressRequest>& requests,
+                           const std::vector<std::string>& param_names, const fs::path& resume_dir, const RankEnv& env) {
+  std::map<std::string, tagc::Config> compressed;
+  for (const CompressRequest& c : requests)
+    for (const std::string& name : param_names)
+      if (name.rfind(c.module + ".", 0) == 0) compressed[name] = {c.ratio, c.index_bits, c.sparsity};
+  sharded.compress(compressed);
+  if (resume_dir.empty()) return;
+  int written_at = checkpoint_world(resume_dir);
+  if (written_at == env.world) sharded.restore_compression_residuals(load_rank_state(resume_dir, env.rank));
+  else if (env.rank == 0)
+    std::cerr << "note: the checkpoint was written by " << written_at << " ranks; TAGC's error-feedback accumulators "
+              << "restart at zero on " << env.world << "\n";
+}
+
+// Module calls as timeline spans, named by module path.
+class TimelineObserver : public nn::CallObserver {
+ public:
+  explicit TimelineObserver(torch::nn::Module& root) {
+    for (auto& item : root.named_modules("", true)) paths_[item.value().get()] = item.key().empty() ? "model" : item.key();
+  }
+  void begin(torch::nn::Module&) override { starts_.push_back(timeline::now_us()); }
+  void end(torch::nn::Module& m) override {
+    double start = starts_.back();
+    starts_.pop_back();
+    auto it = paths_.find(&m);
+    timeline::record(it == paths_.end() ? m.name() : it->second, torch::GradMode::is_enabled() ? "forward" : "no_grad",
+                     timeline::Track::Compute, start, timeline::now_us());
+  }
+
+ private:
+  std::unordered_map<const torch::nn::Module*, std::string> paths_;
+  std::vector<double> starts_;
+};
+
+// Progress: a redrawn bar on a terminal, plain lines otherwise.
+class Progress {
+ public:
+  Progress(int64_t total) : total_(total), tty_(isatty(STDOUT_FILENO)) {}
+  void update(int64_t step, double loss, double tokens_per_s, double step_ms, int64_t peak) {
+    char line[256];
+    std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  %.0f tok/s  %.1f ms/step  peak %s",
+                  static_cast<long long>(step), static_cast<long long>(total_), loss, tokens_per_s, step_ms,
+                  format_size(peak).c_str());
+    if (tty_) {
+      int width = 24, filled = static_cast<int>(width * step / std::max<int64_t>(total_, 1));
+      std::string bar = "[" + std::string(filled, '=') + std::string(width - filled, ' ') + "] ";
+      std::cout << "\r" << bar << line << "\033[K" << std::flush;
+      if (step == total_) std::cout << "\n";
+    } else {
+      std::cout << line << "\n" << std::flush;
+    }
+  }
+
+ private:
+  int64_t total_;
+  bool tty_;
+};
+
+// Profiling's end: the ops' figures, then the collective sweep on every group role of the
+// run (`groups`: the sharded executor's; null for data parallelism), all reduced across
+// ranks; rank 0 writes the profile (every rank too with LOOM_PROFILE_PER_RANK=1, which the
+// tests use to check that all ranks hold the same).
+void write_profile(const TrainOptions& o, const OpProfiler& profiler, comm::Group& world, const ShardGroups* groups,
+                   torch::Device device, const RankEnv& env) {
+  Profile profile;
+  profile.key = o.profile_key;
+  profile.device = device.is_cuda() ? "cuda" : "cpu";
+  profile.measured_steps = static_cast<int>(o.steps - o.profile_warmup);
+  profile.ops = profiler.result(world);
+  bool lead = env.rank == 0;
+  if (lead) std::cout << "loom profile: timing collectives on every process group of the run\n" << std::flush;
+  profile.collectives = profile_collectives(world, groups, device);
+  std::string text = profile.to_json();
+  auto write = [&](const std::string& path) {
+    fs::path parent = fs::path(path).parent_path();
+    if (!parent.empty()) fs::create_directories(parent);
+    std::ofstream(path) << text;
+  };
+  if (lead) write(o.profile_out);
+  const char* per_rank = std::getenv("LOOM_PROFILE_PER_RANK");
+  if (per_rank && std::string(per_rank) == "1") write(o.profile_out + ".rank" + std::to_string(env.rank));
+}
+
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// The header's second line: the batch a step trains and the optimizer's settings.
+std::string describe_run_shape(const TrainOptions& o, const Schedule& schedule, int dp) {
+  char lr[96], clip[32];
+  std::snprintf(lr, sizeof lr, "lr %g (warmup %lld, cosine to %g)", o.lr, static_cast<long long>(o.warmup), o.lr * o.min_lr_ratio);
+  std::snprintf(clip, sizeof clip, "%g", o.clip);
+  int64_t sequences = o.micro_batch * o.accum * dp;
+  return "  batch: micro-batch " + std::to_string(o.micro_batch) + " x seq " + std::to_string(o.seq) + " x accum " +
+         std::to_string(o.accum) + " x dp " + std::to_string(dp) + " = " + with_commas(sequences) + " sequences, " +
+         with_commas(sequences * o.seq) + " tokens per step; " + std::to_string(o.steps) + " steps, " + lr + ", clip " +
+         (o.clip > 0 ? std::string(clip) : std::string("off")) + ", seed " + std::to_string(o.seed) + "\n  schedule: " +
+         (o.schedule_file.empty() ? std::string("none (plain data parallelism)")
+                                  : o.schedule_file + " (" + std::to_string(schedule.trace().size()) + " directives)") +
+         "\n";
+}
+
+std::string describe_summary(const TrainOptions& o, const TrainResult& r) {
+  char line[256];
+  std::snprintf(line, sizeof line, "loom run: done: %lld step%s, %s tokens in %.1f s (%.0f tokens/s), final loss %.4f, peak memory %s on rank 0\n",
+                static_cast<long long>(r.steps.size()), r.steps.size() == 1 ? "" : "s", with_commas(r.tokens).c_str(), r.seconds, r.tokens / std::max(r.seconds, 1e-9),
+                r.final_loss(), format_size(r.peak_bytes).c_str());
+  std::string out = line;
+  if (!r.checkpoint.empty()) out += "  checkpoint: " + r.checkpoint + "\n";
+  if (!o.metrics.empty()) out += "  metrics: " + o.metrics + "\n";
+  if (!o.trace.empty()) out += "  trace: " + o.trace + "\n";
+  return out;
+}
+
+}  // namespace
+
+double learning_rate(const TrainOptions& o, int64_t step) {
+  return LrSchedule{o.lr, o.min_lr_ratio, o.warmup, o.steps}.at(step);
+}
+
+ValidatedRun validate_run(const TrainOptions& o, int world, int local_world) {
+  check_options(o);
+  SourceManager sources;
+  ValidatedRun run;
+  try {
+    auto sch = evaluate_schedule(o, world, local_world, sources, &std::cout);
+    run.plan = lower_schedule(*sch);
+    check_model_parallel_options(o, run.plan);
+    run.directives = sch->trace();
+  } catch (const UserError& e) {
+    // Re-throw with the quoted source line, which only `sources` can provide.
+    throw UserError(self_contained(e.diagnostic(), &sources));
+  }
+  open_data(o);
+  check_outputs(o, true);
+  return run;
+}
+
+std::string resolved_device(const TrainOptions& o) {
+  return o.device == "cuda" || (o.device == "auto" && compat::cuda_available()) ? "cuda" : "cpu";
+}
+
+int resolved_threads(const TrainOptions& o, int local_world) {
+  return o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, local_world));
+}
+
+namespace {
+
+// One rank's run, set up: the schedule's plan, the devices and groups, the model with its
+// executors and interceptors, the optimizer. Built by set_up_rank, used by
+// train_step and finish_rank; never moved, since the interceptors point at one another.
+struct RankRun {
+  const TrainOptions& o;
+  RankEnv env;
+  int threads = 1;
+  std::unique_ptr<Schedule> sch;
+  RuntimePlan plan;
+  std::unique_ptr<PipelineStages> stages;
+  std::unique_ptr<TokenSource> data;
+  bool cuda = false, nccl = false, bf16 = false;
+  int gpu = 0;
+  torch::Device device = torch::kCPU;
+  std::shared_ptr<comm::Group> world;
+  BuiltModel model;
+  std::vector<torch::Tensor> params;  // unique, this rank's (its stage's, its tensor-parallel slices)
+  std::vector<std::string> param_names;
+  int64_t start = 0;  // steps done before this run (resume)
+  std::filesystem::path resume_dir;
+  std::unique_ptr<MeshGroups> mesh;
+  MeshLayout layout;
+  std::unique_ptr<TensorParallel> tensor_parallel;
+  std::unique_ptr<ActivationCheckpointer> checkpointer;
+  ir::OpTrace trace;                 // the model's compute ops (the op profiler keeps a reference)
+  std::optional<ir::Program> step;  // the step's program (not for a mesh yet)
+  std::unique_ptr<OpProfiler> profiler;
+  std::unique_ptr<ShardedExecutor> sharded;
+  std::unique_ptr<StepRecorder> recorder;
+  std::unique_ptr<PipelineStage> stage;
+  std::vector<torch::Tensor> optimized;     // what the optimizer updates (shards' slices when sharded)
+  std::vector<OptimizedRange> state_ranges;  // the optimizer's tensors as ranges (checkpoints)
+  std::vector<OptimizedRange> ranges;        // the optimized tensors as ranges (records, faults)
+  std::unique_ptr<OptimizerOffload> offload;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<GradientReducer> reducer;
+  std::unique_ptr<TimelineObserver> observer;
+  std::ofstream metrics;
+  std::vector<int64_t> tokens;  // one micro-batch's samples
+
+  RankRun(const TrainOptions& options, const RankEnv& rank_env)
+      : o(options), env(rank_env), layout(MeshLayout::of(rank_env.world, rank_env.rank, 1, 1)) {}
+  // The interceptors it installed point into it: none may outlive it (a library caller goes on).
+  ~RankRun() {
+    nn::set_call_interceptor(nullptr);
+    nn::set_call_observer(nullptr);
+    if (bf16) compat::set_bf16_autocast(false);
+  }
+  bool lead() const { return env.rank == 0; }
+};
+
+// The schedule, the data and the outputs, checked before this rank waits for any other.
+void plan_rank(RankRun& r) {
+  const TrainOptions& o = r.o;
+  SourceManager sources;
+  try {
+    check_options(o);
+    // Loom's launcher validated the run and showed the schedule's print()s; under torchrun,
+    // srun or mpirun rank 0 does both, once.
+    const char* launcher = std::getenv(kLaunchedByLoom);
+    bool launched_by_loom = launcher && std::string(launcher) == "1";
+    r.sch = evaluate_schedule(o, r.env.world, r.env.local_world, sources, r.lead() && !launched_by_loom ? &std::cout : nullptr);
+    r.plan = lower_schedule(*r.sch);
+    check_model_parallel_options(o, r.plan);
+    if (r.plan.pp > 1) r.stages = std::make_unique<PipelineStages>(plan_pipeline_stages(r.sch->tree(), r.plan.pipeline_splits, r.plan.pp));
+    r.data = open_data(o);
+    if (!launched_by_loom) check_outputs(o, r.lead());  // every rank, before any of them waits for the others
+  } catch (const UserError& e) {
+    throw UserError(self_contained(e.diagnostic(), &sources));  // with the quoted line, which only `sources` has
+  }
+}
+
+// GPU ranks: one device each (by local rank), NCCL, bf16 autocast over fp32 master weights
+// (check_options refused --device cuda without CUDA).
+void choose_device(RankRun& r) {
+  const TrainOptions& o = r.o;
+  r.cuda = resolved_device(o) == "cuda";
+  // NCCL needs a GPU per rank; gloo moves GPU tensors too, so its ranks may share GPUs.
+  r.nccl = r.cuda && o.backend != "gloo";
+  if (r.nccl && r.env.local_rank >= compat::cuda_device_count())
+    throw UserError(SourceRange{}, "local rank " + std::to_string(r.env.local_rank) + " has no GPU of its own (" +
+                                       std::to_string(compat::cuda_device_count()) + " visible)",
+                    "run at most one rank per GPU per node (--nproc), or --backend gloo to share GPUs");
+  r.gpu = r.cuda ? r.env.local_rank % compat::cuda_device_count() : 0;
+  r.device = r.cuda ? torch::Device(torch::kCUDA, r.gpu) : torch::Device(torch::kCPU);
+  if (r.cuda) compat::set_cuda_device(r.gpu);
+  r.bf16 = r.cuda && o.precision == "bf16";
+}
+
+// The model from the seed (rank 0's weights on every rank), or from the checkpoint resumed;
+// then each rank keeps its tensor-parallel slices and its stage's parameters.
+void build_rank_model(RankRun& r) {
+  const TrainOptions& o = r.o;
+  torch::manual_seed(static_cast<uint64_t>(o.seed));
+  r.model = build_model(o.model);
+  r.model.module->to(r.device);
+  if (r.bf16) compat::set_bf16_autocast(true);
+  if (static_cast<int64_t>(r.data->vocab_size()) > r.model.vocab_size)
+    throw UserError(SourceRange{}, "the data's vocabulary (" + std::to_string(r.data->vocab_size()) + ") is larger than model " +
+                                       o.model + "'s (" + std::to_string(r.model.vocab_size) + ")",
+                    "choose a model with a larger vocabulary");
+  if (o.seq > r.model.max_seq)
+    throw UserError(SourceRange{}, "--seq " + std::to_string(o.seq) + " is longer than model " + o.model + "'s context of " +
+                                       std::to_string(r.model.max_seq) + " tokens",
+                    "use --seq " + std::to_string(r.model.max_seq) + " or less");
+  std::tie(r.params, r.param_names) = unique_parameters(*r.model.module);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : r.params) comm::broadcast(*r.world, p).wait();
+  }
+  // Resuming: the consolidated weights before any sharding, the optimizer states later.
+  if (!o.resume.empty()) std::tie(r.resume_dir, r.start) = load_model_checkpoint(o, *r.model.module, r.params);
+  if (r.plan.model_parallel()) {
+    r.mesh = std::make_unique<MeshGroups>(make_mesh_groups(*r.world, r.plan.tp, r.plan.pp));
+    r.layout = r.mesh->at;
+    r.tensor_parallel = std::make_unique<TensorParallel>(*r.model.module, r.plan.shards, r.plan.syncs, r.mesh->tp);
+    r.tensor_parallel->shard_parameters();
+  }
+  if (r.stages) keep_stage_parameters(*r.stages, r.layout.stage, r.params, r.param_names);
+}
+
+// The interceptors around every module call, innermost first: checkpointing, the op profiler,
+// the sharded executor, tensor parallelism, the step recorder, the pipeline stage.
+void install_executors(RankRun& r, const std::vector<std::string>& unreduced, torch::Dtype reduce_dtype) {
+  const TrainOptions& o = r.o;
+  std::unordered_set<const torch::nn::Module*> checkpointed;
+  for (auto& item : r.model.module->named_modules("", /*include_self=*/true))
+    for (auto& path : r.plan.checkpoint)
+      if (item.key() == path) checkpointed.insert(item.value().get());
+  r.checkpointer = std::make_unique<ActivationCheckpointer>(checkpointed);
+  if (!checkpointed.empty()) nn::set_call_interceptor(r.checkpointer.get());
+  bool profiling = !o.profile_out.empty();
+  ir::OpTrace& trace = r.trace;
+  if (!r.plan.model_parallel() || profiling) trace = trace_model(o.model, {o.micro_batch, o.seq});
+  // The step's program, as `loom explain` shows it: the sharded executor follows it, and plain
+  // data parallelism takes its gradient buckets from it. Meshes are not lowered to it yet.
+  if (!r.plan.model_parallel()) {
+    StepOptions step_options;
+    step_options.bucket_bytes = o.bucket_bytes;
+    step_options.grad_norm = measures_grad_norm(o);
+    r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
+  }
+  // Profiling: the op profiler runs innermost, where an op's parameters are resident.
+  nn::CallInterceptor* innermost = checkpointed.empty() ? nullptr : r.checkpointer.get();
+  if (profiling) {
+    r.profiler = std::make_unique<OpProfiler>(*r.model.module, trace, innermost, r.cuda ? r.gpu : -1);
+    innermost = r.profiler.get();
+    nn::set_call_interceptor(r.profiler.get());
+  }
+  // Any sharding (s_os > 1: ZeRO-1/2/3, MiCS, hybrids): the sharded executor runs every module
+  // call, the activation checkpointer inside it. Every rank creates every subgroup, in order.
+  r.optimized = r.params;
+  if (r.plan.factors.optim > 1) {
+    r.sharded = std::make_unique<ShardedExecutor>(*r.model.module, *r.step, make_shard_groups(*r.world, r.plan.factors), innermost,
+                                                  reduce_dtype);
+    r.optimized = r.sharded->optimized();
+    nn::set_call_interceptor(r.sharded.get());
+  }
+  nn::CallInterceptor* outermost = r.sharded ? r.sharded.get() : innermost;
+  if (r.tensor_parallel) {
+    outermost = r.tensor_parallel.get();
+    nn::set_call_interceptor(outermost);
+  }
+  // Test-only faults (loom verify's tests): unreduced gradients, weights released too early.
+  std::vector<std::string> released_early;
+  for (const InjectedFault& f : r.plan.faults)
+    if (f.kind == FaultKind::ReleaseEarly) released_early.push_back(f.module);
+  if (r.sharded) r.sharded->inject_faults(unreduced, released_early);
+  if (r.sharded && !r.plan.compress.empty()) configure_compression(*r.sharded, r.plan.compress, r.param_names, r.resume_dir, r.env);
+  // loom verify: the first step is recorded, module call by module call.
+  if (!o.record.empty()) {
+    r.recorder = std::make_unique<StepRecorder>(*r.model.module, outermost);
+    nn::set_call_interceptor(r.recorder.get());
+  }
+  // Pipeline stages pass over other stages' modules before the recorder sees a call.
+  if (r.stages) {
+    r.stage = std::make_unique<PipelineStage>(*r.model.module, *r.stages, *r.mesh,
+                                              r.recorder ? static_cast<nn::CallInterceptor*>(r.recorder.get()) : outermost);
+    nn::set_call_interceptor(r.stage.get());
+  }
+}
+
+// Which optimized tensors the step program's offload instruction names, by parameter.
+std::vector<bool> offloaded_by_program(const ir::Program& step, const std::vector<OptimizedRange>& ranges) {
+  std::set<std::string> named;
+  for (const ir::Instr& in : step.instrs)
+    if (in.kind == ir::OpKind::Offload)
+      for (int q : in.params) named.insert(step.params[q].name);
+  std::vector<bool> offloaded;
+  std::set<std::string> optimized;
+  for (const OptimizedRange& range : ranges) {
+    offloaded.push_back(named.count(range.param) > 0);
+    optimized.insert(range.param);
+  }
+  for (const std::string& name : named)
+    if (!optimized.count(name)) throw InternalError("the step program offloads " + name + ", which this rank does not optimize");
+  return offloaded;
+}
+
+// The optimizer over what this rank updates (host copies with offload), its states resumed;
+// the test-only corruption of a shard.
+void create_optimizer(RankRun& r) {
+  const TrainOptions& o = r.o;
+  // Each optimized tensor as a range of its parameter's flat tensor (sharded checkpoints).
+  if (r.sharded) {
+    r.ranges = r.sharded->optimized_ranges();
+  } else {
+    for (size_t i = 0; i < r.params.size(); ++i) r.ranges.push_back({r.param_names[i], r.params[i].numel(), 0, r.optimized[i]});
+  }
+  for (const InjectedFault& f : r.plan.faults) {
+    if (f.kind != FaultKind::CorruptShard || f.rank != r.env.rank) continue;
+    auto it = std::find_if(r.ranges.begin(), r.ranges.end(), [&](const OptimizedRange& range) { return range.param == f.param; });
+    if (it == r.ranges.end())
+      throw UserError(SourceRange{}, "test_corrupt_shard: " + f.param + " is not a trained parameter of its own (a tied weight?)",
+                      "corrupt the parameter's first owner");
+    // Not a constant: a LayerNorm'd input sums to zero, so a uniform shift would not show.
+    torch::NoGradGuard no_grad;
+    it->tensor.add_(torch::arange(it->tensor.numel(), it->tensor.options().requires_grad(false)).remainder(7).mul(0.01).view_as(it->tensor));
+  }
+  // offload("optimizer"): the optimizer updates host copies of what the program offloads, so
+  // their states live on the host.
+  if (r.step) {
+    std::vector<bool> offloaded = offloaded_by_program(*r.step, r.ranges);
+    if (std::count(offloaded.begin(), offloaded.end(), true)) r.offload = std::make_unique<OptimizerOffload>(r.optimized, offloaded);
+  }
+  r.optimizer = std::make_unique<torch::optim::AdamW>(r.offload ? r.offload->optimized() : r.optimized,
+                                                      torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay));
+  r.state_ranges = r.ranges;
+  if (r.offload)
+    for (size_t i = 0; i < r.state_ranges.size(); ++i) r.state_ranges[i].tensor = r.offload->optimized()[i];
+  if (!r.resume_dir.empty()) load_optimizer_ranges(r.resume_dir, r.state_ranges, *r.optimizer);
+}
+
+// The run's first lines on rank 0: what trains, on what, in which shape.
+void print_header(const RankRun& r) {
+  const TrainOptions& o = r.o;
+  const RuntimePlan& plan = r.plan;
+  std::cout << "loom run: " << o.model << " (" << module_tree_of(o.model)->parameter_count() << " parameters), " << r.env.world
+            << " rank" << (r.env.world == 1 ? "" : "s") << " x " << r.threads << " thread" << (r.threads == 1 ? "" : "s") << ", "
+            << r.data->describe() << ", " << plan.checkpoint.size() << " checkpointed modules, "
+            << (plan.factors.optim > 1 ? "sharding (s_p, s_g, s_os) = (" + std::to_string(plan.factors.params) + ", " +
+                                             std::to_string(plan.factors.grads) + ", " + std::to_string(plan.factors.optim) + "), "
+                                       : "")
+            << (!r.cuda ? "cpu (fp32, gloo)"
+                        : std::string("cuda (") + (r.bf16 ? "bf16 autocast, fp32 weights" : "fp32") + (r.nccl ? ", nccl)" : ", gloo)"))
+            << (r.start > 0 ? ", resuming after step " + std::to_string(r.start) : "")
+            << (r.mesh ? ", mesh tp " + std::to_string(r.layout.tp) + " x pp " + std::to_string(r.layout.pp) + " x dp " +
+                             std::to_string(r.layout.dp)
+                       : "")
+            << "\n"
+            << describe_run_shape(o, *r.sch, r.layout.dp) << std::flush;
+  if (r.offload)
+    std::cout << "offload: the optimizer states of " << r.offload->offloaded_count() << " of " << r.optimized.size()
+              << " tensors (" << r.offload->offloaded_elements() << " elements per rank) live in host memory\n"
+              << std::flush;
+}
+
+// Everything before the first step.
+std::unique_ptr<RankRun> set_up_rank(const TrainOptions& o, const RankEnv& env) {
+  auto r = std::make_unique<RankRun>(o, env);
+  r->threads = resolved_threads(o, env.local_world);
+  torch::set_num_threads(r->threads);
+  memory::install_counting_allocator();
+  plan_rank(*r);
+  choose_device(*r);
+  comm::WorldOptions wo;
+  wo.timeout = std::chrono::seconds(o.timeout_s);
+  wo.backend = r->nccl ? comm::Backend::Nccl : comm::Backend::Gloo;
+  r->world = comm::init_world(env, wo);
+  build_rank_model(*r);
+  torch::Dtype reduce_dtype = o.reduce_dtype == "fp16" ? torch::kHalf : o.reduce_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
+  std::vector<std::string> unreduced;  // test_skip_reduction: gradients each rank keeps as they are
+  for (const InjectedFault& f : r->plan.faults)
+    if (f.kind == FaultKind::SkipReduction) unreduced.push_back(f.param);
+  install_executors(*r, unreduced, reduce_dtype);
+  create_optimizer(*r);
+  // Replicated parameters are all-reduced in buckets; sharded ones by the executor.
+  comm::Group* replicas = r->mesh ? r->mesh->dp.get() : env.world > 1 ? r->world.get() : nullptr;
+  if (replicas && !r->sharded) {
+    std::vector<std::vector<size_t>> buckets =
+        r->step ? program_buckets(*r->step, r->param_names, unreduced)
+                : mesh_buckets(r->params, r->param_names, r->plan.buckets, o.bucket_bytes, unreduced);
+    r->reducer = std::make_unique<GradientReducer>(r->params, buckets, *replicas, reduce_dtype);
+  }
+  if (!o.trace.empty()) {
+    timeline::enable(env.rank);
+    r->observer = std::make_unique<TimelineObserver>(*r->model.module);
+    nn::set_call_observer(r->observer.get());
+  }
+  if (r->lead() && !o.metrics.empty()) r->metrics.open(o.metrics, r->start > 0 ? std::ios::app : std::ios::trunc);
+  if (r->lead()) print_header(*r);
+  r->tokens.resize(static_cast<size_t>(o.micro_batch * (o.seq + 1)));
+  return r;
+}
+
+// One micro-batch's forward and backward; returns its share of the step's loss (0 on a
+// pipeline stage before the last, which hands its activation on).
+double train_micro_batch(RankRun& r, int64_t step, int64_t micro, bool recording) {
+  const TrainOptions& o = r.o;
+  for (int64_t i = 0; i < o.micro_batch; ++i)
+    r.data->sample(sample_index(step, micro, o.accum, r.layout.dp, r.layout.dp_rank, o.micro_batch, i), o.seq + 1,
+                   r.tokens.data() + i * (o.seq + 1));
+  torch::Tensor batch = torch::from_blob(r.tokens.data(), {o.micro_batch, o.seq + 1}, torch::kLong).to(r.device);
+  torch::Tensor x = batch.narrow(1, 0, o.seq), y = batch.narrow(1, 1, o.seq).contiguous();
+  if (r.sharded) r.sharded->begin_forward(micro == o.accum - 1);
+  if (r.profiler) r.profiler->begin_forward(step >= o.profile_warmup);
+  torch::Tensor logits;
+  bool handed_on = false;  // a pipeline stage before the last: its activation went to the next stage
+  {
+    timeline::Span span("forward", "phase");
+    if (recording) r.recorder->begin_forward();
+    try {
+      logits = r.model.forward(x);
+    } catch (const StageForwardDone&) {
+      handed_on = true;
+    }
+    if (recording) r.recorder->end_forward();
+    if (r.sharded) r.sharded->finish_forward();
+  }
+  // The loss in fp32 whatever the compute dtype.
+  torch::Tensor loss;
+  if (!handed_on)
+    loss = torch::cross_entropy_loss(logits.to(torch::kFloat).reshape({-1, r.model.vocab_size}), y.reshape({-1})) /
+           static_cast<double>(o.accum);
+  if (r.bf16) compat::clear_autocast_cache();
+  if (recording && loss.defined()) r.recorder->add(RecordKind::Loss, "loss", micro, 0, loss);
+  if (r.reducer) r.reducer->prepare(micro == o.accum - 1);
+  {
+    timeline::Span span("backward", "phase");
+    if (r.profiler) r.profiler->begin_backward();
+    if (handed_on) r.stage->backward_from_next_stage();
+    else loss.backward();
+    if (r.stage) r.stage->send_gradient_to_previous_stage();
+    if (r.profiler) r.profiler->end_backward();
+    if (r.reducer) r.reducer->finish();
+    if (r.sharded) r.sharded->finish_backward();
+  }
+  return loss.defined() ? loss.item<double>() : 0;
+}
+
+// The global gradient norm before clipping, clipped to --clip; NaN when not measured.
+double clip_gradients(RankRun& r) {
+  const TrainOptions& o = r.o;
+  if (!measures_grad_norm(o)) return std::numeric_limits<double>::quiet_NaN();
+  double max_norm = o.clip > 0 ? o.clip : std::numeric_limits<double>::infinity();
+  if (r.sharded) return r.sharded->clip_gradients(max_norm);
+  if (!r.mesh) return torch::nn::utils::clip_grad_norm_(r.params, max_norm);
+  // Each element once over the model's ranks: slices everywhere, the rest on tp rank 0 of the
+  // stage that trains it (stage 0 for what every stage holds).
+  std::vector<bool> counted;
+  for (const std::string& name : r.param_names) {
+    int s = r.stages ? r.stages->stage_of_param(name) : -1;
+    counted.push_back((r.tensor_parallel->split_axis(name) >= 0 || r.layout.tp_rank == 0) && (s >= 0 || r.layout.stage == 0));
+  }
+  return clip_sharded_grad_norm(r.params, r.mesh->model.get(), max_norm, counted);
+}
+
+// loom verify's record of the first step: reduced gradients (before clipping), compression
+// bounds, and the parameters after the update.
+void record_gradients(RankRun& r, int64_t step, double lr) {
+  for (const OptimizedRange& range : r.ranges)  // each rank's part (as shaped: tensor-parallel slices)
+    if (range.tensor.grad().defined()) r.recorder->add(RecordKind::ParamGrad, range.param, 0, range.offset, range.tensor.grad());
+  // Compressed gradients are lossy by design: their stated bounds. AdamW's first step moves
+  // each element by lr * |m| / (sqrt(v) + eps) < lr, so the updated values differ by < 2 lr.
+  if (r.sharded)
+    for (const auto& b : r.sharded->compression_bounds())
+      r.recorder->add(RecordKind::Bound, b.param, 0, 0,
+                      torch::tensor({b.bound, step == 0 ? 2 * lr : std::numeric_limits<double>::infinity(),
+                                     static_cast<double>(b.estimated)},
+                                    torch::dtype(torch::kDouble)));
+}
+
+void record_parameters(RankRun& r) {
+  const TrainOptions& o = r.o;
+  if (r.sharded) r.sharded->gather_all();
+  if (r.layout.dp_rank == 0)  // every replica holds the same parameters after the step
+    for (size_t i = 0; i < r.params.size(); ++i) r.recorder->add(RecordKind::Param, r.param_names[i], 0, 0, r.params[i]);
+  if (r.sharded) r.sharded->release_all();
+  fs::create_directories(o.record);
+  if (r.lead())  // how loom verify reassembles the ranks' records into the plain model's
+    std::ofstream(fs::path(o.record) / "mesh.json") << nlohmann::json{{"tp", r.layout.tp}, {"pp", r.layout.pp}}.dump() << "\n";
+  r.recorder->write((fs::path(o.record) / ("rank-" + std::to_string(r.env.rank) + ".pt")).string());
+}
+
+// One optimizer step: its micro-batches, the reduced gradients clipped, the update, the loss
+// averaged over the ranks, metrics and progress on rank 0, a checkpoint when one is due.
+StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
+  const TrainOptions& o = r.o;
+  bool recording = r.recorder && step == r.start;
+  auto t0 = std::chrono::steady_clock::now();
+  memory::reset_peak();
+  if (r.cuda) compat::cuda_reset_peak(r.gpu);
+  double lr = learning_rate(o, step);
+  for (auto& group : r.optimizer->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  r.optimizer->zero_grad();
+  double loss_sum = 0;
+  int64_t between_micro_batches = -1;
+  for (int64_t micro = 0; micro < o.accum; ++micro) {
+    loss_sum += train_micro_batch(r, step, micro, recording);
+    // Between micro-batches only model states stay resident (lins.txt §IV-D's quantity).
+    if (micro == 0 && o.accum > 1 && !r.cuda) between_micro_batches = memory::current_bytes();
+  }
+  double grad_norm;
+  {
+    timeline::Span optimizer_span("optimizer", "phase");
+    if (r.sharded) r.sharded->average_gradients();
+    if (r.stage) r.stage->reduce_shared_gradients(r.params, r.param_names);
+    if (recording) record_gradients(r, step, lr);
+    grad_norm = clip_gradients(r);
+    if (r.offload) r.offload->gradients_to_host();
+    r.optimizer->step();
+    if (r.offload) r.offload->values_to_device();
+    if (r.sharded) r.sharded->publish();
+  }
+  if (recording) record_parameters(r);
+  torch::Tensor loss_t = torch::tensor({loss_sum}, torch::TensorOptions().dtype(torch::kDouble)).to(r.device);
+  comm::all_reduce(*r.world, loss_t).wait();
+  double loss = loss_t.item<double>() / (r.env.world / r.layout.pp);  // the last stage's ranks hold the loss
+  if (r.cuda) compat::cuda_synchronize();
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  int64_t tokens = r.layout.dp * o.micro_batch * o.seq * o.accum;
+  double tokens_per_s = static_cast<double>(tokens) / (ms / 1000.0);
+  int64_t peak = r.cuda ? compat::cuda_peak_bytes(r.gpu) : memory::peak_bytes();
+  StepMetrics measured{step + 1, loss, lr, std::isfinite(grad_norm) ? grad_norm : -1, tokens_per_s, ms, peak};
+  if (r.metrics.is_open()) write_metrics_row(r.metrics, o.metrics, measured, between_micro_batches);
+  result.tokens += tokens;
+  result.peak_bytes = std::max(result.peak_bytes, peak);
+  bool last = step + 1 == o.steps;
+  if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
+    if (r.sharded) r.sharded->gather_all();  // for the consolidated model.pt
+    write_checkpoint(o, *r.world, step + 1, *r.model.module, *r.optimizer, r.state_ranges, r.plan.factors.optim,
+                     r.sharded ? r.sharded->compression_residuals() : std::map<std::string, torch::Tensor>{});
+    if (r.sharded) r.sharded->release_all();
+    result.checkpoint = (fs::path(o.save_dir) / checkpoint_step_name(step + 1)).string();
+  }
+  return measured;
+}
+
+// After the last step: interceptors off, the profile and the timeline written.
+void finish_rank(RankRun& r) {
+  const TrainOptions& o = r.o;
+  nn::set_call_interceptor(nullptr);
+  nn::set_call_observer(nullptr);
+  if (r.profiler) write_profile(o, *r.profiler, *r.world, r.sharded ? &r.sharded->groups() : nullptr, r.device, r.env);
+  if (!o.trace.empty()) {
+    // Each rank writes its events; rank 0 merges them (ranks of one node share the file system).
+    timeline::write_rank_events(o.trace + ".rank" + std::to_string(r.env.rank));
+    comm::barrier(*r.world);
+    if (r.lead() && r.env.world == r.env.local_world) timeline::merge(o.trace, r.env.world, o.trace);
+  }
+  comm::barrier(*r.world);
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainOptions& o, const RankEnv& env) {
+  std::unique_ptr<RankRun> r = set_up_rank(o, env);
+  Progress progress(o.steps);
+  TrainResult result;
+  auto run_start = std::chrono::steady_clock::now();
+  for (int64_t step = r->start; step < o.steps; ++step) {
+    StepMetrics measured = train_step(*r, step, result);
+    if (r->lead()) progress.update(measured.step, measured.loss, measured.tokens_per_s, measured.step_ms, measured.peak_bytes);
+    result.steps.push_back(measured);
+  }
+  finish_rank(*r);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  return result;
+}
+
+int train(const TrainOptions& o, const RankEnv& env) {
+  try {
+    TrainResult result = run_training(o, env);
+    if (env.rank == 0 && o.profile_out.empty() && o.record.empty()) std::cout << describe_summary(o, result) << std::flush;
+    return 0;
+  } catch (const UserError& e) {
+    std::cerr << render(e.diagnostic(), nullptr);
+    return 1;
+  } catch (const comm::CommError& e) {
+    // Another process's failure as this rank sees it: not a Loom bug.
+    std::cerr << "error: " << e.what() << "\n  hint: another rank stopped or stalled (its own message says why); if the ranks "
+              << "are only slow, raise --timeout (now " << o.timeout_s << " s)\n";
+    return 1;
+  }
+}
+
+}  // namespace loom
