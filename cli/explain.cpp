@@ -27,6 +27,7 @@ struct ExplainOptions {
   double clip = TrainOptions{}.clip;
   int64_t seq = TrainOptions{}.seq;                  // the micro-batch the compute instructions' FLOPs
   int64_t micro_batch = TrainOptions{}.micro_batch;  // and saved activations are for
+  int64_t accum = TrainOptions{}.accum;
   std::vector<std::string> sets;
   bool json = false;
   std::string profile;  // a profile from `loom profile` prices every instruction
@@ -52,6 +53,7 @@ int explain(const ExplainOptions& o) {
     std::vector<PassRecord> records;
     StepOptions step_options;
     step_options.grad_norm = o.clip > 0;
+    step_options.accum = o.accum;
     RuntimePlan plan = lower_schedule(sch);
     ir::Program program = lower_step(plan, trace_model(o.model, {o.micro_batch, o.seq}), &records, PipelineDebug::from_environment(std::cerr), step_options);
     // Every rank runs this same program (SPMD) outside a mesh; a mesh is not lowered yet.
@@ -112,6 +114,8 @@ void add_explain(CLI::App& app, std::function<int()>& run) {
   c->add_option("--seq", o->seq, "tokens per sequence: the compute instructions' FLOPs and activations are for one micro-batch")
       ->check(at_least(1));
   c->add_option("--micro-batch", o->micro_batch, "sequences per rank per micro-batch")->check(at_least(1));
+  c->add_option("--accum", o->accum, "micro-batches per step: the forward and backward instructions run once for each")
+      ->check(at_least(1));
   c->add_option("--clip", o->clip, "the run's --clip: 0 plans no gradient-norm all-reduce (a run with --metrics still measures the norm; plan it with --clip 1)");
   c->add_flag("--json", o->json, "print the IR as JSON (with \"rank\", and \"complete\": false where a mesh is not lowered)");
   c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE`: prices each instruction");

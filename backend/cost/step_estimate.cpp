@@ -40,21 +40,22 @@ StepEstimate estimate_step(const ir::Program& program, const Profile& profile, c
   StepEstimate e;
   for (const ir::Instr& in : program.instrs) {
     double ms = -1;
+    double times = static_cast<double>(ir::times_per_step(program, in));
     if (in.kind == ir::OpKind::Compute && in.phase == ir::Phase::Forward) {
       ms = profile.ops[ops_of[in.module].front()].forward_ms;
       ops_of[in.module].push_back(ops_of[in.module].front());  // rotate: the next forward call is the next op
       ops_of[in.module].erase(ops_of[in.module].begin());
-      e.forward_compute_ms += ms;
+      e.forward_compute_ms += times * ms;
     } else if (in.kind == ir::OpKind::Compute && in.phase == ir::Phase::Backward) {
       std::vector<size_t>& ops = ops_of[in.module];
       ms = profile.ops[ops.back()].backward_ms;
       ops.insert(ops.begin(), ops.back());  // rotate the other way: backward runs the calls in reverse
       ops.pop_back();
-      e.backward_compute_ms += ms;
+      e.backward_compute_ms += times * ms;
     } else if (const char* name = ir::collective_op(in.kind)) {
       if (const CollectiveProfile* c = profile.collective(name, profile_role(in.group.role))) {
         ms = c->predict_ms(in.bytes);
-        e.collective_ms += ms;
+        e.collective_ms += times * ms;
       }
     }
     e.instruction_ms.push_back(ms);

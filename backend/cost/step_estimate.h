@@ -13,7 +13,8 @@
 namespace loom {
 
 struct StepEstimate {
-  std::vector<double> instruction_ms;  // per instruction; -1 where the profile has no figure
+  std::vector<double> instruction_ms;  // per instruction, one run of it; -1 where the profile has no figure
+  // The sums count each instruction as often as it runs in a step (ir::times_per_step).
   double forward_compute_ms = 0;
   double backward_compute_ms = 0;
   double collective_ms = 0;

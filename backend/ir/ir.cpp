@@ -45,6 +45,25 @@ const char* collective_op(OpKind k) {
   }
 }
 
+const char* micro_batches_name(MicroBatches m) {
+  switch (m) {
+    case MicroBatches::All: return "all";
+    case MicroBatches::Last: return "last";
+    case MicroBatches::AllButLast: return "all_but_last";
+  }
+  return "?";
+}
+
+int64_t times_per_step(const Program& p, const Instr& in) {
+  if (in.phase == Phase::Step) return 1;
+  switch (in.runs_in) {
+    case MicroBatches::All: return p.micro_batches;
+    case MicroBatches::Last: return 1;
+    case MicroBatches::AllButLast: return p.micro_batches - 1;
+  }
+  return 0;
+}
+
 const char* phase_name(Phase p) {
   switch (p) {
     case Phase::Forward: return "fwd";
@@ -57,7 +76,9 @@ const char* phase_name(Phase p) {
 std::string Program::to_text() const {
   std::string out = "# step of " + model + ": dp=" + std::to_string(sharding.dp) + " s_p=" + std::to_string(sharding.params) +
                     " s_g=" + std::to_string(sharding.grads) + " s_os=" + std::to_string(sharding.optim) + ", " +
-                    std::to_string(instrs.size()) + " instructions\n";
+                    std::to_string(instrs.size()) + " instructions" +
+                    (micro_batches > 1 ? ", the fwd and bwd ones run for each of " + std::to_string(micro_batches) + " micro-batches" : "") +
+                    "\n";
   char line[512];
   for (size_t i = 0; i < instrs.size(); ++i) {
     const Instr& in = instrs[i];
@@ -72,6 +93,8 @@ std::string Program::to_text() const {
     if (in.flops > 0) extra += format_flops(in.flops) + "  ";
     if (in.activation_bytes) extra += (in.phase == Phase::Forward ? "saves " : "frees ") + format_size(in.activation_bytes) + "  ";
     if (in.handle >= 0 && in.kind != OpKind::Wait) extra += "-> %" + std::to_string(in.handle);
+    if (micro_batches > 1 && in.phase != Phase::Step && in.runs_in != MicroBatches::All)
+      extra += std::string("  [") + (in.runs_in == MicroBatches::Last ? "last micro-batch" : "all but the last micro-batch") + "]";
     std::snprintf(line, sizeof line, "%5zu %-4s %-15s %-40s %s\n", i, phase_name(in.phase), op_name(in.kind), what.c_str(),
                   extra.c_str());
     out += line;
@@ -83,6 +106,7 @@ std::string Program::to_json() const {
   nlohmann::json j;
   j["model"] = model;
   j["shape"] = {{"micro_batch", shape.micro_batch}, {"seq", shape.seq}};
+  j["micro_batches"] = micro_batches;
   j["sharding"] = {{"dp", sharding.dp}, {"params", sharding.params}, {"grads", sharding.grads}, {"optim", sharding.optim}};
   j["guarantees"] = {{"gathers_placed", gathers_placed}, {"reductions_placed", reductions_placed}};
   j["params"] = nlohmann::json::array();
@@ -98,6 +122,8 @@ std::string Program::to_json() const {
     if (in.handle >= 0) x["handle"] = in.handle;
     if (in.flops > 0) x["flops"] = in.flops;
     if (in.activation_bytes) x["activation_bytes"] = in.activation_bytes;
+    if (in.phase != Phase::Step) x["runs_in"] = micro_batches_name(in.runs_in);
+    x["times_per_step"] = times_per_step(*this, in);
     j["instructions"].push_back(x);
   }
   return j.dump(1);
@@ -128,11 +154,12 @@ Instr scalar_collective(Program& p, OpKind kind, Phase phase, GroupRef group) {
   return in;
 }
 
-Instr wait_for(int handle, Phase phase) {
+Instr wait_for(int handle, Phase phase, MicroBatches runs_in) {
   Instr w;
   w.kind = OpKind::Wait;
   w.phase = phase;
   w.handle = handle;
+  w.runs_in = runs_in;
   return w;
 }
 

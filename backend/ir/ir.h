@@ -39,6 +39,12 @@ const char* op_name(OpKind k);
 const char* collective_op(OpKind k);
 const char* phase_name(Phase p);
 
+// The micro-batches of a step an instruction of the forward and backward body runs in: the
+// body runs once per micro-batch (gradient accumulation), the step's tail once. Gradients
+// are reduced across data-parallel replicas in the last micro-batch only, as DDP's no_sync.
+enum class MicroBatches { All, Last, AllButLast };
+const char* micro_batches_name(MicroBatches m);  // "all", "last", "all_but_last"
+
 // A process group as the IR sees it: a role and a size.
 struct GroupRef {
   std::string role;  // "params" (s_p), "grads" (s_g), "replicas", "optim", "optim_block" (s_os), "dp", "world"
@@ -55,6 +61,7 @@ struct Instr {
   int handle = -1;          // collectives: the handle they produce; Wait: the one it waits for
   double flops = 0;               // Compute: its matrix products' FLOPs (backward: twice forward's)
   int64_t activation_bytes = 0;   // Compute: bytes forward saves for backward, which backward frees
+  MicroBatches runs_in = MicroBatches::All;  // forward and backward instructions; the step's run once
 };
 
 // The sharding the program implements (lins.txt factors; 1 = replicated).
@@ -68,6 +75,7 @@ struct Sharding {
 struct Program {
   std::string model;
   TraceShape shape;  // the micro-batch the compute instructions' FLOPs and activations are for
+  int64_t micro_batches = 1;  // how often the forward and backward body runs per step
   Sharding sharding;
   std::vector<TracedParam> params;
   std::vector<Instr> instrs;
@@ -91,8 +99,10 @@ int64_t param_bytes(const Program& program, int q);
 Instr collective(Program& program, OpKind kind, Phase phase, int q, GroupRef group, int64_t bytes);
 // A collective of no parameter (a scalar of the step: the gradient norm, the loss) on `group`.
 Instr scalar_collective(Program& program, OpKind kind, Phase phase, GroupRef group);
-// A wait for the collective `handle`.
-Instr wait_for(int handle, Phase phase);
+// A wait for the collective `handle`, in the micro-batches the collective runs in.
+Instr wait_for(int handle, Phase phase, MicroBatches runs_in = MicroBatches::All);
+// How many times per step `in` runs.
+int64_t times_per_step(const Program& program, const Instr& in);
 // A release of parameter `q`'s gathered storage.
 Instr release_of(const Program& program, int q, Phase phase);
 

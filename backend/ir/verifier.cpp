@@ -43,6 +43,7 @@ std::string verify(const Program& p) {
     }
     switch (in.kind) {
       case OpKind::Compute:
+        if (in.runs_in != MicroBatches::All) return at(i, p, "computes in only some micro-batches");
         if (!p.gathers_placed) break;
         for (int q : in.params)
           if (state[q] != State::Resident)
@@ -62,6 +63,8 @@ std::string verify(const Program& p) {
       case OpKind::Wait: {
         if (!issued.count(in.handle)) return at(i, p, "waits for %" + std::to_string(in.handle) + ", which was never issued");
         if (!waited.insert(in.handle).second) return at(i, p, "waits for %" + std::to_string(in.handle) + " twice");
+        if (in.phase != Phase::Step && in.runs_in != p.instrs[issued[in.handle]].runs_in)
+          return at(i, p, "waits for %" + std::to_string(in.handle) + " in other micro-batches than it runs in");
         for (int q : gather_of[in.handle]) state[q] = State::Resident;
         break;
       }

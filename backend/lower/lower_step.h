@@ -17,6 +17,7 @@ namespace loom {
 struct StepOptions {
   int64_t bucket_bytes = 1 << 20;  // DDP's gradient bucket size
   bool grad_norm = true;           // clipping, or metrics that report it, need the global gradient norm
+  int64_t accum = 1;               // micro-batches per step
 };
 
 // The step program of a plan (lower_schedule) on a traced model. The IR is verified after

@@ -6,8 +6,9 @@
 
 namespace loom::ir {
 
-Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm) {
+Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm, int64_t micro_batches) {
   Program p;
+  p.micro_batches = micro_batches;
   p.model = trace.model;
   p.shape = trace.shape;
   p.sharding = sharding;

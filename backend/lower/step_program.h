@@ -11,6 +11,7 @@
 namespace loom::ir {
 
 // `grad_norm`: the run needs the global gradient norm (clipping, or metrics that report it).
-Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm = true);
+// `micro_batches`: the forward and backward run that many times per step (gradient accumulation).
+Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm = true, int64_t micro_batches = 1);
 
 }  // namespace loom::ir

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 namespace loom::passes {
 namespace {
@@ -13,15 +14,28 @@ bool in_bucket(const std::string& param, const std::string& module) {
   return param.rfind(module + ".", 0) == 0;
 }
 
-// Merges the `kind` collectives of `phase` whose parameters all lie in `module` into one:
-// into the first (gathers) or the last (reductions). Of their waits the first one after the
-// merged collective stays, waiting for it; the others go.
-bool merge(ir::Program& p, const std::string& module, ir::Phase phase, OpKind kind, bool into_first) {
+// The collectives one bucket merges: one kind, in one phase, on one group, in the same micro-batches.
+struct Family {
+  ir::Phase phase;
+  OpKind kind;
+  std::string role;
+  ir::MicroBatches runs_in;
+  bool operator<(const Family& o) const {
+    return std::tie(phase, kind, role, runs_in) < std::tie(o.phase, o.kind, o.role, o.runs_in);
+  }
+};
+
+// Merges the collectives of `family` whose parameters all lie in `module` into one: into the
+// first (gathers) or the last (reductions). Of their waits the first one after the merged
+// collective stays, waiting for it; the others go.
+bool merge(ir::Program& p, const std::string& module, const Family& family, bool into_first) {
   std::vector<size_t> found;
   std::set<int> seen;
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& in = p.instrs[i];
-    if (in.phase != phase || in.kind != kind || in.params.empty()) continue;
+    if (in.phase != family.phase || in.kind != family.kind || in.group.role != family.role ||
+        in.runs_in != family.runs_in || in.params.empty())
+      continue;
     bool inside = std::all_of(in.params.begin(), in.params.end(), [&](int q) { return in_bucket(p.params[q].name, module); });
     if (!inside) continue;
     for (int q : in.params)
@@ -29,9 +43,6 @@ bool merge(ir::Program& p, const std::string& module, ir::Phase phase, OpKind ki
     found.push_back(i);
   }
   if (found.size() < 2) return false;
-  // Collectives of one kind on different groups (reduce-scatter then all-reduce) are separate kinds here.
-  for (size_t i : found)
-    if (p.instrs[i].group.role != p.instrs[found[0]].group.role) return false;
   size_t anchor = into_first ? found.front() : found.back();
   Instr merged = p.instrs[anchor];
   merged.params.clear();
@@ -64,13 +75,15 @@ bool merge(ir::Program& p, const std::string& module, ir::Phase phase, OpKind ki
 }  // namespace
 
 bool bucket(ir::Program& p, const PassInputs& inputs) {
-  bool changed = false;
-  for (const std::string& module : inputs.buckets) {
-    for (ir::Phase phase : {ir::Phase::Forward, ir::Phase::Backward})
-      changed |= merge(p, module, phase, OpKind::AllGather, true);
-    changed |= merge(p, module, ir::Phase::Backward, OpKind::ReduceScatter, false);
-    changed |= merge(p, module, ir::Phase::Backward, OpKind::AllReduce, false);
+  std::set<Family> families;
+  for (const Instr& in : p.instrs) {
+    bool gather = in.kind == OpKind::AllGather && in.phase != ir::Phase::Step;
+    bool reduction = (in.kind == OpKind::ReduceScatter || in.kind == OpKind::AllReduce) && in.phase == ir::Phase::Backward;
+    if (gather || reduction) families.insert({in.phase, in.kind, in.group.role, in.runs_in});
   }
+  bool changed = false;
+  for (const std::string& module : inputs.buckets)
+    for (const Family& family : families) changed |= merge(p, module, family, family.kind == OpKind::AllGather);
   return changed;
 }
 

@@ -9,6 +9,20 @@ using ir::Instr;
 using ir::OpKind;
 using ir::wait_for;
 
+namespace {
+constexpr ir::MicroBatches Last = ir::MicroBatches::Last, AllButLast = ir::MicroBatches::AllButLast;
+
+Instr select_drop(int q, const ir::Sharding& s, ir::MicroBatches runs_in) {
+  Instr drop;
+  drop.group = {"grads", s.grads / s.params};
+  drop.kind = OpKind::SelectDrop;
+  drop.phase = ir::Phase::Backward;
+  drop.params = {q};
+  drop.runs_in = runs_in;
+  return drop;
+}
+}  // namespace
+
 bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
   const ir::Sharding& s = p.sharding;
   p.reductions_placed = true;  // one rank has nothing to reduce
@@ -32,7 +46,8 @@ bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
       int64_t bytes = ir::param_bytes(p, q);
       if (s.grads == 1) {
         Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {"dp", s.dp}, bytes);
-        pending.push_back(wait_for(ar.handle, ir::Phase::Backward));
+        ar.runs_in = Last;
+        pending.push_back(wait_for(ar.handle, ir::Phase::Backward, Last));
         out.push_back(ar);
         continue;
       }
@@ -42,19 +57,21 @@ bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
         out.push_back(rs);
         out.push_back(wait_for(rs.handle, ir::Phase::Backward));
       }
+      // Accumulating, select & drop needs only the s_g / s_p gradient peers' sum.
+      if (s.grads > s.params && p.micro_batches > 1) {
+        Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {"grads", s.grads / s.params}, shard_bytes);
+        ar.runs_in = AllButLast;
+        out.push_back(ar);
+        out.push_back(wait_for(ar.handle, ir::Phase::Backward, AllButLast));
+        out.push_back(select_drop(q, s, AllButLast));
+      }
       if (s.dp / s.params > 1) {
         Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {"replicas", s.dp / s.params}, shard_bytes);
-        pending.push_back(wait_for(ar.handle, ir::Phase::Backward));
+        ar.runs_in = Last;
+        pending.push_back(wait_for(ar.handle, ir::Phase::Backward, Last));
         out.push_back(ar);
       }
-      if (s.grads > s.params) {
-        Instr drop;
-        drop.kind = OpKind::SelectDrop;
-        drop.phase = ir::Phase::Backward;
-        drop.params = {q};
-        drop.group = {"grads", s.grads / s.params};
-        pending.push_back(drop);
-      }
+      if (s.grads > s.params) pending.push_back(select_drop(q, s, Last));
     }
   }
   p.instrs = std::move(out);

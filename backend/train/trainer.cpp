@@ -535,6 +535,7 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
     StepOptions step_options;
     step_options.bucket_bytes = o.bucket_bytes;
     step_options.grad_norm = measures_grad_norm(o);
+    step_options.accum = o.accum;
     r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
   }
   // Profiling: the op profiler runs innermost, where an op's parameters are resident.

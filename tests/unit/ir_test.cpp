@@ -377,3 +377,50 @@ TEST_CASE("offload: the parameters past the budget go to the host around the opt
   CHECK_THROWS_WITH_AS(offloaded(0, {{"drop_reload", drop_reload}}), doctest::Contains("never come back to the device"),
                        InternalError);
 }
+
+TEST_CASE("micro-batches: gradients cross replicas in the last one; with s_g > s_p the peers select & drop in the others") {
+  // ZeRO-2 at dp 2 (s_p = 1, s_g = s_os = 2), three micro-batches a step.
+  ir::Program p = run_passes(ir::lower(small_trace(), {2, 1, 2, 2}, true, 3), {}, pipeline_passes(), nullptr, {});
+  CHECK(p.micro_batches == 3);
+  int peers = 0, replicas = 0, drops_before_last = 0;
+  for (const ir::Instr& in : p.instrs) {
+    if (in.kind == OpKind::AllReduce && in.group.role == "grads") {
+      ++peers;
+      CHECK(in.runs_in == ir::MicroBatches::AllButLast);
+      CHECK(ir::times_per_step(p, in) == 2);
+    }
+    if (in.kind == OpKind::AllReduce && in.group.role == "replicas") {
+      ++replicas;
+      CHECK(in.runs_in == ir::MicroBatches::Last);
+      CHECK(ir::times_per_step(p, in) == 1);
+    }
+    if (in.kind == OpKind::SelectDrop && in.runs_in == ir::MicroBatches::AllButLast) ++drops_before_last;
+    if (in.kind == OpKind::Compute) CHECK(ir::times_per_step(p, in) == 3);
+    if (in.phase == ir::Phase::Step) CHECK(ir::times_per_step(p, in) == 1);
+  }
+  CHECK(peers == static_cast<int>(p.params.size()));
+  CHECK(replicas == static_cast<int>(p.params.size()));
+  CHECK(drops_before_last == static_cast<int>(p.params.size()));
+  // One micro-batch: nothing runs in "all but the last".
+  ir::Program one = run_passes(ir::lower(small_trace(), {2, 1, 2, 2}), {}, pipeline_passes(), nullptr, {});
+  for (const ir::Instr& in : one.instrs) CHECK(in.runs_in != ir::MicroBatches::AllButLast);
+}
+
+namespace {
+// Broken: waits for a last-micro-batch reduction in every micro-batch.
+bool wait_every_micro_batch(ir::Program& p, const passes::PassInputs&) {
+  for (ir::Instr& in : p.instrs)
+    if (in.kind == OpKind::Wait && in.runs_in == ir::MicroBatches::Last) {
+      in.runs_in = ir::MicroBatches::All;
+      return true;
+    }
+  return false;
+}
+}  // namespace
+
+TEST_CASE("the verifier catches a wait in other micro-batches than its collective") {
+  auto list = pipeline_passes();
+  list.push_back({"wait_every_micro_batch", wait_every_micro_batch});
+  CHECK_THROWS_WITH_AS(run_passes(ir::lower(small_trace(), {2, 1, 1, 1}, true, 2), {}, list, nullptr, {}),
+                       doctest::Contains("in other micro-batches than it runs in"), InternalError);
+}
