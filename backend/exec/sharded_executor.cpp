@@ -198,6 +198,20 @@ struct ShardedExecutor::State {
     if (target < backward_instrs.size()) run_backward_through(target);
   }
 
+  // A checkpoint() recomputation of the module holding `module` begins: the IR's backward
+  // instructions up to its `recompute`, which gather what it uses. A compute on the way means
+  // no recompute is due here: nothing runs, and parameters are gathered at need.
+  void run_backward_to_recompute(const std::string& module) {
+    for (size_t i = backward_cursor; i < backward_instrs.size(); ++i) {
+      const ir::Instr& in = program.instrs[backward_instrs[i]];
+      if (in.kind == ir::OpKind::Compute) return;
+      if (in.kind == ir::OpKind::Recompute && (module == in.module || module.rfind(in.module + ".", 0) == 0)) {
+        run_backward_through(i);
+        return;
+      }
+    }
+  }
+
   // The position in `instrs` (indices into the program), from `from` on, of the compute of
   // `module`; instrs.size() when there is none.
   size_t find_compute(const std::vector<size_t>& instrs, size_t from, const std::string& module) const {
@@ -570,9 +584,10 @@ torch::Tensor ShardedExecutor::intercept(torch::nn::Module& module, const std::v
   auto run = [&] { return s_->inner ? s_->inner->intercept(module, inputs, forward) : forward(inputs); };
   auto it = s_->path_of.find(&module);
   if (it == s_->path_of.end()) return run();
-  // In forward, the IR's instructions up to this op; in backward (a checkpoint() recomputation),
-  // a gather at need, in the same order on every rank.
+  // In forward, the IR's instructions up to this op; in backward, a checkpoint() recomputation:
+  // the IR's instructions up to its recompute (gathers at need past it, alike on every rank).
   if (!s_->in_backward) s_->run_forward_until(it->second);
+  else s_->run_backward_to_recompute(it->second);
   for (size_t p : s_->params_of[&module]) s_->finish_gather(p);  // the IR waited already; a no-op then
   torch::Tensor out = run();
   if (!torch::GradMode::is_enabled() || !out.requires_grad()) return out;

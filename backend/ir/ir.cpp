@@ -26,6 +26,7 @@ const char* op_name(OpKind k) {
     case OpKind::CompressBound: return "compress_bound";
     case OpKind::GradNorm: return "grad_norm";
     case OpKind::LossReduce: return "loss_reduce";
+    case OpKind::Recompute: return "recompute";
   }
   return "?";
 }
@@ -82,16 +83,17 @@ std::string Program::to_text() const {
   char line[512];
   for (size_t i = 0; i < instrs.size(); ++i) {
     const Instr& in = instrs[i];
-    std::string what = in.kind == OpKind::Compute ? in.module : "";
+    std::string what = runs_module(in.kind) ? in.module : "";
     if (in.kind == OpKind::OptimizerStep) what = std::to_string(in.params.size()) + " parameters (local shards)";
-    else if (in.kind != OpKind::Compute)
+    else if (!runs_module(in.kind))
       for (int p : in.params) what += (what.empty() ? "" : ",") + params[p].name;
     if (in.kind == OpKind::Wait) what = "%" + std::to_string(in.handle);
     std::string extra;
     if (!in.group.role.empty()) extra += in.group.role + "(" + std::to_string(in.group.size) + ")  ";
     if (in.bytes) extra += format_size(in.bytes) + "  ";
     if (in.flops > 0) extra += format_flops(in.flops) + "  ";
-    if (in.activation_bytes) extra += (in.phase == Phase::Forward ? "saves " : "frees ") + format_size(in.activation_bytes) + "  ";
+    if (in.activation_bytes)
+      extra += (in.phase == Phase::Forward || in.kind == OpKind::Recompute ? "saves " : "frees ") + format_size(in.activation_bytes) + "  ";
     if (in.handle >= 0 && in.kind != OpKind::Wait) extra += "-> %" + std::to_string(in.handle);
     if (micro_batches > 1 && in.phase != Phase::Step && in.runs_in != MicroBatches::All)
       extra += std::string("  [") + (in.runs_in == MicroBatches::Last ? "last micro-batch" : "all but the last micro-batch") + "]";

@@ -30,7 +30,11 @@ enum class OpKind {
   CompressBound,  // TAGC: agree on the compression's error bound and estimated entries (all-reduce)
   GradNorm,       // all-reduce the squared gradient norm over ranks holding disjoint parts (clipping, metrics)
   LossReduce,     // all-reduce the step's loss over every rank (what the run reports)
+  Recompute,      // rerun a checkpoint()ed module's forward in backward, before its ops' backward
 };
+
+// Compute and Recompute run a module on its gathered parameters.
+inline bool runs_module(OpKind k) { return k == OpKind::Compute || k == OpKind::Recompute; }
 
 const char* op_name(OpKind k);
 // The collective a kind runs as, by its c10d name ("all_reduce", "all_gather", ...); null for
@@ -54,13 +58,13 @@ struct GroupRef {
 struct Instr {
   OpKind kind = OpKind::Compute;
   Phase phase = Phase::Forward;
-  std::string module;       // Compute: the module path
+  std::string module;       // Compute: the module path; Recompute: the checkpointed module
   std::vector<int> params;  // indices into Program::params
   GroupRef group;           // collectives
   int64_t bytes = 0;        // bytes moved (collectives) or freed (Release)
   int handle = -1;          // collectives: the handle they produce; Wait: the one it waits for
-  double flops = 0;               // Compute: its matrix products' FLOPs (backward: twice forward's)
-  int64_t activation_bytes = 0;   // Compute: bytes forward saves for backward, which backward frees
+  double flops = 0;               // Compute, Recompute: matrix-product FLOPs (backward: twice forward's)
+  int64_t activation_bytes = 0;   // Compute, Recompute: bytes saved for backward, which backward frees
   MicroBatches runs_in = MicroBatches::All;  // forward and backward instructions; the step's run once
 };
 

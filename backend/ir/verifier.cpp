@@ -42,6 +42,9 @@ std::string verify(const Program& p) {
       issued[in.handle] = i;
     }
     switch (in.kind) {
+      case OpKind::Recompute:
+        if (in.phase != Phase::Backward) return at(i, p, "recomputes outside the backward");
+        [[fallthrough]];
       case OpKind::Compute:
         if (in.runs_in != MicroBatches::All) return at(i, p, "computes in only some micro-batches");
         if (!p.gathers_placed) break;

@@ -1,8 +1,50 @@
-// Activation checkpointing's directive: checkpoint() recomputes a module's forward in backward.
+// Activation checkpointing: checkpoint() recomputes a module's forward in backward; the step
+// program says where, with a `recompute` instruction.
+#include <set>
+
 #include "backend/lower/directive_lowering.h"
 
 namespace loom::lowering {
+namespace {
+
+bool inside(const std::string& module, const std::string& ancestor) {
+  return module == ancestor || module.rfind(ancestor + ".", 0) == 0;
+}
+
+}  // namespace
 
 void checkpoint(const Directive& d, const Schedule&, RuntimePlan& plan) { plan.checkpoint.push_back(d.target); }
+
+void insert_recomputation(const std::vector<std::string>& checkpointed, ir::Program& p) {
+  std::vector<std::string> outermost;
+  for (const std::string& m : checkpointed) {
+    bool nested = false;
+    for (const std::string& other : checkpointed) nested = nested || (other != m && inside(m, other));
+    if (!nested) outermost.push_back(m);
+  }
+  for (const std::string& m : outermost) {
+    ir::Instr recompute;
+    recompute.kind = ir::OpKind::Recompute;
+    recompute.phase = ir::Phase::Backward;
+    recompute.module = m;
+    std::set<int> params;
+    size_t first_backward = p.instrs.size();
+    for (size_t i = 0; i < p.instrs.size(); ++i) {
+      ir::Instr& in = p.instrs[i];
+      if (in.kind != ir::OpKind::Compute || !inside(in.module, m)) continue;
+      if (in.phase == ir::Phase::Forward) {
+        params.insert(in.params.begin(), in.params.end());
+        recompute.flops += in.flops;
+        recompute.activation_bytes += in.activation_bytes;
+        in.activation_bytes = 0;  // dropped in forward: the recomputation saves them again
+      } else if (in.phase == ir::Phase::Backward && first_backward == p.instrs.size()) {
+        first_backward = i;
+      }
+    }
+    if (first_backward == p.instrs.size()) continue;  // no op of the module runs (no parameters)
+    recompute.params.assign(params.begin(), params.end());
+    p.instrs.insert(p.instrs.begin() + static_cast<long>(first_backward), recompute);
+  }
+}
 
 }  // namespace loom::lowering

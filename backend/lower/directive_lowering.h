@@ -6,7 +6,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "backend/ir/ir.h"
 #include "backend/lower/runtime_plan.h"
 #include "lang/schedule.h"
 
@@ -32,6 +34,11 @@ void pipeline_split(const Directive& d, const Schedule& schedule, RuntimePlan& p
 void check_pipeline_stages(const Schedule& schedule, const RuntimePlan& plan);
 // activation_checkpoint.cpp
 void checkpoint(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+// The step program's recomputations: before the backward of a checkpointed module's ops, a
+// `recompute` of the module (with their parameters, FLOPs and re-saved activations); its ops'
+// forward saves nothing (the module's inputs, which the checkpoint keeps, are not counted).
+// A module inside another checkpointed one is recomputed with it.
+void insert_recomputation(const std::vector<std::string>& checkpointed, ir::Program& program);
 // optimizer_offload.cpp
 void offload(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
 // compression.cpp (TAGC)

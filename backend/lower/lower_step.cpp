@@ -1,6 +1,7 @@
 #include "backend/lower/lower_step.h"
 
 #include "backend/ir/verifier.h"
+#include "backend/lower/directive_lowering.h"
 #include "backend/lower/step_program.h"
 #include "lang/diagnostics.h"
 
@@ -16,7 +17,9 @@ ir::Program lower_step(const RuntimePlan& plan, const ir::OpTrace& trace, std::v
   inputs.data_parallel_bucket_bytes = options.bucket_bytes;
   inputs.offload = plan.offload;
   inputs.offload_budget = plan.offload_budget;
-  ir::Program program = run_passes(ir::lower(trace, plan.factors, options.grad_norm, options.accum), inputs, pipeline_passes(), records, debug);
+  ir::Program initial = ir::lower(trace, plan.factors, options.grad_norm, options.accum);
+  lowering::insert_recomputation(plan.checkpoint, initial);
+  ir::Program program = run_passes(std::move(initial), inputs, pipeline_passes(), records, debug);
   std::string problem = ir::verify_complete(program);
   if (!problem.empty()) throw InternalError("IR verifier, end of pipeline: " + problem);
   return program;

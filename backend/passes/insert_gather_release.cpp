@@ -11,7 +11,7 @@ using ir::OpKind;
 std::vector<Instr> place(ir::Program& p, const std::vector<Instr>& phase_instrs, ir::Phase phase) {
   std::map<int, size_t> first, last;
   for (size_t i = 0; i < phase_instrs.size(); ++i)
-    if (phase_instrs[i].kind == OpKind::Compute)
+    if (ir::runs_module(phase_instrs[i].kind))
       for (int q : phase_instrs[i].params) {
         if (!first.count(q)) first[q] = i;
         last[q] = i;

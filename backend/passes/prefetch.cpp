@@ -28,7 +28,7 @@ void hoist(ir::Program& p, ir::Phase phase, const PassInputs& inputs, bool& chan
     const Instr& in = p.instrs[i];
     if (in.phase != phase) continue;
     if (in.kind == OpKind::AllGather) loose_gathers.push_back(i);
-    if (in.kind != OpKind::Compute) continue;
+    if (!ir::runs_module(in.kind)) continue;
     const PrefetchRequest* r = block_of(in.module, inputs);
     if (blocks.empty() || blocks.back().request != r || !r) {
       blocks.push_back({r, i, {}});

@@ -520,12 +520,6 @@ void build_rank_model(RankRun& r) {
 // the sharded executor, tensor parallelism, the step recorder, the pipeline stage.
 void install_executors(RankRun& r, const std::vector<std::string>& unreduced, torch::Dtype reduce_dtype) {
   const TrainOptions& o = r.o;
-  std::unordered_set<const torch::nn::Module*> checkpointed;
-  for (auto& item : r.model.module->named_modules("", /*include_self=*/true))
-    for (auto& path : r.plan.checkpoint)
-      if (item.key() == path) checkpointed.insert(item.value().get());
-  r.checkpointer = std::make_unique<ActivationCheckpointer>(checkpointed);
-  if (!checkpointed.empty()) nn::set_call_interceptor(r.checkpointer.get());
   bool profiling = !o.profile_out.empty();
   ir::OpTrace& trace = r.trace;
   if (!r.plan.model_parallel() || profiling) trace = trace_model(o.model, {o.micro_batch, o.seq});
@@ -538,6 +532,19 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
     step_options.accum = o.accum;
     r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
   }
+  // checkpoint(): the modules the program recomputes.
+  std::set<std::string> recomputed;
+  if (r.step) {
+    for (const ir::Instr& in : r.step->instrs)
+      if (in.kind == ir::OpKind::Recompute) recomputed.insert(in.module);
+  } else {
+    recomputed.insert(r.plan.checkpoint.begin(), r.plan.checkpoint.end());
+  }
+  std::unordered_set<const torch::nn::Module*> checkpointed;
+  for (auto& item : r.model.module->named_modules("", /*include_self=*/true))
+    if (recomputed.count(item.key())) checkpointed.insert(item.value().get());
+  r.checkpointer = std::make_unique<ActivationCheckpointer>(checkpointed);
+  if (!checkpointed.empty()) nn::set_call_interceptor(r.checkpointer.get());
   // Profiling: the op profiler runs innermost, where an op's parameters are resident.
   nn::CallInterceptor* innermost = checkpointed.empty() ? nullptr : r.checkpointer.get();
   if (profiling) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "backend/lower/directive_lowering.h"
 #include "backend/lower/gradient_buckets.h"
 #include "backend/lower/step_program.h"
 #include "backend/ir/verifier.h"
@@ -423,4 +424,46 @@ TEST_CASE("the verifier catches a wait in other micro-batches than its collectiv
   list.push_back({"wait_every_micro_batch", wait_every_micro_batch});
   CHECK_THROWS_WITH_AS(run_passes(ir::lower(small_trace(), {2, 1, 1, 1}, true, 2), {}, list, nullptr, {}),
                        doctest::Contains("in other micro-batches than it runs in"), InternalError);
+}
+
+namespace {
+// blk0 checkpointed, under ZeRO-3 at dp 2, through the pipeline plus `extra`.
+ir::Program checkpointed_blk0(std::vector<std::pair<std::string, passes::Pass>> extra = {}) {
+  ir::OpTrace t = small_trace();
+  t.forward[1].flops = 100, t.forward[1].activation_bytes = 400;
+  t.forward[2].flops = 50, t.forward[2].activation_bytes = 200;
+  ir::Program initial = ir::lower(t, {2, 2, 2, 2});
+  lowering::insert_recomputation({"blk0", "blk0.fc"}, initial);
+  auto list = pipeline_passes();
+  list.insert(list.end(), extra.begin(), extra.end());
+  return run_passes(initial, {}, list, nullptr, {});
+}
+// Broken: the recompute moved before the gathers of what it uses.
+bool recompute_before_gathers(ir::Program& p, const passes::PassInputs&) {
+  size_t at = static_cast<size_t>(find(p, OpKind::Recompute, ir::Phase::Backward, ""));
+  move_to_backward_start(p, at);
+  return true;
+}
+}  // namespace
+
+TEST_CASE("checkpoint(): a recompute of the module before its ops' backward, after the gathers of what it uses") {
+  ir::Program p = checkpointed_blk0();
+  int recompute = find(p, OpKind::Recompute, ir::Phase::Backward, "");
+  REQUIRE(recompute >= 0);
+  const ir::Instr& r = p.instrs[recompute];
+  CHECK(r.module == "blk0");  // blk0.fc is recomputed with it: one recompute
+  CHECK(std::count_if(p.instrs.begin(), p.instrs.end(), [](const ir::Instr& in) { return in.kind == OpKind::Recompute; }) == 1);
+  CHECK(r.params == std::vector<int>{1, 2});
+  CHECK(r.flops == 150);
+  CHECK(r.activation_bytes == 600);
+  // Forward saves nothing for blk0's ops; their backward comes after the recompute.
+  CHECK(p.instrs[find(p, OpKind::Compute, ir::Phase::Forward, "blk0.fc")].activation_bytes == 0);
+  CHECK(find(p, OpKind::Compute, ir::Phase::Backward, "blk0.proj") > recompute);
+  CHECK(find(p, OpKind::Compute, ir::Phase::Backward, "blk0.fc") > recompute);
+  // w2 is used by blk0.proj only: its backward gather (and wait) precede the recompute.
+  int gather_w2 = find(p, OpKind::AllGather, ir::Phase::Backward, "w2");
+  CHECK(gather_w2 >= 0);
+  CHECK(gather_w2 < recompute);
+  CHECK_THROWS_WITH_AS(checkpointed_blk0({{"recompute_before_gathers", recompute_before_gathers}}),
+                       doctest::Contains("while it is not gathered"), InternalError);
 }
