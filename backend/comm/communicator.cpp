@@ -221,6 +221,20 @@ Work broadcast(Group& group, at::Tensor& tensor, const BroadcastOptions& options
   return Work(group.impl().pg->broadcast(ts, o), nullptr, "broadcast on " + group.name());
 }
 
+Work send(Group& group, const at::Tensor& tensor, int peer, const PointToPointOptions& options) {
+  require_contiguous(tensor, "send");
+  if (tensor.numel() == 0) return Work();
+  std::vector<at::Tensor> ts{tensor};
+  return Work(group.impl().pg->send(ts, peer, options.tag), nullptr, "send on " + group.name());
+}
+
+Work recv(Group& group, at::Tensor& tensor, int peer, const PointToPointOptions& options) {
+  require_contiguous(tensor, "recv");
+  if (tensor.numel() == 0) return Work();
+  std::vector<at::Tensor> ts{tensor};
+  return Work(group.impl().pg->recv(ts, peer, options.tag), nullptr, "recv on " + group.name());
+}
+
 Work all_gather(Group& group, const at::Tensor& shard, at::Tensor& out) {
   require_contiguous(shard, "all_gather");
   require_contiguous(out, "all_gather");

@@ -86,6 +86,14 @@ struct BroadcastOptions {
 };
 Work broadcast(Group& group, at::Tensor& tensor, const BroadcastOptions& options = {});
 
+// Point to point: `peer` is a group rank; a send and its recv carry the same tag.
+struct PointToPointOptions {
+  int tag = 0;
+};
+Work send(Group& group, const at::Tensor& tensor, int peer, const PointToPointOptions& options = {});
+// `tensor` has the shape and type of what the peer sends; it receives it.
+Work recv(Group& group, at::Tensor& tensor, int peer, const PointToPointOptions& options = {});
+
 // Flat all-gather: `out` (size() * shard.numel() elements) receives every rank's shard in rank order.
 Work all_gather(Group& group, const at::Tensor& shard, at::Tensor& out);
 

@@ -52,7 +52,7 @@ StepEstimate estimate_step(const ir::Program& program, const Profile& profile, c
       ops.insert(ops.begin(), ops.back());  // rotate the other way: backward runs the calls in reverse
       ops.pop_back();
       e.backward_compute_ms += times * ms;
-    } else if (const char* name = ir::collective_op(in.kind)) {
+    } else if (const char* name = ir::issued_collective(in)) {
       if (const CollectiveProfile* c = profile.collective(name, profile_role(in.group.role))) {
         ms = c->predict_ms(in.bytes);
         e.collective_ms += times * ms;

@@ -4,6 +4,12 @@
 #include <torch/utils.h>
 
 namespace loom {
+namespace {
+// The two-rank groups of neighbouring stages: {stage - 1, this rank} and {this rank, stage + 1}.
+constexpr int kPrevious = 0, kNext = 1;
+// Tags keep an activation and a gradient on the same pair apart.
+constexpr int kActivation = 0, kGradient = 1;
+}  // namespace
 
 PipelineStage::PipelineStage(torch::nn::Module& root, PipelineStages stages, const MeshGroups& groups,
                              nn::CallInterceptor* next)
@@ -28,7 +34,7 @@ torch::Tensor PipelineStage::intercept(torch::nn::Module& module, const std::vec
   if (entry == begin && !at_.first_stage()) {
     // The previous stage's activation has the shape this stage computed locally for it.
     received_ = torch::empty_like(xs.at(0)).contiguous();
-    comm::broadcast(*previous_, received_, {0}).wait();
+    comm::recv(*previous_, received_, kPrevious, {kActivation}).wait();
     received_.requires_grad_(torch::GradMode::is_enabled());
     xs[0] = received_;
   }
@@ -36,7 +42,7 @@ torch::Tensor PipelineStage::intercept(torch::nn::Module& module, const std::vec
   if (entry == end - 1 && !at_.last_stage()) {
     sent_ = out;
     torch::Tensor outgoing = out.detach().contiguous();
-    comm::broadcast(*next_stage_, outgoing, {0}).wait();
+    comm::send(*next_stage_, outgoing, kNext, {kActivation}).wait();
     throw StageForwardDone();
   }
   return out;
@@ -44,7 +50,7 @@ torch::Tensor PipelineStage::intercept(torch::nn::Module& module, const std::vec
 
 void PipelineStage::backward_from_next_stage() {
   torch::Tensor grad = torch::empty_like(sent_.detach()).contiguous();
-  comm::broadcast(*next_stage_, grad, {1}).wait();
+  comm::recv(*next_stage_, grad, kNext, {kGradient}).wait();
   sent_.backward(grad);
   sent_ = torch::Tensor();
 }
@@ -52,7 +58,7 @@ void PipelineStage::backward_from_next_stage() {
 void PipelineStage::send_gradient_to_previous_stage() {
   if (at_.first_stage()) return;
   torch::Tensor grad = received_.grad().defined() ? received_.grad().contiguous() : torch::zeros_like(received_);
-  comm::broadcast(*previous_, grad, {1}).wait();
+  comm::send(*previous_, grad, kPrevious, {kGradient}).wait();
   received_ = torch::Tensor();
 }
 

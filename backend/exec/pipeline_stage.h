@@ -2,7 +2,8 @@
 // only its own entries of the split list. The entries of earlier stages are passed over (they
 // keep the activation's shape); the stage's first entry takes the activation the previous stage
 // sent; after its last entry the stage sends the activation on and ends its forward by throwing
-// StageForwardDone. In backward the gradient travels back the same way.
+// StageForwardDone. In backward the gradient travels back the same way. Both are c10d
+// point-to-point send and recv between neighbouring stages.
 //
 // The schedule is the simple one: one micro-batch crosses the stages at a time, so stages wait
 // for each other (no GPipe or 1F1B overlap yet). Modules outside the list (embeddings, final

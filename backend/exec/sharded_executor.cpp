@@ -629,10 +629,12 @@ double ShardedExecutor::clip_gradients(double max_norm) {
   return clip_sharded_grad_norm(s_->optimized, s_->groups.optim_block.get(), max_norm);
 }
 
+void ShardedExecutor::drop_gradients() {
+  for (auto& q : s_->params) q.slice.mutable_grad() = torch::Tensor();
+}
+
 void ShardedExecutor::publish() {
   State& s = *s_;
-  // The step is done: its gradients go (LibTorch 1.13's zero_grad would keep them, zeroed).
-  for (auto& q : s.params) q.slice.mutable_grad() = torch::Tensor();
   if (!s.groups.optim_peers) return;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> gathered(s.params.size());

@@ -64,7 +64,10 @@ class ShardedExecutor : public nn::CallInterceptor {
   // Clips the global gradient norm (over all slices of all ranks) to `max_norm`; returns the
   // norm before clipping.
   double clip_gradients(double max_norm);
-  // After the optimizer step: spreads the updated slices inside each optimizer subgroup.
+  // After the optimizer step: its gradients go (LibTorch 1.13's zero_grad would keep them, zeroed).
+  void drop_gradients();
+  // After the optimizer step: spreads the updated slices inside each optimizer subgroup (the
+  // program's broadcasts, as one all-gather per parameter).
   void publish();
 
   torch::Tensor intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,

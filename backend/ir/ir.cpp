@@ -65,6 +65,8 @@ int64_t times_per_step(const Program& p, const Instr& in) {
   return 0;
 }
 
+const char* issued_collective(const Instr& in) { return in.group.size > 1 ? collective_op(in.kind) : nullptr; }
+
 const char* phase_name(Phase p) {
   switch (p) {
     case Phase::Forward: return "fwd";
@@ -116,7 +118,7 @@ std::string Program::to_json() const {
   j["instructions"] = nlohmann::json::array();
   for (auto& in : instrs) {
     nlohmann::json x{{"op", op_name(in.kind)}, {"phase", phase_name(in.phase)}};
-    if (const char* c = collective_op(in.kind)) x["collective"] = c;
+    if (const char* c = issued_collective(in)) x["collective"] = c;
     if (!in.module.empty()) x["module"] = in.module;
     if (!in.params.empty()) x["params"] = in.params;
     if (!in.group.role.empty()) x["group"] = {{"role", in.group.role}, {"size", in.group.size}};

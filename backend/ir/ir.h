@@ -28,7 +28,7 @@ enum class OpKind {
   Compress,       // reduce a gradient to its shard owners with TAGC (a compressed reduce-scatter of its sketch)
   CompressIndex,  // TAGC: OR the index of a gradient's kept entries over the parameter group (all-reduce)
   CompressBound,  // TAGC: agree on the compression's error bound and estimated entries (all-reduce)
-  GradNorm,       // all-reduce the squared gradient norm over ranks holding disjoint parts (clipping, metrics)
+  GradNorm,       // the global gradient norm (an all-reduce of squares over ranks holding disjoint parts), then clipping
   LossReduce,     // all-reduce the step's loss over every rank (what the run reports)
   Recompute,      // rerun a checkpoint()ed module's forward in backward, before its ops' backward
 };
@@ -103,6 +103,9 @@ int64_t param_bytes(const Program& program, int q);
 Instr collective(Program& program, OpKind kind, Phase phase, int q, GroupRef group, int64_t bytes);
 // A collective of no parameter (a scalar of the step: the gradient norm, the loss) on `group`.
 Instr scalar_collective(Program& program, OpKind kind, Phase phase, GroupRef group);
+// The collective `in` issues: its kind's, or null on a group of one rank, where it
+// communicates nothing (a data-parallel gradient norm is measured locally).
+const char* issued_collective(const Instr& in);
 // A wait for the collective `handle`, in the micro-batches the collective runs in.
 Instr wait_for(int handle, Phase phase, MicroBatches runs_in = MicroBatches::All);
 // How many times per step `in` runs.

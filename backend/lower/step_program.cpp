@@ -32,8 +32,9 @@ Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm, in
   for (auto& op : trace.forward) p.instrs.push_back(compute(op, Phase::Forward));
   for (auto it = trace.forward.rbegin(); it != trace.forward.rend(); ++it) p.instrs.push_back(compute(*it, Phase::Backward));
   // With optimizer states sharded, each of the s_os ranks of a block holds its part of every
-  // gradient: the norm's squares are summed over them. Otherwise every rank holds them all.
-  if (grad_norm && sharding.optim > 1) {
+  // gradient: the norm's squares are summed over them. Otherwise every rank holds them all and
+  // measures the norm alone (a group of one: no communication). Clipping follows the norm.
+  if (grad_norm) {
     Instr norm = scalar_collective(p, OpKind::GradNorm, Phase::Step, {"optim_block", sharding.optim});
     p.instrs.push_back(norm);
     p.instrs.push_back(wait_for(norm.handle, Phase::Step));

@@ -1,7 +1,7 @@
 // The step's initial program: a traced model and the schedule's sharding become the initial IR of one
 // step: forward compute ops in order, backward ones in reverse, then the step's tail: the
-// gradient-norm all-reduce (when parts of the gradients live on different ranks), the
-// optimizer step, and the all-reduce of the loss the run reports. Gradient and parameter
+// gradient norm and clipping (an all-reduce when parts of the gradients live on different
+// ranks), the optimizer step, and the all-reduce of the loss the run reports. Gradient and parameter
 // communication is added by the passes.
 #pragma once
 

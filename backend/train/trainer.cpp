@@ -787,6 +787,55 @@ void record_parameters(RankRun& r) {
   r.recorder->write((fs::path(o.record) / ("rank-" + std::to_string(r.env.rank) + ".pt")).string());
 }
 
+// What the step's tail produces: the loss over every rank (the sum of this rank's micro-batch
+// losses until it is reduced) and the gradient norm (NaN when not measured).
+struct StepTail {
+  double loss = 0;
+  double grad_norm = std::numeric_limits<double>::quiet_NaN();
+};
+
+// The loss summed over `group` and averaged over its `holders` ranks.
+double reduced_loss(RankRun& r, comm::Group& group, double loss, int holders) {
+  torch::Tensor t = torch::tensor({loss}, torch::TensorOptions().dtype(torch::kDouble)).to(r.device);
+  comm::all_reduce(group, t).wait();
+  return t.item<double>() / holders;
+}
+
+// The step's tail as the program says, one handler per instruction kind: the gradient norm
+// and clipping, the offload copies around the optimizer step, the spread of updated slices,
+// the loss reduction. Each handler's collective completes before it returns, so waits are done.
+void run_step_tail(RankRun& r, const ir::Program& program, StepTail& tail) {
+  bool published = false;
+  for (const ir::Instr& in : program.instrs) {
+    if (in.phase != ir::Phase::Step) continue;
+    switch (in.kind) {
+      case ir::OpKind::GradNorm: tail.grad_norm = clip_gradients(r); break;
+      case ir::OpKind::Offload: r.offload->gradients_to_host(); break;
+      case ir::OpKind::OptimizerStep:
+        r.optimizer->step();
+        if (r.sharded) r.sharded->drop_gradients();
+        break;
+      case ir::OpKind::Reload: r.offload->values_to_device(); break;
+      case ir::OpKind::Broadcast:  // the sharded executor spreads every updated slice at once
+        if (!published) r.sharded->publish();
+        published = true;
+        break;
+      case ir::OpKind::LossReduce: tail.loss = reduced_loss(r, *r.world, tail.loss, in.group.size); break;
+      case ir::OpKind::Wait: break;
+      default: throw InternalError(std::string("the step's tail has no handler for ") + ir::op_name(in.kind));
+    }
+  }
+}
+
+// Under a mesh, which the program does not describe yet: the shared gradients summed over the
+// pipeline, clipping over the model's ranks, the update, the loss from the last stage's ranks.
+void finish_mesh_step(RankRun& r, StepTail& tail) {
+  if (r.stage) r.stage->reduce_shared_gradients(r.params, r.param_names);
+  tail.grad_norm = clip_gradients(r);
+  r.optimizer->step();
+  tail.loss = reduced_loss(r, *r.world, tail.loss, r.env.world / r.layout.pp);
+}
+
 // One optimizer step: its micro-batches, the reduced gradients clipped, the update, the loss
 // averaged over the ranks, metrics and progress on rank 0, a checkpoint when one is due.
 StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
@@ -805,22 +854,16 @@ StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
     // Between micro-batches only model states stay resident (lins.txt §IV-D's quantity).
     if (micro == 0 && o.accum > 1 && !r.cuda) between_micro_batches = memory::current_bytes();
   }
-  double grad_norm;
+  StepTail tail{loss_sum};
   {
     timeline::Span optimizer_span("optimizer", "phase");
     if (r.sharded) r.sharded->average_gradients();
-    if (r.stage) r.stage->reduce_shared_gradients(r.params, r.param_names);
     if (recording) record_gradients(r, step, lr);
-    grad_norm = clip_gradients(r);
-    if (r.offload) r.offload->gradients_to_host();
-    r.optimizer->step();
-    if (r.offload) r.offload->values_to_device();
-    if (r.sharded) r.sharded->publish();
+    if (r.step) run_step_tail(r, *r.step, tail);
+    else finish_mesh_step(r, tail);
   }
   if (recording) record_parameters(r);
-  torch::Tensor loss_t = torch::tensor({loss_sum}, torch::TensorOptions().dtype(torch::kDouble)).to(r.device);
-  comm::all_reduce(*r.world, loss_t).wait();
-  double loss = loss_t.item<double>() / (r.env.world / r.layout.pp);  // the last stage's ranks hold the loss
+  double loss = tail.loss, grad_norm = tail.grad_norm;
   if (r.cuda) compat::cuda_synchronize();
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   int64_t tokens = r.layout.dp * o.micro_batch * o.seq * o.accum;

@@ -67,6 +67,20 @@ int worker(const RankEnv& env) {
     w2.wait();
     expect(torch::equal(a1, torch::full({n}, static_cast<float>(W))) && torch::equal(a2, torch::full({n}, 2.0f * W)),
            "two all_reduces in flight" + tag, r);
+
+    // A ring of sends and recvs (a pipeline's neighbours), two tags apart: each rank receives its
+    // left neighbour's values on tag 0 and their negation on tag 1.
+    if (W > 1) {
+      int right = (r + 1) % W, left = (r + W - 1) % W;
+      auto out0 = torch::full({n}, static_cast<float>(r)), out1 = -out0;
+      auto in0 = torch::empty({n}), in1 = torch::empty({n});
+      auto s1 = comm::send(*world, out1, right, {1});
+      auto s0 = comm::send(*world, out0, right, {0});
+      auto r0 = comm::recv(*world, in0, left, {0});
+      auto r1 = comm::recv(*world, in1, left, {1});
+      s0.wait(), s1.wait(), r0.wait(), r1.wait();
+      expect(torch::equal(in0, torch::full({n}, static_cast<float>(left))) && torch::equal(in1, -in0), "send and recv" + tag, r);
+    }
   }
   // A subgroup of the first and last ranks; the others get none.
   std::vector<int> members{0};

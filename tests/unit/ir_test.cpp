@@ -58,7 +58,7 @@ int count(const ir::Program& p, OpKind kind) {
 }  // namespace
 
 TEST_CASE("lowering: forward in order, backward reversed, then the optimizer step") {
-  ir::Program p = ir::lower(small_trace(), {});
+  ir::Program p = ir::lower(small_trace(), {}, /*grad_norm=*/false);
   REQUIRE(p.instrs.size() == 11);
   CHECK(p.instrs[0].module == "emb");
   CHECK(p.instrs[5].module == "head");
@@ -268,7 +268,7 @@ TEST_CASE("DDP buckets: gradients in completion order fill buckets up to the siz
   CHECK(p.params[p.instrs[first].params[1]].name == "h.0.proj.w");
   CHECK(first > find(p, OpKind::Compute, B, "h.0.proj"));
   CHECK(first < find(p, OpKind::Compute, B, "h.0.fc"));
-  CHECK(count(p, OpKind::Wait) == 2 + 1);  // the buckets' and the loss's
+  CHECK(count(p, OpKind::Wait) == 2 + 1 + 1);  // the buckets', the gradient norm's and the loss's
   CHECK(ir::verify_complete(p) == "");
   // A bucket() module of one parameter is a bucket of its own too.
   in.buckets = {"h.1"};
@@ -278,15 +278,20 @@ TEST_CASE("DDP buckets: gradients in completion order fill buckets up to the siz
   CHECK(own.instrs[find(own, OpKind::AllReduce, B, "h.0.proj.w")].params.size() == 2);
 }
 
-TEST_CASE("the step's tail: the gradient-norm all-reduce where optimizer states are sharded, the loss all-reduce") {
+TEST_CASE("the step's tail: the gradient norm (an all-reduce where optimizer states are sharded), the loss all-reduce") {
   auto tail = [](const ir::Program& p) {
     std::vector<std::string> ops;
     for (auto& in : p.instrs)
       if (in.phase == ir::Phase::Step && in.kind != OpKind::Wait && in.kind != OpKind::Broadcast) ops.push_back(ir::op_name(in.kind));
     return ops;
   };
-  CHECK(tail(run(two_blocks(), {1, 1, 1, 1})) == std::vector<std::string>{"optimizer_step"});
-  CHECK(tail(run(two_blocks(), {2, 1, 1, 1})) == std::vector<std::string>{"optimizer_step", "loss_reduce"});
+  CHECK(tail(run(two_blocks(), {1, 1, 1, 1})) == std::vector<std::string>{"grad_norm", "optimizer_step"});
+  ir::Program ddp = run(two_blocks(), {2, 1, 1, 1});
+  CHECK(tail(ddp) == std::vector<std::string>{"grad_norm", "optimizer_step", "loss_reduce"});
+  // Every rank holds every gradient: the norm is measured alone, no collective is issued.
+  const ir::Instr& local = ddp.instrs[find(ddp, OpKind::GradNorm, ir::Phase::Step, "")];
+  CHECK(local.group.size == 1);
+  CHECK(ir::issued_collective(local) == nullptr);
   ir::Program zero3 = run(two_blocks(), {2, 2, 2, 2});
   CHECK(tail(zero3) == std::vector<std::string>{"grad_norm", "optimizer_step", "loss_reduce"});
   const ir::Instr& norm = zero3.instrs[find(zero3, OpKind::GradNorm, ir::Phase::Step, "")];
