@@ -54,21 +54,25 @@ int explain(const ExplainOptions& o) {
     StepOptions step_options;
     step_options.grad_norm = o.clip > 0;
     step_options.accum = o.accum;
+    step_options.rank = o.rank;
     RuntimePlan plan = lower_schedule(sch);
     ir::Program program = lower_step(plan, trace_model(o.model, {o.micro_batch, o.seq}), &records, PipelineDebug::from_environment(std::cerr), step_options);
-    // Every rank runs this same program (SPMD) outside a mesh; a mesh is not lowered yet.
+    // Every rank runs this same program (SPMD) outside a mesh; in one, each stage and
+    // tensor-parallel rank its own.
     bool mesh = plan.model_parallel();
-    std::string mesh_note = "mesh(tp, pp) is not lowered to the IR yet: this program omits its tensor- and "
-                            "pipeline-parallel collectives and shows plain data parallelism over its replicas";
+    bool complete = !mesh || plan.factors.dp == 1;
+    std::string note = "under a mesh with data parallelism the gradient buckets are the reducer's own, not yet "
+                       "the program's: its data-parallel all-reduces may be grouped differently";
     if (o.json) {
       nlohmann::json j = nlohmann::json::parse(program.to_json());
       j["rank"] = o.rank;
-      j["complete"] = !mesh;
-      if (mesh) j["note"] = mesh_note;
+      j["complete"] = complete;
+      if (!complete) j["note"] = note;
       std::cout << j.dump(1) << "\n";
       return kOk;
     }
-    if (mesh) std::cout << "# note: " << mesh_note << "\n";
+    if (!complete) std::cout << "# note: " << note << "\n";
+    if (mesh) std::cout << "# the program of rank " << o.rank << " (stage " << program.mesh.stage << ", tp rank " << program.mesh.tp_rank << ")\n";
     else std::cout << "# the program of rank " << o.rank << " (every rank runs the same one)\n";
     std::cout << "# passes (in order):\n";
     for (auto& r : records)

@@ -39,6 +39,8 @@ class Recorder : public nn::CallInterceptor {
     running_.push_back(index);
     torch::Tensor out = forward(inputs);
     if (!inputs.empty() && inputs[0].is_meta()) charge_meta_stand_in(m, inputs[0], out);
+    if (!inputs.empty() && inputs[0].defined()) trace_.forward[index].input_bytes = inputs[0].numel() * inputs[0].element_size();
+    if (out.defined()) trace_.forward[index].output_bytes = out.numel() * out.element_size();
     running_.pop_back();
     last_ = index;
     return out;

@@ -27,6 +27,10 @@ const char* op_name(OpKind k) {
     case OpKind::GradNorm: return "grad_norm";
     case OpKind::LossReduce: return "loss_reduce";
     case OpKind::Recompute: return "recompute";
+    case OpKind::TpAllReduce: return "tp_all_reduce";
+    case OpKind::TpAllGather: return "tp_all_gather";
+    case OpKind::Send: return "send";
+    case OpKind::Recv: return "recv";
   }
   return "?";
 }
@@ -34,10 +38,14 @@ const char* op_name(OpKind k) {
 const char* collective_op(OpKind k) {
   switch (k) {
     case OpKind::AllGather:
+    case OpKind::TpAllGather:
     case OpKind::Broadcast: return "all_gather";
+    case OpKind::Send: return "send";
+    case OpKind::Recv: return "recv";
     case OpKind::ReduceScatter:
     case OpKind::Compress: return "reduce_scatter";
     case OpKind::AllReduce:
+    case OpKind::TpAllReduce:
     case OpKind::CompressIndex:
     case OpKind::CompressBound:
     case OpKind::GradNorm:
@@ -78,8 +86,12 @@ const char* phase_name(Phase p) {
 
 std::string Program::to_text() const {
   std::string out = "# step of " + model + ": dp=" + std::to_string(sharding.dp) + " s_p=" + std::to_string(sharding.params) +
-                    " s_g=" + std::to_string(sharding.grads) + " s_os=" + std::to_string(sharding.optim) + ", " +
-                    std::to_string(instrs.size()) + " instructions" +
+                    " s_g=" + std::to_string(sharding.grads) + " s_os=" + std::to_string(sharding.optim) +
+                    (mesh.model_parallel() > 1 ? " tp=" + std::to_string(mesh.tp) + " pp=" + std::to_string(mesh.pp) +
+                                                     " (stage " + std::to_string(mesh.stage) + ", tp rank " +
+                                                     std::to_string(mesh.tp_rank) + ")"
+                                               : std::string()) +
+                    ", " + std::to_string(instrs.size()) + " instructions" +
                     (micro_batches > 1 ? ", the fwd and bwd ones run for each of " + std::to_string(micro_batches) + " micro-batches" : "") +
                     "\n";
   char line[512];
@@ -90,6 +102,7 @@ std::string Program::to_text() const {
     else if (!runs_module(in.kind))
       for (int p : in.params) what += (what.empty() ? "" : ",") + params[p].name;
     if (in.kind == OpKind::Wait) what = "%" + std::to_string(in.handle);
+    if (what.empty()) what = in.module;  // a tensor-parallel sync names its module
     std::string extra;
     if (!in.group.role.empty()) extra += in.group.role + "(" + std::to_string(in.group.size) + ")  ";
     if (in.bytes) extra += format_size(in.bytes) + "  ";
@@ -111,6 +124,7 @@ std::string Program::to_json() const {
   j["model"] = model;
   j["shape"] = {{"micro_batch", shape.micro_batch}, {"seq", shape.seq}};
   j["micro_batches"] = micro_batches;
+  j["mesh"] = {{"tp", mesh.tp}, {"pp", mesh.pp}, {"stage", mesh.stage}, {"tp_rank", mesh.tp_rank}};
   j["sharding"] = {{"dp", sharding.dp}, {"params", sharding.params}, {"grads", sharding.grads}, {"optim", sharding.optim}};
   j["guarantees"] = {{"gathers_placed", gathers_placed}, {"reductions_placed", reductions_placed}};
   j["params"] = nlohmann::json::array();

@@ -31,6 +31,10 @@ enum class OpKind {
   GradNorm,       // the global gradient norm (an all-reduce of squares over ranks holding disjoint parts), then clipping
   LossReduce,     // all-reduce the step's loss over every rank (what the run reports)
   Recompute,      // rerun a checkpoint()ed module's forward in backward, before its ops' backward
+  TpAllReduce,    // tensor parallelism (sync): sum a module's output (forward) or input gradient (backward)
+  TpAllGather,    // tensor parallelism (sync): gather a module's output along its last dimension
+  Send,           // pipeline: this stage's activation to the next stage (forward), its gradient back (backward)
+  Recv,           // pipeline: the previous stage's activation (forward), the next stage's gradient (backward)
 };
 
 // Compute and Recompute run a module on its gathered parameters.
@@ -68,6 +72,13 @@ struct Instr {
   MicroBatches runs_in = MicroBatches::All;  // forward and backward instructions; the step's run once
 };
 
+// Where the program's rank sits in a mesh (tp x pp; all 1 outside one).
+struct MeshPosition {
+  int tp = 1, pp = 1;
+  int stage = 0, tp_rank = 0;
+  int model_parallel() const { return tp * pp; }
+};
+
 // The sharding the program implements (lins.txt factors; 1 = replicated).
 struct Sharding {
   int dp = 1;
@@ -80,6 +91,7 @@ struct Program {
   std::string model;
   TraceShape shape;  // the micro-batch the compute instructions' FLOPs and activations are for
   int64_t micro_batches = 1;  // how often the forward and backward body runs per step
+  MeshPosition mesh;          // a mesh's program is one rank's: its stage's ops and its slices
   Sharding sharding;
   std::vector<TracedParam> params;
   std::vector<Instr> instrs;

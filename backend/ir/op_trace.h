@@ -23,6 +23,8 @@ struct TracedOp {
   // between c_attn and c_proj, the loss after the head) counts toward it.
   double flops = 0;                 // forward FLOPs of its matrix products (2 per multiply-add)
   int64_t activation_bytes = 0;     // bytes its forward keeps for backward (aten_op_cost.h)
+  int64_t input_bytes = 0;          // its first input's bytes (a tensor-parallel input gradient's)
+  int64_t output_bytes = 0;         // its output's bytes (a tensor-parallel sync's, a pipeline send's)
 };
 
 // The shape a trace is taken at: one micro-batch of `micro_batch` sequences of `seq` tokens.

@@ -27,6 +27,9 @@ std::string verify(const Program& p) {
   std::set<int> reduction_handles;
   int64_t gathered = 0;
   bool stepped = false;  // the optimizer step has run
+  std::set<int> updated;  // the parameters this rank's optimizer step updates (a pipeline stage: its own)
+  for (const Instr& in : p.instrs)
+    if (in.kind == OpKind::OptimizerStep) updated.insert(in.params.begin(), in.params.end());
   std::set<int> on_host;  // offloaded, not yet reloaded
   // A gradient is complete after its parameter's last backward compute: no reduction before it.
   std::map<int, size_t> last_backward_use;
@@ -104,7 +107,7 @@ std::string verify(const Program& p) {
                                                         : "updates parameters";
         stepped = stepped || in.kind == OpKind::OptimizerStep;
         if (p.sharding.dp > 1 && p.reductions_placed) {
-          for (size_t q = 0; q < p.params.size(); ++q)
+          for (int q : updated)
             if (!reduced[q]) return at(i, p, what + " before the gradient of " + p.params[q].name + " is reduced");
           for (int h : reduction_handles)
             if (!waited.count(h)) return at(i, p, what + " before waiting for gradient reduction %" + std::to_string(h));

@@ -29,9 +29,18 @@ void unshard(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
 void mesh(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
 void shard(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
 void sync(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+// The tensor-parallel rank's program: its slices of the shard()ed parameters, and each sync's
+// collective after the module's forward (fwd_post) or backward (bwd_post) compute.
+void lower_tensor_parallel(const RuntimePlan& plan, const ir::OpTrace& trace, ir::Program& program);
 // pipeline.cpp
 void pipeline_split(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
-void check_pipeline_stages(const Schedule& schedule, const RuntimePlan& plan);
+void plan_stages(const Schedule& schedule, RuntimePlan& plan);
+// One stage's program (the program's mesh position says which): the ops it runs (those before
+// the list on every stage, its entries, those after the list on the last stage; backward
+// through the ops before the list on the first stage only), the parameters it holds, the
+// activation it receives and sends on (recv, send) and their gradients back, and the sum of
+// the gradients of the parameters outside the list over the pipeline.
+void lower_pipeline_stage(const RuntimePlan& plan, const ir::OpTrace& trace, ir::Program& program);
 // activation_checkpoint.cpp
 void checkpoint(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
 // The step program's recomputations: before the backward of a checkpointed module's ops, a

@@ -65,7 +65,7 @@ RuntimePlan lower_schedule(const Schedule& schedule) {
     if (plan.model_parallel() && !e.with_mesh && !plain_data_parallel(d)) check_mesh_composition(d, plan);
     if (e.check) e.check(d, schedule, plan);
   }
-  lowering::check_pipeline_stages(schedule, plan);
+  lowering::plan_stages(schedule, plan);
   return plan;
 }
 

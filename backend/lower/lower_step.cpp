@@ -1,5 +1,6 @@
 #include "backend/lower/lower_step.h"
 
+#include "backend/comm/mesh_layout.h"
 #include "backend/ir/verifier.h"
 #include "backend/lower/directive_lowering.h"
 #include "backend/lower/step_program.h"
@@ -17,8 +18,15 @@ ir::Program lower_step(const RuntimePlan& plan, const ir::OpTrace& trace, std::v
   inputs.data_parallel_bucket_bytes = options.bucket_bytes;
   inputs.offload = plan.offload;
   inputs.offload_budget = plan.offload_budget;
-  ir::Program initial = ir::lower(trace, plan.factors, options.grad_norm, options.accum);
+  ir::MeshPosition mesh;
+  if (plan.model_parallel()) {
+    MeshLayout at = MeshLayout::of(plan.factors.dp * plan.tp * plan.pp, options.rank, plan.tp, plan.pp);
+    mesh = {plan.tp, plan.pp, at.stage, at.tp_rank};
+  }
+  ir::Program initial = ir::lower(trace, plan.factors, options.grad_norm, options.accum, mesh);
   lowering::insert_recomputation(plan.checkpoint, initial);
+  lowering::lower_pipeline_stage(plan, trace, initial);
+  lowering::lower_tensor_parallel(plan, trace, initial);
   ir::Program program = run_passes(std::move(initial), inputs, pipeline_passes(), records, debug);
   std::string problem = ir::verify_complete(program);
   if (!problem.empty()) throw InternalError("IR verifier, end of pipeline: " + problem);

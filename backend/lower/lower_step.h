@@ -18,6 +18,7 @@ struct StepOptions {
   int64_t bucket_bytes = 1 << 20;  // DDP's gradient bucket size
   bool grad_norm = true;           // clipping, or metrics that report it, need the global gradient norm
   int64_t accum = 1;               // micro-batches per step
+  int rank = 0;                    // under a mesh, whose program: its stage and tensor-parallel slices
 };
 
 // The step program of a plan (lower_schedule) on a traced model. The IR is verified after

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/ir/ir.h"
+#include "backend/lower/pipeline_stages.h"
 
 namespace loom {
 
@@ -68,6 +69,7 @@ struct RuntimePlan {
   std::vector<TensorShard> shards;
   std::vector<SyncRequest> syncs;
   std::vector<std::string> pipeline_splits;  // stage boundaries after these list entries ("h.5")
+  PipelineStages stages;                     // pp > 1: which list entries each stage runs
   bool model_parallel() const { return tp > 1 || pp > 1; }
 };
 

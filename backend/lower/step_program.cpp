@@ -6,8 +6,9 @@
 
 namespace loom::ir {
 
-Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm, int64_t micro_batches) {
+Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm, int64_t micro_batches, const MeshPosition& mesh) {
   Program p;
+  p.mesh = mesh;
   p.micro_batches = micro_batches;
   p.model = trace.model;
   p.shape = trace.shape;
@@ -35,7 +36,8 @@ Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm, in
   // gradient: the norm's squares are summed over them. Otherwise every rank holds them all and
   // measures the norm alone (a group of one: no communication). Clipping follows the norm.
   if (grad_norm) {
-    Instr norm = scalar_collective(p, OpKind::GradNorm, Phase::Step, {"optim_block", sharding.optim});
+    GroupRef over = mesh.model_parallel() > 1 ? GroupRef{"model", mesh.model_parallel()} : GroupRef{"optim_block", sharding.optim};
+    Instr norm = scalar_collective(p, OpKind::GradNorm, Phase::Step, over);
     p.instrs.push_back(norm);
     p.instrs.push_back(wait_for(norm.handle, Phase::Step));
   }
@@ -44,8 +46,9 @@ Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm, in
   step.phase = Phase::Step;
   for (size_t i = 0; i < p.params.size(); ++i) step.params.push_back(static_cast<int>(i));
   p.instrs.push_back(step);
-  if (sharding.dp > 1) {
-    Instr loss = scalar_collective(p, OpKind::LossReduce, Phase::Step, {"world", sharding.dp});
+  int world = sharding.dp * mesh.model_parallel();
+  if (world > 1) {
+    Instr loss = scalar_collective(p, OpKind::LossReduce, Phase::Step, {"world", world});
     p.instrs.push_back(loss);
     p.instrs.push_back(wait_for(loss.handle, Phase::Step));
   }

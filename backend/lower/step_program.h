@@ -12,6 +12,9 @@ namespace loom::ir {
 
 // `grad_norm`: the run needs the global gradient norm (clipping, or metrics that report it).
 // `micro_batches`: the forward and backward run that many times per step (gradient accumulation).
-Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm = true, int64_t micro_batches = 1);
+// `mesh`: the rank's place in a mesh; the norm is then summed over the model's tp x pp ranks
+// and the loss over every rank (the stage's ops and the syncs are added by the mesh lowering).
+Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm = true, int64_t micro_batches = 1,
+              const MeshPosition& mesh = {});
 
 }  // namespace loom::ir

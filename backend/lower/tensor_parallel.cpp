@@ -1,5 +1,7 @@
 // Tensor parallelism's directives (slapo.txt §3.2.2, Megatron-LM): mesh() sets the group
 // sizes, shard() splits Linear layers, sync() adds the collective that makes them whole.
+#include <map>
+
 #include "backend/lower/directive_lowering.h"
 
 namespace loom::lowering {
@@ -30,6 +32,39 @@ void sync(const Directive& d, const Schedule&, RuntimePlan& plan) {
                    "all_reduce or all_gather, and bwd_post all_reduce (Megatron-LM's row- and column-parallel layers)",
                 "use one of those syncs");
   plan.syncs.push_back(s);
+}
+
+}  // namespace loom::lowering
+
+namespace loom::lowering {
+
+void lower_tensor_parallel(const RuntimePlan& plan, const ir::OpTrace& trace, ir::Program& p) {
+  if (plan.tp <= 1) return;
+  for (const TensorShard& s : plan.shards)
+    for (const std::string& name : s.params)
+      for (ir::TracedParam& param : p.params)
+        if (param.name == s.module + "." + name) param.numel /= plan.tp;  // this rank's slice
+  std::map<std::string, const ir::TracedOp*> op_of;
+  for (const ir::TracedOp& op : trace.forward) op_of[op.module] = &op;
+  std::vector<ir::Instr> out;
+  for (const ir::Instr& in : p.instrs) {
+    out.push_back(in);
+    if (in.kind != ir::OpKind::Compute || in.phase == ir::Phase::Step) continue;
+    for (const SyncRequest& s : plan.syncs) {
+      if (s.module != in.module) continue;
+      bool forward = in.phase == ir::Phase::Forward;
+      if (forward != (s.mode == "fwd_post")) continue;
+      const ir::TracedOp& op = *op_of.at(in.module);
+      ir::OpKind kind = s.op == "all_gather" ? ir::OpKind::TpAllGather : ir::OpKind::TpAllReduce;
+      ir::Instr sync = ir::scalar_collective(p, kind, in.phase, {"tp", plan.tp});
+      sync.module = in.module;
+      // Forward: the module's whole output; backward: the gradient at its input.
+      sync.bytes = forward ? op.output_bytes : op.input_bytes;
+      out.push_back(sync);
+      out.push_back(ir::wait_for(sync.handle, in.phase));
+    }
+  }
+  p.instrs = std::move(out);
 }
 
 }  // namespace loom::lowering

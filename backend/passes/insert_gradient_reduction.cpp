@@ -28,9 +28,17 @@ bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
   p.reductions_placed = true;  // one rank has nothing to reduce
   if (s.dp <= 1) return false;
   std::map<int, size_t> last_backward_use;
+  size_t last_backward_compute = p.instrs.size();
   for (size_t i = 0; i < p.instrs.size(); ++i)
-    if (p.instrs[i].kind == OpKind::Compute && p.instrs[i].phase == ir::Phase::Backward)
+    if (p.instrs[i].kind == OpKind::Compute && p.instrs[i].phase == ir::Phase::Backward) {
       for (int q : p.instrs[i].params) last_backward_use[q] = i;
+      last_backward_compute = i;
+    }
+  // A parameter the rank updates whose gradient no op of its computes (an embedding on a later
+  // pipeline stage) is reduced, as zeros, after the last backward compute.
+  for (const Instr& in : p.instrs)
+    if (in.kind == OpKind::OptimizerStep && last_backward_compute < p.instrs.size())
+      for (int q : in.params) last_backward_use.emplace(q, last_backward_compute);
   std::vector<Instr> out;
   std::vector<Instr> pending;  // waits (and select & drops) to run before the optimizer step
   for (size_t i = 0; i < p.instrs.size(); ++i) {

@@ -5,7 +5,8 @@
 //                      shard across the dp / s_g replicas;
 //   s_g > s_p:         reduce-scatter inside the parameter group (when s_p > 1), all-reduce
 //                      across the dp / s_p replicas, then select & drop keeps 1 / (s_g / s_p).
-// With several micro-batches, the reduce-scatter runs in each; what crosses replicas runs in
+// A parameter the rank updates without computing its gradient is reduced after the last
+// backward compute. With several micro-batches, the reduce-scatter runs in each; what crosses replicas runs in
 // the last only (the data-parallel all-reduce as DDP's no_sync); before it, s_g > s_p
 // all-reduces among the s_g / s_p gradient peers and selects & drops in each micro-batch.
 #pragma once

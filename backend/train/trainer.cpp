@@ -827,10 +827,9 @@ void run_step_tail(RankRun& r, const ir::Program& program, StepTail& tail) {
   }
 }
 
-// Under a mesh, which the program does not describe yet: the shared gradients summed over the
-// pipeline, clipping over the model's ranks, the update, the loss from the last stage's ranks.
+// Under a mesh, whose program the run does not interpret yet: clipping over the model's ranks,
+// the update, the loss from the last stage's ranks.
 void finish_mesh_step(RankRun& r, StepTail& tail) {
-  if (r.stage) r.stage->reduce_shared_gradients(r.params, r.param_names);
   tail.grad_norm = clip_gradients(r);
   r.optimizer->step();
   tail.loss = reduced_loss(r, *r.world, tail.loss, r.env.world / r.layout.pp);
@@ -858,6 +857,9 @@ StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
   {
     timeline::Span optimizer_span("optimizer", "phase");
     if (r.sharded) r.sharded->average_gradients();
+    // A pipeline's shared gradients, summed over the stages (the mesh program's step all-reduce),
+    // before loom verify records the reduced gradients.
+    if (r.stage) r.stage->reduce_shared_gradients(r.params, r.param_names);
     if (recording) record_gradients(r, step, lr);
     if (r.step) run_step_tail(r, *r.step, tail);
     else finish_mesh_step(r, tail);

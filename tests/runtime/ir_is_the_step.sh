@@ -2,7 +2,8 @@
 # The IR is the step: for each schedule, the collectives rank 0 issues in step 2 (from the
 # --trace timeline), as a multiset of (op name, group size), equal the collective instructions of
 # `loom explain --json --rank 0`, each counted as often as it runs in a step (micro-batches:
-# "times_per_step"). A mesh (tp/pp) is not lowered to the IR yet: explain says so.
+# "times_per_step"). Under a mesh each rank has its own program: ranks of the first and the last
+# stage are checked.
 set -uo pipefail
 source "$(dirname "$0")/../lib/expect.sh" "$@"
 
@@ -10,32 +11,37 @@ cat > "$tmp/compare.py" <<'PY'
 import collections, json, sys
 trace, program = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 events = trace["traceEvents"] if isinstance(trace, dict) else trace
-rank0 = [e for e in events if e.get("pid") == 0 and e.get("ph") == "X"]
-forwards = sorted(e["ts"] for e in rank0 if e.get("cat") == "phase" and e["name"] == "forward")
-world, accum = int(sys.argv[3]), int(sys.argv[4])
+world, accum, rank = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+mine = [e for e in events if e.get("pid") == rank and e.get("ph") == "X"]
+forwards = sorted(e["ts"] for e in mine if e.get("cat") == "phase" and e["name"] == "forward")
 def group_size(name):  # "world", or a subgroup named "group<K>_<rank>_<rank>..."
     return world if name == "world" else len(name.split("_")) - 1
 issued = collections.Counter((e["name"].split(" ")[0], group_size(e["name"].split(" ")[2]))
-                             for e in rank0 if e.get("cat") == "collective" and e["ts"] >= forwards[accum])
+                             for e in mine if e.get("cat") == "collective" and e["ts"] >= forwards[accum])
 planned = collections.Counter()
 for i in program["instructions"]:
     if "collective" in i:
         planned[(i["collective"], i["group"]["size"])] += i["times_per_step"]
-print("step 2 on rank 0 issued", dict(sorted(issued.items())), "; the IR holds", dict(sorted(planned.items())))
+print("step 2 on rank", rank, "issued", dict(sorted(issued.items())), "; the IR holds", dict(sorted(planned.items())))
 sys.exit(0 if issued == planned and program["complete"] else 1)
 PY
 
 # same_collectives NAME NPROC MICRO_BATCH FILE ARGS...: runs two steps with a trace, explains
 # (ARGS: what both take, --model, --set and --accum), compares.
 same_collectives() {
-  local name="$1" nproc="$2" micro_batch="$3" file="$4" accum=1
+  local name="$1" nproc="$2" micro_batch="$3" file="$4" accum=1 rank=0
   shift 4
   for ((i = 1; i <= $#; i++)); do [ "${!i}" = --accum ] && { j=$((i + 1)); accum="${!j}"; }; done
+  for ((i = 1; i <= $#; i++)); do [ "${!i}" = --rank ] && { j=$((i + 1)); rank="${!j}"; }; done
+  local run_args=()
+  for ((i = 1; i <= $#; i++)); do
+    if [ "${!i}" = --rank ]; then i=$((i + 1)); else run_args+=("${!i}"); fi
+  done
   rm -f "$tmp/trace.json" "$tmp/program.json"
-  "$loom" run "$file" "$@" --nproc "$nproc" --micro-batch "$micro_batch" --steps 2 --seq 32 --threads 1 --trace "$tmp/trace.json" \
+  "$loom" run "$file" "${run_args[@]}" --nproc "$nproc" --micro-batch "$micro_batch" --steps 2 --seq 32 --threads 1 --trace "$tmp/trace.json" \
     > "$tmp/run.log" 2>&1
-  "$loom" explain "$file" "$@" --nproc "$nproc" --rank 0 --json > "$tmp/program.json" 2>> "$tmp/run.log"
-  expect "the IR is the step: $name" 0 "the IR holds" -- python3 "$tmp/compare.py" "$tmp/trace.json" "$tmp/program.json" "$nproc" "$accum"
+  "$loom" explain "$file" "${run_args[@]}" --nproc "$nproc" --rank "$rank" --json > "$tmp/program.json" 2>> "$tmp/run.log"
+  expect "the IR is the step: $name" 0 "the IR holds" -- python3 "$tmp/compare.py" "$tmp/trace.json" "$tmp/program.json" "$nproc" "$accum" "$rank"
   [ -s "$tmp/program.json" ] && [ -s "$tmp/trace.json" ] || sed 's/^/    /' "$tmp/run.log"
 }
 
@@ -52,9 +58,12 @@ same_collectives "examples/gpt_tuned.sched (checkpoint, TAGC, unshard, offload)"
   --model gpt:tiny --set micro_batch=2 --set ckpt_ratio=0.5
 same_collectives "examples/llama_lins.sched (Lins (4,4,8), bucket, prefetch)" 8 1 examples/llama_lins.sched --model llama:tiny
 same_collectives "tests/verify/compress_zero3.sched" 2 2 tests/verify/compress_zero3.sched --model gpt:tiny
-# Not yet: a mesh's tensor- and pipeline-parallel collectives are outside the IR, and explain says so.
-expect "a mesh is not lowered yet, and explain says so" 0 '"complete": false' "is not lowered to the IR yet" \
-  -- "$loom" explain examples/gpt_tp.sched --model gpt:50m --nproc 4 --json
+# Meshes: tensor-parallel syncs, pipeline sends and receives, the pipeline's shared gradients.
+same_collectives "tensor parallelism on gpt:tiny at 2 ranks" 2 2 tests/verify/tensor_parallel.sched --model gpt:tiny
+same_collectives "a pipeline of 2 stages on gpt:tiny, stage 0" 2 2 tests/verify/pipeline.sched --model gpt:tiny
+same_collectives "a pipeline of 2 stages on gpt:tiny, stage 1, 2 micro-batches" 2 1 tests/verify/pipeline.sched \
+  --model gpt:tiny --accum 2 --rank 1
+same_collectives "examples/gpt_tp.sched (tp 2 x pp 2), stage 1, tp rank 1" 4 1 examples/gpt_tp.sched --model gpt:50m --rank 3
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
