@@ -121,7 +121,7 @@ void add_explain(CLI::App& app, std::function<int()>& run) {
   c->add_option("--accum", o->accum, "micro-batches per step: the forward and backward instructions run once for each")
       ->check(at_least(1));
   c->add_option("--clip", o->clip, "the run's --clip: 0 plans no gradient-norm all-reduce (a run with --metrics still measures the norm; plan it with --clip 1)");
-  c->add_flag("--json", o->json, "print the IR as JSON (with \"rank\", and \"complete\": false where a mesh is not lowered)");
+  c->add_flag("--json", o->json, "print the IR as JSON (with \"rank\", and \"complete\": false where the program may group a mesh's data-parallel reductions otherwise than the run)");
   c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE`: prices each instruction");
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules");
   c->callback([&run, o] { run = [o] { return explain(*o); }; });

@@ -73,7 +73,7 @@ std::string format_float(double f);
 std::string format_bytes(int64_t n);
 // A size for people to read, rounded: 512 B, 1.5 KiB, 12.3 MiB, 2.05 GiB.
 std::string format_size(int64_t bytes);
-// FLOPs for people to read, rounded: 512 FLOP, 3.2 MFLOP, 1.50 TFLOP.
+// FLOPs for people to read, rounded: 512 FLOP, 3.2 MFLOP, 1.5 TFLOP.
 std::string format_flops(double flops);
 // A string literal with quotes and escapes (braces escaped, since strings interpolate).
 std::string quote_string(const std::string& s);

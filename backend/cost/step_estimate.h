@@ -1,5 +1,6 @@
 // A step's instructions priced by a measured profile (backend/cost/profile.h): each compute op at
-// its measured forward or backward time, each collective at its role's fitted time for its
+// its measured forward or backward time (a recompute at its module's ops' forward times, counted
+// with the backward), each collective at its role's fitted time for its
 // bytes. The sums are serial: overlap is what the executed timeline (--trace) shows, and what
 // a later issue's cost model (deepcompile.txt §4.2) will estimate. Torch-free.
 #pragma once

@@ -48,16 +48,21 @@ class Recorder : public nn::CallInterceptor {
 
   // LibTorch 1.13 has no meta kernels for embedding and layer_norm, so on meta those modules
   // return an empty tensor of the right shape (models/nn/layers.cpp): charge what the real
-  // kernels save, through the same table.
-  void charge_meta_stand_in(torch::nn::Module& m, const torch::Tensor& in, const torch::Tensor& out) {
+  // kernels save, through the same table, and let the output need a gradient as the real one
+  // does, so the ops after it are recorded as they are on a real device.
+  void charge_meta_stand_in(torch::nn::Module& m, const torch::Tensor& in, torch::Tensor& out) {
+    auto own = m.named_parameters(/*recurse=*/false);
+    torch::Tensor* weight = own.find("weight");
+    if (!weight || (m.name() != "Embedding" && m.name() != "LayerNorm")) return;
     if (m.name() == "Embedding") {
-      charge("aten::embedding", {out, in}, {out});
-    } else if (m.name() == "LayerNorm") {
+      charge("aten::embedding", {*weight, in}, {out});
+    } else {
       auto rows = in.sizes().vec();
       rows.back() = 1;
       torch::Tensor stats = torch::empty(rows, in.options().dtype(torch::kFloat));
-      charge("aten::native_layer_norm", {in}, {out, stats, torch::empty_like(stats)});
+      charge("aten::native_layer_norm", {in, c10::IValue(), *weight}, {out, stats, torch::empty_like(stats)});
     }
+    if (!out.requires_grad() && weight->requires_grad()) out.requires_grad_(true);
   }
 
   void charge(const char* op, const std::vector<c10::IValue>& inputs, const std::vector<c10::IValue>& outputs) {

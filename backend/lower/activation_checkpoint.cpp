@@ -1,5 +1,6 @@
 // Activation checkpointing: checkpoint() recomputes a module's forward in backward; the step
 // program says where, with a `recompute` instruction.
+#include <algorithm>
 #include <set>
 
 #include "backend/lower/directive_lowering.h"
@@ -13,13 +14,22 @@ bool inside(const std::string& module, const std::string& ancestor) {
 
 }  // namespace
 
-void checkpoint(const Directive& d, const Schedule&, RuntimePlan& plan) { plan.checkpoint.push_back(d.target); }
+void checkpoint(const Directive& d, const Schedule& schedule, RuntimePlan& plan) {
+  const ModuleTree& tree = schedule.tree();
+  // The step program recomputes the ops that own parameters; a module without any has none.
+  if (tree.parameter_count(tree.find(d.target)) == 0)
+    unsupported(d, "`" + d.target + "` holds no parameters, so the step has no op of it to recompute",
+                "checkpoint the block around it instead");
+  if (std::find(plan.checkpoint.begin(), plan.checkpoint.end(), d.target) == plan.checkpoint.end())
+    plan.checkpoint.push_back(d.target);  // twice is once (the primitive warned)
+}
 
 void insert_recomputation(const std::vector<std::string>& checkpointed, ir::Program& p) {
+  std::set<std::string> requested(checkpointed.begin(), checkpointed.end());
   std::vector<std::string> outermost;
-  for (const std::string& m : checkpointed) {
+  for (const std::string& m : requested) {
     bool nested = false;
-    for (const std::string& other : checkpointed) nested = nested || (other != m && inside(m, other));
+    for (const std::string& other : requested) nested = nested || (other != m && inside(m, other));
     if (!nested) outermost.push_back(m);
   }
   for (const std::string& m : outermost) {

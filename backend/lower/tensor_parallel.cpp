@@ -34,10 +34,6 @@ void sync(const Directive& d, const Schedule&, RuntimePlan& plan) {
   plan.syncs.push_back(s);
 }
 
-}  // namespace loom::lowering
-
-namespace loom::lowering {
-
 void lower_tensor_parallel(const RuntimePlan& plan, const ir::OpTrace& trace, ir::Program& p) {
   if (plan.tp <= 1) return;
   for (const TensorShard& s : plan.shards)
@@ -47,7 +43,11 @@ void lower_tensor_parallel(const RuntimePlan& plan, const ir::OpTrace& trace, ir
   std::map<std::string, const ir::TracedOp*> op_of;
   for (const ir::TracedOp& op : trace.forward) op_of[op.module] = &op;
   std::vector<ir::Instr> out;
-  for (const ir::Instr& in : p.instrs) {
+  for (ir::Instr in : p.instrs) {
+    // A split layer multiplies by its slice: 1/tp of the FLOPs. (Its saved activations are
+    // left whole: a column-split layer keeps its whole input, a row-split one its slice.)
+    for (const TensorShard& s : plan.shards)
+      if (in.kind == ir::OpKind::Compute && in.module == s.module) in.flops /= plan.tp;
     out.push_back(in);
     if (in.kind != ir::OpKind::Compute || in.phase == ir::Phase::Step) continue;
     for (const SyncRequest& s : plan.syncs) {

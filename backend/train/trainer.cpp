@@ -154,8 +154,8 @@ std::vector<std::vector<size_t>> program_buckets(const ir::Program& step, const 
   return buckets;
 }
 
-// Under a mesh, which the step program does not describe yet (until it does, the buckets are
-// formed here as well as in the bucket_data_parallel pass): DDP's buckets over this rank's
+// Under a mesh, whose step program the run does not follow yet (until it does, the buckets are
+// formed here as well as in the bucket_data_parallel pass, and may differ from the program's): DDP's buckets over this rank's
 // parameters (its slices, its stage's), in reverse registration order, bucket() modules apart.
 std::vector<std::vector<size_t>> mesh_buckets(const std::vector<torch::Tensor>& params, const std::vector<std::string>& names,
                                               const std::vector<std::string>& bucket_modules, int64_t bucket_bytes,
@@ -459,7 +459,7 @@ void plan_rank(RankRun& r) {
     r.sch = evaluate_schedule(o, r.env.world, r.env.local_world, sources, r.lead() && !launched_by_loom ? &std::cout : nullptr);
     r.plan = lower_schedule(*r.sch);
     check_model_parallel_options(o, r.plan);
-    if (r.plan.pp > 1) r.stages = std::make_unique<PipelineStages>(plan_pipeline_stages(r.sch->tree(), r.plan.pipeline_splits, r.plan.pp));
+    if (r.plan.pp > 1) r.stages = std::make_unique<PipelineStages>(r.plan.stages);
     r.data = open_data(o);
     if (!launched_by_loom) check_outputs(o, r.lead());  // every rank, before any of them waits for the others
   } catch (const UserError& e) {
@@ -524,7 +524,8 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   ir::OpTrace& trace = r.trace;
   if (!r.plan.model_parallel() || profiling) trace = trace_model(o.model, {o.micro_batch, o.seq});
   // The step's program, as `loom explain` shows it: the sharded executor follows it, and plain
-  // data parallelism takes its gradient buckets from it. Meshes are not lowered to it yet.
+  // data parallelism takes its gradient buckets from it. A mesh's program (loom explain --rank)
+  // is not followed yet: its interceptors issue what it holds.
   if (!r.plan.model_parallel()) {
     StepOptions step_options;
     step_options.bucket_bytes = o.bucket_bytes;
@@ -820,7 +821,9 @@ void run_step_tail(RankRun& r, const ir::Program& program, StepTail& tail) {
         if (!published) r.sharded->publish();
         published = true;
         break;
-      case ir::OpKind::LossReduce: tail.loss = reduced_loss(r, *r.world, tail.loss, in.group.size); break;
+      case ir::OpKind::LossReduce:  // the last stage's ranks hold the loss
+        tail.loss = reduced_loss(r, *r.world, tail.loss, in.group.size / program.mesh.pp);
+        break;
       case ir::OpKind::Wait: break;
       default: throw InternalError(std::string("the step's tail has no handler for ") + ir::op_name(in.kind));
     }

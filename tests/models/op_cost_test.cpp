@@ -37,18 +37,19 @@ int64_t measured_activation_bytes(const std::string& model_name, ir::TraceShape 
 
 }  // namespace
 
-TEST_CASE("a trace's saved activation bytes are within 10% of what a CPU forward keeps for backward") {
-  // Measured here: gpt:tiny and bert:tiny agree to 0.1% (the 4-byte loss and the counting
-  // allocator's rounding); llama:tiny's trace is 7-8% under what CPU keeps, a gap not yet
-  // explained (its attention and MLP agree when measured alone).
+TEST_CASE("a trace's saved activation bytes match what a CPU forward keeps for backward: gpt and bert to 0.1%, llama to 10%") {
+  // Measured here: gpt:tiny and bert:tiny agree to 0.05% (traced is 2044 B over at every
+  // shape); llama:tiny's trace is 8-9% under what CPU keeps, a gap not yet explained (its
+  // attention and MLP agree when measured alone), hence its wider tolerance.
   for (std::string name : {"gpt:tiny", "llama:tiny", "bert:tiny"}) {
+    double tolerance = name == "llama:tiny" ? 0.10 : 0.001;
     for (ir::TraceShape shape : {ir::TraceShape{2, 64}, ir::TraceShape{4, 32}}) {
       CAPTURE(name);
       CAPTURE(shape.micro_batch);
       int64_t traced = traced_activation_bytes(trace_model(name, shape));
       int64_t measured = measured_activation_bytes(name, shape);
       MESSAGE(name << " b=" << shape.micro_batch << " s=" << shape.seq << ": traced " << traced << " B, measured " << measured << " B");
-      CHECK(traced == doctest::Approx(measured).epsilon(0.10));
+      CHECK(traced == doctest::Approx(measured).epsilon(tolerance));
     }
   }
 }

@@ -472,3 +472,76 @@ TEST_CASE("checkpoint(): a recompute of the module before its ops' backward, aft
   CHECK_THROWS_WITH_AS(checkpointed_blk0({{"recompute_before_gathers", recompute_before_gathers}}),
                        doctest::Contains("while it is not gathered"), InternalError);
 }
+
+namespace {
+// emb -> l.0 -> l.1 -> head, the list "l" split into two stages of one entry each.
+ir::OpTrace pipe_trace() {
+  ir::OpTrace t;
+  t.model = "pipe";
+  t.params = {{"emb.w", 100, 4}, {"l.0.w", 10, 4}, {"l.1.w", 10, 4}, {"head.w", 20, 4}};
+  t.forward = {{"emb", {"emb.w"}}, {"l.0", {"l.0.w"}}, {"l.1", {"l.1.w"}}, {"head", {"head.w"}}};
+  for (auto& op : t.forward) op.input_bytes = op.output_bytes = 40, op.flops = 100;
+  t.forward[3].output_bytes = 80;
+  return t;
+}
+ir::Program pipe_stage(int stage) {
+  RuntimePlan plan;
+  plan.pp = 2;
+  plan.stages = PipelineStages{"l", {0, 1, 2}};
+  ir::Program p = ir::lower(pipe_trace(), {1, 1, 1, 1}, true, 1, {1, 2, stage, 0});
+  lowering::lower_pipeline_stage(plan, pipe_trace(), p);
+  return run_passes(p, {}, pipeline_passes(), nullptr, {});
+}
+std::vector<std::string> sequence(const ir::Program& p) {
+  std::vector<std::string> out;
+  for (const ir::Instr& in : p.instrs)
+    if (in.kind != OpKind::Wait) out.push_back(std::string(ir::phase_name(in.phase)) + " " + ir::op_name(in.kind) + " " + in.module);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("a pipeline stage's program: its ops, the activation in and out and its gradient back, the shared gradients summed") {
+  ir::Program first = pipe_stage(0), last = pipe_stage(1);
+  CHECK(sequence(first) == std::vector<std::string>{"fwd compute emb", "fwd compute l.0", "fwd send ", "bwd recv ", "bwd compute l.0",
+                                                    "bwd compute emb", "step all_reduce ", "step grad_norm ", "step optimizer_step ",
+                                                    "step loss_reduce "});
+  // The last stage runs the embedding forward (its output is replaced by what arrives), not backward.
+  CHECK(sequence(last) == std::vector<std::string>{"fwd compute emb", "fwd recv ", "fwd compute l.1", "fwd compute head",
+                                                   "bwd compute head", "bwd compute l.1", "bwd send ", "step all_reduce ",
+                                                   "step grad_norm ", "step optimizer_step ", "step loss_reduce "});
+  for (const ir::Instr& in : first.instrs) {
+    if (in.kind == OpKind::Send || in.kind == OpKind::Recv) CHECK(in.bytes == 40);  // l.0's output, and its gradient
+    if (in.kind == OpKind::AllReduce) {
+      CHECK(in.group.role == "pipeline");
+      CHECK(in.bytes == (100 + 20) * 4);  // the parameters outside the list
+    }
+    if (in.kind == OpKind::OptimizerStep) CHECK(in.params == std::vector<int>{0, 1, 3});  // not l.1's
+    if (in.kind == OpKind::GradNorm) CHECK(in.group.size == 2);  // the model's tp x pp ranks
+    if (in.kind == OpKind::LossReduce) CHECK(in.group.size == 2);  // the world
+  }
+}
+
+TEST_CASE("a tensor-parallel rank's program: its slices, and each sync's collective after its module") {
+  RuntimePlan plan;
+  plan.tp = 2;
+  plan.shards = {{"l.0", {"w"}, 0}};
+  plan.syncs = {{"l.0", "fwd_post", "all_reduce"}, {"l.1", "bwd_post", "all_reduce"}, {"head", "fwd_post", "all_gather"}};
+  ir::Program p = ir::lower(pipe_trace(), {1, 1, 1, 1}, true, 1, {2, 1, 0, 1});
+  lowering::lower_tensor_parallel(plan, pipe_trace(), p);
+  p = run_passes(p, {}, pipeline_passes(), nullptr, {});
+  CHECK(p.params[1].numel == 5);
+  CHECK(p.instrs[find(p, OpKind::Compute, ir::Phase::Forward, "l.0")].flops == 50);  // its slice's share
+  auto after = [&](OpKind kind, ir::Phase phase, const std::string& module) {
+    int c = find(p, OpKind::Compute, phase, module);
+    REQUIRE(c >= 0);
+    const ir::Instr& sync = p.instrs[c + 1];
+    CHECK(sync.kind == kind);
+    CHECK(sync.group.role == "tp");
+    CHECK(sync.module == module);
+    return sync.bytes;
+  };
+  CHECK(after(OpKind::TpAllReduce, ir::Phase::Forward, "l.0") == 40);   // the output, summed
+  CHECK(after(OpKind::TpAllReduce, ir::Phase::Backward, "l.1") == 40);  // the input's gradient, summed
+  CHECK(after(OpKind::TpAllGather, ir::Phase::Forward, "head") == 80);  // the whole output
+  CHECK(std::string(ir::issued_collective(p.instrs[find(p, OpKind::Compute, ir::Phase::Forward, "head") + 1])) == "all_gather");
+}

@@ -123,6 +123,17 @@ TEST_CASE("the runtime plan accepts checkpoint, data parallelism and every valid
   CHECK(f.optim == 4);
   auto both = testing::evaluate("sch.fsdp()\nsch[\"h.0\"].checkpoint()\n", "gpt:tiny", {2, 0});
   CHECK(lower_schedule(*both->schedule).checkpoint.size() == 1);
+  // A module without parameters has no op for the step program to recompute.
+  auto bare = testing::evaluate("sch[\"h.0.mlp.act\"].checkpoint()\n", "gpt:tiny", {2, 0});
+  try {
+    lower_schedule(*bare->schedule);
+    FAIL("checkpoint() of a module without parameters was accepted");
+  } catch (const UserError& e) {
+    CHECK(e.diagnostic().range.to_string() == "test.sched:1:1");
+    CHECK(std::string(e.what()) == "checkpoint is not yet supported at runtime: `h.0.mlp.act` holds no parameters, so the "
+                                   "step has no op of it to recompute");
+    CHECK(e.diagnostic().hint == "checkpoint the block around it instead");
+  }
   // Prefetch without sharded parameters has nothing to gather: the primitive warns, the
   // runtime runs it as plain data parallelism (stdlib zero3 at world 1).
   auto pf = testing::evaluate("sch[\"h.0\"].prefetch()\n", "gpt:tiny", {1, 0});
