@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "backend/comm/communicator.h"
-#include "backend/comm/mesh_layout.h"
+#include "backend/lower/mesh_layout.h"
 
 namespace loom {
 

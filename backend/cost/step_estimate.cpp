@@ -56,7 +56,7 @@ StepEstimate estimate_step(const ir::Program& program, const Profile& profile, c
       // The module's ops run their forward again: one call of each (the profile's first).
       ms = 0;
       for (const auto& [module, ops] : ops_of)
-        if (module == in.module || module.rfind(in.module + ".", 0) == 0) ms += profile.ops[ops.front()].forward_ms;
+        if (ir::within(module, in.module)) ms += profile.ops[ops.front()].forward_ms;
       e.backward_compute_ms += times * ms;
     } else if (const char* name = ir::issued_collective(in)) {
       if (const CollectiveProfile* c = profile.collective(name, profile_role(in.group.role))) {

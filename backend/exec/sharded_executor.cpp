@@ -205,7 +205,7 @@ struct ShardedExecutor::State {
     for (size_t i = backward_cursor; i < backward_instrs.size(); ++i) {
       const ir::Instr& in = program.instrs[backward_instrs[i]];
       if (in.kind == ir::OpKind::Compute) return;
-      if (in.kind == ir::OpKind::Recompute && (module == in.module || module.rfind(in.module + ".", 0) == 0)) {
+      if (in.kind == ir::OpKind::Recompute && ir::within(module, in.module)) {
         run_backward_through(i);
         return;
       }

@@ -73,6 +73,11 @@ int64_t times_per_step(const Program& p, const Instr& in) {
   return 0;
 }
 
+bool within(const std::string& path, const std::string& module) {
+  return path.size() >= module.size() && path.compare(0, module.size(), module) == 0 &&
+         (path.size() == module.size() || path[module.size()] == '.');
+}
+
 const char* issued_collective(const Instr& in) { return in.group.size > 1 ? collective_op(in.kind) : nullptr; }
 
 const char* phase_name(Phase p) {

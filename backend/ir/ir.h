@@ -37,6 +37,10 @@ enum class OpKind {
   Recv,           // pipeline: the previous stage's activation (forward), the next stage's gradient (backward)
 };
 
+// Whether `path` (of a module or parameter) is `module` or lies below it: "h.0.fc.w" is within
+// "h.0", "h.01" is not.
+bool within(const std::string& path, const std::string& module);
+
 // Compute and Recompute run a module on its gathered parameters.
 inline bool runs_module(OpKind k) { return k == OpKind::Compute || k == OpKind::Recompute; }
 

@@ -6,13 +6,6 @@
 #include "backend/lower/directive_lowering.h"
 
 namespace loom::lowering {
-namespace {
-
-bool inside(const std::string& module, const std::string& ancestor) {
-  return module == ancestor || module.rfind(ancestor + ".", 0) == 0;
-}
-
-}  // namespace
 
 void checkpoint(const Directive& d, const Schedule& schedule, RuntimePlan& plan) {
   const ModuleTree& tree = schedule.tree();
@@ -29,7 +22,7 @@ void insert_recomputation(const std::vector<std::string>& checkpointed, ir::Prog
   std::vector<std::string> outermost;
   for (const std::string& m : requested) {
     bool nested = false;
-    for (const std::string& other : requested) nested = nested || (other != m && inside(m, other));
+    for (const std::string& other : requested) nested = nested || (other != m && ir::within(m, other));
     if (!nested) outermost.push_back(m);
   }
   for (const std::string& m : outermost) {
@@ -41,7 +34,7 @@ void insert_recomputation(const std::vector<std::string>& checkpointed, ir::Prog
     size_t first_backward = p.instrs.size();
     for (size_t i = 0; i < p.instrs.size(); ++i) {
       ir::Instr& in = p.instrs[i];
-      if (in.kind != ir::OpKind::Compute || !inside(in.module, m)) continue;
+      if (in.kind != ir::OpKind::Compute || !ir::within(in.module, m)) continue;
       if (in.phase == ir::Phase::Forward) {
         params.insert(in.params.begin(), in.params.end());
         recompute.flops += in.flops;

@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "backend/ir/ir.h"
+
 namespace loom {
 
 std::vector<std::vector<size_t>> plan_gradient_buckets(const std::vector<int64_t>& bytes, const std::vector<int>& declared,
@@ -32,7 +34,7 @@ std::vector<std::vector<size_t>> plan_gradient_buckets(const std::vector<int64_t
 
 int bucket_module_of(const std::string& param, const std::vector<std::string>& modules) {
   for (size_t m = 0; m < modules.size(); ++m)
-    if (param.rfind(modules[m] + ".", 0) == 0) return static_cast<int>(m);
+    if (ir::within(param, modules[m])) return static_cast<int>(m);
   return -1;
 }
 

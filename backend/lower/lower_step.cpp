@@ -1,6 +1,6 @@
 #include "backend/lower/lower_step.h"
 
-#include "backend/comm/mesh_layout.h"
+#include "backend/lower/mesh_layout.h"
 #include "backend/ir/verifier.h"
 #include "backend/lower/directive_lowering.h"
 #include "backend/lower/step_program.h"

@@ -1,6 +1,7 @@
 // Pipeline parallelism (slapo.txt §3.3.2): pipeline_split() puts stage boundaries after list
 // entries; the stage plan is made here so it fails before any rank starts; and a stage's
 // program is lowered here, as backend/exec/pipeline_stage.h runs it.
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -20,10 +21,106 @@ struct Place {
   int stage = -1;  // Entry: the stage running it
 };
 
-Instr exchange(ir::Program& p, OpKind kind, Phase phase, int64_t bytes) {
-  Instr in = ir::scalar_collective(p, kind, phase, {"stage_pair", 2});
-  in.bytes = bytes;
-  return in;
+// The traced ops by module, with their places.
+struct StageMap {
+  std::map<std::string, Place> place;
+  std::map<std::string, const ir::TracedOp*> op_of;
+
+  StageMap(const PipelineStages& stages, const ir::OpTrace& trace) {
+    bool seen_list = false;
+    std::string prefix = stages.list + ".";
+    for (const ir::TracedOp& op : trace.forward) {
+      op_of[op.module] = &op;
+      Place at;
+      if (op.module.rfind(prefix, 0) == 0) {
+        at.where = Place::Entry;
+        at.stage = stages.stage_of_entry(std::stoi(op.module.substr(prefix.size())));
+        seen_list = true;
+      } else {
+        at.where = seen_list ? Place::After : Place::Before;
+      }
+      place[op.module] = at;
+    }
+  }
+  bool entry(const Instr& in) const { return in.kind == OpKind::Compute && place.at(in.module).where == Place::Entry; }
+};
+
+// The instructions of this stage's ops: every stage runs the ops before the list (their output
+// is replaced by what arrives), but only the first one runs their backward; the last one runs
+// the ops after the list.
+std::vector<Instr> stage_ops(const ir::Program& p, const StageMap& map, int pp) {
+  int stage = p.mesh.stage;
+  std::vector<Instr> kept;
+  for (const Instr& in : p.instrs) {
+    if (in.kind == OpKind::Compute) {
+      const Place& at = map.place.at(in.module);
+      bool runs = at.where == Place::Entry   ? at.stage == stage
+                  : at.where == Place::After ? stage == pp - 1
+                                             : in.phase == Phase::Forward || stage == 0;
+      if (!runs) continue;
+    }
+    kept.push_back(in);
+  }
+  return kept;
+}
+
+// The activation from the previous stage before the first entry, on to the next after the
+// last; in backward, their gradients the other way (blocking point-to-point on the pair).
+std::vector<Instr> exchange_activations(ir::Program& p, const std::vector<Instr>& kept, const StageMap& map, int pp) {
+  bool first = p.mesh.stage == 0, last = p.mesh.stage == pp - 1;
+  const ir::TracedOp *first_entry = nullptr, *last_entry = nullptr;
+  for (const Instr& in : kept)
+    if (map.entry(in) && in.phase == Phase::Forward) {
+      if (!first_entry) first_entry = map.op_of.at(in.module);
+      last_entry = map.op_of.at(in.module);
+    }
+  std::vector<Instr> out;
+  auto blocking = [&](OpKind kind, Phase phase, int64_t bytes) {
+    Instr in = ir::scalar_collective(p, kind, phase, {"stage_pair", 2});
+    in.bytes = bytes;
+    out.push_back(in);
+    out.push_back(ir::wait_for(in.handle, phase));
+  };
+  bool received = false, backward_started = false;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const Instr& in = kept[i];
+    if (!first && !received && map.entry(in) && in.phase == Phase::Forward) {
+      blocking(OpKind::Recv, Phase::Forward, first_entry->input_bytes);
+      received = true;
+    }
+    if (!last && !backward_started && in.phase == Phase::Backward) {
+      blocking(OpKind::Recv, Phase::Backward, last_entry->output_bytes);  // the gradient of what it sent
+      backward_started = true;
+    }
+    if (!first && in.phase == Phase::Step && (i == 0 || kept[i - 1].phase != Phase::Step))
+      blocking(OpKind::Send, Phase::Backward, first_entry->input_bytes);  // the gradient of what it received
+    out.push_back(in);
+    if (!last && map.entry(in) && in.phase == Phase::Forward && map.op_of.at(in.module) == last_entry)
+      blocking(OpKind::Send, Phase::Forward, last_entry->output_bytes);
+  }
+  return out;
+}
+
+// The optimizer step updates what the stage holds: its ops' parameters and those outside the
+// list, whose gradients every stage sums over the pipeline first (zeros where it used none),
+// before the norm reads them.
+void sum_shared_gradients(ir::Program& p, std::vector<Instr>& instrs, const StageMap& map, int pp) {
+  std::set<int> held, shared;
+  for (const Instr& in : instrs)
+    if (in.kind == OpKind::Compute) held.insert(in.params.begin(), in.params.end());
+  for (const auto& [module, at] : map.place)
+    if (at.where != Place::Entry)
+      for (const std::string& name : map.op_of.at(module)->params)
+        for (size_t q = 0; q < p.params.size(); ++q)
+          if (p.params[q].name == name) shared.insert(static_cast<int>(q)), held.insert(static_cast<int>(q));
+  Instr sum = ir::scalar_collective(p, OpKind::AllReduce, Phase::Step, {"pipeline", pp});
+  sum.params.assign(shared.begin(), shared.end());
+  sum.bytes = 0;
+  for (int q : shared) sum.bytes += ir::param_bytes(p, q);
+  auto tail = std::find_if(instrs.begin(), instrs.end(), [](const Instr& in) { return in.phase == Phase::Step; });
+  instrs.insert(tail, {sum, ir::wait_for(sum.handle, Phase::Step)});
+  for (Instr& in : instrs)
+    if (in.kind == OpKind::OptimizerStep) in.params.assign(held.begin(), held.end());
 }
 
 }  // namespace
@@ -37,93 +134,10 @@ void plan_stages(const Schedule& schedule, RuntimePlan& plan) {
 
 void lower_pipeline_stage(const RuntimePlan& plan, const ir::OpTrace& trace, ir::Program& p) {
   if (plan.pp <= 1) return;
-  const PipelineStages& stages = plan.stages;
-  int stage = p.mesh.stage;
-  bool first = stage == 0, last = stage == plan.pp - 1;
-  std::map<std::string, Place> place;
-  std::map<std::string, const ir::TracedOp*> op_of;
-  bool seen_list = false;
-  std::string prefix = stages.list + ".";
-  for (const ir::TracedOp& op : trace.forward) {
-    op_of[op.module] = &op;
-    Place at;
-    if (op.module.rfind(prefix, 0) == 0) {
-      at.where = Place::Entry;
-      at.stage = stages.stage_of_entry(std::stoi(op.module.substr(prefix.size())));
-      seen_list = true;
-    } else {
-      at.where = seen_list ? Place::After : Place::Before;
-    }
-    place[op.module] = at;
-  }
-  auto runs = [&](const Instr& in) {
-    const Place& at = place.at(in.module);
-    if (at.where == Place::Entry) return at.stage == stage;
-    if (at.where == Place::After) return last;
-    return in.phase == Phase::Forward || first;  // later stages' embeddings feed nothing back
-  };
-  // This stage's ops, and where its activation arrives and leaves.
-  std::vector<Instr> kept;
-  const ir::TracedOp *first_entry = nullptr, *last_entry = nullptr;
-  for (const Instr& in : p.instrs) {
-    if (in.kind == OpKind::Compute && !runs(in)) continue;
-    if (in.kind == OpKind::Compute && in.phase == Phase::Forward && place.at(in.module).where == Place::Entry) {
-      if (!first_entry) first_entry = op_of.at(in.module);
-      last_entry = op_of.at(in.module);
-    }
-    kept.push_back(in);
-  }
-  std::vector<Instr> out;
-  auto blocking = [&](OpKind kind, Phase phase, int64_t bytes) {
-    Instr in = exchange(p, kind, phase, bytes);
-    out.push_back(in);
-    out.push_back(ir::wait_for(in.handle, phase));
-  };
-  bool received = false, backward_started = false;
-  for (size_t i = 0; i < kept.size(); ++i) {
-    const Instr& in = kept[i];
-    bool entry_compute = in.kind == OpKind::Compute && place.at(in.module).where == Place::Entry;
-    if (!first && !received && entry_compute && in.phase == Phase::Forward) {
-      blocking(OpKind::Recv, Phase::Forward, first_entry->input_bytes);
-      received = true;
-    }
-    if (!last && !backward_started && in.phase == Phase::Backward) {
-      blocking(OpKind::Recv, Phase::Backward, last_entry->output_bytes);  // the gradient of what it sent
-      backward_started = true;
-    }
-    if (!first && in.phase == Phase::Step && (i == 0 || kept[i - 1].phase != Phase::Step))
-      blocking(OpKind::Send, Phase::Backward, first_entry->input_bytes);  // the gradient of what it received
-    out.push_back(in);
-    if (!last && entry_compute && in.phase == Phase::Forward && op_of.at(in.module) == last_entry)
-      blocking(OpKind::Send, Phase::Forward, last_entry->output_bytes);
-  }
-  // The parameters it holds: its ops', and those outside the list, whose gradients are summed
-  // over the pipeline before the step (zeros where a stage did not use one).
-  std::set<int> held, shared;
-  for (const Instr& in : out)
-    if (in.kind == OpKind::Compute) held.insert(in.params.begin(), in.params.end());
-  for (const auto& [module, at] : place)
-    if (at.where != Place::Entry)
-      for (const std::string& name : op_of.at(module)->params)
-        for (size_t q = 0; q < p.params.size(); ++q)
-          if (p.params[q].name == name) shared.insert(static_cast<int>(q)), held.insert(static_cast<int>(q));
-  std::vector<Instr> with_sum;
-  for (Instr in : out) {
-    if (in.kind == OpKind::OptimizerStep) {
-      Instr sum = ir::scalar_collective(p, OpKind::AllReduce, Phase::Step, {"pipeline", plan.pp});
-      sum.params.assign(shared.begin(), shared.end());
-      sum.bytes = 0;
-      for (int q : shared) sum.bytes += ir::param_bytes(p, q);
-      // Before the norm: find where the tail starts.
-      auto tail = with_sum.begin();
-      while (tail != with_sum.end() && tail->phase != Phase::Step) ++tail;
-      size_t at = static_cast<size_t>(tail - with_sum.begin());
-      with_sum.insert(with_sum.begin() + static_cast<long>(at), {sum, ir::wait_for(sum.handle, Phase::Step)});
-      in.params.assign(held.begin(), held.end());
-    }
-    with_sum.push_back(in);
-  }
-  p.instrs = std::move(with_sum);
+  StageMap map(plan.stages, trace);
+  std::vector<Instr> instrs = exchange_activations(p, stage_ops(p, map, plan.pp), map, plan.pp);
+  sum_shared_gradients(p, instrs, map, plan.pp);
+  p.instrs = std::move(instrs);
 }
 
 }  // namespace loom::lowering

@@ -11,7 +11,7 @@ using ir::Instr;
 using ir::OpKind;
 
 bool in_bucket(const std::string& param, const std::string& module) {
-  return param.rfind(module + ".", 0) == 0;
+  return ir::within(param, module);
 }
 
 // The collectives one bucket merges: one kind, in one phase, on one group, in the same micro-batches.

@@ -6,7 +6,7 @@ namespace {
 // The compressed module covering `param`, or null.
 const CompressRequest* compressed(const std::string& param, const PassInputs& inputs) {
   for (const CompressRequest& c : inputs.compress)
-    if (param.rfind(c.module + ".", 0) == 0) return &c;
+    if (ir::within(param, c.module)) return &c;
   return nullptr;
 }
 

@@ -11,7 +11,7 @@ using ir::OpKind;
 // The prefetch request whose block contains `module` ("h.3" contains "h.3.attn.c_attn").
 const PrefetchRequest* block_of(const std::string& module, const PassInputs& in) {
   for (auto& r : in.prefetch)
-    if (module == r.module || module.rfind(r.module + ".", 0) == 0) return &r;
+    if (ir::within(module, r.module)) return &r;
   return nullptr;
 }
 

@@ -10,7 +10,7 @@ bool unshard(ir::Program& p, const PassInputs& inputs) {
   std::set<int> kept;
   for (size_t q = 0; q < p.params.size(); ++q)
     for (const std::string& module : inputs.unshard)
-      if (p.params[q].name.rfind(module + ".", 0) == 0) kept.insert(static_cast<int>(q));
+      if (ir::within(p.params[q].name, module)) kept.insert(static_cast<int>(q));
   if (kept.empty()) return false;
   auto is_kept = [&](int q) { return kept.count(q) > 0; };
   std::set<int> dropped_handles;

@@ -246,7 +246,7 @@ void configure_compression(ShardedExecutor& sharded, const std::vector<CompressR
   std::map<std::string, tagc::Config> compressed;
   for (const CompressRequest& c : requests)
     for (const std::string& name : param_names)
-      if (name.rfind(c.module + ".", 0) == 0) compressed[name] = {c.ratio, c.index_bits, c.sparsity};
+      if (ir::within(name, c.module)) compressed[name] = {c.ratio, c.index_bits, c.sparsity};
   sharded.compress(compressed);
   if (resume_dir.empty()) return;
   int written_at = checkpoint_world(resume_dir);

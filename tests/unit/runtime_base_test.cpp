@@ -12,7 +12,7 @@
 #include <set>
 
 #include "backend/train/lr_schedule.h"
-#include "backend/comm/mesh_layout.h"
+#include "backend/lower/mesh_layout.h"
 #include "backend/lower/pipeline_stages.h"
 #include "backend/train/rank_env.h"
 #include "backend/lower/lower_schedule.h"

@@ -5,7 +5,7 @@
 
 #include <torch/types.h>
 
-#include "backend/comm/mesh_layout.h"
+#include "backend/lower/mesh_layout.h"
 
 namespace loom {
 
