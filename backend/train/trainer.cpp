@@ -533,14 +533,11 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
     step_options.accum = o.accum;
     r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
   }
-  // checkpoint(): the modules the program recomputes.
+  // checkpoint(): the modules the program recomputes (a mesh, which has no program here, refuses it).
   std::set<std::string> recomputed;
-  if (r.step) {
+  if (r.step)
     for (const ir::Instr& in : r.step->instrs)
       if (in.kind == ir::OpKind::Recompute) recomputed.insert(in.module);
-  } else {
-    recomputed.insert(r.plan.checkpoint.begin(), r.plan.checkpoint.end());
-  }
   std::unordered_set<const torch::nn::Module*> checkpointed;
   for (auto& item : r.model.module->named_modules("", /*include_self=*/true))
     if (recomputed.count(item.key())) checkpointed.insert(item.value().get());

@@ -27,15 +27,18 @@ sys.exit(0 if issued == planned and program["complete"] else 1)
 PY
 
 # same_collectives NAME NPROC MICRO_BATCH FILE ARGS...: runs two steps with a trace, explains
-# (ARGS: what both take, --model, --set and --accum), compares.
+# (ARGS: what both take, --model, --set and --accum; --rank R, explain's only, picks the rank
+# compared), compares.
 same_collectives() {
-  local name="$1" nproc="$2" micro_batch="$3" file="$4" accum=1 rank=0
+  local name="$1" nproc="$2" micro_batch="$3" file="$4" accum=1 rank=0 run_args=()
   shift 4
-  for ((i = 1; i <= $#; i++)); do [ "${!i}" = --accum ] && { j=$((i + 1)); accum="${!j}"; }; done
-  for ((i = 1; i <= $#; i++)); do [ "${!i}" = --rank ] && { j=$((i + 1)); rank="${!j}"; }; done
-  local run_args=()
-  for ((i = 1; i <= $#; i++)); do
-    if [ "${!i}" = --rank ]; then i=$((i + 1)); else run_args+=("${!i}"); fi
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --rank) rank="$2"; shift 2; continue ;;
+      --accum) accum="$2" ;;
+    esac
+    run_args+=("$1")
+    shift
   done
   rm -f "$tmp/trace.json" "$tmp/program.json"
   "$loom" run "$file" "${run_args[@]}" --nproc "$nproc" --micro-batch "$micro_batch" --steps 2 --seq 32 --threads 1 --trace "$tmp/trace.json" \
