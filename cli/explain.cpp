@@ -60,18 +60,12 @@ int explain(const ExplainOptions& o) {
     // Every rank runs this same program (SPMD) outside a mesh; in one, each stage and
     // tensor-parallel rank its own.
     bool mesh = plan.model_parallel();
-    bool complete = !mesh || plan.factors.dp == 1;
-    std::string note = "under a mesh with data parallelism the gradient buckets are the reducer's own, not yet "
-                       "the program's: its data-parallel all-reduces may be grouped differently";
     if (o.json) {
       nlohmann::json j = nlohmann::json::parse(program.to_json());
       j["rank"] = o.rank;
-      j["complete"] = complete;
-      if (!complete) j["note"] = note;
       std::cout << j.dump(1) << "\n";
       return kOk;
     }
-    if (!complete) std::cout << "# note: " << note << "\n";
     if (mesh) std::cout << "# the program of rank " << o.rank << " (stage " << program.mesh.stage << ", tp rank " << program.mesh.tp_rank << ")\n";
     else std::cout << "# the program of rank " << o.rank << " (every rank runs the same one)\n";
     std::cout << "# passes (in order):\n";
@@ -121,7 +115,7 @@ void add_explain(CLI::App& app, std::function<int()>& run) {
   c->add_option("--accum", o->accum, "micro-batches per step: the forward and backward instructions run once for each")
       ->check(at_least(1));
   c->add_option("--clip", o->clip, "the run's --clip: 0 plans no gradient-norm all-reduce (a run with --metrics still measures the norm; plan it with --clip 1)");
-  c->add_flag("--json", o->json, "print the IR as JSON (with \"rank\", and \"complete\": false where the program may group a mesh's data-parallel reductions otherwise than the run)");
+  c->add_flag("--json", o->json, "print the IR as JSON (with \"rank\")");
   c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE`: prices each instruction");
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules");
   c->callback([&run, o] { run = [o] { return explain(*o); }; });

@@ -33,6 +33,8 @@ class TensorParallel : public nn::CallInterceptor {
   void shard_parameters();
   // The axis `param` (a full name) is split along, or -1 when every tp rank holds all of it.
   int split_axis(const std::string& param) const;
+  // The interceptor each module call goes on to (the activation checkpointer, the profiler).
+  void call_next(nn::CallInterceptor* next) { next_ = next; }
 
   torch::Tensor intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
                           const nn::Forward& forward) override;

@@ -17,36 +17,66 @@ void checkpoint(const Directive& d, const Schedule& schedule, RuntimePlan& plan)
     plan.checkpoint.push_back(d.target);  // twice is once (the primitive warned)
 }
 
+void check_checkpoint(const Directive& d, const Schedule&, const RuntimePlan& plan) {
+  // A stage recomputes only what it runs: a module around the split list spans stages.
+  if (plan.pp > 1 && ir::within(plan.stages.list, d.target))
+    unsupported(d, "`" + (d.target.empty() ? std::string("the model") : d.target) + "` holds the pipeline's list `" +
+                       plan.stages.list + "`, whose entries run on different stages",
+                "checkpoint the list's entries instead: for b in sch[\"" + plan.stages.list + ".*\"] { b.checkpoint() }");
+}
+
+namespace {
+
+bool forward_tp_collective(const ir::Instr& in) {
+  return in.phase == ir::Phase::Forward && (in.kind == ir::OpKind::TpAllReduce || in.kind == ir::OpKind::TpAllGather);
+}
+
+// What recomputing module `m` puts before the backward of its first op, or nothing where this
+// program runs no backward of it (another stage's module): the recompute, then the forward's
+// tensor-parallel collectives inside it, which the recomputation issues again.
+std::vector<ir::Instr> recomputation_of(const std::string& m, ir::Program& p, size_t& first_backward) {
+  ir::Instr recompute;
+  recompute.kind = ir::OpKind::Recompute;
+  recompute.phase = ir::Phase::Backward;
+  recompute.module = m;
+  std::set<int> params;
+  std::vector<ir::Instr> replayed;
+  first_backward = p.instrs.size();
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    ir::Instr& in = p.instrs[i];
+    if (!ir::within(in.module, m)) continue;
+    if (in.kind == ir::OpKind::Compute && in.phase == ir::Phase::Forward) {
+      params.insert(in.params.begin(), in.params.end());
+      recompute.flops += in.flops;
+      recompute.activation_bytes += in.activation_bytes;
+      in.activation_bytes = 0;  // dropped in forward: the recomputation saves them again
+    } else if (forward_tp_collective(in)) {
+      ir::Instr again = ir::scalar_collective(p, in.kind, ir::Phase::Backward, in.group);
+      again.module = in.module;
+      again.bytes = in.bytes;
+      replayed.push_back(again);
+      replayed.push_back(ir::wait_for(again.handle, ir::Phase::Backward));
+    } else if (in.kind == ir::OpKind::Compute && in.phase == ir::Phase::Backward && first_backward == p.instrs.size()) {
+      first_backward = i;
+    }
+  }
+  if (first_backward == p.instrs.size()) return {};
+  recompute.params.assign(params.begin(), params.end());
+  replayed.insert(replayed.begin(), recompute);
+  return replayed;
+}
+
+}  // namespace
+
 void insert_recomputation(const std::vector<std::string>& checkpointed, ir::Program& p) {
   std::set<std::string> requested(checkpointed.begin(), checkpointed.end());
-  std::vector<std::string> outermost;
   for (const std::string& m : requested) {
     bool nested = false;
     for (const std::string& other : requested) nested = nested || (other != m && ir::within(m, other));
-    if (!nested) outermost.push_back(m);
-  }
-  for (const std::string& m : outermost) {
-    ir::Instr recompute;
-    recompute.kind = ir::OpKind::Recompute;
-    recompute.phase = ir::Phase::Backward;
-    recompute.module = m;
-    std::set<int> params;
-    size_t first_backward = p.instrs.size();
-    for (size_t i = 0; i < p.instrs.size(); ++i) {
-      ir::Instr& in = p.instrs[i];
-      if (in.kind != ir::OpKind::Compute || !ir::within(in.module, m)) continue;
-      if (in.phase == ir::Phase::Forward) {
-        params.insert(in.params.begin(), in.params.end());
-        recompute.flops += in.flops;
-        recompute.activation_bytes += in.activation_bytes;
-        in.activation_bytes = 0;  // dropped in forward: the recomputation saves them again
-      } else if (in.phase == ir::Phase::Backward && first_backward == p.instrs.size()) {
-        first_backward = i;
-      }
-    }
-    if (first_backward == p.instrs.size()) continue;  // no op of the module runs (no parameters)
-    recompute.params.assign(params.begin(), params.end());
-    p.instrs.insert(p.instrs.begin() + static_cast<long>(first_backward), recompute);
+    if (nested) continue;
+    size_t first_backward = 0;
+    std::vector<ir::Instr> recomputation = recomputation_of(m, p, first_backward);
+    p.instrs.insert(p.instrs.begin() + static_cast<long>(first_backward), recomputation.begin(), recomputation.end());
   }
 }
 

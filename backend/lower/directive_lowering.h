@@ -43,10 +43,13 @@ void plan_stages(const Schedule& schedule, RuntimePlan& plan);
 void lower_pipeline_stage(const RuntimePlan& plan, const ir::OpTrace& trace, ir::Program& program);
 // activation_checkpoint.cpp
 void checkpoint(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+void check_checkpoint(const Directive& d, const Schedule& schedule, const RuntimePlan& plan);
 // The step program's recomputations: before the backward of a checkpointed module's ops, a
-// `recompute` of the module (with their parameters, FLOPs and re-saved activations); its ops'
-// forward saves nothing (the module's inputs, which the checkpoint keeps, are not counted).
-// A module inside another checkpointed one is recomputed with it.
+// `recompute` of the module (with their parameters, FLOPs and re-saved activations) and the
+// tensor-parallel collectives of its forward, issued again; its ops' forward saves nothing
+// (the module's inputs, which the checkpoint keeps, are not counted). A module inside another
+// checkpointed one is recomputed with it. Runs after the pipeline and tensor-parallel
+// lowerings: a stage recomputes only its own ops, a tensor-parallel rank its slices' FLOPs.
 void insert_recomputation(const std::vector<std::string>& checkpointed, ir::Program& program);
 // optimizer_offload.cpp
 void offload(const Directive& d, const Schedule& schedule, RuntimePlan& plan);

@@ -18,7 +18,7 @@ struct Entry {
 const std::map<std::string, Entry>& lowerings() {
   using namespace lowering;
   static const std::map<std::string, Entry> table = {
-      {"bucket", {bucket}},
+      {"bucket", {bucket, nullptr, true}},
       {"shard_states", {shard_states}},
       {"prefetch", {prefetch}},
       {"unshard", {unshard}},
@@ -26,7 +26,7 @@ const std::map<std::string, Entry>& lowerings() {
       {"shard", {shard, nullptr, true}},
       {"sync", {sync, nullptr, true}},
       {"pipeline_split", {pipeline_split, nullptr, true}},
-      {"checkpoint", {checkpoint}},
+      {"checkpoint", {checkpoint, check_checkpoint, true}},
       {"offload", {offload}},
       {"compress", {compress, check_compress}},
       {"verify", {[](const Directive&, const Schedule&, RuntimePlan& plan) { plan.verify_first = true; }, nullptr, true}},
@@ -44,8 +44,8 @@ bool plain_data_parallel(const Directive& d) { return d.primitive == "shard_stat
 void check_mesh_composition(const Directive& d, const RuntimePlan& plan) {
   std::string kind = plan.tp > 1 && plan.pp > 1 ? "tensor and pipeline" : plan.tp > 1 ? "tensor" : "pipeline";
   lowering::unsupported(d, "with tensor or pipeline parallelism (mesh tp = " + std::to_string(plan.tp) + ", pp = " +
-                               std::to_string(plan.pp) + ") the runtime runs shard, sync and pipeline_split over plain data "
-                               "parallelism; " + d.primitive + " is not combined with them yet",
+                               std::to_string(plan.pp) + ") the runtime combines shard, sync, pipeline_split, bucket and "
+                               "checkpoint with plain data parallelism; " + d.primitive + " is not combined with them yet",
                         "remove it to train with the mesh's " + kind + " parallelism, or remove the mesh (and its "
                         "shard, sync and pipeline_split) to keep it");
 }
@@ -60,12 +60,12 @@ RuntimePlan lower_schedule(const Schedule& schedule) {
     if (it == lowerings().end()) lowering::unsupported(d, "its runtime effect is not implemented yet");
     it->second.lower(d, schedule, plan);
   }
+  lowering::plan_stages(schedule, plan);
   for (const Directive& d : schedule.trace()) {
     const Entry& e = lowerings().at(d.primitive);
     if (plan.model_parallel() && !e.with_mesh && !plain_data_parallel(d)) check_mesh_composition(d, plan);
     if (e.check) e.check(d, schedule, plan);
   }
-  lowering::plan_stages(schedule, plan);
   return plan;
 }
 

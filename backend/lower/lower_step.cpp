@@ -24,9 +24,11 @@ ir::Program lower_step(const RuntimePlan& plan, const ir::OpTrace& trace, std::v
     mesh = {plan.tp, plan.pp, at.stage, at.tp_rank};
   }
   ir::Program initial = ir::lower(trace, plan.factors, options.grad_norm, options.accum, mesh);
-  lowering::insert_recomputation(plan.checkpoint, initial);
   lowering::lower_pipeline_stage(plan, trace, initial);
   lowering::lower_tensor_parallel(plan, trace, initial);
+  // Last: a stage recomputes only its own ops, and a recomputation replays the tensor-parallel
+  // collectives of the forward it repeats.
+  lowering::insert_recomputation(plan.checkpoint, initial);
   ir::Program program = run_passes(std::move(initial), inputs, pipeline_passes(), records, debug);
   std::string problem = ir::verify_complete(program);
   if (!problem.empty()) throw InternalError("IR verifier, end of pipeline: " + problem);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -29,7 +30,6 @@
 #include "backend/train/checkpoint_io.h"
 #include "backend/instrument/collective_profiler.h"
 #include "backend/comm/communicator.h"
-#include "backend/lower/gradient_buckets.h"
 #include "backend/exec/gradient_reducer.h"
 #include "backend/train/launcher.h"
 #include "backend/train/lr_schedule.h"
@@ -151,27 +151,6 @@ std::vector<std::vector<size_t>> program_buckets(const ir::Program& step, const 
   for (size_t k = 0; k < names.size(); ++k)
     if (!reduced[k] && std::find(skipped.begin(), skipped.end(), names[k]) == skipped.end())
       throw InternalError("the step program never reduces the gradient of " + names[k] + " (was it traced?)");
-  return buckets;
-}
-
-// Under a mesh, whose step program the run does not follow yet (until it does, the buckets are
-// formed here as well as in the bucket_data_parallel pass, and may differ from the program's): DDP's buckets over this rank's
-// parameters (its slices, its stage's), in reverse registration order, bucket() modules apart.
-std::vector<std::vector<size_t>> mesh_buckets(const std::vector<torch::Tensor>& params, const std::vector<std::string>& names,
-                                              const std::vector<std::string>& bucket_modules, int64_t bucket_bytes,
-                                              const std::vector<std::string>& skipped) {
-  std::vector<size_t> order;
-  std::vector<int64_t> bytes;
-  std::vector<int> declared;
-  for (size_t i = params.size(); i-- > 0;) {
-    if (std::find(skipped.begin(), skipped.end(), names[i]) != skipped.end()) continue;
-    order.push_back(i);
-    bytes.push_back(params[i].numel() * params[i].element_size());
-    declared.push_back(bucket_module_of(names[i], bucket_modules));
-  }
-  std::vector<std::vector<size_t>> buckets = plan_gradient_buckets(bytes, declared, bucket_bytes);
-  for (auto& b : buckets)
-    for (size_t& k : b) k = order[k];
   return buckets;
 }
 
@@ -420,7 +399,7 @@ struct RankRun {
   std::unique_ptr<TensorParallel> tensor_parallel;
   std::unique_ptr<ActivationCheckpointer> checkpointer;
   ir::OpTrace trace;                 // the model's compute ops (the op profiler keeps a reference)
-  std::optional<ir::Program> step;  // the step's program (not for a mesh yet)
+  std::optional<ir::Program> step;  // this rank's step program
   std::unique_ptr<OpProfiler> profiler;
   std::unique_ptr<ShardedExecutor> sharded;
   std::unique_ptr<StepRecorder> recorder;
@@ -522,22 +501,19 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   const TrainOptions& o = r.o;
   bool profiling = !o.profile_out.empty();
   ir::OpTrace& trace = r.trace;
-  if (!r.plan.model_parallel() || profiling) trace = trace_model(o.model, {o.micro_batch, o.seq});
-  // The step's program, as `loom explain` shows it: the sharded executor follows it, and plain
-  // data parallelism takes its gradient buckets from it. A mesh's program (loom explain --rank)
-  // is not followed yet: its interceptors issue what it holds.
-  if (!r.plan.model_parallel()) {
-    StepOptions step_options;
-    step_options.bucket_bytes = o.bucket_bytes;
-    step_options.grad_norm = measures_grad_norm(o);
-    step_options.accum = o.accum;
-    r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
-  }
-  // checkpoint(): the modules the program recomputes (a mesh, which has no program here, refuses it).
+  trace = trace_model(o.model, {o.micro_batch, o.seq});
+  // The step's program, as `loom explain --rank` shows it for this rank: the sharded executor
+  // follows it, the data-parallel reducer takes its buckets from it, the step's tail runs it.
+  StepOptions step_options;
+  step_options.bucket_bytes = o.bucket_bytes;
+  step_options.grad_norm = measures_grad_norm(o);
+  step_options.accum = o.accum;
+  step_options.rank = r.env.rank;
+  r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
+  // checkpoint(): the modules the program recomputes (on a pipeline stage, its own).
   std::set<std::string> recomputed;
-  if (r.step)
-    for (const ir::Instr& in : r.step->instrs)
-      if (in.kind == ir::OpKind::Recompute) recomputed.insert(in.module);
+  for (const ir::Instr& in : r.step->instrs)
+    if (in.kind == ir::OpKind::Recompute) recomputed.insert(in.module);
   std::unordered_set<const torch::nn::Module*> checkpointed;
   for (auto& item : r.model.module->named_modules("", /*include_self=*/true))
     if (recomputed.count(item.key())) checkpointed.insert(item.value().get());
@@ -561,6 +537,7 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   }
   nn::CallInterceptor* outermost = r.sharded ? r.sharded.get() : innermost;
   if (r.tensor_parallel) {
+    r.tensor_parallel->call_next(outermost);
     outermost = r.tensor_parallel.get();
     nn::set_call_interceptor(outermost);
   }
@@ -622,10 +599,8 @@ void create_optimizer(RankRun& r) {
   }
   // offload("optimizer"): the optimizer updates host copies of what the program offloads, so
   // their states live on the host.
-  if (r.step) {
-    std::vector<bool> offloaded = offloaded_by_program(*r.step, r.ranges);
-    if (std::count(offloaded.begin(), offloaded.end(), true)) r.offload = std::make_unique<OptimizerOffload>(r.optimized, offloaded);
-  }
+  std::vector<bool> offloaded = offloaded_by_program(*r.step, r.ranges);
+  if (std::count(offloaded.begin(), offloaded.end(), true)) r.offload = std::make_unique<OptimizerOffload>(r.optimized, offloaded);
   r.optimizer = std::make_unique<torch::optim::AdamW>(r.offload ? r.offload->optimized() : r.optimized,
                                                       torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(o.weight_decay));
   r.state_ranges = r.ranges;
@@ -678,13 +653,10 @@ std::unique_ptr<RankRun> set_up_rank(const TrainOptions& o, const RankEnv& env) 
   install_executors(*r, unreduced, reduce_dtype);
   create_optimizer(*r);
   // Replicated parameters are all-reduced in buckets; sharded ones by the executor.
-  comm::Group* replicas = r->mesh ? r->mesh->dp.get() : env.world > 1 ? r->world.get() : nullptr;
-  if (replicas && !r->sharded) {
-    std::vector<std::vector<size_t>> buckets =
-        r->step ? program_buckets(*r->step, r->param_names, unreduced)
-                : mesh_buckets(r->params, r->param_names, r->plan.buckets, o.bucket_bytes, unreduced);
-    r->reducer = std::make_unique<GradientReducer>(r->params, buckets, *replicas, reduce_dtype);
-  }
+  comm::Group* replicas = r->layout.dp == 1 ? nullptr : r->mesh ? r->mesh->dp.get() : r->world.get();
+  if (replicas && !r->sharded)
+    r->reducer = std::make_unique<GradientReducer>(r->params, program_buckets(*r->step, r->param_names, unreduced), *replicas,
+                                                   reduce_dtype);
   if (!o.trace.empty()) {
     timeline::enable(env.rank);
     r->observer = std::make_unique<TimelineObserver>(*r->model.module);
@@ -799,14 +771,24 @@ double reduced_loss(RankRun& r, comm::Group& group, double loss, int holders) {
   return t.item<double>() / holders;
 }
 
-// The step's tail as the program says, one handler per instruction kind: the gradient norm
-// and clipping, the offload copies around the optimizer step, the spread of updated slices,
-// the loss reduction. Each handler's collective completes before it returns, so waits are done.
-void run_step_tail(RankRun& r, const ir::Program& program, StepTail& tail) {
-  bool published = false;
+// The step's tail as the program says, one handler per instruction kind: the pipeline's sum of
+// shared gradients, the gradient norm and clipping, the offload copies around the optimizer
+// step, the spread of updated slices, the loss reduction. Each handler's collective completes
+// before it returns, so waits are done. `reduced` runs once the gradients are reduced, before
+// anything reads them (loom verify records them there).
+void run_step_tail(RankRun& r, const ir::Program& program, StepTail& tail, const std::function<void()>& reduced) {
+  bool published = false, seen_reduced = false;
   for (const ir::Instr& in : program.instrs) {
     if (in.phase != ir::Phase::Step) continue;
+    if (!seen_reduced && in.kind != ir::OpKind::AllReduce && in.kind != ir::OpKind::Wait) {
+      reduced();
+      seen_reduced = true;
+    }
     switch (in.kind) {
+      case ir::OpKind::AllReduce:  // gradients of what every stage holds, summed over the pipeline
+        if (in.group.role != "pipeline" || !r.stage) throw InternalError("the step's tail all-reduces over " + in.group.role);
+        r.stage->reduce_shared_gradients(r.params, r.param_names);
+        break;
       case ir::OpKind::GradNorm: tail.grad_norm = clip_gradients(r); break;
       case ir::OpKind::Offload: r.offload->gradients_to_host(); break;
       case ir::OpKind::OptimizerStep:
@@ -825,14 +807,7 @@ void run_step_tail(RankRun& r, const ir::Program& program, StepTail& tail) {
       default: throw InternalError(std::string("the step's tail has no handler for ") + ir::op_name(in.kind));
     }
   }
-}
-
-// Under a mesh, whose program the run does not interpret yet: clipping over the model's ranks,
-// the update, the loss from the last stage's ranks.
-void finish_mesh_step(RankRun& r, StepTail& tail) {
-  tail.grad_norm = clip_gradients(r);
-  r.optimizer->step();
-  tail.loss = reduced_loss(r, *r.world, tail.loss, r.env.world / r.layout.pp);
+  if (!seen_reduced) reduced();
 }
 
 // One optimizer step: its micro-batches, the reduced gradients clipped, the update, the loss
@@ -857,12 +832,9 @@ StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
   {
     timeline::Span optimizer_span("optimizer", "phase");
     if (r.sharded) r.sharded->average_gradients();
-    // A pipeline's shared gradients, summed over the stages (the mesh program's step all-reduce),
-    // before loom verify records the reduced gradients.
-    if (r.stage) r.stage->reduce_shared_gradients(r.params, r.param_names);
-    if (recording) record_gradients(r, step, lr);
-    if (r.step) run_step_tail(r, *r.step, tail);
-    else finish_mesh_step(r, tail);
+    run_step_tail(r, *r.step, tail, [&] {
+      if (recording) record_gradients(r, step, lr);
+    });
   }
   if (recording) record_parameters(r);
   double loss = tail.loss, grad_norm = tail.grad_norm;

@@ -545,3 +545,38 @@ TEST_CASE("a tensor-parallel rank's program: its slices, and each sync's collect
   CHECK(after(OpKind::TpAllGather, ir::Phase::Forward, "head") == 80);  // the whole output
   CHECK(std::string(ir::issued_collective(p.instrs[find(p, OpKind::Compute, ir::Phase::Forward, "head") + 1])) == "all_gather");
 }
+
+TEST_CASE("checkpoint() under a mesh: a stage recomputes only its own entry; a recomputation replays its forward's tp collectives") {
+  RuntimePlan plan;
+  plan.pp = 2;
+  plan.stages = PipelineStages{"l", {0, 1, 2}};
+  for (int stage : {0, 1}) {
+    ir::Program p = ir::lower(pipe_trace(), {1, 1, 1, 1}, true, 1, {1, 2, stage, 0});
+    lowering::lower_pipeline_stage(plan, pipe_trace(), p);
+    lowering::insert_recomputation({"l.0", "l.1"}, p);
+    p = run_passes(p, {}, pipeline_passes(), nullptr, {});
+    int recompute = find(p, OpKind::Recompute, ir::Phase::Backward, "");
+    REQUIRE(recompute >= 0);
+    CHECK(count(p, OpKind::Recompute) == 1);
+    CHECK(p.instrs[recompute].module == (stage == 0 ? "l.0" : "l.1"));
+    CHECK(recompute < find(p, OpKind::Compute, ir::Phase::Backward, stage == 0 ? "l.0" : "l.1"));
+    if (stage == 0) CHECK(recompute > find(p, OpKind::Recv, ir::Phase::Backward, ""));  // after the gradient arrives
+  }
+  RuntimePlan tp;
+  tp.tp = 2;
+  tp.shards = {{"l.0", {"w"}, 1}};
+  tp.syncs = {{"l.0", "fwd_post", "all_reduce"}};
+  ir::Program p = ir::lower(pipe_trace(), {1, 1, 1, 1}, true, 1, {2, 1, 0, 0});
+  lowering::lower_tensor_parallel(tp, pipe_trace(), p);
+  lowering::insert_recomputation({"l.0"}, p);
+  p = run_passes(p, {}, pipeline_passes(), nullptr, {});
+  int recompute = find(p, OpKind::Recompute, ir::Phase::Backward, "");
+  REQUIRE(recompute >= 0);
+  CHECK(p.instrs[recompute].flops == 50);  // the slice's share, as the forward's
+  const ir::Instr& again = p.instrs[recompute + 1];
+  CHECK(again.kind == OpKind::TpAllReduce);
+  CHECK(again.module == "l.0");
+  CHECK(again.bytes == 40);
+  CHECK(count(p, OpKind::TpAllReduce) == 2);  // the forward's, and the recomputation's
+  CHECK(ir::verify_complete(p) == "");
+}
