@@ -15,13 +15,15 @@ struct MeshGroups {
   MeshLayout at;
   std::shared_ptr<comm::Group> tp;        // same stage and replica
   std::shared_ptr<comm::Group> dp;        // same stage and tp rank: gradient averaging
-  std::shared_ptr<comm::Group> model;     // same replica: every parameter element once (gradient norm)
+  std::shared_ptr<comm::Group> model;     // same replica (optimizer block): every gradient element once (norm)
   std::shared_ptr<comm::Group> pipeline;  // same replica and tp rank: parameters outside the stages
   std::shared_ptr<comm::Group> previous;  // {stage - 1, this rank}: the previous stage is group rank 0
   std::shared_ptr<comm::Group> next;      // {this rank, stage + 1}: this rank is group rank 0
 };
 
 // Every world rank calls this with the same degrees (c10d creates subgroups collectively).
-MeshGroups make_mesh_groups(comm::Group& world, int tp, int pp);
+// `optim_block`: with optimizer states sharded over blocks of s_os data-parallel ranks, the
+// model group spans a block, whose ranks hold every gradient element once between them.
+MeshGroups make_mesh_groups(comm::Group& world, int tp, int pp, int optim_block = 1);
 
 }  // namespace loom

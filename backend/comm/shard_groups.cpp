@@ -19,17 +19,18 @@ std::shared_ptr<comm::Group> strided_group(comm::Group& world, int block, int st
   return mine;
 }
 
-ShardGroups make_shard_groups(comm::Group& world, const ir::Sharding& f) {
-  if (f.dp != world.size() || f.params < 1 || f.grads % f.params || f.optim % f.grads || f.dp % f.optim)
+ShardGroups make_shard_groups(comm::Group& world, const ir::Sharding& f, int tp) {
+  if (world.size() % (f.dp * tp) || f.params < 1 || f.grads % f.params || f.optim % f.grads || f.dp % f.optim)
     throw InternalError("make_shard_groups: factors (" + std::to_string(f.params) + ", " + std::to_string(f.grads) + ", " +
                         std::to_string(f.optim) + ") at dp " + std::to_string(f.dp) + " do not divide each other");
   ShardGroups g;
   g.factors = f;
-  g.params = strided_group(world, f.params, 1);
-  g.replicas = strided_group(world, f.dp, f.params);
-  g.grad_peers = strided_group(world, f.grads, f.params);
-  g.optim_peers = strided_group(world, f.optim, f.params);
-  g.optim_block = strided_group(world, f.optim, 1);
+  // Blocks of k dp ranks are blocks of k * tp world ranks (tp ranks adjacent, stages outermost).
+  g.params = strided_group(world, f.params * tp, tp);
+  g.replicas = strided_group(world, f.dp * tp, f.params * tp);
+  g.grad_peers = strided_group(world, f.grads * tp, f.params * tp);
+  g.optim_peers = strided_group(world, f.optim * tp, f.params * tp);
+  g.optim_block = strided_group(world, f.optim * tp, tp);
   g.grad_slot = g.grad_peers ? g.grad_peers->rank() : 0;
   g.optim_slot = g.optim_peers ? g.optim_peers->rank() : 0;
   return g;

@@ -23,8 +23,10 @@ struct ShardGroups {
 };
 
 // Every world rank calls this with the same factors: c10d needs every subgroup created by
-// every rank in the same order. Factors must divide each other (s_p | s_g | s_os | dp).
-ShardGroups make_shard_groups(comm::Group& world, const ir::Sharding& factors);
+// every rank in the same order. Factors must divide each other (s_p | s_g | s_os | dp). Under
+// a mesh (mesh_layout.h) the sharding runs inside each data-parallel group: the dp ranks of one
+// stage and tensor-parallel rank, `tp` world ranks apart.
+ShardGroups make_shard_groups(comm::Group& world, const ir::Sharding& factors, int tp = 1);
 
 // This rank's group among blocks of `block` consecutive ranks, members `stride` apart
 // (stride 1: consecutive ranks). nullptr when the group would hold one rank.

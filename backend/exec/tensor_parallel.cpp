@@ -83,8 +83,13 @@ torch::Tensor TensorParallel::intercept(torch::nn::Module& module, const std::ve
         });
       }
   if (s.bias_after_reduce) {
+    // The whole bias once, after the sum: inside the call the next interceptor runs, where a
+    // sharded executor has the parameters resident.
     auto& linear = static_cast<nn::LinearImpl&>(module);
-    return reduce(torch::linear(xs.at(0), linear.weight)) + linear.bias;
+    nn::Forward split = [this, &linear](const std::vector<torch::Tensor>& in) {
+      return reduce(torch::linear(in.at(0), linear.weight)) + linear.bias;
+    };
+    return next_ ? next_->intercept(module, xs, split) : split(xs);
   }
   torch::Tensor out = run(xs);
   if (s.reduce_output) out = reduce(out);

@@ -23,6 +23,7 @@ using Check = void (*)(const Directive& d, const Schedule& schedule, const Runti
 void bucket(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
 // sharding.cpp (Lins factors, ZeRO, FSDP, and what steers the gathers of sharded parameters)
 void shard_states(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+void check_shard_states(const Directive& d, const Schedule& schedule, const RuntimePlan& plan);
 void prefetch(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
 void unshard(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
 // tensor_parallel.cpp (Megatron-LM's split layers and their syncs; mesh() sets tp and pp)

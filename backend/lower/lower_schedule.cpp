@@ -19,16 +19,16 @@ const std::map<std::string, Entry>& lowerings() {
   using namespace lowering;
   static const std::map<std::string, Entry> table = {
       {"bucket", {bucket, nullptr, true}},
-      {"shard_states", {shard_states}},
-      {"prefetch", {prefetch}},
-      {"unshard", {unshard}},
+      {"shard_states", {shard_states, check_shard_states, true}},
+      {"prefetch", {prefetch, nullptr, true}},
+      {"unshard", {unshard, nullptr, true}},
       {"mesh", {mesh, nullptr, true}},
       {"shard", {shard, nullptr, true}},
       {"sync", {sync, nullptr, true}},
       {"pipeline_split", {pipeline_split, nullptr, true}},
       {"checkpoint", {checkpoint, check_checkpoint, true}},
-      {"offload", {offload}},
-      {"compress", {compress, check_compress}},
+      {"offload", {offload, nullptr, true}},
+      {"compress", {compress, check_compress, true}},
       {"verify", {[](const Directive&, const Schedule&, RuntimePlan& plan) { plan.verify_first = true; }, nullptr, true}},
       {"test_corrupt_shard", {test_corrupt_shard}},
       {"test_skip_reduction", {test_skip_reduction}},
@@ -37,15 +37,12 @@ const std::map<std::string, Entry>& lowerings() {
   return table;
 }
 
-// shard_states(1, 1, 1) (zero() or fsdp() at dp = 1 record it too) is plain data parallelism,
-// which is what a mesh runs over.
-bool plain_data_parallel(const Directive& d) { return d.primitive == "shard_states" && d.arg("optim")->as_int() == 1; }
-
 void check_mesh_composition(const Directive& d, const RuntimePlan& plan) {
   std::string kind = plan.tp > 1 && plan.pp > 1 ? "tensor and pipeline" : plan.tp > 1 ? "tensor" : "pipeline";
   lowering::unsupported(d, "with tensor or pipeline parallelism (mesh tp = " + std::to_string(plan.tp) + ", pp = " +
-                               std::to_string(plan.pp) + ") the runtime combines shard, sync, pipeline_split, bucket and "
-                               "checkpoint with plain data parallelism; " + d.primitive + " is not combined with them yet",
+                               std::to_string(plan.pp) + ") the runtime combines shard, sync and pipeline_split with data "
+                               "parallelism, sharding, bucket, prefetch, unshard, checkpoint and offload; " + d.primitive +
+                               " is not combined with them yet",
                         "remove it to train with the mesh's " + kind + " parallelism, or remove the mesh (and its "
                         "shard, sync and pipeline_split) to keep it");
 }
@@ -63,7 +60,7 @@ RuntimePlan lower_schedule(const Schedule& schedule) {
   lowering::plan_stages(schedule, plan);
   for (const Directive& d : schedule.trace()) {
     const Entry& e = lowerings().at(d.primitive);
-    if (plan.model_parallel() && !e.with_mesh && !plain_data_parallel(d)) check_mesh_composition(d, plan);
+    if (plan.model_parallel() && !e.with_mesh) check_mesh_composition(d, plan);
     if (e.check) e.check(d, schedule, plan);
   }
   return plan;

@@ -34,9 +34,11 @@ Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm, in
   for (auto it = trace.forward.rbegin(); it != trace.forward.rend(); ++it) p.instrs.push_back(compute(*it, Phase::Backward));
   // With optimizer states sharded, each of the s_os ranks of a block holds its part of every
   // gradient: the norm's squares are summed over them. Otherwise every rank holds them all and
-  // measures the norm alone (a group of one: no communication). Clipping follows the norm.
+  // measures the norm alone (a group of one: no communication). Under a mesh the block's model
+  // ranks (tensor-parallel slices, stages) hold their parts too. Clipping follows the norm.
   if (grad_norm) {
-    GroupRef over = mesh.model_parallel() > 1 ? GroupRef{"model", mesh.model_parallel()} : GroupRef{"optim_block", sharding.optim};
+    GroupRef over = mesh.model_parallel() > 1 ? GroupRef{"model", mesh.model_parallel() * sharding.optim}
+                                              : GroupRef{"optim_block", sharding.optim};
     Instr norm = scalar_collective(p, OpKind::GradNorm, Phase::Step, over);
     p.instrs.push_back(norm);
     p.instrs.push_back(wait_for(norm.handle, Phase::Step));

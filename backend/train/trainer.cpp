@@ -487,7 +487,7 @@ void build_rank_model(RankRun& r) {
   // Resuming: the consolidated weights before any sharding, the optimizer states later.
   if (!o.resume.empty()) std::tie(r.resume_dir, r.start) = load_model_checkpoint(o, *r.model.module, r.params);
   if (r.plan.model_parallel()) {
-    r.mesh = std::make_unique<MeshGroups>(make_mesh_groups(*r.world, r.plan.tp, r.plan.pp));
+    r.mesh = std::make_unique<MeshGroups>(make_mesh_groups(*r.world, r.plan.tp, r.plan.pp, r.plan.factors.optim));
     r.layout = r.mesh->at;
     r.tensor_parallel = std::make_unique<TensorParallel>(*r.model.module, r.plan.shards, r.plan.syncs, r.mesh->tp);
     r.tensor_parallel->shard_parameters();
@@ -530,7 +530,7 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   // call, the activation checkpointer inside it. Every rank creates every subgroup, in order.
   r.optimized = r.params;
   if (r.plan.factors.optim > 1) {
-    r.sharded = std::make_unique<ShardedExecutor>(*r.model.module, *r.step, make_shard_groups(*r.world, r.plan.factors), innermost,
+    r.sharded = std::make_unique<ShardedExecutor>(*r.model.module, *r.step, make_shard_groups(*r.world, r.plan.factors, r.plan.tp), innermost,
                                                   reduce_dtype);
     r.optimized = r.sharded->optimized();
     nn::set_call_interceptor(r.sharded.get());
@@ -718,16 +718,16 @@ double clip_gradients(RankRun& r) {
   const TrainOptions& o = r.o;
   if (!measures_grad_norm(o)) return std::numeric_limits<double>::quiet_NaN();
   double max_norm = o.clip > 0 ? o.clip : std::numeric_limits<double>::infinity();
-  if (r.sharded) return r.sharded->clip_gradients(max_norm);
-  if (!r.mesh) return torch::nn::utils::clip_grad_norm_(r.params, max_norm);
-  // Each element once over the model's ranks: slices everywhere, the rest on tp rank 0 of the
-  // stage that trains it (stage 0 for what every stage holds).
+  if (!r.mesh) return r.sharded ? r.sharded->clip_gradients(max_norm) : torch::nn::utils::clip_grad_norm_(r.params, max_norm);
+  // Each element once over the model group's ranks (with sharded states, their slices): tensor-
+  // parallel slices everywhere, the rest on tp rank 0 of the stage that trains it (stage 0 for
+  // what every stage holds).
   std::vector<bool> counted;
-  for (const std::string& name : r.param_names) {
-    int s = r.stages ? r.stages->stage_of_param(name) : -1;
-    counted.push_back((r.tensor_parallel->split_axis(name) >= 0 || r.layout.tp_rank == 0) && (s >= 0 || r.layout.stage == 0));
+  for (const OptimizedRange& range : r.ranges) {
+    int s = r.stages ? r.stages->stage_of_param(range.param) : -1;
+    counted.push_back((r.tensor_parallel->split_axis(range.param) >= 0 || r.layout.tp_rank == 0) && (s >= 0 || r.layout.stage == 0));
   }
-  return clip_sharded_grad_norm(r.params, r.mesh->model.get(), max_norm, counted);
+  return clip_sharded_grad_norm(r.optimized, r.mesh->model.get(), max_norm, counted);
 }
 
 // loom verify's record of the first step: reduced gradients (before clipping), compression

@@ -42,7 +42,7 @@ expect "explain pass log" 0 "#   prefetch: changed" -- "$loom" explain stdlib_sc
 expect "explain ddp" 0 "all_reduce      lm_head" -- "$loom" explain --model llama:tiny --nproc 2
 expect "explain --rank" 0 "# the program of rank 1 (every rank runs the same one)" "loss_reduce" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --rank 1
 expect "explain --rank out of range" 2 "error: --rank 2 is not below --nproc 2" -- "$loom" explain --model gpt:tiny --nproc 2 --rank 2
-expect "explain json names each collective's operation" 0 '"collective": "reduce_scatter"' '"rank": 0' '"complete": true' -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --json
+expect "explain json names each collective's operation" 0 '"collective": "reduce_scatter"' '"rank": 0' -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --json
 expect "explain json" 0 '"gathers_placed": true' -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --json
 expect "explain LOOM_DEBUG" 0 "[loom] pass insert_gather_release: changed" -- env LOOM_DEBUG=1 "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2
 expect "explain schedule error" 1 "error: shard_states on sch: params = 3 does not divide dp = 8" -- "$loom" explain tests/error/shard_states_divide.sched --model gpt2 --nproc 8
@@ -59,16 +59,16 @@ expect "world 1 warns that nothing is sharded" 0 "warning: prefetch on \`layers.
   "note: the same warning for 3 more modules of this selection" -- "$loom" check tests/cli/stdlib_import.sched --model llama:tiny
 
 # What `loom run` cannot honour yet, `loom check` refuses with run's message; the hints are true.
-expect "check refuses a mesh with ZeRO-3" 1 \
-  "mesh_zero3.sched:3:1: error: shard_states is not yet supported at runtime: with tensor or pipeline parallelism (mesh tp = 2, pp = 1)" \
-  "hint: remove it to train with the mesh's tensor parallelism, or remove the mesh" \
-  -- "$loom" check tests/cli/mesh_zero3.sched --model gpt:tiny --world 4
+expect "check refuses a pipeline with ZeRO-3" 1 \
+  "pipeline_zero3.sched:3:1: error: shard_states is not yet supported at runtime: sharded states (s_os = 2) are not combined with pipeline parallelism (mesh pp = 2) yet" \
+  "hint: remove it to train the pipeline with plain data parallelism, or use mesh(tp=...) without pp" \
+  -- "$loom" check tests/cli/pipeline_zero3.sched --model gpt:tiny --world 4
 expect "run refuses it the same way" 1 \
-  "mesh_zero3.sched:3:1: error: shard_states is not yet supported at runtime: with tensor or pipeline parallelism (mesh tp = 2, pp = 1)" \
-  -- "$loom" run tests/cli/mesh_zero3.sched --model gpt:tiny --nproc 4 --steps 1
+  "pipeline_zero3.sched:3:1: error: shard_states is not yet supported at runtime: sharded states (s_os = 2) are not combined with pipeline parallelism" \
+  -- "$loom" run tests/cli/pipeline_zero3.sched --model gpt:tiny --nproc 4 --steps 1
 expect "check refuses replace" 1 'error: replace is not yet supported at runtime: its runtime effect is not implemented yet' \
   'hint: remove `sch["h.0.attn"].replace(impl="gpt2_attention_chunked")`' -- "$loom" check tests/cli/replace.sched --model gpt:tiny --world 2
-expect "zero(stage=3) at dp 1 beside a mesh is plain data parallelism" 0 "ok (" -- "$loom" check tests/cli/mesh_zero3.sched --model gpt:tiny --world 2
+expect "zero(stage=3) at dp 1 beside a pipeline is plain data parallelism" 0 "ok (" -- "$loom" check tests/cli/pipeline_zero3.sched --model gpt:tiny --world 2
 expect "shard_states(1, 1, 1) beside a mesh" 0 "ok (" -- "$loom" check tests/cli/mesh_plain_dp.sched --model gpt:tiny --world 2
 expect "check refuses unshard(auto)" 1 "error: unshard is not yet supported at runtime: unshard(auto) needs the memory-aware selection" \
   "hint: write unshard(true)" -- "$loom" check tests/cli/unshard_auto.sched --model gpt2 --world 2

@@ -6,6 +6,8 @@
 #include <iostream>
 
 #include "backend/comm/communicator.h"
+#include "backend/comm/mesh_groups.h"
+#include "backend/comm/shard_groups.h"
 #include "backend/train/launcher.h"
 #include "backend/train/rank_env.h"
 
@@ -22,6 +24,32 @@ void expect(bool ok, const std::string& what, int rank) {
     ++failures;
     std::cerr << "FAIL on rank " << rank << ": " << what << "\n";
   }
+}
+
+// The ranks of `group` (nullptr: this rank alone), as the sum of 2^rank over its members.
+int members_of(comm::Group* group, int rank) {
+  auto t = torch::full({1}, static_cast<float>(1 << rank));
+  if (group) comm::all_reduce(*group, t).wait();
+  return static_cast<int>(t.item<float>());
+}
+
+// World 4 as mesh(tp=2) x dp 2 (rank = dp_rank * 2 + tp_rank): ZeRO-3 runs inside each
+// data-parallel pair ({0, 2}, {1, 3}); the norm's model group spans the optimizer block, here
+// every rank; without sharded states it is the tensor-parallel pair.
+void check_mesh_groups(comm::Group& world, int r) {
+  ShardGroups zero3 = make_shard_groups(world, ir::Sharding{2, 2, 2, 2}, 2);
+  int pair = r % 2 == 0 ? 0b0101 : 0b1010;
+  expect(members_of(zero3.params.get(), r) == pair, "shard groups under tp 2: the parameter group is the dp pair", r);
+  expect(members_of(zero3.optim_block.get(), r) == pair, "shard groups under tp 2: the optimizer block is the dp pair", r);
+  expect(zero3.replicas == nullptr && zero3.optim_peers == nullptr, "shard groups under tp 2: no replicas, no optimizer peers", r);
+  ShardGroups zero1 = make_shard_groups(world, ir::Sharding{2, 1, 1, 2}, 2);
+  expect(members_of(zero1.replicas.get(), r) == pair && members_of(zero1.optim_peers.get(), r) == pair && !zero1.params,
+         "ZeRO-1 groups under tp 2: the dp pair", r);
+  MeshGroups sharded = make_mesh_groups(world, 2, 1, 2), plain = make_mesh_groups(world, 2, 1, 1);
+  expect(members_of(sharded.model.get(), r) == 0b1111, "mesh groups: the model group spans the optimizer block", r);
+  expect(members_of(plain.model.get(), r) == (r < 2 ? 0b0011 : 0b1100), "mesh groups: the model group is the replica", r);
+  expect(members_of(plain.dp.get(), r) == pair && members_of(plain.tp.get(), r) == (r < 2 ? 0b0011 : 0b1100),
+         "mesh groups: dp and tp pairs", r);
 }
 
 int worker(const RankEnv& env) {
@@ -94,6 +122,7 @@ int worker(const RankEnv& env) {
     expect(torch::equal(t, torch::full({5}, static_cast<float>(W > 1 ? W - 1 : 0))), "subgroup all_reduce", r);
     expect(sub->size() == static_cast<int>(members.size()), "subgroup size", r);
   }
+  if (W == 4) check_mesh_groups(*world, r);
   comm::barrier(*world);
   return failures == 0 ? 0 : 1;
 }

@@ -74,6 +74,12 @@ same_collectives "a pipeline of 2 stages x dp 2 on gpt:tiny, stage 1" 4 1 tests/
 same_collectives "pipeline with every block checkpointed, stage 1" 2 2 tests/verify/pipeline_checkpoint.sched --model gpt:tiny --rank 1
 same_collectives "tp 2 x dp 2 on llama:tiny, a layer checkpointed, a layer bucketed, tp rank 1" 4 1 \
   tests/verify/llama_tp_checkpoint_bucket.sched --model llama:tiny --rank 1
+# ZeRO inside a tensor-parallel mesh's data-parallel groups, with prefetch, checkpoint(), TAGC,
+# unshard and offload; two micro-batches a step.
+same_collectives "tp 2 x ZeRO-3 on llama:tiny, prefetch, a layer checkpointed, tp rank 1" 4 1 tests/verify/llama_tp_zero3.sched \
+  --model llama:tiny --rank 1
+same_collectives "tp 2 x ZeRO-3 with TAGC, unshard and offload, 2 micro-batches" 4 1 tests/verify/tp_zero3_tuned.sched \
+  --model gpt:tiny --accum 2
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -141,8 +141,6 @@ expect_run_error 1 "error: shard is not yet supported at runtime: tensor paralle
 expect_run_error 1 'sync(mode="fwd_pre", op="all_gather") is not built' \
   "$(mesh_sched fwd_pre 'sch.mesh(tp=2)' 'sch["h.0.mlp.c_fc"].shard("weight", axis=0).sync(mode="fwd_pre", op="all_gather")')" \
   --model gpt:tiny --nproc 2 --steps 1
-expect_run_error 1 "shard_states is not yet supported at runtime: with tensor or pipeline parallelism (mesh tp = 2, pp = 1) the runtime combines shard, sync, pipeline_split, bucket and checkpoint with plain data parallelism; shard_states is not combined with them yet" \
-  "$(mesh_sched with_zero 'sch.mesh(tp=2)' 'sch.shard_states(params=dp, grads=dp, optim=dp)')" --model gpt:tiny --nproc 4 --steps 1
 expect_run_error 1 "checkpoint is not yet supported at runtime: \`h\` holds the pipeline's list \`h\`, whose entries run on different stages" \
   "$(mesh_sched checkpoint_list 'sch.mesh(pp=2)' 'sch["h"].checkpoint()')" --model gpt:tiny --nproc 2 --steps 1
 expect_run_error 1 "error: \`h\` has 4 entries, fewer than the pp = 8 pipeline stages" \

@@ -46,12 +46,17 @@ for world in 2 4; do
 done
 expect "llama_tensor_parallel at world 2" 0 "equivalent (" \
   -- "$loom" verify tests/verify/llama_tensor_parallel.sched --model llama:tiny --seq 32 --micro-batch 2 --threads 1 --nproc 2
-# Meshes composed with checkpoint() and bucket() (issue #14, section 4).
+# Meshes composed with the runtime primitives (issue #14, section 4): checkpoint(), bucket(),
+# ZeRO inside the data-parallel group with prefetch, unshard, offload and TAGC.
 for world in 2 4; do
   expect "pipeline_checkpoint at world $world" 0 "equivalent (" -- "$loom" verify tests/verify/pipeline_checkpoint.sched $small --nproc $world
 done
 expect "llama_tp_checkpoint_bucket at world 4" 0 "equivalent (" \
   -- "$loom" verify tests/verify/llama_tp_checkpoint_bucket.sched --model llama:tiny --seq 32 --micro-batch 2 --threads 1 --nproc 4
+expect "llama_tp_zero3 (tp 2, ZeRO-3, prefetch, a layer checkpointed) at world 4" 0 "equivalent (" \
+  -- "$loom" verify tests/verify/llama_tp_zero3.sched --model llama:tiny --seq 32 --micro-batch 2 --threads 1 --nproc 4
+expect "tp_zero3_tuned (tp 2, ZeRO-3, TAGC, unshard, offload) at world 4" 0 "compressed (lossy by design):" "equivalent (" \
+  -- "$loom" verify tests/verify/tp_zero3_tuned.sched $small --nproc 4
 # A sync that is missing is no rule's business: verify catches it by the numbers.
 expect "tp: missing forward sync" 1 "first divergence: the output of h.0.mlp.c_proj on rank 0" "diverging module: h.0.mlp.c_proj" \
   'sch["h.0.mlp.c_proj"].shard(params="weight", axis=1) at tests/verify/tp_missing_sync.sched:6:1' \

@@ -1,5 +1,7 @@
 #include "verifier/differential/mesh_record_merge.h"
 
+#include <algorithm>
+#include <deque>
 #include <map>
 #include <string>
 
@@ -24,6 +26,44 @@ int64_t split_axis(const torch::Tensor& part, const torch::Tensor& whole, int tp
   return axis;
 }
 
+// The reduced gradients of one stage and tensor-parallel rank, each whole and shaped as the
+// rank's slice: with sharded optimizer states each dp rank recorded ranges of the flat, padded
+// slice (at their offsets; the ranks of one optimizer block cover it), placed here side by
+// side. Shapes come from the parameters recorded by the replica-0 rank (`shaped`).
+std::map<std::string, torch::Tensor> whole_slice_gradients(const std::vector<std::vector<RecordEntry>>& ranks, const MeshLayout& mesh,
+                                                           int stage, int tp_rank) {
+  std::map<std::string, torch::Tensor> flat, out;
+  for (int d = 0; d < mesh.dp; ++d)
+    for (const RecordEntry& e : ranks[mesh.rank_at(stage, d, tp_rank)]) {
+      if (e.kind != RecordKind::ParamGrad) continue;
+      torch::Tensor part = e.value.reshape({-1});
+      torch::Tensor& f = flat[e.name];
+      int64_t end = e.index + part.numel();
+      if (!f.defined() || f.numel() < end) {
+        torch::Tensor grown = torch::zeros({end}, part.options());
+        if (f.defined()) grown.narrow(0, 0, f.numel()).copy_(f);
+        f = grown;
+      }
+      f.narrow(0, e.index, part.numel()).copy_(part);
+    }
+  for (const RecordEntry& e : ranks[mesh.rank_at(stage, 0, tp_rank)])
+    if (e.kind == RecordKind::Param && flat.count(e.name))
+      out[e.name] = flat[e.name].narrow(0, 0, e.value.numel()).view(e.value.sizes());  // padding dropped
+  return out;
+}
+
+// A compression bound of the tp ranks' slices, for the whole parameter: the largest of their
+// bounds [gradient, after the step], and their estimated entries summed.
+torch::Tensor merged_bound(const std::vector<torch::Tensor>& parts) {
+  torch::Tensor b = parts[0].clone();
+  for (size_t t = 1; t < parts.size(); ++t) {
+    b[0] = std::max(b[0].item<double>(), parts[t][0].item<double>());
+    b[1] = std::max(b[1].item<double>(), parts[t][1].item<double>());
+    b[2] = b[2].item<double>() + parts[t][2].item<double>();
+  }
+  return b;
+}
+
 }  // namespace
 
 std::vector<std::vector<RecordEntry>> merge_mesh_records(const std::vector<std::vector<RecordEntry>>& ranks, int tp, int pp,
@@ -40,8 +80,23 @@ std::vector<std::vector<RecordEntry>> merge_mesh_records(const std::vector<std::
     for (int s = 0; s < pp; ++s) {
       std::map<std::string, std::vector<torch::Tensor>> parts;
       std::vector<const RecordEntry*> order;
+      std::deque<RecordEntry> assembled;  // the whole gradients (order points into it)
+      std::vector<std::map<std::string, torch::Tensor>> gradients;
+      for (int t = 0; t < tp; ++t) gradients.push_back(whole_slice_gradients(ranks, mesh, s, t));
       for (int t = 0; t < tp; ++t)
         for (const RecordEntry& e : ranks[mesh.rank_at(s, d, t)]) {
+          if (e.kind == RecordKind::ParamGrad) {  // one entry per gradient, whole, at offset 0
+            if (!gradients[t].count(e.name)) continue;
+            RecordEntry& whole_grad = assembled.emplace_back(e);
+            whole_grad.index = 0;
+            whole_grad.value = gradients[t].at(e.name);
+            std::string key = whole_grad.key();
+            if ((stage_of.count(key) && stage_of[key] != s) || static_cast<int>(parts[key].size()) > t) continue;
+            stage_of[key] = s;
+            if (parts[key].empty()) order.push_back(&whole_grad);
+            parts[key].push_back(whole_grad.value);
+            continue;
+          }
           std::string key = e.key();
           if (stage_of.count(key) && stage_of[key] != s) continue;
           stage_of[key] = s;
@@ -51,9 +106,11 @@ std::vector<std::vector<RecordEntry>> merge_mesh_records(const std::vector<std::
       for (const RecordEntry* e : order) {
         RecordEntry m = *e;
         const std::vector<torch::Tensor>& p = parts[e->key()];
+        m.value = p[0];
         auto w = whole.find(e->key());
         int64_t axis = w == whole.end() || static_cast<int>(p.size()) != tp ? -1 : split_axis(p[0], w->second, tp);
         if (axis >= 0) m.value = torch::cat(p, axis);
+        if (m.kind == RecordKind::Bound) m.value = merged_bound(p);
         merged.push_back(std::move(m));
       }
     }

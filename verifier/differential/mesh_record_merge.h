@@ -12,7 +12,9 @@ namespace loom {
 // `ranks[r]`: world rank r's record of a run at mesh (tp, pp); `plain[d]`: the plain run's rank d.
 // A quantity recorded by several stages is taken from the first (those outside the split list
 // are computed by every stage); the tp ranks' slices are concatenated along the one axis where
-// the plain quantity is tp times larger, and otherwise tp rank 0's copy is taken.
+// the plain quantity is tp times larger, and otherwise tp rank 0's copy is taken. Gradients
+// recorded as ranges of flat shards (sharded optimizer states) are first put together over the
+// data-parallel ranks; compression bounds of the slices combine into the largest.
 std::vector<std::vector<RecordEntry>> merge_mesh_records(const std::vector<std::vector<RecordEntry>>& ranks, int tp, int pp,
                                                          const std::vector<std::vector<RecordEntry>>& plain);
 
