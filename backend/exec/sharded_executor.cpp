@@ -484,6 +484,8 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
   for (size_t i = 0; i < s.program.params.size(); ++i) index[s.program.params[i].name] = i;
   s.params.resize(s.program.params.size());
   for (auto& m : parameters_by_module(model)) {
+    // Another pipeline stage's module: none of its parameters is the program's, nor its calls.
+    if (std::none_of(m.names.begin(), m.names.end(), [&](const std::string& name) { return index.count(name); })) continue;
     std::vector<size_t> mine;
     for (size_t j = 0; j < m.names.size(); ++j) {
       auto it = index.find(m.names[j]);

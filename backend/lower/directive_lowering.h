@@ -23,7 +23,6 @@ using Check = void (*)(const Directive& d, const Schedule& schedule, const Runti
 void bucket(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
 // sharding.cpp (Lins factors, ZeRO, FSDP, and what steers the gathers of sharded parameters)
 void shard_states(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
-void check_shard_states(const Directive& d, const Schedule& schedule, const RuntimePlan& plan);
 void prefetch(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
 void unshard(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
 // tensor_parallel.cpp (Megatron-LM's split layers and their syncs; mesh() sets tp and pp)
@@ -38,7 +37,8 @@ void pipeline_split(const Directive& d, const Schedule& schedule, RuntimePlan& p
 void plan_stages(const Schedule& schedule, RuntimePlan& plan);
 // One stage's program (the program's mesh position says which): the ops it runs (those before
 // the list on every stage, its entries, those after the list on the last stage; backward
-// through the ops before the list on the first stage only), the parameters it holds, the
+// through the ops before the list on the first stage only), the parameters it holds (the
+// program's only parameters), the
 // activation it receives and sends on (recv, send) and their gradients back, and the sum of
 // the gradients of the parameters outside the list over the pipeline.
 void lower_pipeline_stage(const RuntimePlan& plan, const ir::OpTrace& trace, ir::Program& program);

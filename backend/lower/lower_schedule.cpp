@@ -10,7 +10,7 @@ namespace {
 struct Entry {
   lowering::Lower lower;
   lowering::Check check = nullptr;
-  bool with_mesh = false;  // runs beside tensor or pipeline parallelism today
+  bool with_mesh = false;  // runs beside tensor or pipeline parallelism (the test-only faults do not)
 };
 
 // Every primitive with a runtime effect, by name. A new one adds its line here and its
@@ -19,7 +19,7 @@ const std::map<std::string, Entry>& lowerings() {
   using namespace lowering;
   static const std::map<std::string, Entry> table = {
       {"bucket", {bucket, nullptr, true}},
-      {"shard_states", {shard_states, check_shard_states, true}},
+      {"shard_states", {shard_states, nullptr, true}},
       {"prefetch", {prefetch, nullptr, true}},
       {"unshard", {unshard, nullptr, true}},
       {"mesh", {mesh, nullptr, true}},
@@ -40,9 +40,7 @@ const std::map<std::string, Entry>& lowerings() {
 void check_mesh_composition(const Directive& d, const RuntimePlan& plan) {
   std::string kind = plan.tp > 1 && plan.pp > 1 ? "tensor and pipeline" : plan.tp > 1 ? "tensor" : "pipeline";
   lowering::unsupported(d, "with tensor or pipeline parallelism (mesh tp = " + std::to_string(plan.tp) + ", pp = " +
-                               std::to_string(plan.pp) + ") the runtime combines shard, sync and pipeline_split with data "
-                               "parallelism, sharding, bucket, prefetch, unshard, checkpoint and offload; " + d.primitive +
-                               " is not combined with them yet",
+                               std::to_string(plan.pp) + ") the runtime does not run " + d.primitive + " yet",
                         "remove it to train with the mesh's " + kind + " parallelism, or remove the mesh (and its "
                         "shard, sync and pipeline_split) to keep it");
 }

@@ -101,26 +101,48 @@ std::vector<Instr> exchange_activations(ir::Program& p, const std::vector<Instr>
   return out;
 }
 
-// The optimizer step updates what the stage holds: its ops' parameters and those outside the
-// list, whose gradients every stage sums over the pipeline first (zeros where it used none),
-// before the norm reads them.
-void sum_shared_gradients(ir::Program& p, std::vector<Instr>& instrs, const StageMap& map, int pp) {
-  std::set<int> held, shared;
+// The stage holds its ops' parameters and those outside the list: the program's parameters
+// become those (another stage's are none of its business), renumbered.
+void keep_held_parameters(ir::Program& p, std::vector<Instr>& instrs, const StageMap& map) {
+  std::set<int> held;
   for (const Instr& in : instrs)
     if (in.kind == OpKind::Compute) held.insert(in.params.begin(), in.params.end());
   for (const auto& [module, at] : map.place)
     if (at.where != Place::Entry)
       for (const std::string& name : map.op_of.at(module)->params)
         for (size_t q = 0; q < p.params.size(); ++q)
-          if (p.params[q].name == name) shared.insert(static_cast<int>(q)), held.insert(static_cast<int>(q));
+          if (p.params[q].name == name) held.insert(static_cast<int>(q));
+  std::map<int, int> renumbered;
+  std::vector<ir::TracedParam> params;
+  for (int q : held) {
+    renumbered[q] = static_cast<int>(params.size());
+    params.push_back(p.params[q]);
+  }
+  for (Instr& in : instrs) {
+    std::vector<int> mine;
+    for (int q : in.params)
+      if (renumbered.count(q)) mine.push_back(renumbered[q]);
+    in.params = mine;  // the optimizer step's: the held ones
+  }
+  p.params = std::move(params);
+}
+
+// The gradients of the parameters outside the list: every stage sums them over the pipeline
+// (zeros where it used none) before the norm reads them; with sharded optimizer states, the
+// slices each rank updates.
+void sum_shared_gradients(ir::Program& p, std::vector<Instr>& instrs, const StageMap& map, int pp) {
+  std::set<int> shared;
+  for (const auto& [module, at] : map.place)
+    if (at.where != Place::Entry)
+      for (const std::string& name : map.op_of.at(module)->params)
+        for (size_t q = 0; q < p.params.size(); ++q)
+          if (p.params[q].name == name) shared.insert(static_cast<int>(q));
   Instr sum = ir::scalar_collective(p, OpKind::AllReduce, Phase::Step, {"pipeline", pp});
   sum.params.assign(shared.begin(), shared.end());
   sum.bytes = 0;
-  for (int q : shared) sum.bytes += ir::param_bytes(p, q);
+  for (int q : shared) sum.bytes += ir::param_bytes(p, q) / p.sharding.optim;
   auto tail = std::find_if(instrs.begin(), instrs.end(), [](const Instr& in) { return in.phase == Phase::Step; });
   instrs.insert(tail, {sum, ir::wait_for(sum.handle, Phase::Step)});
-  for (Instr& in : instrs)
-    if (in.kind == OpKind::OptimizerStep) in.params.assign(held.begin(), held.end());
 }
 
 }  // namespace
@@ -136,6 +158,7 @@ void lower_pipeline_stage(const RuntimePlan& plan, const ir::OpTrace& trace, ir:
   if (plan.pp <= 1) return;
   StageMap map(plan.stages, trace);
   std::vector<Instr> instrs = exchange_activations(p, stage_ops(p, map, plan.pp), map, plan.pp);
+  keep_held_parameters(p, instrs, map);
   sum_shared_gradients(p, instrs, map, plan.pp);
   p.instrs = std::move(instrs);
 }

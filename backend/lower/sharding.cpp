@@ -11,15 +11,6 @@ void shard_states(const Directive& d, const Schedule&, RuntimePlan& plan) {
   plan.factors.optim = static_cast<int>(d.arg("optim")->as_int());
 }
 
-void check_shard_states(const Directive& d, const Schedule&, const RuntimePlan& plan) {
-  // Inside a tensor-parallel mesh the sharding runs in each data-parallel group; a stage's
-  // executor would also have to pass over the parameters of other stages, which it does not yet.
-  if (plan.pp > 1 && plan.factors.optim > 1)
-    unsupported(d, "sharded states (s_os = " + std::to_string(plan.factors.optim) + ") are not combined with pipeline "
-                   "parallelism (mesh pp = " + std::to_string(plan.pp) + ") yet; they run inside a tensor-parallel mesh",
-                "remove it to train the pipeline with plain data parallelism, or use mesh(tp=...) without pp");
-}
-
 void prefetch(const Directive& d, const Schedule&, RuntimePlan& plan) {
   // Without sharded parameters there is nothing to gather: the prefetch pass finds no gather
   // to move (the primitive warned).

@@ -785,10 +785,13 @@ void run_step_tail(RankRun& r, const ir::Program& program, StepTail& tail, const
       seen_reduced = true;
     }
     switch (in.kind) {
-      case ir::OpKind::AllReduce:  // gradients of what every stage holds, summed over the pipeline
+      case ir::OpKind::AllReduce: {  // gradients of what every stage holds (their slices), summed over the pipeline
         if (in.group.role != "pipeline" || !r.stage) throw InternalError("the step's tail all-reduces over " + in.group.role);
-        r.stage->reduce_shared_gradients(r.params, r.param_names);
+        std::vector<std::string> names;
+        for (const OptimizedRange& range : r.ranges) names.push_back(range.param);
+        r.stage->reduce_shared_gradients(r.optimized, names);
         break;
+      }
       case ir::OpKind::GradNorm: tail.grad_norm = clip_gradients(r); break;
       case ir::OpKind::Offload: r.offload->gradients_to_host(); break;
       case ir::OpKind::OptimizerStep:

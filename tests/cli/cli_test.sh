@@ -59,13 +59,14 @@ expect "world 1 warns that nothing is sharded" 0 "warning: prefetch on \`layers.
   "note: the same warning for 3 more modules of this selection" -- "$loom" check tests/cli/stdlib_import.sched --model llama:tiny
 
 # What `loom run` cannot honour yet, `loom check` refuses with run's message; the hints are true.
-expect "check refuses a pipeline with ZeRO-3" 1 \
-  "pipeline_zero3.sched:3:1: error: shard_states is not yet supported at runtime: sharded states (s_os = 2) are not combined with pipeline parallelism (mesh pp = 2) yet" \
-  "hint: remove it to train the pipeline with plain data parallelism, or use mesh(tp=...) without pp" \
-  -- "$loom" check tests/cli/pipeline_zero3.sched --model gpt:tiny --world 4
+expect "check refuses a test-only fault under a mesh" 1 \
+  "mesh_fault.sched:4:1: error: test_skip_reduction is not yet supported at runtime: with tensor or pipeline parallelism (mesh tp = 2, pp = 1) the runtime does not run test_skip_reduction yet" \
+  "hint: remove it to train with the mesh's tensor parallelism, or remove the mesh (and its shard, sync and pipeline_split) to keep it" \
+  -- env LOOM_TEST_PRIMITIVES=1 "$loom" check tests/cli/mesh_fault.sched --model gpt:tiny --world 4
 expect "run refuses it the same way" 1 \
-  "pipeline_zero3.sched:3:1: error: shard_states is not yet supported at runtime: sharded states (s_os = 2) are not combined with pipeline parallelism" \
-  -- "$loom" run tests/cli/pipeline_zero3.sched --model gpt:tiny --nproc 4 --steps 1
+  "mesh_fault.sched:4:1: error: test_skip_reduction is not yet supported at runtime: with tensor or pipeline parallelism (mesh tp = 2, pp = 1)" \
+  -- env LOOM_TEST_PRIMITIVES=1 "$loom" run tests/cli/mesh_fault.sched --model gpt:tiny --nproc 4 --steps 1
+expect "a pipeline with ZeRO-3 inside its data-parallel groups checks" 0 "ok (" -- "$loom" check tests/cli/pipeline_zero3.sched --model gpt:tiny --world 4
 expect "check refuses replace" 1 'error: replace is not yet supported at runtime: its runtime effect is not implemented yet' \
   'hint: remove `sch["h.0.attn"].replace(impl="gpt2_attention_chunked")`' -- "$loom" check tests/cli/replace.sched --model gpt:tiny --world 2
 expect "zero(stage=3) at dp 1 beside a pipeline is plain data parallelism" 0 "ok (" -- "$loom" check tests/cli/pipeline_zero3.sched --model gpt:tiny --world 2

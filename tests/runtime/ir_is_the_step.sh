@@ -80,6 +80,12 @@ same_collectives "tp 2 x ZeRO-3 on llama:tiny, prefetch, a layer checkpointed, t
   --model llama:tiny --rank 1
 same_collectives "tp 2 x ZeRO-3 with TAGC, unshard and offload, 2 micro-batches" 4 1 tests/verify/tp_zero3_tuned.sched \
   --model gpt:tiny --accum 2
+# ZeRO inside a pipeline stage's data-parallel group: the stage's program holds only its
+# parameters; the shared gradients' slices are summed over the pipeline.
+same_collectives "pp 2 x ZeRO-1, every block checkpointed, stage 1, 2 micro-batches" 4 1 tests/verify/pipeline_zero1_checkpoint.sched \
+  --model gpt:tiny --rank 2 --accum 2
+same_collectives "tp 2 x pp 2 x dp 2 with ZeRO-3, prefetch and a checkpointed block, last rank" 8 1 tests/verify/tp_pp_zero3.sched \
+  --model gpt:tiny --rank 7
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

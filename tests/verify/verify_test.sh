@@ -57,6 +57,10 @@ expect "llama_tp_zero3 (tp 2, ZeRO-3, prefetch, a layer checkpointed) at world 4
   -- "$loom" verify tests/verify/llama_tp_zero3.sched --model llama:tiny --seq 32 --micro-batch 2 --threads 1 --nproc 4
 expect "tp_zero3_tuned (tp 2, ZeRO-3, TAGC, unshard, offload) at world 4" 0 "compressed (lossy by design):" "equivalent (" \
   -- "$loom" verify tests/verify/tp_zero3_tuned.sched $small --nproc 4
+expect "pipeline_zero1_checkpoint (pp 2, ZeRO-1, every block checkpointed) at world 4" 0 "equivalent (" \
+  -- "$loom" verify tests/verify/pipeline_zero1_checkpoint.sched $small --nproc 4
+expect "tp_pp_zero3 (tp 2 x pp 2 x dp 2, ZeRO-3, prefetch, a block checkpointed) at world 8" 0 "equivalent (" \
+  -- "$loom" verify tests/verify/tp_pp_zero3.sched --model gpt:tiny --seq 32 --micro-batch 1 --threads 1 --nproc 8
 # A sync that is missing is no rule's business: verify catches it by the numbers.
 expect "tp: missing forward sync" 1 "first divergence: the output of h.0.mlp.c_proj on rank 0" "diverging module: h.0.mlp.c_proj" \
   'sch["h.0.mlp.c_proj"].shard(params="weight", axis=1) at tests/verify/tp_missing_sync.sched:6:1' \
