@@ -62,11 +62,10 @@ fs::path resolve_checkpoint(const std::string& path) {
                   "pass a directory written by --save (it holds 'latest') or one of its step-N folders");
 }
 
-// Every rank calls this with every parameter resident; ranks below `optim_writers` write
-// their optimizer ranges, every rank its `rank_state`. The directory appears whole or not at all.
+// See write_checkpoint. The directory appears whole or not at all.
 void write_checkpoint_files(const TrainOptions& o, comm::Group& world, int64_t steps_done, torch::nn::Module& model,
-                            torch::optim::AdamW& opt, const std::vector<OptimizedRange>& ranges, int optim_writers,
-                            const std::map<std::string, torch::Tensor>& rank_state) {
+                            torch::optim::AdamW& opt, const std::vector<OptimizedRange>& ranges, bool writes_optimizer,
+                            const CheckpointLayout& layout, const std::map<std::string, torch::Tensor>& rank_state) {
   std::string name = checkpoint_step_name(steps_done);
   fs::path tmp = staging_dir(o.save_dir, steps_done);
   fs::path final_dir = fs::path(o.save_dir) / name;
@@ -77,7 +76,7 @@ void write_checkpoint_files(const TrainOptions& o, comm::Group& world, int64_t s
     fs::create_directories(tmp);
   }
   comm::barrier(world);
-  if (world.rank() < optim_writers) save_optimizer_ranges(tmp, world.rank(), ranges, opt);
+  if (writes_optimizer) save_optimizer_ranges(tmp, world.rank(), ranges, opt);
   save_rank_state(tmp, world.rank(), rank_state);
   if (lead) {
     torch::serialize::OutputArchive archive;
@@ -93,8 +92,8 @@ void write_checkpoint_files(const TrainOptions& o, comm::Group& world, int64_t s
   }
   comm::barrier(world);
   if (!lead) return;
-  nlohmann::json meta{{"step", steps_done}, {"model", o.model}, {"world", world.size()}, {"seed", o.seed},
-                      {"format", "loom-checkpoint-2"}, {"optimizer_files", optim_writers}};
+  nlohmann::json meta{{"step", steps_done}, {"model", o.model}, {"world", world.size()}, {"tp", layout.tp}, {"pp", layout.pp},
+                      {"seed", o.seed}, {"format", "loom-checkpoint-3"}};
   write_whole_file((tmp / "trainer.json").string(), meta.dump(2) + "\n");
   // Renames are atomic: a crash leaves either the previous checkpoint or this whole one.
   fs::remove_all(final_dir);
@@ -120,8 +119,8 @@ std::map<std::string, torch::Tensor> load_rank_state(const fs::path& dir, int ra
 // write_checkpoint_files, with a failed write (a full disk) as a user error that says the
 // previous checkpoint is intact: `latest` moves only after the new directory is complete.
 void write_checkpoint(const TrainOptions& o, comm::Group& world, int64_t steps_done, torch::nn::Module& model,
-                      torch::optim::AdamW& opt, const std::vector<OptimizedRange>& ranges, int optim_writers,
-                      const std::map<std::string, torch::Tensor>& rank_state) {
+                      torch::optim::AdamW& opt, const std::vector<OptimizedRange>& ranges, bool writes_optimizer,
+                      const CheckpointLayout& layout, const std::map<std::string, torch::Tensor>& rank_state) {
   std::string previous = latest_step_name(o.save_dir);  // `latest` moves only once the new checkpoint is whole
   if (previous == checkpoint_step_name(steps_done)) previous.clear();  // rewritten in place: not intact
   auto failed = [&](const std::string& reason) {
@@ -134,7 +133,7 @@ void write_checkpoint(const TrainOptions& o, comm::Group& world, int64_t steps_d
                                            " is intact: free space, then continue with --resume " + o.save_dir);
   };
   try {
-    write_checkpoint_files(o, world, steps_done, model, opt, ranges, optim_writers, rank_state);
+    write_checkpoint_files(o, world, steps_done, model, opt, ranges, writes_optimizer, layout, rank_state);
   } catch (const WriteError& e) {
     throw failed(e.what());
   } catch (const fs::filesystem_error& e) {
@@ -168,8 +167,13 @@ std::pair<fs::path, int64_t> load_model_checkpoint(const TrainOptions& o, torch:
   return {dir, meta.at("step").get<int64_t>()};
 }
 
-int checkpoint_world(const fs::path& dir) {
-  return nlohmann::json::parse(std::ifstream(dir / "trainer.json")).at("world").get<int>();
+CheckpointLayout checkpoint_layout(const fs::path& dir) {
+  nlohmann::json meta = nlohmann::json::parse(std::ifstream(dir / "trainer.json"));
+  return {meta.at("world").get<int>(), meta.value("tp", 1), meta.value("pp", 1)};
+}
+
+std::string CheckpointLayout::describe() const {
+  return std::to_string(world) + " rank" + (world == 1 ? "" : "s") + " (tp " + std::to_string(tp) + ", pp " + std::to_string(pp) + ")";
 }
 
 }  // namespace loom

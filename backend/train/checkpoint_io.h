@@ -24,13 +24,22 @@ namespace loom {
 // "step-000010".
 std::string checkpoint_step_name(int64_t step);
 
-// Writes the checkpoint of `steps_done` under `options.save_dir`. Every rank calls it with every
-// parameter resident; ranks below `optim_writers` write their optimizer ranges, every rank its
-// `rank_state`. The directory appears whole or not at all: `latest` moves only once it is. A
-// failed write (a full disk) is a UserError saying that the previous checkpoint is intact.
+// The ranks a checkpoint was written by: per-rank state (TAGC's accumulators) is read back
+// only by the same layout.
+struct CheckpointLayout {
+  int world = 1, tp = 1, pp = 1;
+  bool operator==(const CheckpointLayout& o) const { return world == o.world && tp == o.tp && pp == o.pp; }
+  std::string describe() const;  // "4 ranks (tp 2, pp 1)"
+};
+
+// Writes the checkpoint of `steps_done` under `options.save_dir`. Every rank calls it; rank 0
+// writes `model` (the whole model, every parameter resident); ranks whose `writes_optimizer`
+// write their optimizer ranges, every rank its `rank_state`. The directory appears whole or
+// not at all: `latest` moves only once it is. A failed write (a full disk) is a UserError
+// saying that the previous checkpoint is intact.
 void write_checkpoint(const TrainOptions& options, comm::Group& world, int64_t steps_done, torch::nn::Module& model,
-                      torch::optim::AdamW& optimizer, const std::vector<OptimizedRange>& ranges, int optim_writers,
-                      const std::map<std::string, torch::Tensor>& rank_state);
+                      torch::optim::AdamW& optimizer, const std::vector<OptimizedRange>& ranges, bool writes_optimizer,
+                      const CheckpointLayout& layout, const std::map<std::string, torch::Tensor>& rank_state);
 
 // Loads `options.resume` (a checkpoint, or a --save directory: its latest) into the model and
 // the random state; `params` are the model's unique parameters. Returns the checkpoint's folder
@@ -38,9 +47,9 @@ void write_checkpoint(const TrainOptions& options, comm::Group& world, int64_t s
 std::pair<std::filesystem::path, int64_t> load_model_checkpoint(const TrainOptions& options, torch::nn::Module& model,
                                                                 const std::vector<torch::Tensor>& params);
 
-// The world size a checkpoint was written at, and this rank's per-rank state in it (empty when
-// it has none).
-int checkpoint_world(const std::filesystem::path& dir);
+// The ranks a checkpoint was written by, and this rank's per-rank state in it (empty when it
+// has none).
+CheckpointLayout checkpoint_layout(const std::filesystem::path& dir);
 std::map<std::string, torch::Tensor> load_rank_state(const std::filesystem::path& dir, int rank);
 
 }  // namespace loom

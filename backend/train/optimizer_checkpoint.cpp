@@ -27,7 +27,7 @@ void save_optimizer_ranges(const fs::path& dir, int rank, const std::vector<Opti
     archive.write("exp_avg." + std::to_string(i), state.exp_avg().reshape({-1}));
     archive.write("exp_avg_sq." + std::to_string(i), state.exp_avg_sq().reshape({-1}));
     index.push_back({{"param", r.param}, {"numel", r.numel}, {"offset", r.offset}, {"length", r.tensor.numel()},
-                     {"step", state.step()}});
+                     {"step", state.step()}, {"shape", r.shape}, {"axis", r.axis}, {"parts", r.parts}, {"part", r.part}});
   }
   std::string base = "rank-" + std::to_string(rank);
   CheckedFileWriter file((dir / "optim" / (base + ".pt")).string());
@@ -42,27 +42,47 @@ struct SavedRange {
   fs::path file;
   size_t index;
   int64_t offset, length, step;
+  int64_t axis;
+  int parts, part;
 };
 
-}  // namespace
+// The shape of one of `parts` slices of `whole` along `axis` (-1: the whole).
+std::vector<int64_t> part_shape(std::vector<int64_t> whole, int64_t axis, int parts) {
+  if (axis >= 0) whole[static_cast<size_t>(axis)] /= parts;
+  return whole;
+}
 
-void load_optimizer_ranges(const fs::path& dir, const std::vector<OptimizedRange>& ranges, torch::optim::AdamW& optimizer) {
-  std::map<std::string, std::vector<SavedRange>> saved;
+// Part `part` of `parts` of `whole` along `axis`, flat.
+torch::Tensor flat_part(const torch::Tensor& whole, int64_t axis, int parts, int part) {
+  return (axis >= 0 ? whole.chunk(parts, axis)[part] : whole).contiguous().view({-1});
+}
+
+// The saved ranges of every parameter, from the index files under dir/optim.
+std::map<std::string, std::vector<SavedRange>> saved_ranges(const fs::path& dir) {
   if (!fs::is_directory(dir / "optim"))
     throw UserError(SourceRange{}, "checkpoint '" + dir.string() + "' has no optimizer states (no optim/ folder)",
                     "it was written by an older loom or with the model only; start a new run from its model.pt instead");
+  std::map<std::string, std::vector<SavedRange>> saved;
   for (auto& entry : fs::directory_iterator(dir / "optim")) {
     if (entry.path().extension() != ".json") continue;
     auto index = nlohmann::json::parse(std::ifstream(entry.path()));
     fs::path pt = entry.path();
     pt.replace_extension(".pt");
-    for (size_t i = 0; i < index.size(); ++i)
-      saved[index[i].at("param").get<std::string>()].push_back(
-          {pt, i, index[i].at("offset").get<int64_t>(), index[i].at("length").get<int64_t>(), index[i].at("step").get<int64_t>()});
+    for (size_t i = 0; i < index.size(); ++i) {
+      const auto& e = index[i];
+      saved[e.at("param").get<std::string>()].push_back({pt, i, e.at("offset").get<int64_t>(), e.at("length").get<int64_t>(),
+                                                          e.at("step").get<int64_t>(), e.value("axis", int64_t{-1}),
+                                                          e.value("parts", 1), e.value("part", 0)});
+    }
   }
-  std::map<fs::path, std::unique_ptr<torch::serialize::InputArchive>> archives;
-  auto read = [&](const SavedRange& s, const std::string& what) {
-    auto& a = archives[s.file];
+  return saved;
+}
+
+// Reads saved tensors, each archive opened once.
+class StateReader {
+ public:
+  torch::Tensor read(const SavedRange& s, const std::string& what) {
+    auto& a = archives_[s.file];
     if (!a) {
       a = std::make_unique<torch::serialize::InputArchive>();
       a->load_from(s.file.string());
@@ -70,7 +90,43 @@ void load_optimizer_ranges(const fs::path& dir, const std::vector<OptimizedRange
     torch::Tensor t;
     a->read(what + "." + std::to_string(s.index), t);
     return t;
-  };
+  }
+
+ private:
+  std::map<fs::path, std::unique_ptr<torch::serialize::InputArchive>> archives_;
+};
+
+// One AdamW state of a whole parameter shaped `shape`, put together from its saved ranges (the
+// parts' real elements; padding differs between shardings and is dropped); `seen` marks the
+// elements some range covered.
+torch::Tensor whole_state(const std::vector<SavedRange>& saved, const std::vector<int64_t>& shape, StateReader& reader,
+                          const std::string& what, torch::Tensor& seen) {
+  int64_t axis = saved[0].axis;
+  int parts = saved[0].parts;
+  std::vector<int64_t> piece = part_shape(shape, axis, parts);
+  int64_t numel = 1;
+  for (int64_t n : piece) numel *= n;
+  std::vector<torch::Tensor> pieces, covered;
+  for (int k = 0; k < parts; ++k) {
+    torch::Tensor flat = torch::zeros({numel}), mask = torch::zeros({numel}, torch::kBool);
+    for (const SavedRange& s : saved) {
+      int64_t n = std::min(s.offset + s.length, numel) - s.offset;
+      if (s.part != k || n <= 0) continue;
+      flat.narrow(0, s.offset, n).copy_(reader.read(s, what).narrow(0, 0, n));
+      mask.narrow(0, s.offset, n).fill_(true);
+    }
+    pieces.push_back(flat.view(piece));
+    covered.push_back(mask.view(piece));
+  }
+  seen = parts == 1 ? covered[0] : torch::cat(covered, axis);
+  return parts == 1 ? pieces[0] : torch::cat(pieces, axis);
+}
+
+}  // namespace
+
+void load_optimizer_ranges(const fs::path& dir, const std::vector<OptimizedRange>& ranges, torch::optim::AdamW& optimizer) {
+  std::map<std::string, std::vector<SavedRange>> saved = saved_ranges(dir);
+  StateReader reader;
   torch::NoGradGuard no_grad;
   for (const OptimizedRange& r : ranges) {
     auto it = saved.find(r.param);
@@ -78,21 +134,18 @@ void load_optimizer_ranges(const fs::path& dir, const std::vector<OptimizedRange
       throw UserError(SourceRange{}, "checkpoint '" + dir.string() + "' holds no optimizer state for parameter " + r.param,
                       "resume with the model the checkpoint was written for");
     auto& state = compat::adamw_state(optimizer, r.tensor);
-    torch::Tensor avg = state.exp_avg().view({-1}), avg_sq = state.exp_avg_sq().view({-1});
-    int64_t begin = r.offset, end = r.offset + r.tensor.numel(), covered = 0;
-    for (const SavedRange& s : it->second) {
-      // Only the parameter's real elements count; padding differs between shardings and stays zero.
-      int64_t lo = std::max(begin, s.offset), hi = std::min({end, s.offset + s.length, r.numel});
-      if (lo >= hi) continue;
-      avg.narrow(0, lo - begin, hi - lo).copy_(read(s, "exp_avg").narrow(0, lo - s.offset, hi - lo));
-      avg_sq.narrow(0, lo - begin, hi - lo).copy_(read(s, "exp_avg_sq").narrow(0, lo - s.offset, hi - lo));
-      state.step(s.step);
-      covered += hi - lo;
-    }
-    int64_t wanted = std::max<int64_t>(0, std::min(end, r.numel) - begin);
-    if (covered < wanted)
+    torch::Tensor seen;
+    torch::Tensor avg = whole_state(it->second, r.shape, reader, "exp_avg", seen);
+    torch::Tensor avg_sq = whole_state(it->second, r.shape, reader, "exp_avg_sq", seen);
+    // This rank's range of its part (padding beyond the part's elements stays zero).
+    int64_t n = std::max<int64_t>(0, std::min(r.offset + r.tensor.numel(), r.numel) - r.offset);
+    state.exp_avg().view({-1}).narrow(0, 0, n).copy_(flat_part(avg, r.axis, r.parts, r.part).narrow(0, r.offset, n));
+    state.exp_avg_sq().view({-1}).narrow(0, 0, n).copy_(flat_part(avg_sq, r.axis, r.parts, r.part).narrow(0, r.offset, n));
+    state.step(it->second[0].step);
+    int64_t covered = flat_part(seen, r.axis, r.parts, r.part).narrow(0, r.offset, n).sum().item<int64_t>();
+    if (covered < n)
       throw UserError(SourceRange{}, "checkpoint '" + dir.string() + "' covers " + std::to_string(covered) + " of the " +
-                                         std::to_string(wanted) + " optimizer-state elements this rank needs for " + r.param,
+                                         std::to_string(n) + " optimizer-state elements this rank needs for " + r.param,
                       "a rank file under optim/ is missing; copy the whole checkpoint folder");
   }
 }

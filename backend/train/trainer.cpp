@@ -40,6 +40,7 @@
 #include "backend/exec/optimizer_offload.h"
 #include "backend/train/output_paths.h"
 #include "backend/comm/mesh_groups.h"
+#include "backend/train/mesh_model.h"
 #include "backend/passes/pass_pipeline.h"
 #include "backend/exec/pipeline_stage.h"
 #include "backend/lower/lower_schedule.h"
@@ -154,40 +155,6 @@ std::vector<std::vector<size_t>> program_buckets(const ir::Program& step, const 
   return buckets;
 }
 
-// The model's parameters, each once: LibTorch's parameters() lists a tied tensor once per owner
-// (wte and lm_head), and the optimizer and clipping must see it once (under its first name).
-std::pair<std::vector<torch::Tensor>, std::vector<std::string>> unique_parameters(torch::nn::Module& model) {
-  std::vector<torch::Tensor> params;
-  std::vector<std::string> names;
-  std::unordered_set<const void*> seen;
-  for (auto& p : model.named_parameters())
-    if (seen.insert(p.value().unsafeGetTensorImpl()).second) {
-      params.push_back(p.value());
-      names.push_back(p.key());
-    }
-  return {params, names};
-}
-
-// Another stage's parameters: their memory goes, and this rank neither trains nor reduces them;
-// `params` and `names` keep this stage's and those every stage holds.
-void keep_stage_parameters(const PipelineStages& stages, int stage, std::vector<torch::Tensor>& params,
-                           std::vector<std::string>& names) {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> kept;
-  std::vector<std::string> kept_names;
-  for (size_t i = 0; i < params.size(); ++i) {
-    int s = stages.stage_of_param(names[i]);
-    if (s >= 0 && s != stage) {
-      params[i].set_(torch::empty({0}, params[i].options()));
-      continue;
-    }
-    kept.push_back(params[i]);
-    kept_names.push_back(names[i]);
-  }
-  params = std::move(kept);
-  names = std::move(kept_names);
-}
-
 // One --metrics line. A write that fails (a full disk) is a UserError.
 void write_metrics_row(std::ofstream& out, const std::string& path, const StepMetrics& m, int64_t between_micro_batches) {
   char loss_text[40];
@@ -208,31 +175,29 @@ void write_metrics_row(std::ofstream& out, const std::string& path, const StepMe
 
 // What tensor and pipeline parallelism do not run with yet: a UserError naming it.
 void check_model_parallel_options(const TrainOptions& o, const RuntimePlan& plan) {
-  if (!plan.model_parallel()) return;
-  std::string what = !o.save_dir.empty() ? "--save" : !o.resume.empty() ? "--resume" : !o.profile_out.empty() ? "loom profile" : "";
-  if (what.empty()) return;
-  throw UserError(SourceRange{}, what + " is not implemented yet with tensor or pipeline parallelism (mesh tp = " +
+  if (!plan.model_parallel() || o.profile_out.empty()) return;
+  throw UserError(SourceRange{}, "loom profile is not implemented yet with tensor or pipeline parallelism (mesh tp = " +
                                      std::to_string(plan.tp) + ", pp = " + std::to_string(plan.pp) + ")",
-                  "checkpoints and profiles would have to gather tensor-parallel slices and every stage's parameters; "
-                  "train without " + what + ", or with tp = pp = 1");
+                  "a profile would have to time each rank's slices and stage; profile the schedule without its mesh");
 }
 
 // compress(): TAGC on the reduce-scatter of every parameter below each module (the lowering
 // (compression.cpp) refused it where parameters are not sharded). Resuming at the same world size, the
 // error-feedback accumulators continue where they were; otherwise they restart at zero.
 void configure_compression(ShardedExecutor& sharded, const std::vector<CompressRequest>& requests,
-                           const std::vector<std::string>& param_names, const fs::path& resume_dir, const RankEnv& env) {
+                           const std::vector<std::string>& param_names, const fs::path& resume_dir, const RankEnv& env,
+                           const MeshLayout& layout) {
   std::map<std::string, tagc::Config> compressed;
   for (const CompressRequest& c : requests)
     for (const std::string& name : param_names)
       if (ir::within(name, c.module)) compressed[name] = {c.ratio, c.index_bits, c.sparsity};
   sharded.compress(compressed);
   if (resume_dir.empty()) return;
-  int written_at = checkpoint_world(resume_dir);
-  if (written_at == env.world) sharded.restore_compression_residuals(load_rank_state(resume_dir, env.rank));
+  CheckpointLayout written = checkpoint_layout(resume_dir), now{env.world, layout.tp, layout.pp};
+  if (written == now) sharded.restore_compression_residuals(load_rank_state(resume_dir, env.rank));
   else if (env.rank == 0)
-    std::cerr << "note: the checkpoint was written by " << written_at << " ranks; TAGC's error-feedback accumulators "
-              << "restart at zero on " << env.world << "\n";
+    std::cerr << "note: the checkpoint was written by " << written.describe() << "; TAGC's error-feedback accumulators "
+              << "restart at zero on " << now.describe() << "\n";
 }
 
 // Module calls as timeline spans, named by module path.
@@ -546,7 +511,7 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   for (const InjectedFault& f : r.plan.faults)
     if (f.kind == FaultKind::ReleaseEarly) released_early.push_back(f.module);
   if (r.sharded) r.sharded->inject_faults(unreduced, released_early);
-  if (r.sharded && !r.plan.compress.empty()) configure_compression(*r.sharded, r.plan.compress, r.param_names, r.resume_dir, r.env);
+  if (r.sharded && !r.plan.compress.empty()) configure_compression(*r.sharded, r.plan.compress, r.param_names, r.resume_dir, r.env, r.layout);
   // loom verify: the first step is recorded, module call by module call.
   if (!o.record.empty()) {
     r.recorder = std::make_unique<StepRecorder>(*r.model.module, outermost);
@@ -577,6 +542,19 @@ std::vector<bool> offloaded_by_program(const ir::Program& step, const std::vecto
   return offloaded;
 }
 
+// Which part of its parameter an optimized range lies in (a tensor-parallel slice, or the
+// whole), and the whole parameter's shape: what checkpoints need to reshard across meshes.
+void describe_part(const RankRun& r, OptimizedRange& range) {
+  auto at = std::find(r.param_names.begin(), r.param_names.end(), range.param);
+  if (at == r.param_names.end()) throw InternalError("the optimizer updates " + range.param + ", which this rank does not hold");
+  range.shape = r.params[static_cast<size_t>(at - r.param_names.begin())].sizes().vec();
+  range.axis = r.tensor_parallel ? r.tensor_parallel->split_axis(range.param) : -1;
+  if (range.axis < 0) return;
+  range.parts = r.layout.tp;
+  range.part = r.layout.tp_rank;
+  range.shape[static_cast<size_t>(range.axis)] *= r.layout.tp;
+}
+
 // The optimizer over what this rank updates (host copies with offload), its states resumed;
 // the test-only corruption of a shard.
 void create_optimizer(RankRun& r) {
@@ -587,6 +565,7 @@ void create_optimizer(RankRun& r) {
   } else {
     for (size_t i = 0; i < r.params.size(); ++i) r.ranges.push_back({r.param_names[i], r.params[i].numel(), 0, r.optimized[i]});
   }
+  for (OptimizedRange& range : r.ranges) describe_part(r, range);
   for (const InjectedFault& f : r.plan.faults) {
     if (f.kind != FaultKind::CorruptShard || f.rank != r.env.rank) continue;
     auto it = std::find_if(r.ranges.begin(), r.ranges.end(), [&](const OptimizedRange& range) { return range.param == f.param; });
@@ -853,7 +832,13 @@ StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
   bool last = step + 1 == o.steps;
   if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
     if (r.sharded) r.sharded->gather_all();  // for the consolidated model.pt
-    write_checkpoint(o, *r.world, step + 1, *r.model.module, *r.optimizer, r.state_ranges, r.plan.factors.optim,
+    // Under a mesh rank 0 puts the whole model together from the ranks that hold its parts.
+    BuiltModel whole;
+    if (r.mesh && r.lead()) whole = build_model(o.model);
+    if (r.mesh) gather_whole_model(*r.world, r.layout, *r.model.module, *r.tensor_parallel, r.stages.get(), whole.module.get());
+    // The first optimizer block of each data-parallel group holds every optimizer range once.
+    write_checkpoint(o, *r.world, step + 1, whole.module ? *whole.module : *r.model.module, *r.optimizer, r.state_ranges,
+                     r.layout.dp_rank < r.plan.factors.optim, {r.env.world, r.layout.tp, r.layout.pp},
                      r.sharded ? r.sharded->compression_residuals() : std::map<std::string, torch::Tensor>{});
     if (r.sharded) r.sharded->release_all();
     result.checkpoint = (fs::path(o.save_dir) / checkpoint_step_name(step + 1)).string();

@@ -83,6 +83,18 @@ double max_difference(const std::map<std::string, torch::Tensor>& a, const std::
   return worst;
 }
 
+// Run `middle` resumed after step 4 of 10 (saving at 7), run `last` after step 7: their losses
+// are those of the uninterrupted run `ref` (each run's --metrics file is its path + ".jsonl").
+void check_resumed_losses(const fs::path& ref, const fs::path& middle_run, const fs::path& last_run) {
+  auto full = read_metrics(ref.string() + ".jsonl").loss;
+  auto middle = read_metrics(middle_run.string() + ".jsonl").loss, last = read_metrics(last_run.string() + ".jsonl").loss;
+  REQUIRE(full.size() == 10);
+  REQUIRE(middle.size() == 6);  // steps 5..10, saved at 7
+  REQUIRE(last.size() == 3);    // steps 8..10
+  for (size_t i = 0; i < 3; ++i) CHECK(std::abs(middle[i] - full[4 + i]) < 1e-5);
+  for (size_t i = 0; i < 3; ++i) CHECK(std::abs(last[i] - full[7 + i]) < 1e-5);
+}
+
 // Splitting a batch changes fp32 rounding (~1e-7 relative). Adam turns the near-zero
 // query/key gradients of a freshly initialised model into lr-sized updates, so that rounding
 // grows with the learning rate: at lr 1e-2 world 2 differs from world 1 by 2.3e-4 after 10
@@ -171,13 +183,7 @@ TEST_CASE("sharded checkpoints reshard: ZeRO-3 at world 2, then (2,4,4) at world
                    (a / "step-000004").string() + " --save " + b.string() + " --metrics " + b.string() + ".jsonl") == 0);
   REQUIRE(run_loom("run" + args + " --nproc 1 --micro-batch 4 --resume " + (b / "step-000007").string() + " --save " + c.string() +
                    " --metrics " + c.string() + ".jsonl") == 0);
-  auto full = read_metrics(ref.string() + ".jsonl").loss;
-  auto middle = read_metrics(b.string() + ".jsonl").loss, last = read_metrics(c.string() + ".jsonl").loss;
-  REQUIRE(full.size() == 10);
-  REQUIRE(middle.size() == 6);  // steps 5..10, saved at 7
-  REQUIRE(last.size() == 3);    // steps 8..10
-  for (size_t i = 0; i < 3; ++i) CHECK(std::abs(middle[i] - full[4 + i]) < 1e-5);
-  for (size_t i = 0; i < 3; ++i) CHECK(std::abs(last[i] - full[7 + i]) < 1e-5);
+  check_resumed_losses(ref, b, c);
   CHECK(max_difference(saved_parameters(ref / "step-000010"), saved_parameters(c / "step-000010")) < 1e-5);
   // A checkpoint with an optimizer file missing, or none, is refused with what to do.
   fs::copy(b / "step-000007", scratch() / "reshard_broken", fs::copy_options::recursive);
@@ -189,6 +195,33 @@ TEST_CASE("sharded checkpoints reshard: ZeRO-3 at world 2, then (2,4,4) at world
   fs::remove_all(scratch() / "reshard_broken" / "optim");
   CHECK(run_loom("run" + args + " --nproc 1 --micro-batch 4 --resume " + (scratch() / "reshard_broken").string()) == 1);
   CHECK(last_log().find("has no optimizer states (no optim/ folder)") != std::string::npos);
+}
+
+TEST_CASE("checkpoints reshard across meshes: tp 2 x dp 2 with ZeRO-3, then dp 4, then tp 2 x pp 2, equal an uninterrupted run") {
+  std::string args = " --model gpt:tiny --data synthetic --seq 32 --steps 10 --warmup 2 --lr 1e-4 --threads 1";
+  std::string split_blocks =
+      "for b in sch[\"h.*\"] {\n"
+      "  b[\"attn.c_attn\"].shard([\"weight\", \"bias\"], axis=0).sync(mode=\"bwd_post\", op=\"all_reduce\")\n"
+      "  b[\"attn.c_proj\"].shard(\"weight\", axis=1).sync(mode=\"fwd_post\", op=\"all_reduce\")\n"
+      "  b[\"mlp.c_fc\"].shard([\"weight\", \"bias\"], axis=0).sync(mode=\"bwd_post\", op=\"all_reduce\")\n"
+      "  b[\"mlp.c_proj\"].shard(\"weight\", axis=1).sync(mode=\"fwd_post\", op=\"all_reduce\")\n"
+      "}\n";
+  fs::path tp_zero = scratch() / "mesh_tp_zero3.sched", tp_pp = scratch() / "mesh_tp_pp.sched";
+  std::ofstream(tp_zero) << "sch.mesh(tp=2)\n" << split_blocks << "sch.zero(stage=3)\n";
+  std::ofstream(tp_pp) << "sch.mesh(tp=2, pp=2)\n" << split_blocks << "sch[\"h.1\"].pipeline_split()\n";
+  fs::path ref = scratch() / "mesh_ref", a = scratch() / "mesh_a", b = scratch() / "mesh_b", c = scratch() / "mesh_c";
+  REQUIRE(run_loom("run" + args + " --nproc 1 --micro-batch 4 --save-every 4 --save " + ref.string() + " --metrics " + ref.string() + ".jsonl") == 0);
+  REQUIRE(run_loom("run " + tp_zero.string() + args + " --nproc 4 --micro-batch 2 --save-every 4 --save " + a.string()) == 0);
+  // The first optimizer block of each data-parallel pair wrote: dp rank 0 and 1 of tp rank 0 and 1.
+  for (int rank : {0, 1, 2, 3}) CHECK(fs::exists(a / "step-000004" / "optim" / ("rank-" + std::to_string(rank) + ".pt")));
+  REQUIRE(run_loom("run" + args + " --nproc 4 --micro-batch 1 --save-every 7 --resume " + (a / "step-000004").string() + " --save " +
+                   b.string() + " --metrics " + b.string() + ".jsonl") == 0);
+  REQUIRE(run_loom("run " + tp_pp.string() + args + " --nproc 4 --micro-batch 4 --resume " + (b / "step-000007").string() +
+                   " --save " + c.string() + " --metrics " + c.string() + ".jsonl") == 0);
+  check_resumed_losses(ref, b, c);
+  // The tp x pp run's model.pt is the whole model, put together from every rank's slices and stage.
+  CHECK(max_difference(saved_parameters(ref / "step-000010"), saved_parameters(c / "step-000010")) < 1e-5);
+  CHECK(max_difference(saved_parameters(ref / "step-000004"), saved_parameters(a / "step-000004")) < 1e-5);
 }
 
 TEST_CASE("a saved model loads into the plain LibTorch model with torch::load") {
