@@ -299,6 +299,7 @@ std::string describe_summary(const TrainOptions& o, const TrainResult& r) {
                 static_cast<long long>(r.steps.size()), r.steps.size() == 1 ? "" : "s", with_commas(r.tokens).c_str(), r.seconds, r.tokens / std::max(r.seconds, 1e-9),
                 r.final_loss(), format_size(r.peak_bytes).c_str());
   std::string out = line;
+  out += "  start-up: peak resident memory " + format_size(r.startup_rss_bytes) + " (the largest rank)\n";
   if (!r.checkpoint.empty()) out += "  checkpoint: " + r.checkpoint + "\n";
   if (!o.metrics.empty()) out += "  metrics: " + o.metrics + "\n";
   if (!o.trace.empty()) out += "  trace: " + o.trace + "\n";
@@ -863,10 +864,20 @@ void finish_rank(RankRun& r) {
 
 }  // namespace
 
+// The peak resident size of the largest rank so far.
+int64_t largest_peak_rss(comm::Group& world, torch::Device device) {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  torch::Tensor rss = torch::tensor({static_cast<double>(usage.ru_maxrss) * 1024}, torch::dtype(torch::kDouble)).to(device);
+  comm::all_reduce(world, rss, {comm::ReduceOp::Max}).wait();  // set-up, not the step
+  return static_cast<int64_t>(rss.item<double>());
+}
+
 TrainResult run_training(const TrainOptions& o, const RankEnv& env) {
   std::unique_ptr<RankRun> r = set_up_rank(o, env);
   Progress progress(o.steps);
   TrainResult result;
+  result.startup_rss_bytes = largest_peak_rss(*r->world, r->device);
   auto run_start = std::chrono::steady_clock::now();
   for (int64_t step = r->start; step < o.steps; ++step) {
     StepMetrics measured = train_step(*r, step, result);
