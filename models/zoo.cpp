@@ -3,6 +3,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "lang/diagnostics.h"
 #include "lang/replacements.h"
 #include "models/bert.h"
@@ -129,9 +131,21 @@ const std::vector<ModelInfo>& model_catalog() {
 }
 
 BuiltModel build_model(const std::string& name, torch::Device device) {
+  if (device.is_meta()) {
+    register_model_replacements();
+    nn::ConstructionDevice on(device);
+    return entry(name).build();
+  }
+  BuiltModel m = build_model_without_memory(name);
+  nn::materialize(*m.module, at::detail::getDefaultCPUGenerator().current_seed(), [](const std::string&) { return true; });
+  if (device != torch::kCPU) m.module->to(device);
+  return m;
+}
+
+BuiltModel build_model_without_memory(const std::string& name) {
   register_model_replacements();
   const Entry& e = entry(name);
-  nn::ConstructionDevice on(device);
+  nn::DeferredInit deferred;
   return e.build();
 }
 

@@ -20,8 +20,13 @@ struct BuiltModel {
   int64_t max_seq = 0;
 };
 
-// Builds a named model on `device` (torch::kMeta for structure only). Throws UserError for unknown names.
+// Builds a named model on `device` (torch::kMeta for structure only), each tensor initialised
+// from the default CPU generator's seed and its name (nn::materialize). Throws UserError for
+// unknown names.
 BuiltModel build_model(const std::string& name, torch::Device device = torch::kCPU);
+// The model with zero-element placeholders for its parameters and buffers: nn::materialize()
+// gives a rank memory for what it holds (models/nn/deferred_init.h).
+BuiltModel build_model_without_memory(const std::string& name);
 
 // One module that owns parameters, with its parameters named by their first owner: a tied
 // tensor (GPT's lm_head.weight) keeps one name ("wte.weight") and one tensor.

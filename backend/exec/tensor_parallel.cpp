@@ -39,8 +39,8 @@ void TensorParallel::shard_parameters() {
   torch::NoGradGuard no_grad;
   for (auto& p : root_.named_parameters()) {
     int axis = split_axis(p.key());
-    if (axis < 0) continue;
     torch::Tensor& t = p.value();
+    if (axis < 0 || t.numel() == 0) continue;  // whole, or another stage's (never materialized here)
     int64_t part = t.size(axis) / group_->size();
     t.set_(t.narrow(axis, group_->rank() * part, part).clone());
   }

@@ -5,7 +5,11 @@
 
 #include "backend/torch_compat.h"
 
+#include <sys/resource.h>
+
 #include <atomic>
+#include <fstream>
+#include <string>
 #include <mutex>
 #include <unordered_map>
 
@@ -84,6 +88,20 @@ int64_t end_window(int64_t enclosing) {
   while (enclosing > seen && !peak.compare_exchange_weak(seen, enclosing)) {
   }
   return window;
+}
+
+}  // namespace loom::memory
+
+namespace loom::memory {
+
+int64_t peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:   164128 kB"
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
 }
 
 }  // namespace loom::memory

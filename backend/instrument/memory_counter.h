@@ -21,4 +21,8 @@ void reset_peak();
 int64_t begin_window();
 int64_t end_window(int64_t token);
 
+// This program's peak resident size since it was exec'd (Linux's VmHWM; getrusage's maxrss,
+// which survives exec and so counts a launcher's memory, where /proc is missing).
+int64_t peak_resident_bytes();
+
 }  // namespace loom::memory

@@ -429,12 +429,19 @@ void choose_device(RankRun& r) {
   r.bf16 = r.cuda && o.precision == "bf16";
 }
 
-// The model from the seed (rank 0's weights on every rank), or from the checkpoint resumed;
-// then each rank keeps its tensor-parallel slices and its stage's parameters.
+// The model from the seed, each rank initialising only what it holds (its stage's parameters
+// and those every stage holds; each tensor from its own seeded generator, so the ranks agree
+// without communicating), or the whole model from the checkpoint resumed; then each rank keeps
+// its tensor-parallel slices (cut from the whole, one parameter at a time) and its stage.
 void build_rank_model(RankRun& r) {
   const TrainOptions& o = r.o;
   torch::manual_seed(static_cast<uint64_t>(o.seed));
-  r.model = build_model(o.model);
+  r.model = build_model_without_memory(o.model);
+  MeshLayout at = MeshLayout::of(r.env.world, r.env.rank, r.plan.tp, r.plan.pp);
+  nn::materialize(*r.model.module, static_cast<uint64_t>(o.seed), [&](const std::string& name) {
+    int stage = r.stages ? r.stages->stage_of_param(name) : -1;
+    return !o.resume.empty() || stage < 0 || stage == at.stage;
+  });
   r.model.module->to(r.device);
   if (r.bf16) compat::set_bf16_autocast(true);
   if (static_cast<int64_t>(r.data->vocab_size()) > r.model.vocab_size)
@@ -446,10 +453,6 @@ void build_rank_model(RankRun& r) {
                                        std::to_string(r.model.max_seq) + " tokens",
                     "use --seq " + std::to_string(r.model.max_seq) + " or less");
   std::tie(r.params, r.param_names) = unique_parameters(*r.model.module);
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& p : r.params) comm::broadcast(*r.world, p).wait();
-  }
   // Resuming: the consolidated weights before any sharding, the optimizer states later.
   if (!o.resume.empty()) std::tie(r.resume_dir, r.start) = load_model_checkpoint(o, *r.model.module, r.params);
   if (r.plan.model_parallel()) {
@@ -866,9 +869,7 @@ void finish_rank(RankRun& r) {
 
 // The peak resident size of the largest rank so far.
 int64_t largest_peak_rss(comm::Group& world, torch::Device device) {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  torch::Tensor rss = torch::tensor({static_cast<double>(usage.ru_maxrss) * 1024}, torch::dtype(torch::kDouble)).to(device);
+  torch::Tensor rss = torch::tensor({static_cast<double>(memory::peak_resident_bytes())}, torch::dtype(torch::kDouble)).to(device);
   comm::all_reduce(world, rss, {comm::ReduceOp::Max}).wait();  // set-up, not the step
   return static_cast<int64_t>(rss.item<double>());
 }

@@ -26,12 +26,10 @@ torch::Tensor merge_heads(const torch::Tensor& x) {
 }
 
 RotaryEmbeddingImpl::RotaryEmbeddingImpl(int64_t head_dim, double theta) : torch::nn::Module("RotaryEmbedding") {
-  torch::Tensor freq = torch::empty({head_dim / 2}, torch::TensorOptions().device(construction_device()));
-  if (!construction_device().is_meta()) {
-    torch::Tensor idx = torch::arange(0, head_dim, 2, torch::kFloat32);
-    freq = 1.0 / torch::pow(theta, idx / static_cast<double>(head_dim));
-  }
-  inv_freq = register_buffer("inv_freq", freq);
+  inv_freq = register_buffer("inv_freq", new_buffer({head_dim / 2}, [head_dim, theta](torch::Tensor& t, c10::optional<at::Generator>) {
+                                 torch::Tensor idx = torch::arange(0, head_dim, 2, torch::kFloat32);
+                                 t.copy_(1.0 / torch::pow(theta, idx / static_cast<double>(head_dim)));
+                               }));
 }
 
 torch::Tensor RotaryEmbeddingImpl::forward(const torch::Tensor& x) {

@@ -5,11 +5,11 @@
 namespace loom::nn {
 
 namespace {
-auto normal(double std) {
-  return [std](torch::Tensor& t) { t.normal_(0.0, std); };
+Init normal(double std) {
+  return [std](torch::Tensor& t, c10::optional<at::Generator> generator) { t.normal_(0.0, std, generator); };
 }
-auto constant(double v) {
-  return [v](torch::Tensor& t) { t.fill_(v); };
+Init constant(double v) {
+  return [v](torch::Tensor& t, c10::optional<at::Generator>) { t.fill_(v); };
 }
 }  // namespace
 

@@ -40,13 +40,20 @@ torch::Device construction_device() { return current_device; }
 ConstructionDevice::ConstructionDevice(torch::Device device) : previous_(current_device) { current_device = device; }
 ConstructionDevice::~ConstructionDevice() { current_device = previous_; }
 
-torch::Tensor new_parameter(torch::IntArrayRef shape, const std::function<void(torch::Tensor&)>& init) {
-  torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(torch::kFloat32).device(current_device));
-  if (!current_device.is_meta()) {
-    torch::NoGradGuard no_grad;
-    init(t);
+torch::Tensor new_parameter(torch::IntArrayRef shape, const Init& init) {
+  torch::TensorOptions options = torch::TensorOptions().dtype(torch::kFloat32).device(current_device);
+  if (current_device.is_meta()) return torch::empty(shape, options);
+  if (deferring()) {
+    torch::Tensor placeholder = torch::empty({0}, options);
+    defer(placeholder, shape.vec(), init);
+    return placeholder;
   }
+  torch::Tensor t = torch::empty(shape, options);
+  torch::NoGradGuard no_grad;
+  init(t, c10::nullopt);
   return t;
 }
+
+torch::Tensor new_buffer(torch::IntArrayRef shape, const Init& init) { return new_parameter(shape, init); }
 
 }  // namespace loom::nn

@@ -12,6 +12,8 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include "models/nn/deferred_init.h"
+
 namespace loom::nn {
 
 using Forward = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
@@ -54,8 +56,12 @@ class ConstructionDevice {
   torch::Device previous_;
 };
 
-// A parameter tensor on the construction device; filled by `init` unless on meta.
-torch::Tensor new_parameter(torch::IntArrayRef shape, const std::function<void(torch::Tensor&)>& init);
+// A parameter tensor on the construction device, filled by `init` (from the default
+// generator); on meta, only its shape; inside a DeferredInit scope, a placeholder that
+// materialize() fills (deferred_init.h).
+torch::Tensor new_parameter(torch::IntArrayRef shape, const Init& init);
+// A buffer (float), the same way.
+torch::Tensor new_buffer(torch::IntArrayRef shape, const Init& init);
 
 // The holder behind LOOM_MODULE: like TORCH_MODULE's, but operator() dispatches through Loom.
 template <class Impl>

@@ -232,3 +232,37 @@ TEST_CASE("every standard schedule fits every reference model family") {
     }
   }
 }
+
+TEST_CASE("a model built without memory materializes only what a rank wants, with the values of the whole build") {
+  torch::manual_seed(1234);
+  BuiltModel whole = build_model("llama:tiny");
+  BuiltModel part = build_model_without_memory("llama:tiny");
+  for (auto& p : part.module->named_parameters()) CHECK(p.value().numel() == 0);  // placeholders
+  // One layer, alone, and the rotary buffers: the values every rank would compute for them.
+  auto wanted = [](const std::string& name) { return name.rfind("layers.1.", 0) == 0; };
+  nn::materialize(*part.module, 1234, wanted);
+  auto all = whole.module->named_parameters();
+  int materialized = 0;
+  for (auto& p : part.module->named_parameters()) {
+    if (!wanted(p.key())) {
+      CHECK(p.value().numel() == 0);
+      continue;
+    }
+    ++materialized;
+    CHECK(torch::equal(p.value(), all[p.key()]));
+  }
+  CHECK(materialized > 0);
+  for (auto& b : part.module->named_buffers())
+    if (wanted(b.key())) CHECK(torch::equal(b.value(), whole.module->named_buffers()[b.key()]));
+  // Each tensor has its own generator: different names, different values; another seed, others.
+  CHECK(!torch::equal(all["layers.0.mlp.up_proj.weight"], all["layers.1.mlp.up_proj.weight"]));
+  torch::manual_seed(99);
+  CHECK(!torch::equal(build_model("llama:tiny").module->named_parameters()["layers.1.mlp.up_proj.weight"],
+                      all["layers.1.mlp.up_proj.weight"]));
+  // A tied weight materializes once, under its first name, and stays tied.
+  BuiltModel gpt = build_model_without_memory("gpt:tiny");
+  nn::materialize(*gpt.module, 7, [](const std::string&) { return true; });
+  auto named = gpt.module->named_parameters();
+  CHECK(named["wte.weight"].numel() > 0);
+  CHECK(named["wte.weight"].unsafeGetTensorImpl() == named["lm_head.weight"].unsafeGetTensorImpl());
+}
