@@ -4,8 +4,8 @@
 // the gradients at its outputs and inputs, the loss, every reduced gradient, every parameter
 // after the step. The records are compared rank by rank; the first quantity beyond the
 // tolerance, in step order, names the module that diverged; bisection over prefixes of the
-// directive trace names the directive that broke equivalence.
-#include <sys/wait.h>
+// directive trace names the directive that broke equivalence. The runs and the bisection are
+// the differential tester's library (verifier/differential); this is its command line and report.
 #include <unistd.h>
 
 #include <chrono>
@@ -18,7 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "verifier/differential/mesh_record_merge.h"
+#include "verifier/differential/bisection.h"
+#include "verifier/differential/recorded_runs.h"
 #include "verifier/differential/step_record_compare.h"
 #include "cli/commands.h"
 #include "lang/diagnostics.h"
@@ -29,131 +30,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Runs `loom run` with `args` quietly (its output goes to `log`); returns its exit code.
-int run_quietly(const std::vector<std::string>& args, const fs::path& log) {
-  std::string cmd = "'" + fs::read_symlink("/proc/self/exe").string() + "'";
-  for (auto& a : args) cmd += " '" + a + "'";
-  cmd += " > '" + log.string() + "' 2>&1";
-  int rc = std::system(cmd.c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-}
-
-double first_loss(const fs::path& metrics) {
-  std::ifstream in(metrics);
-  std::string line;
-  std::getline(in, line);
-  return nlohmann::json::parse(line).at("loss").get<double>();
-}
-
-std::string tail_of(const fs::path& log) {
-  std::ifstream in(log);
-  std::vector<std::string> lines;
-  for (std::string l; std::getline(in, l);) lines.push_back(l);
-  std::string out;
-  for (size_t i = lines.size() > 12 ? lines.size() - 12 : 0; i < lines.size(); ++i) out += "  " + lines[i] + "\n";
-  return out;
-}
-
 // What the scheduled run computes or reduces in decides the default tolerance.
 std::string run_dtype(const TrainOptions& t) {
   if (resolved_device(t) == "cuda" && t.precision == "bf16") return "bf16";
   return t.reduce_dtype;
-}
-
-// One recorded run of the step: the plain model, the whole schedule, or a prefix of its trace.
-// The plain run holds the replicas of a mesh(tp, pp) schedule: nproc / (tp * pp) ranks, the same
-// batch per replica.
-class Runs {
- public:
-  Runs(const VerifyOptions& o, fs::path dir, int plain_ranks) : o_(o), dir_(std::move(dir)), plain_ranks_(plain_ranks) {
-    const TrainOptions& t = o.train;
-    common_ = {"--model", t.model, "--data", t.data, "--micro-batch",
-               std::to_string(t.micro_batch), "--seq", std::to_string(t.seq), "--accum", std::to_string(t.accum),
-               "--seed", std::to_string(t.seed), "--steps", "1", "--threads", std::to_string(resolved_threads(t, o.nproc)),
-               "--device", t.device, "--backend", t.backend, "--precision", t.precision, "--reduce-dtype", t.reduce_dtype,
-               "--stdlib", t.stdlib, "--timeout", std::to_string(t.timeout_s), "--no-verify"};
-    for (auto& s : t.sets) knobs_.insert(knobs_.end(), {"--set", s});
-  }
-
-  // Runs one side; false (with the failure in `error`) when it did not run.
-  bool run(const std::string& name, bool scheduled, int64_t prefix, std::string& error) {
-    std::vector<std::string> args{"run"};
-    if (scheduled) args.push_back(o_.train.schedule_file);
-    args.insert(args.end(), common_.begin(), common_.end());
-    args.insert(args.end(), {"--nproc", std::to_string(scheduled ? o_.nproc : plain_ranks_)});
-    if (scheduled) args.insert(args.end(), knobs_.begin(), knobs_.end());  // the plain run declares no knobs
-    if (scheduled && prefix >= 0) args.insert(args.end(), {"--trace-prefix", std::to_string(prefix)});
-    args.insert(args.end(), {"--record", (dir_ / name).string(), "--metrics", (dir_ / (name + ".jsonl")).string()});
-    fs::path log = dir_ / (name + ".log");
-    ++count_;
-    if (int rc = run_quietly(args, log)) {
-      error = "the " + name + " run failed (exit code " + std::to_string(rc) + "); its last lines:\n" + tail_of(log);
-      return false;
-    }
-    return true;
-  }
-
-  // The ranks' records of a run; those of a mesh(tp, pp) run reassembled, per replica, into the
-  // plain run's shapes (mesh_record_merge.h).
-  std::vector<std::vector<RecordEntry>> records(const std::string& name,
-                                                const std::vector<std::vector<RecordEntry>>* plain = nullptr) const {
-    std::vector<std::vector<RecordEntry>> out;
-    int ranks = plain ? o_.nproc : plain_ranks_;
-    for (int r = 0; r < ranks; ++r) out.push_back(read_step_record((dir_ / name / ("rank-" + std::to_string(r) + ".pt")).string()));
-    fs::path mesh = dir_ / name / "mesh.json";
-    if (!plain || !fs::exists(mesh)) return out;
-    nlohmann::json m = nlohmann::json::parse(std::ifstream(mesh));
-    int tp = m.at("tp").get<int>(), pp = m.at("pp").get<int>();
-    return tp * pp > 1 ? merge_mesh_records(out, tp, pp, *plain) : out;
-  }
-  double loss(const std::string& name) const { return first_loss(dir_ / (name + ".jsonl")); }
-  int count() const { return count_; }
-
- private:
-  const VerifyOptions& o_;
-  fs::path dir_;
-  int plain_ranks_;
-  std::vector<std::string> common_;
-  std::vector<std::string> knobs_;  // --set name=value, for the schedule's tune() knobs
-  int count_ = 0;
-};
-
-// The directive whose addition first breaks equivalence, found by bisection over trace
-// prefixes: the first `good` directives verify, the first `bad` do not. When prefixes between
-// could not run on their own (a half-built schedule), more than one directive stays suspect.
-struct Bisection {
-  bool done = false;
-  size_t good = 0, bad = 0, total = 0;
-  std::vector<size_t> unrunnable;
-};
-
-Bisection bisect(Runs& runs, const std::vector<std::vector<RecordEntry>>& plain, const Tolerance& tol, size_t total) {
-  Bisection b;
-  b.total = total;
-  size_t good = 0, bad = total;  // the empty prefix is the plain model; the whole trace breaks
-  while (bad - good > 1) {
-    size_t mid = (good + bad) / 2;
-    // A prefix that cannot run on its own (a half-built schedule) is stepped over.
-    std::vector<size_t> order;
-    for (size_t k = mid; k < bad; ++k) order.push_back(k);
-    for (size_t k = mid; k-- > good + 1;) order.push_back(k);
-    bool decided = false;
-    for (size_t k : order) {
-      std::string name = "prefix-" + std::to_string(k), error;
-      if (!runs.run(name, true, static_cast<int64_t>(k), error)) {
-        b.unrunnable.push_back(k);
-        continue;
-      }
-      (compare_step_records(plain, runs.records(name, &plain), tol).equivalent() ? good : bad) = k;
-      decided = true;
-      break;
-    }
-    if (!decided) break;
-  }
-  b.done = true;
-  b.good = good;
-  b.bad = bad;
-  return b;
 }
 
 std::string describe(const QuantityDifference& d) {
@@ -206,7 +86,7 @@ int verify_schedule(const VerifyOptions& o) {
 
   char tmpl[] = "/tmp/loom-verify-XXXXXX";
   fs::path dir = mkdtemp(tmpl);
-  Runs runs(o, dir, o.nproc / model_parallel);
+  RecordedRuns runs(t, o.nproc, o.nproc / model_parallel, dir);
   std::string error;
   if (!runs.run("plain", false, -1, error) || !runs.run("scheduled", true, -1, error)) {
     std::cerr << "error: " << error;
@@ -217,7 +97,12 @@ int verify_schedule(const VerifyOptions& o) {
   RecordComparison cmp = compare_step_records(plain, runs.records("scheduled", &plain), tol);
   double loss_plain = runs.loss("plain"), loss_scheduled = runs.loss("scheduled");
   Bisection bisection;
-  if (!cmp.equivalent() && o.bisect && !directives.empty()) bisection = bisect(runs, plain, tol, directives.size());
+  if (!cmp.equivalent() && o.bisect && !directives.empty())
+    bisection = bisect_directives(directives.size(), [&](size_t k) -> std::optional<bool> {
+      std::string name = "prefix-" + std::to_string(k), failed;
+      if (!runs.run(name, true, static_cast<int64_t>(k), failed)) return std::nullopt;
+      return compare_step_records(plain, runs.records(name, &plain), tol).equivalent();
+    });
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!o.keep) fs::remove_all(dir);
 
