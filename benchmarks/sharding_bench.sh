@@ -9,7 +9,7 @@
 # Usage: bash benchmarks/sharding_bench.sh [--no-link]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-loom=$PWD/build/loom
+loom=${LOOM:-$PWD/build/loom}  # LOOM: another binary (benchmarks/against_commit.sh)
 out=$(mktemp -d)
 traces=$PWD/build/bench-traces
 mkdir -p "$traces"

@@ -5,7 +5,7 @@
 # 3-20; memory is each rank's peak RSS (and Loom's tensor peak from its counting allocator).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-loom=build/loom
+loom=${LOOM:-build/loom}  # LOOM: another binary (benchmarks/against_commit.sh)
 out=$(mktemp -d)
 common="--model gpt:tiny --data synthetic --steps 20 --micro-batch 4 --seq 128 --threads 1"
 "$loom" run $common --nproc 1 --metrics "$out/w1.jsonl" > /dev/null

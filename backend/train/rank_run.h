@@ -1,0 +1,99 @@
+// One rank's training run, shared by its set-up (rank_setup.cpp), its step loop
+// (step_loop.cpp) and the library entry point (trainer.cpp). Internal to backend/train.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/optim/adamw.h>
+#include <torch/types.h>
+
+#include "backend/comm/communicator.h"
+#include "backend/comm/mesh_groups.h"
+#include "backend/exec/activation_checkpoint.h"
+#include "backend/exec/gradient_reducer.h"
+#include "backend/exec/optimizer_offload.h"
+#include "backend/exec/pipeline_stage.h"
+#include "backend/exec/sharded_executor.h"
+#include "backend/exec/tensor_parallel.h"
+#include "backend/instrument/op_profiler.h"
+#include "backend/ir/ir.h"
+#include "backend/lower/mesh_layout.h"
+#include "backend/lower/pipeline_stages.h"
+#include "backend/train/optimizer_checkpoint.h"
+#include "backend/train/token_data.h"
+#include "backend/train/trainer.h"
+#include "lang/schedule.h"
+#include "models/zoo_torch.h"
+#include "verifier/differential/step_record.h"
+
+namespace loom {
+
+class TimelineObserver;  // rank_setup.cpp: module calls as timeline spans
+
+// One rank's run, set up: the schedule's plan, the devices and groups, the model with its
+// executors and interceptors, the optimizer. Built by set_up_rank, used by
+// train_step and finish_rank; never moved, since the interceptors point at one another.
+struct RankRun {
+  const TrainOptions& o;
+  RankEnv env;
+  int threads = 1;
+  std::unique_ptr<Schedule> sch;
+  RuntimePlan plan;
+  std::unique_ptr<PipelineStages> stages;
+  std::unique_ptr<TokenSource> data;
+  bool cuda = false, nccl = false, bf16 = false;
+  int gpu = 0;
+  torch::Device device = torch::kCPU;
+  std::shared_ptr<comm::Group> world;
+  BuiltModel model;
+  std::vector<torch::Tensor> params;  // unique, this rank's (its stage's, its tensor-parallel slices)
+  std::vector<std::string> param_names;
+  int64_t start = 0;  // steps done before this run (resume)
+  std::filesystem::path resume_dir;
+  std::unique_ptr<MeshGroups> mesh;
+  MeshLayout layout;
+  std::unique_ptr<TensorParallel> tensor_parallel;
+  std::unique_ptr<ActivationCheckpointer> checkpointer;
+  ir::OpTrace trace;                 // the model's compute ops (the op profiler keeps a reference)
+  std::optional<ir::Program> step;  // this rank's step program
+  std::unique_ptr<OpProfiler> profiler;
+  std::unique_ptr<ShardedExecutor> sharded;
+  std::unique_ptr<StepRecorder> recorder;
+  std::unique_ptr<PipelineStage> stage;
+  std::vector<torch::Tensor> optimized;     // what the optimizer updates (shards' slices when sharded)
+  std::vector<OptimizedRange> state_ranges;  // the optimizer's tensors as ranges (checkpoints)
+  std::vector<OptimizedRange> ranges;        // the optimized tensors as ranges (records, faults)
+  std::unique_ptr<OptimizerOffload> offload;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<GradientReducer> reducer;
+  std::unique_ptr<TimelineObserver> observer;
+  std::ofstream metrics;
+  std::vector<int64_t> tokens;  // one micro-batch's samples
+
+  RankRun(const TrainOptions& options, const RankEnv& rank_env);
+  // The interceptors it installed point into it: none may outlive it (a library caller goes on).
+  ~RankRun();
+  bool lead() const { return env.rank == 0; }
+};
+
+// The gradient norm is measured for clipping, and for the metrics (which report it even with
+// --clip 0); where parts of the gradients live on different ranks that costs an all-reduce.
+inline bool measures_grad_norm(const TrainOptions& o) { return o.clip > 0 || !o.metrics.empty(); }
+
+// Everything before the first step (rank_setup.cpp).
+std::unique_ptr<RankRun> set_up_rank(const TrainOptions& options, const RankEnv& env);
+// One optimizer step: its micro-batches, the reduced gradients clipped, the update, the loss
+// averaged over the ranks, metrics, a checkpoint when one is due (step_loop.cpp).
+StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result);
+// After the last step: interceptors off, the profile and the timeline written (step_loop.cpp).
+void finish_rank(RankRun& r);
+// 1234567 -> "1,234,567".
+std::string with_commas(int64_t n);
+
+}  // namespace loom
