@@ -8,6 +8,7 @@
 
 #include "backend/ir/ir.h"
 #include "backend/lower/pipeline_stages.h"
+#include "backend/passes/pass.h"  // the requests the passes receive
 
 namespace loom {
 
@@ -23,20 +24,6 @@ struct InjectedFault {
   std::string module;  // the module's path
   std::string param;   // the parameter's full name (ReleaseEarly: empty, all of the module's)
   int rank = 0;        // CorruptShard: the rank whose shard is perturbed
-};
-
-// compress(): TAGC on the gradient reduction of the module's parameters (tagc.txt).
-struct CompressRequest {
-  std::string module;
-  double ratio = 10;
-  int index_bits = 1;
-  double sparsity = 0.9875;  // sparsity=auto resolved by Table 1
-};
-
-// prefetch(): gather the parameters of the blocks after `module` ahead of their use.
-struct PrefetchRequest {
-  std::string module;  // a block, e.g. "h.3"
-  int64_t budget = 0;  // bytes gathered ahead; 0 means auto (one block ahead)
 };
 
 // shard(): parameters of a module split along `axis` over the tensor-parallel group.

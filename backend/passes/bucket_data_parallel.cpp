@@ -3,7 +3,7 @@
 #include <map>
 #include <set>
 
-#include "backend/lower/gradient_buckets.h"
+#include "backend/passes/gradient_buckets.h"
 
 namespace loom::passes {
 namespace {

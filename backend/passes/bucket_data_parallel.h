@@ -1,5 +1,5 @@
 // Pass: under plain data parallelism (no sharded states), the per-parameter gradient
-// all-reduces become DDP's buckets (backend/lower/gradient_buckets.h): each bucket's all-reduce is
+// all-reduces become DDP's buckets (backend/passes/gradient_buckets.h): each bucket's all-reduce is
 // placed where its last gradient completes; a bucket() module's all-reduce is one of them.
 #pragma once
 

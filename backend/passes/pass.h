@@ -1,4 +1,5 @@
-// What every pass receives besides the program: the schedule's requests, resolved.
+// What every pass receives besides the program: the schedule's requests, resolved. The
+// lowering (backend/lower) fills them; the passes do not see the lowering.
 #pragma once
 
 #include <cstdint>
@@ -6,7 +7,24 @@
 #include <vector>
 
 #include "backend/ir/ir.h"
-#include "backend/lower/runtime_plan.h"
+
+namespace loom {
+
+// compress(): TAGC on the gradient reduction of the module's parameters (tagc.txt).
+struct CompressRequest {
+  std::string module;
+  double ratio = 10;
+  int index_bits = 1;
+  double sparsity = 0.9875;  // sparsity=auto resolved by Table 1
+};
+
+// prefetch(): gather the parameters of the blocks after `module` ahead of their use.
+struct PrefetchRequest {
+  std::string module;  // a block, e.g. "h.3"
+  int64_t budget = 0;  // bytes gathered ahead; 0 means auto (one block ahead)
+};
+
+}  // namespace loom
 
 namespace loom::passes {
 

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "backend/lower/directive_lowering.h"
-#include "backend/lower/gradient_buckets.h"
+#include "backend/passes/gradient_buckets.h"
 #include "backend/lower/step_program.h"
 #include "backend/ir/verifier.h"
 #include "backend/passes/pass_pipeline.h"

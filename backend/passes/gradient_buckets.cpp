@@ -1,4 +1,4 @@
-#include "backend/lower/gradient_buckets.h"
+#include "backend/passes/gradient_buckets.h"
 
 #include <map>
 
