@@ -46,6 +46,7 @@ struct ShardedExecutor::State {
   };
   // One gradient reduction in flight: of one parameter, or of a bucket's members as one.
   struct Reduction {
+    size_t unit = 0;  // its index in reduce_units
     std::vector<size_t> members;
     torch::Tensor wire;  // the reduce-scatter's input, alive until it completes
     torch::Tensor out;   // its output: the members' shards (or a compressed member's summed sketch), concatenated
@@ -80,9 +81,6 @@ struct ShardedExecutor::State {
     int64_t estimated = 0;
   };
 
-  // Reductions in flight at once: a bound on the full-size gradients alive during backward.
-  static constexpr size_t kReductionsInFlight = 2;
-
   ir::Program program;
   ShardGroups groups;
   torch::Dtype reduce_dtype = torch::kFloat;
@@ -102,6 +100,10 @@ struct ShardedExecutor::State {
   bool last_micro_batch = true;        // this backward ends the step's accumulation
   std::deque<Reduction> in_flight;     // reductions launched and not yet completed, in launch order
   std::vector<std::vector<size_t>> reduce_units;  // parameters reduced together (a bucket, or one), in reduction order
+  // Where the program completes each unit (its reduce-scatter's wait; for s_p = 1 its first
+  // all-reduce): backward instruction index -> unit. The window of reductions in flight is the
+  // program's (window_reductions pass).
+  std::unordered_map<size_t, size_t> completes_unit_at;
   size_t next_reduce = 0;              // the next unit of reduce_units to launch
   std::map<int, std::vector<int>> gathers_by_handle;
   std::unordered_set<size_t> unreduced, released_early;  // test-only faults (inject_faults)
@@ -229,7 +231,9 @@ struct ShardedExecutor::State {
     for (; backward_cursor <= last && backward_cursor < backward_instrs.size(); ++backward_cursor) {
       size_t index = backward_instrs[backward_cursor];
       const ir::Instr& in = program.instrs[index];
-      if (in.kind == ir::OpKind::AllGather) {
+      if (auto unit = completes_unit_at.find(index); unit != completes_unit_at.end()) {
+        complete_reductions(unit->second);  // where the program completes this reduction
+      } else if (in.kind == ir::OpKind::AllGather) {
         launch_gather(as_indices(in.params));
       } else if (in.kind == ir::OpKind::Wait) {
         wait_handle(in.handle);
@@ -283,6 +287,7 @@ struct ShardedExecutor::State {
   void launch_reductions() {
     while (next_reduce < reduce_units.size() && ready(reduce_units[next_reduce])) {
       Reduction r;
+      r.unit = next_reduce;
       r.members = reduce_units[next_reduce++];
       for (size_t p : r.members) params[p].reduce_launched = true;
       Param& first = params[r.members[0]];
@@ -309,12 +314,11 @@ struct ShardedExecutor::State {
       }
       in_flight.push_back(std::move(r));
     }
-    complete_reductions(kReductionsInFlight);
   }
 
-  // Completes the oldest reductions until at most `limit` remain in flight, in launch order.
-  void complete_reductions(size_t limit) {
-    while (in_flight.size() > limit) {
+  // Completes, in launch order, the reductions in flight up to unit `last` (every one by default).
+  void complete_reductions(size_t last = SIZE_MAX) {
+    while (!in_flight.empty() && in_flight.front().unit <= last) {
       Reduction r = std::move(in_flight.front());
       in_flight.pop_front();
       r.work.wait();
@@ -424,10 +428,16 @@ struct ShardedExecutor::State {
   // test-only unreduced parameter is a unit of its own.
   void plan_reductions() {
     reduce_units.clear();
+    completes_unit_at.clear();
     std::unordered_set<int> reduced;
-    for (const ir::Instr& in : program.instrs) {
-      bool reduction = in.kind == ir::OpKind::ReduceScatter || in.kind == ir::OpKind::AllReduce || in.kind == ir::OpKind::Compress;
-      if (in.phase != ir::Phase::Backward || !reduction) continue;
+    std::unordered_map<int, size_t> unit_of_handle;  // a reduce-scatter's (or compress's) handle -> its unit
+    for (size_t i = 0; i < program.instrs.size(); ++i) {
+      const ir::Instr& in = program.instrs[i];
+      if (in.phase != ir::Phase::Backward) continue;
+      if (in.kind == ir::OpKind::Wait && unit_of_handle.count(in.handle)) completes_unit_at[i] = unit_of_handle[in.handle];
+      bool scattered = in.kind == ir::OpKind::ReduceScatter || in.kind == ir::OpKind::Compress;
+      if (!scattered && in.kind != ir::OpKind::AllReduce) continue;
+      size_t first_new = reduce_units.size();
       std::vector<size_t> unit;
       for (int p : in.params) {
         if (!reduced.insert(p).second) continue;
@@ -435,6 +445,10 @@ struct ShardedExecutor::State {
         else unit.push_back(p);
       }
       if (!unit.empty()) reduce_units.push_back(unit);
+      if (reduce_units.size() == first_new) continue;  // a later collective of gradients already reduced
+      // A reduce-scatter's units complete at its wait; an all-reduce's (s_p = 1) where it stands.
+      if (scattered) unit_of_handle[in.handle] = reduce_units.size() - 1;
+      else completes_unit_at.emplace(i, reduce_units.size() - 1);
     }
     if (reduced.size() != params.size())
       throw InternalError("sharded executor: the step reduces " + std::to_string(reduced.size()) + " of " +
@@ -608,7 +622,7 @@ void ShardedExecutor::finish_backward() {
     for (size_t p : unit)
       if (!s.params[p].grad_ready) s.add_gradient(p, torch::Tensor());
   s.launch_reductions();
-  s.complete_reductions(0);
+  s.complete_reductions();
   // A gather the IR launched for an op whose backward did not run completes before its buffer goes.
   for (size_t p = 0; p < s.params.size(); ++p) {
     if (s.params[p].gathering) s.finish_gather(p);

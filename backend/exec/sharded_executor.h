@@ -7,7 +7,7 @@
 // backward: its parameters are waited for and the next ops' gathers launched (backward
 // prefetch, where the IR places them). Each parameter's gradient is
 // reduce-scattered to its s_p owners as soon as it is complete (simplefsdp.txt §3.1), in the
-// same order on every rank. Gradients (lins.txt §IV-C): when s_g > s_p, every micro-batch but
+// same order on every rank, and completed where the program waits for it. Gradients (lins.txt §IV-C): when s_g > s_p, every micro-batch but
 // the last is all-reduced among the s_g / s_p peers and each keeps its 1/s_g (select & drop);
 // the last is all-reduced over all dp / s_p replicas and each rank keeps the 1/s_os slice its
 // optimizer states cover. The optimizer updates that slice in place inside the parameter shard,
@@ -56,8 +56,9 @@ class ShardedExecutor : public nn::CallInterceptor {
   void begin_forward(bool last_micro_batch);
   // After the forward returned: runs the IR's remaining forward instructions (final releases).
   void finish_forward();
-  // After backward: completes the gradient reductions (at most two are in flight during
-  // backward, which bounds the full-size gradients alive) and keeps this rank's part.
+  // After backward: completes the gradient reductions still in flight (during backward each
+  // completes where the program waits for it, window_reductions' window, which bounds the
+  // full-size gradients alive) and keeps this rank's part.
   void finish_backward();
   // After the last micro-batch: the optimizer slices' gradients, averaged over all dp ranks.
   void average_gradients();

@@ -15,6 +15,7 @@
 #include "backend/passes/offload_optimizer.h"
 #include "backend/passes/prefetch.h"
 #include "backend/passes/unshard.h"
+#include "backend/passes/window_reductions.h"
 
 namespace loom {
 
@@ -29,6 +30,7 @@ const std::vector<std::pair<std::string, passes::Pass>>& pipeline_passes() {
       {"bucket_data_parallel", passes::bucket_data_parallel},             // DDP: gradient all-reduces in size-capped buckets
       {"prefetch", passes::prefetch},                                     // gathers of the next block, ahead
       {"offload_optimizer", passes::offload_optimizer},                   // DeepCompile §4.4: states on the host
+      {"window_reductions", passes::window_reductions},                   // SimpleFSDP §3.1: reductions in flight
   };
   return list;
 }

@@ -221,8 +221,9 @@ TEST_CASE("the pipeline logs each pass, and prints the IR when it changed") {
 TEST_CASE("bucket merges a module's gathers into the first and its reductions into the last, one wait each") {
   ir::OpTrace t = two_blocks();
   passes::PassInputs in;
+  in.reductions_in_flight = 0;  // each wait where the bucket pass puts it (window_reductions has its own test)
+  ir::Program plain = run(t, {2, 2, 2, 2}, in);
   in.buckets = {"h.0"};
-  ir::Program plain = run(t, {2, 2, 2, 2});
   ir::Program bucketed = run(t, {2, 2, 2, 2}, in);
   auto F = ir::Phase::Forward, B = ir::Phase::Backward;
   CHECK(count(plain, OpKind::AllGather) - count(bucketed, OpKind::AllGather) == 2);  // forward and backward
@@ -327,6 +328,7 @@ TEST_CASE("unshard keeps a module's parameters gathered from the forward gather 
 TEST_CASE("compress turns a compressed parameter's reduce-scatter into TAGC's, priced at sketch plus index") {
   passes::PassInputs in;
   in.compress = {{"h.0.fc", 10}};
+  in.reductions_in_flight = 0;  // the bound right after its compress, as the pass puts it
   ir::Program p = run(two_blocks(), {2, 2, 2, 2}, in);
   auto B = ir::Phase::Backward;
   int c = find(p, OpKind::Compress, B, "h.0.fc.w");
@@ -587,4 +589,31 @@ TEST_CASE("checkpoint() under a mesh: a stage recomputes only its own entry; a r
   CHECK(again.bytes == 40);
   CHECK(count(p, OpKind::TpAllReduce) == 2);  // the forward's, and the recomputation's
   CHECK(ir::verify_complete(p) == "");
+}
+
+TEST_CASE("window_reductions: each reduce-scatter's wait follows the launch of the reduction `window` later") {
+  // ZeRO-3 at dp 2 with accumulation: reduce-scatters, the gradient peers' all-reduces and select & drop.
+  for (int window : {1, 2, 3}) {
+    CAPTURE(window);
+    passes::PassInputs in;
+    in.reductions_in_flight = window;
+    ir::Program p = run(two_blocks(), {2, 2, 2, 2}, in);
+    std::vector<int> launches;  // positions of the backward reduce-scatters, in order
+    for (size_t i = 0; i < p.instrs.size(); ++i)
+      if (p.instrs[i].kind == OpKind::ReduceScatter) launches.push_back(static_cast<int>(i));
+    REQUIRE(launches.size() == 3);
+    for (size_t k = 0; k < launches.size(); ++k) {
+      int handle = p.instrs[launches[k]].handle, waited = -1;
+      for (size_t i = 0; i < p.instrs.size(); ++i)
+        if (p.instrs[i].kind == OpKind::Wait && p.instrs[i].handle == handle) waited = static_cast<int>(i);
+      REQUIRE(waited > launches[k]);
+      if (k + window < launches.size()) {
+        CHECK(waited > launches[k + window]);  // completed once `window` more are launched
+        if (k + window + 1 < launches.size()) CHECK(waited < launches[k + window + 1]);
+      } else {
+        CHECK(waited < find(p, OpKind::OptimizerStep, ir::Phase::Step, ""));  // the last ones before the step
+      }
+    }
+    CHECK(ir::verify_complete(p) == "");
+  }
 }
