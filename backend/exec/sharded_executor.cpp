@@ -317,6 +317,8 @@ struct ShardedExecutor::State {
   }
 
   // Completes, in launch order, the reductions in flight up to unit `last` (every one by default).
+  // A unit the program completes before its gradients are all here (a rank that has not run an
+  // op yet) launches later and completes at a later wait, or at the end of backward.
   void complete_reductions(size_t last = SIZE_MAX) {
     while (!in_flight.empty() && in_flight.front().unit <= last) {
       Reduction r = std::move(in_flight.front());

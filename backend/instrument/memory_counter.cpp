@@ -1,17 +1,17 @@
 #include "backend/instrument/memory_counter.h"
 
-#include <c10/core/CPUAllocator.h>
-#include <c10/core/impl/alloc_cpu.h>
-
-#include "backend/torch_compat.h"
-
 #include <sys/resource.h>
 
 #include <atomic>
 #include <fstream>
-#include <string>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include "backend/torch_compat.h"
 
 namespace loom::memory {
 namespace {
@@ -89,10 +89,6 @@ int64_t end_window(int64_t enclosing) {
   }
   return window;
 }
-
-}  // namespace loom::memory
-
-namespace loom::memory {
 
 int64_t peak_resident_bytes() {
   std::ifstream status("/proc/self/status");

@@ -19,7 +19,7 @@ void checkpoint(const Directive& d, const Schedule& schedule, RuntimePlan& plan)
 
 void check_checkpoint(const Directive& d, const Schedule&, const RuntimePlan& plan) {
   // A stage recomputes only what it runs: a module around the split list spans stages.
-  if (plan.pp > 1 && ir::within(plan.stages.list, d.target))
+  if (plan.pp > 1 && (d.target.empty() || ir::within(plan.stages.list, d.target)))
     unsupported(d, "`" + (d.target.empty() ? std::string("the model") : d.target) + "` holds the pipeline's list `" +
                        plan.stages.list + "`, whose entries run on different stages",
                 "checkpoint the list's entries instead: for b in sch[\"" + plan.stages.list + ".*\"] { b.checkpoint() }");

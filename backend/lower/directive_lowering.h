@@ -38,9 +38,9 @@ void plan_stages(const Schedule& schedule, RuntimePlan& plan);
 // One stage's program (the program's mesh position says which): the ops it runs (those before
 // the list on every stage, its entries, those after the list on the last stage; backward
 // through the ops before the list on the first stage only), the parameters it holds (the
-// program's only parameters), the
-// activation it receives and sends on (recv, send) and their gradients back, and the sum of
-// the gradients of the parameters outside the list over the pipeline.
+// program's only parameters), the activation it receives and sends on (recv, send) and their
+// gradients back, and the sum of the gradients of the parameters outside the list over the
+// pipeline.
 void lower_pipeline_stage(const RuntimePlan& plan, const ir::OpTrace& trace, ir::Program& program);
 // activation_checkpoint.cpp
 void checkpoint(const Directive& d, const Schedule& schedule, RuntimePlan& plan);

@@ -122,7 +122,7 @@ void keep_held_parameters(ir::Program& p, std::vector<Instr>& instrs, const Stag
     std::vector<int> mine;
     for (int q : in.params)
       if (renumbered.count(q)) mine.push_back(renumbered[q]);
-    in.params = mine;  // the optimizer step's: the held ones
+    in.params = mine;  // renumbered; the optimizer step's drop the parameters the stage does not hold
   }
   p.params = std::move(params);
 }

@@ -44,6 +44,7 @@ struct SavedRange {
   int64_t offset, length, step;
   int64_t axis;
   int parts, part;
+  std::vector<int64_t> shape;  // the whole parameter's (empty in checkpoints before tensor parallelism)
 };
 
 // The shape of one of `parts` slices of `whole` along `axis` (-1: the whole).
@@ -72,7 +73,8 @@ std::map<std::string, std::vector<SavedRange>> saved_ranges(const fs::path& dir)
       const auto& e = index[i];
       saved[e.at("param").get<std::string>()].push_back({pt, i, e.at("offset").get<int64_t>(), e.at("length").get<int64_t>(),
                                                           e.at("step").get<int64_t>(), e.value("axis", int64_t{-1}),
-                                                          e.value("parts", 1), e.value("part", 0)});
+                                                          e.value("parts", 1), e.value("part", 0),
+                                                          e.value("shape", std::vector<int64_t>{})});
     }
   }
   return saved;
@@ -97,10 +99,10 @@ class StateReader {
 };
 
 // One AdamW state of a whole parameter shaped `shape`, put together from its saved ranges (the
-// parts' real elements; padding differs between shardings and is dropped); `seen` marks the
-// elements some range covered.
+// parts' real elements; padding differs between shardings and is dropped); `seen`, when given,
+// marks the elements some range covered.
 torch::Tensor whole_state(const std::vector<SavedRange>& saved, const std::vector<int64_t>& shape, StateReader& reader,
-                          const std::string& what, torch::Tensor& seen) {
+                          const std::string& what, torch::Tensor* seen = nullptr) {
   int64_t axis = saved[0].axis;
   int parts = saved[0].parts;
   std::vector<int64_t> piece = part_shape(shape, axis, parts);
@@ -118,7 +120,7 @@ torch::Tensor whole_state(const std::vector<SavedRange>& saved, const std::vecto
     pieces.push_back(flat.view(piece));
     covered.push_back(mask.view(piece));
   }
-  seen = parts == 1 ? covered[0] : torch::cat(covered, axis);
+  if (seen) *seen = parts == 1 ? covered[0] : torch::cat(covered, axis);
   return parts == 1 ? pieces[0] : torch::cat(pieces, axis);
 }
 
@@ -133,16 +135,20 @@ void load_optimizer_ranges(const fs::path& dir, const std::vector<OptimizedRange
     if (it == saved.end())
       throw UserError(SourceRange{}, "checkpoint '" + dir.string() + "' holds no optimizer state for parameter " + r.param,
                       "resume with the model the checkpoint was written for");
+    if (!it->second[0].shape.empty() && it->second[0].shape != r.shape)
+      throw UserError(SourceRange{}, "checkpoint '" + dir.string() + "' holds " + r.param + " with another shape than this model's",
+                      "resume with the model the checkpoint was written for");
     auto& state = compat::adamw_state(optimizer, r.tensor);
     torch::Tensor seen;
-    torch::Tensor avg = whole_state(it->second, r.shape, reader, "exp_avg", seen);
-    torch::Tensor avg_sq = whole_state(it->second, r.shape, reader, "exp_avg_sq", seen);
-    // This rank's range of its part (padding beyond the part's elements stays zero).
-    int64_t n = std::max<int64_t>(0, std::min(r.offset + r.tensor.numel(), r.numel) - r.offset);
-    state.exp_avg().view({-1}).narrow(0, 0, n).copy_(flat_part(avg, r.axis, r.parts, r.part).narrow(0, r.offset, n));
-    state.exp_avg_sq().view({-1}).narrow(0, 0, n).copy_(flat_part(avg_sq, r.axis, r.parts, r.part).narrow(0, r.offset, n));
+    torch::Tensor avg = whole_state(it->second, r.shape, reader, "exp_avg", &seen);
+    torch::Tensor avg_sq = whole_state(it->second, r.shape, reader, "exp_avg_sq");
+    // This rank's range of its part (a range may lie wholly in the padding: nothing to load).
+    int64_t begin = std::min(r.offset, r.numel);
+    int64_t n = std::min(r.offset + r.tensor.numel(), r.numel) - begin;
+    state.exp_avg().view({-1}).narrow(0, 0, n).copy_(flat_part(avg, r.axis, r.parts, r.part).narrow(0, begin, n));
+    state.exp_avg_sq().view({-1}).narrow(0, 0, n).copy_(flat_part(avg_sq, r.axis, r.parts, r.part).narrow(0, begin, n));
     state.step(it->second[0].step);
-    int64_t covered = flat_part(seen, r.axis, r.parts, r.part).narrow(0, r.offset, n).sum().item<int64_t>();
+    int64_t covered = flat_part(seen, r.axis, r.parts, r.part).narrow(0, begin, n).sum().item<int64_t>();
     if (covered < n)
       throw UserError(SourceRange{}, "checkpoint '" + dir.string() + "' covers " + std::to_string(covered) + " of the " +
                                          std::to_string(n) + " optimizer-state elements this rank needs for " + r.param,

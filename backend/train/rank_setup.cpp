@@ -1,6 +1,5 @@
 #include "backend/train/rank_run.h"
 
-
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -22,7 +21,6 @@
 #include <thread>
 #include <unordered_set>
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
@@ -59,7 +57,6 @@
 #include "verifier/schedule_rules.h"
 #include "models/zoo.h"
 #include "models/zoo_torch.h"
-
 
 namespace loom {
 
@@ -194,7 +191,6 @@ std::string describe_run_shape(const TrainOptions& o, const Schedule& schedule, 
                                   : o.schedule_file + " (" + std::to_string(schedule.trace().size()) + " directives)") +
          "\n";
 }
-
 
 // The schedule, the data and the outputs, checked before this rank waits for any other.
 void plan_rank(RankRun& r) {

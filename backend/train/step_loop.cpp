@@ -1,6 +1,5 @@
 #include "backend/train/rank_run.h"
 
-
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -22,7 +21,6 @@
 #include <thread>
 #include <unordered_set>
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
@@ -54,12 +52,8 @@
 #include "backend/instrument/timeline.h"
 #include "backend/train/token_data.h"
 #include "backend/torch_compat.h"
-#include "lang/interpreter.h"
-#include "lang/trace.h"
-#include "verifier/schedule_rules.h"
 #include "models/zoo.h"
 #include "models/zoo_torch.h"
-
 
 namespace loom {
 
@@ -71,12 +65,10 @@ namespace {
 void write_metrics_row(std::ofstream& out, const std::string& path, const StepMetrics& m, int64_t between_micro_batches) {
   char loss_text[40];
   std::snprintf(loss_text, sizeof loss_text, "%.17g", m.loss);  // every digit: runs compare bit for bit
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
   nlohmann::json row{{"step", m.step}, {"loss", nlohmann::json::parse(loss_text)}, {"lr", m.lr},
                      {"tokens_per_s", m.tokens_per_s}, {"step_ms", m.step_ms}, {"peak_mem_bytes", m.peak_bytes},
                      {"resident_between_micro_batches_bytes", between_micro_batches},
-                     {"max_rss_bytes", static_cast<int64_t>(usage.ru_maxrss) * 1024},
+                     {"max_rss_bytes", memory::peak_resident_bytes()},
                      {"grad_norm", m.grad_norm >= 0 ? nlohmann::json(m.grad_norm) : nlohmann::json()}};
   out << row.dump() << "\n" << std::flush;
   if (!out)

@@ -17,8 +17,9 @@ struct Deferred {
 };
 
 thread_local bool deferring_now = false;
+// Per thread, as the scope is: a model is built and materialized on one thread.
 std::unordered_map<const c10::TensorImpl*, Deferred>& deferred() {
-  static std::unordered_map<const c10::TensorImpl*, Deferred> table;
+  thread_local std::unordered_map<const c10::TensorImpl*, Deferred> table;
   return table;
 }
 
@@ -57,9 +58,10 @@ void materialize(torch::nn::Module& root, uint64_t seed, const std::function<boo
     if (!seen.insert(impl).second) return;  // a tied tensor, under its first name
     auto it = table.find(impl);
     if (it == table.end() || it->second.placeholder.expired() || !wanted(name)) return;
-    torch::Tensor values = torch::empty(it->second.shape, t.options());
+    // Filled on the CPU (the generator's device), then where the placeholder lives.
+    torch::Tensor values = torch::empty(it->second.shape, t.options().device(torch::kCPU));
     it->second.init(values, at::make_generator<at::CPUGeneratorImpl>(seed_of(seed, name)));
-    t.set_(values);
+    t.set_(values.to(t.device()));
     table.erase(it);
   };
   for (auto& p : root.named_parameters()) fill(p.key(), p.value());

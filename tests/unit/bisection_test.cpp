@@ -37,6 +37,7 @@ TEST_CASE("bisection steps over prefixes that cannot run, and leaves several sus
   CHECK(b.bad == 5);
   CHECK(b.good == 2);  // directives 3, 4 and 5 stay suspect
   CHECK(std::set<size_t>(b.unrunnable.begin(), b.unrunnable.end()) == cannot);
+  CHECK(b.unrunnable.size() == cannot.size());  // each tried once
   // Nothing between the plain model and the whole schedule runs: every directive is suspect.
   Bisection none = bisect_directives(4, [](size_t) -> std::optional<bool> { return std::nullopt; });
   CHECK(none.good == 0);

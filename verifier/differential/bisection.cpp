@@ -1,5 +1,7 @@
 #include "verifier/differential/bisection.h"
 
+#include <algorithm>
+
 namespace loom {
 
 Bisection bisect_directives(size_t total, const std::function<std::optional<bool>(size_t)>& verifies) {
@@ -14,6 +16,7 @@ Bisection bisect_directives(size_t total, const std::function<std::optional<bool
     for (size_t k = mid; k-- > good + 1;) order.push_back(k);
     bool decided = false;
     for (size_t k : order) {
+      if (std::find(b.unrunnable.begin(), b.unrunnable.end(), k) != b.unrunnable.end()) continue;  // known not to run
       std::optional<bool> ok = verifies(k);
       if (!ok) {
         b.unrunnable.push_back(k);

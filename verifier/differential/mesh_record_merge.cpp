@@ -26,14 +26,19 @@ int64_t split_axis(const torch::Tensor& part, const torch::Tensor& whole, int tp
   return axis;
 }
 
-// The reduced gradients of one stage and tensor-parallel rank, each whole and shaped as the
-// rank's slice: with sharded optimizer states each dp rank recorded ranges of the flat, padded
-// slice (at their offsets; the ranks of one optimizer block cover it), placed here side by
-// side. Shapes come from the parameters recorded by the replica-0 rank (`shaped`).
+// The reduced gradients replica `replica` holds at one stage and tensor-parallel rank, each
+// whole and shaped as the rank's slice: with sharded optimizer states each dp rank recorded
+// ranges of the flat, padded slice (at their offsets; the ranks of one optimizer block cover
+// it), placed here side by side, the replica's own ranges last so that they are what it is
+// judged by. Shapes come from the parameters recorded by the replica-0 rank.
 std::map<std::string, torch::Tensor> whole_slice_gradients(const std::vector<std::vector<RecordEntry>>& ranks, const MeshLayout& mesh,
-                                                           int stage, int tp_rank) {
+                                                           int stage, int tp_rank, int replica) {
   std::map<std::string, torch::Tensor> flat, out;
+  std::vector<int> order;
   for (int d = 0; d < mesh.dp; ++d)
+    if (d != replica) order.push_back(d);
+  order.push_back(replica);
+  for (int d : order)
     for (const RecordEntry& e : ranks[mesh.rank_at(stage, d, tp_rank)]) {
       if (e.kind != RecordKind::ParamGrad) continue;
       torch::Tensor part = e.value.reshape({-1});
@@ -52,14 +57,15 @@ std::map<std::string, torch::Tensor> whole_slice_gradients(const std::vector<std
   return out;
 }
 
-// A compression bound of the tp ranks' slices, for the whole parameter: the largest of their
-// bounds [gradient, after the step], and their estimated entries summed.
-torch::Tensor merged_bound(const std::vector<torch::Tensor>& parts) {
+// A compression bound of the tp ranks' parts, for the whole parameter: the largest of their
+// bounds [gradient, after the step], and their estimated entries, summed over the slices of a
+// split parameter (the ranks of a whole one each estimated the same entries).
+torch::Tensor merged_bound(const std::vector<torch::Tensor>& parts, bool split) {
   torch::Tensor b = parts[0].clone();
   for (size_t t = 1; t < parts.size(); ++t) {
     b[0] = std::max(b[0].item<double>(), parts[t][0].item<double>());
     b[1] = std::max(b[1].item<double>(), parts[t][1].item<double>());
-    b[2] = b[2].item<double>() + parts[t][2].item<double>();
+    if (split) b[2] = b[2].item<double>() + parts[t][2].item<double>();
   }
   return b;
 }
@@ -82,7 +88,7 @@ std::vector<std::vector<RecordEntry>> merge_mesh_records(const std::vector<std::
       std::vector<const RecordEntry*> order;
       std::deque<RecordEntry> assembled;  // the whole gradients (order points into it)
       std::vector<std::map<std::string, torch::Tensor>> gradients;
-      for (int t = 0; t < tp; ++t) gradients.push_back(whole_slice_gradients(ranks, mesh, s, t));
+      for (int t = 0; t < tp; ++t) gradients.push_back(whole_slice_gradients(ranks, mesh, s, t, d));
       for (int t = 0; t < tp; ++t)
         for (const RecordEntry& e : ranks[mesh.rank_at(s, d, t)]) {
           if (e.kind == RecordKind::ParamGrad) {  // one entry per gradient, whole, at offset 0
@@ -110,7 +116,11 @@ std::vector<std::vector<RecordEntry>> merge_mesh_records(const std::vector<std::
         auto w = whole.find(e->key());
         int64_t axis = w == whole.end() || static_cast<int>(p.size()) != tp ? -1 : split_axis(p[0], w->second, tp);
         if (axis >= 0) m.value = torch::cat(p, axis);
-        if (m.kind == RecordKind::Bound) m.value = merged_bound(p);
+        if (m.kind == RecordKind::Bound) {
+          auto grad = whole.find(RecordEntry{RecordKind::ParamGrad, m.name, 0, 0, {}}.key());
+          bool split = grad != whole.end() && gradients[0].count(m.name) && split_axis(gradients[0].at(m.name), grad->second, tp) >= 0;
+          m.value = merged_bound(p, split);
+        }
         merged.push_back(std::move(m));
       }
     }
