@@ -62,88 +62,72 @@ nlohmann::json difference_json(const QuantityDifference& d) {
           {"rank", d.rank}, {"max_abs", std::isinf(d.max_abs) ? -1.0 : d.max_abs}, {"allowed", d.allowed}, {"note", d.note}};
 }
 
-}  // namespace
-
-int verify_schedule(const VerifyOptions& o) {
-  auto started = std::chrono::steady_clock::now();
-  const TrainOptions& t = o.train;
+// What verify found, for its report.
+struct Outcome {
   std::vector<Directive> directives;
-  int model_parallel = 1;  // tp * pp: the plain model runs at nproc / (tp * pp) ranks
-  try {
-    ValidatedRun validated = validate_run(t, o.nproc, o.nproc);
-    directives = validated.directives;
-    model_parallel = validated.plan.tp * validated.plan.pp;
-  } catch (const UserError& e) {
-    std::cerr << render(e.diagnostic(), nullptr);
-    return kUserError;
-  }
-  Tolerance tol = default_tolerance(run_dtype(t));
-  if (o.atol) tol.atol = *o.atol;
-  if (o.rtol) tol.rtol = *o.rtol;
-  TrainOptions one_step = t;
-  one_step.steps = 1;  // what the recorded runs train
-  tol.step_lr = learning_rate(one_step, 0);
-
-  char tmpl[] = "/tmp/loom-verify-XXXXXX";
-  fs::path dir = mkdtemp(tmpl);
-  RecordedRuns runs(t, o.nproc, o.nproc / model_parallel, dir);
-  std::string error;
-  if (!runs.run("plain", false, -1, error) || !runs.run("scheduled", true, -1, error)) {
-    std::cerr << "error: " << error;
-    if (!o.keep) fs::remove_all(dir);
-    return kUserError;
-  }
-  auto plain = runs.records("plain");
-  RecordComparison cmp = compare_step_records(plain, runs.records("scheduled", &plain), tol);
-  double loss_plain = runs.loss("plain"), loss_scheduled = runs.loss("scheduled");
+  int model_parallel = 1;  // tp * pp: the plain model ran at nproc / (tp * pp) ranks
+  Tolerance tol;
+  RecordComparison cmp;
+  double loss_plain = 0, loss_scheduled = 0;
   Bisection bisection;
-  if (!cmp.equivalent() && o.bisect && !directives.empty())
-    bisection = bisect_directives(directives.size(), [&](size_t k) -> std::optional<bool> {
-      std::string name = "prefix-" + std::to_string(k), failed;
-      if (!runs.run(name, true, static_cast<int64_t>(k), failed)) return std::nullopt;
-      return compare_step_records(plain, runs.records(name, &plain), tol).equivalent();
-    });
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (!o.keep) fs::remove_all(dir);
+  std::vector<const Directive*> suspects;  // the breaking directive, or those it is among
+  int runs = 0;
+  double seconds = 0;
+  fs::path kept;  // the records' folder, with --keep
+};
 
-  // The suspects: directives good+1..bad (one when every prefix could run).
-  std::vector<const Directive*> suspects;
-  if (bisection.done)
-    for (size_t i = bisection.good; i < bisection.bad; ++i) suspects.push_back(&directives[i]);
-  if (o.json) {
-    nlohmann::json compared = nlohmann::json::object();
-    for (auto& k : cmp.kinds) {
-      nlohmann::json j{{"count", k.compared}};
-      if (k.largest) j["largest"] = difference_json(*k.largest);
-      compared[record_kind_name(k.kind)] = j;
-    }
-    nlohmann::json j{{"equivalent", cmp.equivalent()},
-                     {"schedule", t.schedule_file},
-                     {"model", t.model},
-                     {"ranks", o.nproc},
-                     {"plain_ranks", o.nproc / model_parallel},
-                     {"tolerance", {{"dtype", tol.dtype}, {"atol", tol.atol}, {"rtol", tol.rtol}}},
-                     {"loss", {{"plain", loss_plain}, {"scheduled", loss_scheduled}, {"difference", std::abs(loss_plain - loss_scheduled)}}},
-                     {"compared", compared},
-                     {"recorded_by_one_run", cmp.recorded_by_one_run},
-                     {"unresolved_updates", cmp.unresolved_updates},
-                     {"compressed", {{"compared", cmp.compressed.compared},
-                                     {"largest_gradient_bound", cmp.compressed.largest_gradient_bound},
-                                     {"estimated_entries", cmp.compressed.estimated}}},
-                     {"first_divergence", cmp.first_divergence ? difference_json(*cmp.first_divergence) : nlohmann::json(nullptr)},
-                     {"runs", runs.count()},
-                     {"seconds", seconds}};
-    nlohmann::json breaking = nlohmann::json::array();
-    for (size_t i = 0; i < suspects.size(); ++i)
-      breaking.push_back({{"index", bisection.good + i + 1}, {"primitive", suspects[i]->primitive}, {"target", suspects[i]->target},
-                          {"text", suspects[i]->to_sched()}, {"location", suspects[i]->where.to_string()}});
-    j["breaking_directives"] = breaking;
-    j["bisection"] = {{"directives", bisection.total}, {"verifying_prefix", bisection.good}, {"unrunnable_prefixes", bisection.unrunnable}};
-    if (o.keep) j["kept"] = dir.string();
-    std::cout << j.dump(1) << "\n";
-    return cmp.equivalent() ? kOk : kUserError;
+// The report as one JSON object (--json).
+int report_json(const VerifyOptions& o, const Outcome& r) {
+  const TrainOptions& t = o.train;
+  const RecordComparison& cmp = r.cmp;
+  const Tolerance& tol = r.tol;
+  const Bisection& bisection = r.bisection;
+  const std::vector<const Directive*>& suspects = r.suspects;
+  double loss_plain = r.loss_plain, loss_scheduled = r.loss_scheduled;
+  int model_parallel = r.model_parallel;
+  nlohmann::json compared = nlohmann::json::object();
+  for (auto& k : cmp.kinds) {
+    nlohmann::json j{{"count", k.compared}};
+    if (k.largest) j["largest"] = difference_json(*k.largest);
+    compared[record_kind_name(k.kind)] = j;
   }
+  nlohmann::json j{{"equivalent", cmp.equivalent()},
+                   {"schedule", t.schedule_file},
+                   {"model", t.model},
+                   {"ranks", o.nproc},
+                   {"plain_ranks", o.nproc / model_parallel},
+                   {"tolerance", {{"dtype", tol.dtype}, {"atol", tol.atol}, {"rtol", tol.rtol}}},
+                   {"loss", {{"plain", loss_plain}, {"scheduled", loss_scheduled}, {"difference", std::abs(loss_plain - loss_scheduled)}}},
+                   {"compared", compared},
+                   {"recorded_by_one_run", cmp.recorded_by_one_run},
+                   {"unresolved_updates", cmp.unresolved_updates},
+                   {"compressed", {{"compared", cmp.compressed.compared},
+                                   {"largest_gradient_bound", cmp.compressed.largest_gradient_bound},
+                                   {"estimated_entries", cmp.compressed.estimated}}},
+                   {"first_divergence", cmp.first_divergence ? difference_json(*cmp.first_divergence) : nlohmann::json(nullptr)},
+                   {"runs", r.runs},
+                   {"seconds", r.seconds}};
+  nlohmann::json breaking = nlohmann::json::array();
+  for (size_t i = 0; i < suspects.size(); ++i)
+    breaking.push_back({{"index", bisection.good + i + 1}, {"primitive", suspects[i]->primitive}, {"target", suspects[i]->target},
+                        {"text", suspects[i]->to_sched()}, {"location", suspects[i]->where.to_string()}});
+  j["breaking_directives"] = breaking;
+  j["bisection"] = {{"directives", bisection.total}, {"verifying_prefix", bisection.good}, {"unrunnable_prefixes", bisection.unrunnable}};
+  if (o.keep) j["kept"] = r.kept.string();
+  std::cout << j.dump(1) << "\n";
+  return cmp.equivalent() ? kOk : kUserError;
+}
 
+// The report for a reader.
+int report_text(const VerifyOptions& o, const Outcome& r) {
+  const TrainOptions& t = o.train;
+  const RecordComparison& cmp = r.cmp;
+  const Tolerance& tol = r.tol;
+  const Bisection& bisection = r.bisection;
+  const std::vector<const Directive*>& suspects = r.suspects;
+  double loss_plain = r.loss_plain, loss_scheduled = r.loss_scheduled;
+  int model_parallel = r.model_parallel;
+  const std::vector<Directive>& directives = r.directives;
   std::printf("loom verify: %s on %s, %d rank%s, one step from seed %llu\n", t.schedule_file.c_str(), t.model.c_str(), o.nproc,
               o.nproc == 1 ? "" : "s", static_cast<unsigned long long>(t.seed));
   if (o.nproc == 1 && !directives.empty())
@@ -183,11 +167,11 @@ int verify_schedule(const VerifyOptions& o) {
     std::printf("  (%lld quantities recorded by one run only: inside a checkpoint()ed module gradients exist only in the recomputation)\n",
                 static_cast<long long>(cmp.recorded_by_one_run));
   if (cmp.equivalent()) {
-    std::printf("equivalent (%d runs, %.1f s)\n", runs.count(), seconds);
+    std::printf("equivalent (%d runs, %.1f s)\n", r.runs, r.seconds);
     return kOk;
   }
   const QuantityDifference& d = *cmp.first_divergence;
-  std::printf("NOT equivalent (%d runs, %.1f s)\n", runs.count(), seconds);
+  std::printf("NOT equivalent (%d runs, %.1f s)\n", r.runs, r.seconds);
   std::printf("  first divergence: %s: |difference| %s, %s allowed%s\n", describe(d).c_str(), num(d.max_abs).c_str(),
               num(d.allowed).c_str(), d.note.empty() ? "" : (" (" + d.note + ")").c_str());
   std::printf("  diverging module: %s\n", d.module.c_str());
@@ -201,6 +185,58 @@ int verify_schedule(const VerifyOptions& o) {
     std::printf("    (bisection over the directive trace: the first %zu of %zu directives verify, the first %zu do not)\n",
                 bisection.good, bisection.total, bisection.bad);
   return kUserError;
+}
+
+}  // namespace
+
+int verify_schedule(const VerifyOptions& o) {
+  auto started = std::chrono::steady_clock::now();
+  const TrainOptions& t = o.train;
+  Outcome r;
+  std::vector<Directive>& directives = r.directives;
+  try {
+    ValidatedRun validated = validate_run(t, o.nproc, o.nproc);
+    directives = validated.directives;
+    r.model_parallel = validated.plan.tp * validated.plan.pp;
+  } catch (const UserError& e) {
+    std::cerr << render(e.diagnostic(), nullptr);
+    return kUserError;
+  }
+  Tolerance& tol = r.tol;
+  tol = default_tolerance(run_dtype(t));
+  if (o.atol) tol.atol = *o.atol;
+  if (o.rtol) tol.rtol = *o.rtol;
+  TrainOptions one_step = t;
+  one_step.steps = 1;  // what the recorded runs train
+  tol.step_lr = learning_rate(one_step, 0);
+
+  char tmpl[] = "/tmp/loom-verify-XXXXXX";
+  fs::path dir = mkdtemp(tmpl);
+  RecordedRuns runs(t, o.nproc, o.nproc / r.model_parallel, dir);
+  std::string error;
+  if (!runs.run("plain", false, -1, error) || !runs.run("scheduled", true, -1, error)) {
+    std::cerr << "error: " << error;
+    if (!o.keep) fs::remove_all(dir);
+    return kUserError;
+  }
+  auto plain = runs.records("plain");
+  r.cmp = compare_step_records(plain, runs.records("scheduled", &plain), tol);
+  r.loss_plain = runs.loss("plain");
+  r.loss_scheduled = runs.loss("scheduled");
+  if (!r.cmp.equivalent() && o.bisect && !directives.empty())
+    r.bisection = bisect_directives(directives.size(), [&](size_t k) -> std::optional<bool> {
+      std::string name = "prefix-" + std::to_string(k), failed;
+      if (!runs.run(name, true, static_cast<int64_t>(k), failed)) return std::nullopt;
+      return compare_step_records(plain, runs.records(name, &plain), tol).equivalent();
+    });
+  r.runs = runs.count();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (o.keep) r.kept = dir;
+  else fs::remove_all(dir);
+  // The suspects: directives good+1..bad (one when every prefix could run).
+  if (r.bisection.done)
+    for (size_t i = r.bisection.good; i < r.bisection.bad; ++i) r.suspects.push_back(&directives[i]);
+  return o.json ? report_json(o, r) : report_text(o, r);
 }
 
 void add_verify(CLI::App& app, std::function<int()>& run) {
