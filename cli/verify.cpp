@@ -79,69 +79,56 @@ struct Outcome {
 // The report as one JSON object (--json).
 int report_json(const VerifyOptions& o, const Outcome& r) {
   const TrainOptions& t = o.train;
-  const RecordComparison& cmp = r.cmp;
-  const Tolerance& tol = r.tol;
-  const Bisection& bisection = r.bisection;
-  const std::vector<const Directive*>& suspects = r.suspects;
-  double loss_plain = r.loss_plain, loss_scheduled = r.loss_scheduled;
-  int model_parallel = r.model_parallel;
   nlohmann::json compared = nlohmann::json::object();
-  for (auto& k : cmp.kinds) {
+  for (auto& k : r.cmp.kinds) {
     nlohmann::json j{{"count", k.compared}};
     if (k.largest) j["largest"] = difference_json(*k.largest);
     compared[record_kind_name(k.kind)] = j;
   }
-  nlohmann::json j{{"equivalent", cmp.equivalent()},
+  nlohmann::json j{{"equivalent", r.cmp.equivalent()},
                    {"schedule", t.schedule_file},
                    {"model", t.model},
                    {"ranks", o.nproc},
-                   {"plain_ranks", o.nproc / model_parallel},
-                   {"tolerance", {{"dtype", tol.dtype}, {"atol", tol.atol}, {"rtol", tol.rtol}}},
-                   {"loss", {{"plain", loss_plain}, {"scheduled", loss_scheduled}, {"difference", std::abs(loss_plain - loss_scheduled)}}},
+                   {"plain_ranks", o.nproc / r.model_parallel},
+                   {"tolerance", {{"dtype", r.tol.dtype}, {"atol", r.tol.atol}, {"rtol", r.tol.rtol}}},
+                   {"loss", {{"plain", r.loss_plain}, {"scheduled", r.loss_scheduled}, {"difference", std::abs(r.loss_plain - r.loss_scheduled)}}},
                    {"compared", compared},
-                   {"recorded_by_one_run", cmp.recorded_by_one_run},
-                   {"unresolved_updates", cmp.unresolved_updates},
-                   {"compressed", {{"compared", cmp.compressed.compared},
-                                   {"largest_gradient_bound", cmp.compressed.largest_gradient_bound},
-                                   {"estimated_entries", cmp.compressed.estimated}}},
-                   {"first_divergence", cmp.first_divergence ? difference_json(*cmp.first_divergence) : nlohmann::json(nullptr)},
+                   {"recorded_by_one_run", r.cmp.recorded_by_one_run},
+                   {"unresolved_updates", r.cmp.unresolved_updates},
+                   {"compressed", {{"compared", r.cmp.compressed.compared},
+                                   {"largest_gradient_bound", r.cmp.compressed.largest_gradient_bound},
+                                   {"estimated_entries", r.cmp.compressed.estimated}}},
+                   {"first_divergence", r.cmp.first_divergence ? difference_json(*r.cmp.first_divergence) : nlohmann::json(nullptr)},
                    {"runs", r.runs},
                    {"seconds", r.seconds}};
   nlohmann::json breaking = nlohmann::json::array();
-  for (size_t i = 0; i < suspects.size(); ++i)
-    breaking.push_back({{"index", bisection.good + i + 1}, {"primitive", suspects[i]->primitive}, {"target", suspects[i]->target},
-                        {"text", suspects[i]->to_sched()}, {"location", suspects[i]->where.to_string()}});
+  for (size_t i = 0; i < r.suspects.size(); ++i)
+    breaking.push_back({{"index", r.bisection.good + i + 1}, {"primitive", r.suspects[i]->primitive}, {"target", r.suspects[i]->target},
+                        {"text", r.suspects[i]->to_sched()}, {"location", r.suspects[i]->where.to_string()}});
   j["breaking_directives"] = breaking;
-  j["bisection"] = {{"directives", bisection.total}, {"verifying_prefix", bisection.good}, {"unrunnable_prefixes", bisection.unrunnable}};
+  j["bisection"] = {{"directives", r.bisection.total}, {"verifying_prefix", r.bisection.good}, {"unrunnable_prefixes", r.bisection.unrunnable}};
   if (o.keep) j["kept"] = r.kept.string();
   std::cout << j.dump(1) << "\n";
-  return cmp.equivalent() ? kOk : kUserError;
+  return r.cmp.equivalent() ? kOk : kUserError;
 }
 
 // The report for a reader.
 int report_text(const VerifyOptions& o, const Outcome& r) {
   const TrainOptions& t = o.train;
-  const RecordComparison& cmp = r.cmp;
-  const Tolerance& tol = r.tol;
-  const Bisection& bisection = r.bisection;
-  const std::vector<const Directive*>& suspects = r.suspects;
-  double loss_plain = r.loss_plain, loss_scheduled = r.loss_scheduled;
-  int model_parallel = r.model_parallel;
-  const std::vector<Directive>& directives = r.directives;
   std::printf("loom verify: %s on %s, %d rank%s, one step from seed %llu\n", t.schedule_file.c_str(), t.model.c_str(), o.nproc,
               o.nproc == 1 ? "" : "s", static_cast<unsigned long long>(t.seed));
-  if (o.nproc == 1 && !directives.empty())
+  if (o.nproc == 1 && !r.directives.empty())
     std::printf("  note: at 1 rank nothing is sharded, split or reduced, so this compares little more than the plain "
                 "model with itself; verify at the world size you will train with (--nproc N; the default is 2)\n");
-  if (model_parallel > 1)
+  if (r.model_parallel > 1)
     std::printf("  tensor/pipeline parallel (tp x pp = %d): the plain model runs at %d rank(s), one per replica; each "
                 "replica's slices and stages are reassembled before comparing\n",
-                model_parallel, o.nproc / model_parallel);
-  std::printf("  tolerance (%s): |scheduled - plain| <= %g + %g x the largest |plain| of each tensor\n", tol.dtype.c_str(), tol.atol,
-              tol.rtol);
-  std::printf("  loss: plain %.9g, scheduled %.9g, |difference| %s\n", loss_plain, loss_scheduled,
-              num(std::abs(loss_plain - loss_scheduled)).c_str());
-  for (auto& k : cmp.kinds) {
+                r.model_parallel, o.nproc / r.model_parallel);
+  std::printf("  tolerance (%s): |scheduled - plain| <= %g + %g x the largest |plain| of each tensor\n", r.tol.dtype.c_str(), r.tol.atol,
+              r.tol.rtol);
+  std::printf("  loss: plain %.9g, scheduled %.9g, |difference| %s\n", r.loss_plain, r.loss_scheduled,
+              num(std::abs(r.loss_plain - r.loss_scheduled)).c_str());
+  for (auto& k : r.cmp.kinds) {
     static const char* labels[] = {"module outputs", "output gradients", "input gradients", "losses (per micro-batch)",
                                    "parameter gradients", "parameters after the step"};
     std::printf("  %-27s %5lld compared", (std::string(labels[static_cast<int>(k.kind)]) + ":").c_str(),
@@ -149,41 +136,41 @@ int report_text(const VerifyOptions& o, const Outcome& r) {
     if (k.largest && k.largest->max_abs > 0) std::printf(", largest |difference| %s in %s (rank %d)", num(k.largest->max_abs).c_str(), k.largest->name.c_str(), k.largest->rank);
     std::printf("\n");
   }
-  if (cmp.compressed.compared) {
+  if (r.cmp.compressed.compared) {
     std::printf("  compressed (lossy by design): %lld gradients and parameters of compress()ed modules compared against the "
                 "compression's stated bound instead: TAGC's sparsification thresholds summed over the ranks (up to %s), "
                 "and less than 2 x lr after the first AdamW step\n",
-                static_cast<long long>(cmp.compressed.compared), num(cmp.compressed.largest_gradient_bound).c_str());
-    if (cmp.compressed.estimated)
+                static_cast<long long>(r.cmp.compressed.compared), num(r.cmp.compressed.largest_gradient_bound).c_str());
+    if (r.cmp.compressed.estimated)
       std::printf("  TAGC could not peel %lld entries (the sketch was too small for the union of the ranks' non-zeros) and "
                   "estimated them; their error was checked against the same bound\n",
-                  static_cast<long long>(cmp.compressed.estimated));
+                  static_cast<long long>(r.cmp.compressed.estimated));
   }
-  if (cmp.unresolved_updates)
+  if (r.cmp.unresolved_updates)
     std::printf("  %lld updated parameter elements differ beyond the tolerance where their gradient is within it of zero "
                 "(its sign is rounding): allowed AdamW's first-step bound 2 x lr = %s more\n",
-                static_cast<long long>(cmp.unresolved_updates), num(2 * tol.step_lr).c_str());
-  if (cmp.recorded_by_one_run)
+                static_cast<long long>(r.cmp.unresolved_updates), num(2 * r.tol.step_lr).c_str());
+  if (r.cmp.recorded_by_one_run)
     std::printf("  (%lld quantities recorded by one run only: inside a checkpoint()ed module gradients exist only in the recomputation)\n",
-                static_cast<long long>(cmp.recorded_by_one_run));
-  if (cmp.equivalent()) {
+                static_cast<long long>(r.cmp.recorded_by_one_run));
+  if (r.cmp.equivalent()) {
     std::printf("equivalent (%d runs, %.1f s)\n", r.runs, r.seconds);
     return kOk;
   }
-  const QuantityDifference& d = *cmp.first_divergence;
+  const QuantityDifference& d = *r.cmp.first_divergence;
   std::printf("NOT equivalent (%d runs, %.1f s)\n", r.runs, r.seconds);
   std::printf("  first divergence: %s: |difference| %s, %s allowed%s\n", describe(d).c_str(), num(d.max_abs).c_str(),
               num(d.allowed).c_str(), d.note.empty() ? "" : (" (" + d.note + ")").c_str());
   std::printf("  diverging module: %s\n", d.module.c_str());
-  if (suspects.size() == 1)
-    std::printf("  breaking directive: %s at %s\n", suspects[0]->to_sched().c_str(), suspects[0]->where.to_string().c_str());
-  else if (!suspects.empty())
-    std::printf("  breaking directive: one of these %zu (the prefixes between them could not run on their own):\n", suspects.size());
-  if (suspects.size() > 1)
-    for (const Directive* d : suspects) std::printf("    %s at %s\n", d->to_sched().c_str(), d->where.to_string().c_str());
-  if (bisection.done)
+  if (r.suspects.size() == 1)
+    std::printf("  breaking directive: %s at %s\n", r.suspects[0]->to_sched().c_str(), r.suspects[0]->where.to_string().c_str());
+  else if (!r.suspects.empty())
+    std::printf("  breaking directive: one of these %zu (the prefixes between them could not run on their own):\n", r.suspects.size());
+  if (r.suspects.size() > 1)
+    for (const Directive* d : r.suspects) std::printf("    %s at %s\n", d->to_sched().c_str(), d->where.to_string().c_str());
+  if (r.bisection.done)
     std::printf("    (bisection over the directive trace: the first %zu of %zu directives verify, the first %zu do not)\n",
-                bisection.good, bisection.total, bisection.bad);
+                r.bisection.good, r.bisection.total, r.bisection.bad);
   return kUserError;
 }
 
