@@ -62,25 +62,21 @@ void PipelineStage::send_gradient_to_previous_stage() {
   received_ = torch::Tensor();
 }
 
-void PipelineStage::reduce_shared_gradients(const std::vector<torch::Tensor>& params, const std::vector<std::string>& names) {
-  if (!pipeline_) return;
+void PipelineStage::sum_shared_gradients(const std::vector<torch::Tensor>& shared) {
+  if (!pipeline_ || shared.empty()) return;
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads, flat_grads;
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (stages_.stage_of_param(names[i]) >= 0) continue;
-    torch::Tensor p = params[i];
+  std::vector<torch::Tensor> flat_grads;
+  for (torch::Tensor p : shared) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    grads.push_back(p.grad());
     flat_grads.push_back(p.grad().reshape({-1}));
   }
-  if (grads.empty()) return;
-  // One collective for all of them, in a fixed order on every stage.
+  // One collective for all of them, in the program's order, which is every stage's.
   torch::Tensor flat = torch::cat(flat_grads);
   comm::all_reduce(*pipeline_, flat).wait();
   int64_t at = 0;
-  for (auto& g : grads) {
-    g.copy_(flat.narrow(0, at, g.numel()).view_as(g));
-    at += g.numel();
+  for (const torch::Tensor& p : shared) {
+    p.grad().copy_(flat.narrow(0, at, p.numel()).view_as(p.grad()));
+    at += p.numel();
   }
 }
 

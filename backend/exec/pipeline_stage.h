@@ -36,10 +36,10 @@ class PipelineStage : public nn::CallInterceptor {
   void backward_from_next_stage();
   // After this stage's backward: sends the gradient of the received activation back.
   void send_gradient_to_previous_stage();
-  // Sums the gradients of the parameters outside the list over the pipeline, in place (zeros
-  // where a stage did not use one). `params`: what this rank updates, whole or (sharded states)
-  // its slices, which are the same on every stage of its pipeline group.
-  void reduce_shared_gradients(const std::vector<torch::Tensor>& params, const std::vector<std::string>& names);
+  // Sums the gradients of `shared` over the pipeline, in place, as one collective (zeros where a
+  // stage did not use one): the parameters outside the list the program names, whole or
+  // (sharded states) this rank's slices, which are the same on every stage of its pipeline group.
+  void sum_shared_gradients(const std::vector<torch::Tensor>& shared);
 
   torch::Tensor intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
                           const nn::Forward& forward) override;

@@ -205,6 +205,13 @@ double reduced_loss(RankRun& r, comm::Group& group, double loss, int holders) {
   return t.item<double>() / holders;
 }
 
+// What this rank's optimizer updates of parameter `name` (the parameter, or its slice).
+const torch::Tensor& optimized_tensor(const RankRun& r, const std::string& name) {
+  for (const OptimizedRange& range : r.ranges)
+    if (range.param == name) return range.tensor;
+  throw InternalError("the step program names " + name + ", which this rank does not update");
+}
+
 // The step's tail as the program says, one handler per instruction kind: the pipeline's sum of
 // shared gradients, the gradient norm and clipping, the offload copies around the optimizer
 // step, the spread of updated slices, the loss reduction. Each handler's collective completes
@@ -221,9 +228,9 @@ void run_step_tail(RankRun& r, const ir::Program& program, StepTail& tail, const
     switch (in.kind) {
       case ir::OpKind::AllReduce: {  // gradients of what every stage holds (their slices), summed over the pipeline
         if (in.group.role != "pipeline" || !r.stage) throw InternalError("the step's tail all-reduces over " + in.group.role);
-        std::vector<std::string> names;
-        for (const OptimizedRange& range : r.ranges) names.push_back(range.param);
-        r.stage->reduce_shared_gradients(r.optimized, names);
+        std::vector<torch::Tensor> shared;
+        for (int q : in.params) shared.push_back(optimized_tensor(r, program.params[q].name));
+        r.stage->sum_shared_gradients(shared);
         break;
       }
       case ir::OpKind::GradNorm: tail.grad_norm = clip_gradients(r); break;
