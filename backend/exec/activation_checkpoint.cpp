@@ -9,6 +9,7 @@ namespace {
 
 struct ForwardHolder : torch::CustomClassHolder {
   nn::Forward forward;
+  size_t module_inputs = 0;  // the inputs the module takes; a grad anchor may follow them
   at::Tensor rng_state;
 };
 
@@ -26,7 +27,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     ctx->save_for_backward(inputs.vec());
     ctx->saved_data["forward"] = c10::IValue::make_capsule(holder);
     std::vector<torch::Tensor> detached;
-    for (auto& t : inputs) detached.push_back(t.detach());
+    for (size_t i = 0; i < holder->module_inputs; ++i) detached.push_back(inputs[i].detach());
     return {holder->forward(detached)};
   }
 
@@ -51,7 +52,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
         gen.set_state(holder->rng_state);
       }
       torch::AutoGradMode enable(true);
-      out = holder->forward(inputs);
+      out = holder->forward({inputs.begin(), inputs.begin() + static_cast<std::ptrdiff_t>(holder->module_inputs)});
       std::lock_guard<std::mutex> lock(gen.mutex());
       gen.set_state(now);
     }
@@ -68,7 +69,14 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
 torch::Tensor checkpointed_call(const nn::Forward& forward, const std::vector<torch::Tensor>& inputs) {
   auto holder = c10::make_intrusive<ForwardHolder>();
   holder->forward = forward;
-  return CheckpointFunction::apply(at::TensorList(inputs), holder)[0];
+  holder->module_inputs = inputs.size();
+  // A module whose inputs need no gradient (an embedding of token ids) still trains its
+  // parameters: an empty anchor that does makes autograd call the backward, which recomputes.
+  std::vector<torch::Tensor> with_anchor = inputs;
+  bool any = false;
+  for (const torch::Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
+  if (!any) with_anchor.push_back(torch::empty({0}, torch::requires_grad()));
+  return CheckpointFunction::apply(at::TensorList(with_anchor), holder)[0];
 }
 
 torch::Tensor ActivationCheckpointer::intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,

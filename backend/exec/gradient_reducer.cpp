@@ -1,5 +1,9 @@
 #include "backend/exec/gradient_reducer.h"
 
+#include <string>
+
+#include "lang/diagnostics.h"
+
 namespace loom {
 
 struct GradientReducer::State {
@@ -9,7 +13,6 @@ struct GradientReducer::State {
     torch::Tensor flat;           // the reduction buffer
     size_t ready = 0;
     bool launched = false;
-    bool late = false;            // a gradient arrived after launch (reduce again at the end)
     comm::Work work;
   };
   comm::Group* group;
@@ -17,6 +20,8 @@ struct GradientReducer::State {
   std::vector<int64_t> offset;    // of each parameter in its bucket
   std::vector<size_t> bucket_of;  // kNone: in no bucket (never reduced)
   std::vector<bool> reported;
+  std::vector<int> deliveries;    // the gradients autograd hands each parameter per backward
+  std::vector<int> arrived;       // those handed this backward
   std::vector<Bucket> buckets;
   size_t next_launch = 0;         // buckets launch in index order on every rank
   bool sync = false;
@@ -40,11 +45,12 @@ struct GradientReducer::State {
     const torch::Tensor& acc = params[p].grad();
     torch::Tensor full = acc.defined() ? acc + incoming : incoming;
     Bucket& b = buckets[bucket_of[p]];
-    if (b.launched) {
-      b.late = true;
-      return;
-    }
+    if (b.launched)
+      throw InternalError("gradient reducer: a parameter received gradient " + std::to_string(arrived[p] + 1) +
+                          " of a backward whose program hands it " + std::to_string(deliveries[p]) +
+                          ", after its bucket's all-reduce started");
     copy_in(p, full);
+    if (++arrived[p] < deliveries[p]) return;  // a recomputation still hands it more
     if (!reported[p]) {
       reported[p] = true;
       ++b.ready;
@@ -54,11 +60,15 @@ struct GradientReducer::State {
 };
 
 GradientReducer::GradientReducer(const std::vector<torch::Tensor>& params, const std::vector<std::vector<size_t>>& buckets,
-                                 comm::Group& group, torch::Dtype reduce_dtype)
+                                 std::vector<int> deliveries, comm::Group& group, torch::Dtype reduce_dtype)
     : s_(std::make_unique<State>()) {
   s_->group = &group;
   s_->params = params;
   size_t n = params.size();
+  if (deliveries.size() != n) throw InternalError("gradient reducer: deliveries for " + std::to_string(deliveries.size()) +
+                                                  " of " + std::to_string(n) + " parameters");
+  s_->deliveries = std::move(deliveries);
+  s_->arrived.assign(n, 0);
   s_->offset.assign(n, 0);
   s_->bucket_of.assign(n, State::kNone);
   s_->reported.assign(n, false);
@@ -92,10 +102,10 @@ void GradientReducer::prepare(bool sync) {
   s_->sync = sync;
   s_->next_launch = 0;
   std::fill(s_->reported.begin(), s_->reported.end(), false);
+  std::fill(s_->arrived.begin(), s_->arrived.end(), 0);
   for (auto& b : s_->buckets) {
     b.ready = 0;
     b.launched = false;
-    b.late = false;
   }
 }
 
@@ -115,13 +125,6 @@ void GradientReducer::finish() {
   }
   s.launch_ready();
   for (auto& b : s.buckets) b.work.wait();
-  // Late gradients (a tensor used both inside and outside a checkpointed module) are
-  // reduced again from the final .grad; every rank sees the same pattern.
-  for (auto& b : s.buckets) {
-    if (!b.late) continue;
-    for (size_t p : b.params) s.copy_in(p, s.params[p].grad());
-    comm::all_reduce(*s.group, b.flat).wait();
-  }
   double scale = 1.0 / s.group->size();
   torch::NoGradGuard no_grad;
   for (size_t p = 0; p < s.params.size(); ++p) {

@@ -14,11 +14,12 @@ namespace loom {
 class GradientReducer {
  public:
   // `params`: unique tensors. `buckets`: indices into `params`, one list per bucket, in launch
-  // order: the step program's data-parallel all-reduces (bucket_data_parallel), or
-  // plan_gradient_buckets where the program does not describe the run (a mesh). A parameter in
-  // no bucket is never reduced. A bucket holds `reduce_dtype` (gradients are cast into it and back).
-  GradientReducer(const std::vector<torch::Tensor>& params, const std::vector<std::vector<size_t>>& buckets, comm::Group& group,
-                  torch::Dtype reduce_dtype = torch::kFloat);
+  // order: the step program's data-parallel all-reduces (bucket_data_parallel). A parameter in
+  // no bucket is never reduced. `deliveries`: per parameter, the gradients autograd hands it
+  // in one backward (ir::gradient_deliveries); it is ready for its bucket after the last. A
+  // bucket holds `reduce_dtype` (gradients are cast into it and back).
+  GradientReducer(const std::vector<torch::Tensor>& params, const std::vector<std::vector<size_t>>& buckets,
+                  std::vector<int> deliveries, comm::Group& group, torch::Dtype reduce_dtype = torch::kFloat);
   ~GradientReducer();
 
   // Before each micro-batch's backward: `sync` is true on the last micro-batch of a

@@ -64,7 +64,9 @@ struct ShardedExecutor::State {
     bool gathering = false;
     std::shared_ptr<Gather> gather;  // while gathering
     // Gradient reduction of the current micro-batch.
-    bool grad_ready = false;
+    int deliveries = 1;       // the gradients autograd hands it per micro-batch (ir::gradient_deliveries)
+    int arrived = 0;          // those handed so far
+    bool grad_ready = false;  // all of them are in grad_flat (or the op did not run here: zeros)
     bool reduce_launched = false;
     torch::Tensor grad_flat;   // padded full gradient
     torch::Tensor grad_wire;   // it in the reduction dtype: the reduce-scatter's input
@@ -240,8 +242,7 @@ struct ShardedExecutor::State {
       } else if (in.kind == ir::OpKind::Compute && backward_cursor < last) {
         auto it = completed_by.find(index);
         if (it == completed_by.end()) continue;
-        for (size_t p : it->second)
-          if (!params[p].grad_ready) add_gradient(p, torch::Tensor());
+        for (size_t p : it->second) complete_gradient(p);
         launch_reductions();
       }
     }
@@ -255,11 +256,13 @@ struct ShardedExecutor::State {
 
   void on_grad(size_t p, const torch::Tensor& grad) {
     Param& q = params[p];
-    if (q.reduce_launched)
-      throw InternalError("sharded executor: parameter " + program.params[p].name +
-                          " received a second gradient after its reduction started (a weight used both inside and "
-                          "outside a checkpoint()ed module); this combination is not supported yet");
+    if (q.grad_ready)
+      throw InternalError("sharded executor: parameter " + program.params[p].name + " received gradient " +
+                          std::to_string(q.arrived + 1) + " of a backward whose program hands it " +
+                          std::to_string(q.deliveries));
     add_gradient(p, grad);
+    if (++q.arrived < q.deliveries) return;  // a recomputation still hands it more
+    complete_gradient(p);
     // Its gradient is complete, so no backward op needs the gathered weight any more.
     release(p);
     launch_reductions();
@@ -269,11 +272,15 @@ struct ShardedExecutor::State {
   void add_gradient(size_t p, const torch::Tensor& grad) {
     Param& q = params[p];
     torch::NoGradGuard no_grad;
-    if (!q.grad_ready) {
-      q.grad_flat = torch::zeros({q.padded}, q.shard.options());
-      q.grad_ready = true;
-    }
+    if (!q.grad_flat.defined()) q.grad_flat = torch::zeros({q.padded}, q.shard.options());
     if (grad.defined()) q.grad_flat.narrow(0, 0, q.numel).add_(grad.reshape({-1}));
+  }
+
+  // Parameter p's gradient is what has arrived (zeros where nothing has): it may be reduced.
+  void complete_gradient(size_t p) {
+    if (params[p].grad_ready) return;
+    add_gradient(p, torch::Tensor());
+    params[p].grad_ready = true;
   }
 
   static std::vector<size_t> as_indices(const std::vector<int>& ps) { return {ps.begin(), ps.end()}; }
@@ -541,6 +548,8 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
       return grad;
     });
   }
+  std::vector<int> deliveries = ir::gradient_deliveries(s.program);
+  for (size_t i = 0; i < s.params.size(); ++i) s.params[i].deliveries = deliveries[i];
   for (size_t i = 0; i < s.program.instrs.size(); ++i) {
     const ir::Instr& in = s.program.instrs[i];
     if (in.phase == ir::Phase::Forward) s.forward_instrs.push_back(i);
@@ -589,7 +598,11 @@ void ShardedExecutor::begin_forward(bool last_micro_batch) {
   s_->backward_cursor = 0;
   s_->next_reduce = 0;
   s_->in_backward = false;
-  for (auto& q : s_->params) q.grad_ready = q.reduce_launched = false;
+  for (auto& q : s_->params) {
+    q.grad_ready = q.reduce_launched = false;
+    q.arrived = 0;
+    q.grad_flat = torch::Tensor();
+  }
 }
 
 void ShardedExecutor::finish_forward() {
@@ -621,8 +634,7 @@ void ShardedExecutor::finish_backward() {
   if (!s.backward_instrs.empty()) s.run_backward_through(s.backward_instrs.size() - 1);
   // Parameters that received no gradient contribute zeros, in the same order on every rank.
   for (const auto& unit : s.reduce_units)
-    for (size_t p : unit)
-      if (!s.params[p].grad_ready) s.add_gradient(p, torch::Tensor());
+    for (size_t p : unit) s.complete_gradient(p);
   s.launch_reductions();
   s.complete_reductions();
   // A gather the IR launched for an op whose backward did not run completes before its buffer goes.

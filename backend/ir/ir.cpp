@@ -1,5 +1,6 @@
 #include "backend/ir/ir.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -71,6 +72,25 @@ int64_t times_per_step(const Program& p, const Instr& in) {
     case MicroBatches::AllButLast: return p.micro_batches - 1;
   }
   return 0;
+}
+
+std::vector<int> gradient_deliveries(const Program& p) {
+  std::vector<int> deliveries(p.params.size(), 0);
+  std::vector<const Instr*> recomputes;
+  for (const Instr& in : p.instrs)
+    if (in.kind == OpKind::Recompute) {
+      recomputes.push_back(&in);
+      for (int q : in.params) ++deliveries[static_cast<size_t>(q)];
+    }
+  std::vector<bool> used_outside(p.params.size(), false);
+  for (const Instr& in : p.instrs) {
+    if (in.kind != OpKind::Compute || in.phase != Phase::Backward) continue;
+    bool recomputed = std::any_of(recomputes.begin(), recomputes.end(), [&](const Instr* r) { return within(in.module, r->module); });
+    if (!recomputed)
+      for (int q : in.params) used_outside[static_cast<size_t>(q)] = true;
+  }
+  for (size_t q = 0; q < deliveries.size(); ++q) deliveries[q] += used_outside[q] ? 1 : 0;
+  return deliveries;
 }
 
 bool within(const std::string& path, const std::string& module) {

@@ -126,6 +126,13 @@ const char* issued_collective(const Instr& in);
 Instr wait_for(int handle, Phase phase, MicroBatches runs_in = MicroBatches::All);
 // How many times per step `in` runs.
 int64_t times_per_step(const Program& program, const Instr& in);
+// How many gradients autograd hands each parameter in one micro-batch's backward: one for its
+// uses outside every recomputed (checkpoint()ed) module, which the backward sums before the
+// parameter sees them, and one per recomputation that uses it, whose nested backward hands its
+// own (a tied weight used inside and outside a checkpointed module gets two). 0: none, as for
+// a pipeline stage's copy of a module only another stage runs backward. Executors reduce a
+// gradient once all of them have arrived.
+std::vector<int> gradient_deliveries(const Program& program);
 // A release of parameter `q`'s gathered storage.
 Instr release_of(const Program& program, int q, Phase phase);
 

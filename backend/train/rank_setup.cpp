@@ -150,6 +150,18 @@ std::vector<std::vector<size_t>> program_buckets(const ir::Program& step, const 
   return buckets;
 }
 
+// The gradients autograd hands each of `names` per backward, as the step program says
+// (ir::gradient_deliveries); one for a parameter the program does not hold.
+std::vector<int> program_deliveries(const ir::Program& step, const std::vector<std::string>& names) {
+  std::vector<int> by_program = ir::gradient_deliveries(step);
+  std::vector<int> deliveries(names.size(), 1);
+  for (size_t q = 0; q < step.params.size(); ++q) {
+    auto at = std::find(names.begin(), names.end(), step.params[q].name);
+    if (at != names.end()) deliveries[static_cast<size_t>(at - names.begin())] = by_program[q];
+  }
+  return deliveries;
+}
+
 // What tensor and pipeline parallelism do not run with yet: a UserError naming it.
 void check_model_parallel_options(const TrainOptions& o, const RuntimePlan& plan) {
   if (!plan.model_parallel() || o.profile_out.empty()) return;
@@ -497,7 +509,8 @@ std::unique_ptr<RankRun> set_up_rank(const TrainOptions& o, const RankEnv& env) 
   // Replicated parameters are all-reduced in buckets; sharded ones by the executor.
   comm::Group* replicas = r->layout.dp == 1 ? nullptr : r->mesh ? r->mesh->dp.get() : r->world.get();
   if (replicas && !r->sharded)
-    r->reducer = std::make_unique<GradientReducer>(r->params, program_buckets(*r->step, r->param_names, unreduced), *replicas,
+    r->reducer = std::make_unique<GradientReducer>(r->params, program_buckets(*r->step, r->param_names, unreduced),
+                                                   program_deliveries(*r->step, r->param_names), *replicas,
                                                    reduce_dtype);
   if (!o.trace.empty()) {
     timeline::enable(env.rank);

@@ -61,6 +61,9 @@ same_collectives "examples/gpt_tuned.sched (checkpoint, TAGC, unshard, offload)"
   --model gpt:tiny --set micro_batch=2 --set ckpt_ratio=0.5
 same_collectives "examples/llama_lins.sched (Lins (4,4,8), bucket, prefetch)" 8 1 examples/llama_lins.sched --model llama:tiny
 same_collectives "tests/verify/compress_zero3.sched" 2 2 tests/verify/compress_zero3.sched --model gpt:tiny
+# A tied weight checkpointed on one side: reduced once, after both of its gradients.
+same_collectives "tests/verify/tied_checkpoint.sched, 2 micro-batches" 2 1 tests/verify/tied_checkpoint.sched --model gpt:tiny --accum 2
+same_collectives "tests/verify/tied_checkpoint_zero3.sched" 2 2 tests/verify/tied_checkpoint_zero3.sched --model gpt:tiny
 # Meshes: tensor-parallel syncs, pipeline sends and receives, the pipeline's shared gradients.
 same_collectives "tensor parallelism on gpt:tiny at 2 ranks" 2 2 tests/verify/tensor_parallel.sched --model gpt:tiny
 same_collectives "a pipeline of 2 stages on gpt:tiny, stage 0" 2 2 tests/verify/pipeline.sched --model gpt:tiny

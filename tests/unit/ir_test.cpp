@@ -617,3 +617,23 @@ TEST_CASE("window_reductions: each reduce-scatter's wait follows the launch of t
     CHECK(ir::verify_complete(p) == "");
   }
 }
+
+TEST_CASE("gradient deliveries: one for the uses outside recomputed modules, one per recomputation that uses it") {
+  auto deliveries = [](std::vector<std::string> checkpointed) {
+    ir::Program p = ir::lower(small_trace(), {1, 1, 1, 1});
+    lowering::insert_recomputation(checkpointed, p);
+    return ir::gradient_deliveries(p);  // wte, w1, w2
+  };
+  CHECK(deliveries({}) == std::vector<int>{1, 1, 1});
+  // The tied wte: the head's use in the outer backward, the embedding's in its recomputation.
+  CHECK(deliveries({"emb"}) == std::vector<int>{2, 1, 1});
+  // w1 is used in blk0 (recomputed) and blk1 (not); w2 only inside blk0.
+  CHECK(deliveries({"blk0"}) == std::vector<int>{1, 2, 1});
+  CHECK(deliveries({"blk0", "blk1"}) == std::vector<int>{1, 2, 1});
+  CHECK(deliveries({"blk0", "blk0.fc"}) == std::vector<int>{1, 2, 1});  // only the outer one recomputes
+  // A pipeline stage that does not run a module's backward hands its parameters nothing.
+  ir::Program stage1 = pipe_stage(1);
+  std::vector<int> by_param = ir::gradient_deliveries(stage1);
+  for (size_t q = 0; q < stage1.params.size(); ++q)
+    CHECK_MESSAGE(by_param[q] == (stage1.params[q].name == "emb.w" ? 0 : 1), stage1.params[q].name);
+}

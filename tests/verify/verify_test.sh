@@ -46,6 +46,11 @@ for world in 2 4; do
 done
 expect "llama_tensor_parallel at world 2" 0 "equivalent (" \
   -- "$loom" verify tests/verify/llama_tensor_parallel.sched --model llama:tiny --seq 32 --micro-batch 2 --threads 1 --nproc 2
+# A weight used inside and outside a checkpointed module (gpt's tied embedding) is reduced
+# once both of its gradients are in, under data parallelism and ZeRO-3.
+for f in tied_checkpoint tied_checkpoint_zero3; do
+  expect "$f at world 2" 0 "equivalent (" -- "$loom" verify tests/verify/$f.sched $small --nproc 2
+done
 # Meshes composed with the runtime primitives (issue #14, section 4): checkpoint(), bucket(),
 # ZeRO inside the data-parallel group with prefetch, unshard, offload and TAGC.
 for world in 2 4; do
