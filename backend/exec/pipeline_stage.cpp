@@ -3,6 +3,8 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include "lang/diagnostics.h"
+
 namespace loom {
 namespace {
 // The two-rank groups of neighbouring stages: {stage - 1, this rank} and {this rank, stage + 1}.
@@ -11,15 +13,27 @@ constexpr int kPrevious = 0, kNext = 1;
 constexpr int kActivation = 0, kGradient = 1;
 }  // namespace
 
-PipelineStage::PipelineStage(torch::nn::Module& root, PipelineStages stages, const MeshGroups& groups,
+PipelineStage::PipelineStage(torch::nn::Module& root, const ir::Program& step, const MeshGroups& groups,
                              nn::CallInterceptor* next)
-    : stages_(std::move(stages)), at_(groups.at), previous_(groups.previous), next_stage_(groups.next),
-      pipeline_(groups.pipeline), next_(next) {
-  std::string prefix = stages_.list + ".";
+    : previous_(groups.previous), next_stage_(groups.next), pipeline_(groups.pipeline), next_(next) {
+  // The split list's entries are the modules the program's sends and receives name ("h.2").
+  std::string list;
+  auto index_of = [&](const std::string& entry) {
+    size_t dot = entry.rfind('.');
+    if (dot == std::string::npos) throw InternalError("pipeline stage: the program exchanges at `" + entry + "`, not a list entry");
+    list = entry.substr(0, dot);
+    return std::stoi(entry.substr(dot + 1));
+  };
+  for (const ir::Instr& in : step.instrs) {
+    if (in.kind == ir::OpKind::Recv && in.phase == ir::Phase::Forward) receive_at_ = index_of(in.module);
+    if (in.kind == ir::OpKind::Send && in.phase == ir::Phase::Forward) send_after_ = index_of(in.module);
+    if (in.kind == ir::OpKind::Send && in.phase == ir::Phase::Backward) returns_gradient_ = true;
+  }
+  if (list.empty()) throw InternalError("pipeline stage: the program of a stage neither sends nor receives");
   for (auto& item : root.named_modules("", false)) {
     const std::string& path = item.key();
-    if (path.rfind(prefix, 0) == 0 && path.find('.', prefix.size()) == std::string::npos)
-      entry_[item.value().get()] = std::stoi(path.substr(prefix.size()));
+    if (path.rfind(list + ".", 0) == 0 && path.find('.', list.size() + 1) == std::string::npos)
+      entry_[item.value().get()] = std::stoi(path.substr(list.size() + 1));
   }
 }
 
@@ -28,10 +42,10 @@ torch::Tensor PipelineStage::intercept(torch::nn::Module& module, const std::vec
   auto run = [&](const std::vector<torch::Tensor>& xs) { return next_ ? next_->intercept(module, xs, forward) : forward(xs); };
   auto it = entry_.find(&module);
   if (it == entry_.end()) return run(inputs);
-  int entry = it->second, begin = stages_.begins[at_.stage], end = stages_.begins[at_.stage + 1];
-  if (entry < begin) return inputs.at(0);  // an earlier stage's: its output arrives below
+  int entry = it->second;
+  if (entry < receive_at_) return inputs.at(0);  // an earlier stage's: its output arrives below
   std::vector<torch::Tensor> xs = inputs;
-  if (entry == begin && !at_.first_stage()) {
+  if (entry == receive_at_) {
     // The previous stage's activation has the shape this stage computed locally for it.
     received_ = torch::empty_like(xs.at(0)).contiguous();
     comm::recv(*previous_, received_, kPrevious, {kActivation}).wait();
@@ -39,7 +53,7 @@ torch::Tensor PipelineStage::intercept(torch::nn::Module& module, const std::vec
     xs[0] = received_;
   }
   torch::Tensor out = run(xs);
-  if (entry == end - 1 && !at_.last_stage()) {
+  if (entry == send_after_) {
     sent_ = out;
     torch::Tensor outgoing = out.detach().contiguous();
     comm::send(*next_stage_, outgoing, kNext, {kActivation}).wait();
@@ -56,7 +70,7 @@ void PipelineStage::backward_from_next_stage() {
 }
 
 void PipelineStage::send_gradient_to_previous_stage() {
-  if (at_.first_stage()) return;
+  if (!returns_gradient_) return;
   torch::Tensor grad = received_.grad().defined() ? received_.grad().contiguous() : torch::zeros_like(received_);
   comm::send(*previous_, grad, kPrevious, {kGradient}).wait();
   received_ = torch::Tensor();

@@ -1,9 +1,11 @@
 // One pipeline stage at runtime (slapo.txt §3.3.2): every stage runs the model's forward, but
-// only its own entries of the split list. The entries of earlier stages are passed over (they
-// keep the activation's shape); the stage's first entry takes the activation the previous stage
-// sent; after its last entry the stage sends the activation on and ends its forward by throwing
-// StageForwardDone. In backward the gradient travels back the same way. Both are c10d
-// point-to-point send and recv between neighbouring stages.
+// only its own entries of the split list, as its step program says (backend/lower/pipeline.cpp).
+// Where the program receives (a forward `recv` names the entry it feeds) the stage takes the
+// activation the previous stage sent, passing over the entries before it (they keep the
+// activation's shape); where it sends (a forward `send` names the entry whose output it carries)
+// the stage sends the activation on and ends its forward by throwing StageForwardDone. In
+// backward the gradient travels back the same way, where the program's backward `recv` and
+// `send` are. All are c10d point-to-point send and recv between neighbouring stages.
 //
 // The schedule is the simple one: one micro-batch crosses the stages at a time, so stages wait
 // for each other (no GPipe or 1F1B overlap yet). Modules outside the list (embeddings, final
@@ -17,7 +19,7 @@
 #include <unordered_map>
 
 #include "backend/comm/mesh_groups.h"
-#include "backend/lower/pipeline_stages.h"
+#include "backend/ir/ir.h"
 #include "models/nn/module.h"
 
 namespace loom {
@@ -29,12 +31,14 @@ struct StageForwardDone : std::exception {
 
 class PipelineStage : public nn::CallInterceptor {
  public:
-  PipelineStage(torch::nn::Module& root, PipelineStages stages, const MeshGroups& groups, nn::CallInterceptor* next);
+  // `step`: this rank's program, whose send and recv instructions say where the stage exchanges.
+  PipelineStage(torch::nn::Module& root, const ir::Program& step, const MeshGroups& groups, nn::CallInterceptor* next);
 
   // After a forward that ended with StageForwardDone: receives the gradient of the sent
   // activation from the next stage and runs this stage's backward.
   void backward_from_next_stage();
-  // After this stage's backward: sends the gradient of the received activation back.
+  // After this stage's backward: sends the gradient of the received activation back, where the
+  // program does (every stage but the first).
   void send_gradient_to_previous_stage();
   // Sums the gradients of `shared` over the pipeline, in place, as one collective (zeros where a
   // stage did not use one): the parameters outside the list the program names, whole or
@@ -45,11 +49,12 @@ class PipelineStage : public nn::CallInterceptor {
                           const nn::Forward& forward) override;
 
  private:
-  PipelineStages stages_;
-  MeshLayout at_;
   std::shared_ptr<comm::Group> previous_, next_stage_, pipeline_;
   nn::CallInterceptor* next_;
   std::unordered_map<const torch::nn::Module*, int> entry_;  // the split list's entries
+  int receive_at_ = -1;             // the entry the program's forward recv feeds (-1: none)
+  int send_after_ = -1;             // the entry whose output its forward send carries (-1: none)
+  bool returns_gradient_ = false;   // the program sends the received activation's gradient back
   torch::Tensor received_;  // this step's activation from the previous stage (a leaf)
   torch::Tensor sent_;      // this step's activation sent to the next stage (in the graph)
 };

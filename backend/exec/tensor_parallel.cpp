@@ -5,26 +5,47 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include "lang/diagnostics.h"
 #include "models/nn/layers.h"
 
 namespace loom {
 
 TensorParallel::TensorParallel(torch::nn::Module& root, const std::vector<TensorShard>& shards,
-                               const std::vector<SyncRequest>& syncs, std::shared_ptr<comm::Group> group,
-                               nn::CallInterceptor* next)
+                               std::shared_ptr<comm::Group> group, nn::CallInterceptor* next)
     : root_(root), group_(std::move(group)), next_(next) {
   for (const TensorShard& s : shards)
     for (const std::string& p : s.params) split_axis_[s.module + "." + p] = s.axis;
+}
+
+void TensorParallel::follow(const ir::Program& step) {
   std::unordered_map<std::string, const torch::nn::Module*> by_path;
-  for (auto& item : root.named_modules("", true)) by_path[item.key()] = item.value().get();
-  for (const SyncRequest& r : syncs) {
-    Sync& s = syncs_[by_path.at(r.module)];
-    if (r.mode == "fwd_post") (r.op == "all_gather" ? s.gather_output : s.reduce_output) = true;
-    if (r.mode == "bwd_post") s.reduce_input_grad = true;
+  for (auto& item : root_.named_modules("", true)) by_path[item.key()] = item.value().get();
+  auto module_at = [&](const ir::Instr& in) {
+    auto it = by_path.find(in.module);
+    if (it == by_path.end()) throw InternalError("tensor parallelism: the program syncs `" + in.module + "`, no module of the model");
+    return it->second;
+  };
+  std::unordered_map<std::string, bool> backward_ran;  // modules whose backward compute came already
+  std::unordered_map<const torch::nn::Module*, std::string> path_of;
+  syncs_.clear();
+  for (const ir::Instr& in : step.instrs) {
+    if (in.kind == ir::OpKind::Compute && in.phase == ir::Phase::Backward) backward_ran[in.module] = true;
+    bool tp = in.kind == ir::OpKind::TpAllReduce || in.kind == ir::OpKind::TpAllGather;
+    if (!tp) continue;
+    path_of[module_at(in)] = in.module;
+    Sync& s = syncs_[module_at(in)];
+    if (in.phase == ir::Phase::Forward) {
+      (in.kind == ir::OpKind::TpAllGather ? s.gather_output : s.reduce_output) = true;
+    } else if (backward_ran.count(in.module)) {
+      if (in.kind != ir::OpKind::TpAllReduce) throw InternalError("tensor parallelism: a backward " + std::string(ir::op_name(in.kind)) + " of " + in.module);
+      s.reduce_input_grad = true;
+    }  // else: a recomputation's replay of the forward's sync
+  }
+  for (auto& [module, s] : syncs_) {
     // Each rank's partial sum would carry the whole bias: it is added once, after the sum.
-    auto* linear = dynamic_cast<const nn::LinearImpl*>(by_path.at(r.module));
-    if (r.mode == "fwd_post" && r.op == "all_reduce" && linear && linear->bias.defined() &&
-        split_axis(r.module + ".weight") == 1 && split_axis(r.module + ".bias") < 0)
+    const std::string& path = path_of.at(module);
+    auto* linear = dynamic_cast<const nn::LinearImpl*>(module);
+    if (s.reduce_output && linear && linear->bias.defined() && split_axis(path + ".weight") == 1 && split_axis(path + ".bias") < 0)
       s.bias_after_reduce = true;
   }
 }

@@ -1,6 +1,8 @@
 // Tensor parallelism at runtime (slapo.txt §3.2.2, issue #5): shard() splits a Linear's
 // parameters over the tensor-parallel group; sync() adds the collective that makes the
-// split module compute what the whole one does. As in Megatron-LM:
+// split module compute what the whole one does, which lowering puts in the step program as a
+// `tp_all_reduce` or `tp_all_gather` after its module (backend/lower/tensor_parallel.cpp): the
+// interceptor issues the program's, and no other. As in Megatron-LM:
 //   fwd_post all_reduce  the output is summed over the group in forward (the gradient passes
 //                        through unchanged); a Linear split along its inputs adds its bias once,
 //                        after the sum (RowParallelLinear)
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "backend/comm/communicator.h"
+#include "backend/ir/ir.h"
 #include "backend/lower/runtime_plan.h"
 #include "models/nn/module.h"
 
@@ -24,9 +27,16 @@ namespace loom {
 
 class TensorParallel : public nn::CallInterceptor {
  public:
-  // `group`: this rank's tensor-parallel group (nullptr: tp = 1, nothing is split).
-  TensorParallel(torch::nn::Module& root, const std::vector<TensorShard>& shards, const std::vector<SyncRequest>& syncs,
-                 std::shared_ptr<comm::Group> group, nn::CallInterceptor* next = nullptr);
+  // `group`: this rank's tensor-parallel group (nullptr: tp = 1, nothing is split). The
+  // interceptor issues no collective until it follows a program.
+  TensorParallel(torch::nn::Module& root, const std::vector<TensorShard>& shards, std::shared_ptr<comm::Group> group,
+                 nn::CallInterceptor* next = nullptr);
+
+  // Issues the tensor-parallel collectives of `step` (this rank's program): each forward
+  // `tp_all_reduce` / `tp_all_gather` after its module's forward, each backward `tp_all_reduce`
+  // on its module's input gradient. The backward ones that precede their module's backward
+  // compute are a recomputation's replays of the forward's, which the same interception issues.
+  void follow(const ir::Program& step);
 
   // Replaces each split parameter by this rank's slice. Every rank must hold the same whole
   // parameters first (the plain model's, from the same seed).

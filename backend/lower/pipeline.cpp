@@ -25,8 +25,9 @@ struct Place {
 struct StageMap {
   std::map<std::string, Place> place;
   std::map<std::string, const ir::TracedOp*> op_of;
+  std::string list;  // the split list's path
 
-  StageMap(const PipelineStages& stages, const ir::OpTrace& trace) {
+  StageMap(const PipelineStages& stages, const ir::OpTrace& trace) : list(stages.list) {
     bool seen_list = false;
     std::string prefix = stages.list + ".";
     for (const ir::TracedOp& op : trace.forward) {
@@ -43,6 +44,11 @@ struct StageMap {
     }
   }
   bool entry(const Instr& in) const { return in.kind == OpKind::Compute && place.at(in.module).where == Place::Entry; }
+  // The list entry an op of it lies in: "h.2" for "h.2.attn.c_attn".
+  std::string entry_of(const ir::TracedOp& op) const {
+    size_t end = op.module.find('.', list.size() + 1);
+    return op.module.substr(0, end);
+  }
 };
 
 // The instructions of this stage's ops: every stage runs the ops before the list (their output
@@ -65,7 +71,9 @@ std::vector<Instr> stage_ops(const ir::Program& p, const StageMap& map, int pp) 
 }
 
 // The activation from the previous stage before the first entry, on to the next after the
-// last; in backward, their gradients the other way (blocking point-to-point on the pair).
+// last; in backward, their gradients the other way (blocking point-to-point on the pair). Each
+// names the entry it is of: a recv the one it feeds, a send the one whose output it carries
+// (the pipeline stage's executor receives and sends there).
 std::vector<Instr> exchange_activations(ir::Program& p, const std::vector<Instr>& kept, const StageMap& map, int pp) {
   bool first = p.mesh.stage == 0, last = p.mesh.stage == pp - 1;
   const ir::TracedOp *first_entry = nullptr, *last_entry = nullptr;
@@ -75,8 +83,9 @@ std::vector<Instr> exchange_activations(ir::Program& p, const std::vector<Instr>
       last_entry = map.op_of.at(in.module);
     }
   std::vector<Instr> out;
-  auto blocking = [&](OpKind kind, Phase phase, int64_t bytes) {
+  auto blocking = [&](OpKind kind, Phase phase, int64_t bytes, const ir::TracedOp* entry) {
     Instr in = ir::scalar_collective(p, kind, phase, {"stage_pair", 2});
+    in.module = map.entry_of(*entry);
     in.bytes = bytes;
     out.push_back(in);
     out.push_back(ir::wait_for(in.handle, phase));
@@ -85,18 +94,18 @@ std::vector<Instr> exchange_activations(ir::Program& p, const std::vector<Instr>
   for (size_t i = 0; i < kept.size(); ++i) {
     const Instr& in = kept[i];
     if (!first && !received && map.entry(in) && in.phase == Phase::Forward) {
-      blocking(OpKind::Recv, Phase::Forward, first_entry->input_bytes);
+      blocking(OpKind::Recv, Phase::Forward, first_entry->input_bytes, first_entry);
       received = true;
     }
     if (!last && !backward_started && in.phase == Phase::Backward) {
-      blocking(OpKind::Recv, Phase::Backward, last_entry->output_bytes);  // the gradient of what it sent
+      blocking(OpKind::Recv, Phase::Backward, last_entry->output_bytes, last_entry);  // the gradient of what it sent
       backward_started = true;
     }
     if (!first && in.phase == Phase::Step && (i == 0 || kept[i - 1].phase != Phase::Step))
-      blocking(OpKind::Send, Phase::Backward, first_entry->input_bytes);  // the gradient of what it received
+      blocking(OpKind::Send, Phase::Backward, first_entry->input_bytes, first_entry);  // the gradient of what it received
     out.push_back(in);
     if (!last && map.entry(in) && in.phase == Phase::Forward && map.op_of.at(in.module) == last_entry)
-      blocking(OpKind::Send, Phase::Forward, last_entry->output_bytes);
+      blocking(OpKind::Send, Phase::Forward, last_entry->output_bytes, last_entry);
   }
   return out;
 }

@@ -271,7 +271,7 @@ void build_rank_model(RankRun& r) {
   if (r.plan.model_parallel()) {
     r.mesh = std::make_unique<MeshGroups>(make_mesh_groups(*r.world, r.plan.tp, r.plan.pp, r.plan.factors.optim));
     r.layout = r.mesh->at;
-    r.tensor_parallel = std::make_unique<TensorParallel>(*r.model.module, r.plan.shards, r.plan.syncs, r.mesh->tp);
+    r.tensor_parallel = std::make_unique<TensorParallel>(*r.model.module, r.plan.shards, r.mesh->tp);
     r.tensor_parallel->shard_parameters();
   }
   if (r.stages) keep_stage_parameters(*r.stages, r.layout.stage, r.params, r.param_names);
@@ -319,6 +319,7 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   }
   nn::CallInterceptor* outermost = r.sharded ? r.sharded.get() : innermost;
   if (r.tensor_parallel) {
+    r.tensor_parallel->follow(*r.step);
     r.tensor_parallel->call_next(outermost);
     outermost = r.tensor_parallel.get();
     nn::set_call_interceptor(outermost);
@@ -336,7 +337,7 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   }
   // Pipeline stages pass over other stages' modules before the recorder sees a call.
   if (r.stages) {
-    r.stage = std::make_unique<PipelineStage>(*r.model.module, *r.stages, *r.mesh,
+    r.stage = std::make_unique<PipelineStage>(*r.model.module, *r.step, *r.mesh,
                                               r.recorder ? static_cast<nn::CallInterceptor*>(r.recorder.get()) : outermost);
     nn::set_call_interceptor(r.stage.get());
   }

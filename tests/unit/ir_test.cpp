@@ -504,12 +504,12 @@ std::vector<std::string> sequence(const ir::Program& p) {
 
 TEST_CASE("a pipeline stage's program: its ops, the activation in and out and its gradient back, the shared gradients summed") {
   ir::Program first = pipe_stage(0), last = pipe_stage(1);
-  CHECK(sequence(first) == std::vector<std::string>{"fwd compute emb", "fwd compute l.0", "fwd send ", "bwd recv ", "bwd compute l.0",
+  CHECK(sequence(first) == std::vector<std::string>{"fwd compute emb", "fwd compute l.0", "fwd send l.0", "bwd recv l.0", "bwd compute l.0",
                                                     "bwd compute emb", "step all_reduce ", "step grad_norm ", "step optimizer_step ",
                                                     "step loss_reduce "});
   // The last stage runs the embedding forward (its output is replaced by what arrives), not backward.
-  CHECK(sequence(last) == std::vector<std::string>{"fwd compute emb", "fwd recv ", "fwd compute l.1", "fwd compute head",
-                                                   "bwd compute head", "bwd compute l.1", "bwd send ", "step all_reduce ",
+  CHECK(sequence(last) == std::vector<std::string>{"fwd compute emb", "fwd recv l.1", "fwd compute l.1", "fwd compute head",
+                                                   "bwd compute head", "bwd compute l.1", "bwd send l.1", "step all_reduce ",
                                                    "step grad_norm ", "step optimizer_step ", "step loss_reduce "});
   // A stage's parameters are those it holds (l.1's is the last stage's business), renumbered.
   auto names = [](const ir::Program& p) {
