@@ -27,23 +27,6 @@ struct CheckOptions {
   std::string stdlib = LOOM_STDLIB_DIR;
 };
 
-// "500000000", "512MiB", "8GiB", "1.5GB" -> bytes; -1 when it is none of these.
-int64_t parse_size(const std::string& text) {
-  size_t end = 0;
-  double number = 0;
-  try {
-    number = std::stod(text, &end);
-  } catch (const std::exception&) {
-    return -1;
-  }
-  static const std::vector<std::pair<std::string, double>> units{
-      {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
-      {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
-  for (auto& [unit, scale] : units)
-    if (text.substr(end) == unit && number > 0) return static_cast<int64_t>(number * scale);
-  return -1;
-}
-
 std::string plural(size_t n, const std::string& word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
 
 void emit(const Diagnostic& d, const SourceManager& sources, bool json) {

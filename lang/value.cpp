@@ -73,6 +73,22 @@ std::string format_bytes(int64_t n) {
   return std::to_string(n) + "B";
 }
 
+int64_t parse_size(const std::string& text) {
+  size_t end = 0;
+  double number = 0;
+  try {
+    number = std::stod(text, &end);
+  } catch (const std::exception&) {
+    return -1;
+  }
+  static const std::vector<std::pair<std::string, double>> units{
+      {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+      {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+  for (auto& [unit, scale] : units)
+    if (text.substr(end) == unit && number > 0) return static_cast<int64_t>(number * scale);
+  return -1;
+}
+
 std::string format_size(int64_t b) {
   char buf[32];
   if (b >= (int64_t(1) << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(int64_t(1) << 30));

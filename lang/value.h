@@ -73,6 +73,9 @@ std::string format_float(double f);
 std::string format_bytes(int64_t n);
 // A size for people to read, rounded: 512 B, 1.5 KiB, 12.3 MiB, 2.05 GiB.
 std::string format_size(int64_t bytes);
+// A size people write -> bytes: "500000000", "512MiB", "8GiB", "1.5GB" (KiB..TiB, KB..TB); -1 when
+// it is none of these or not positive.
+int64_t parse_size(const std::string& text);
 // FLOPs for people to read, rounded: 512 FLOP, 3.2 MFLOP, 1.5 TFLOP.
 std::string format_flops(double flops);
 // A string literal with quotes and escapes (braces escaped, since strings interpolate).

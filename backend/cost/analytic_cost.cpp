@@ -1,0 +1,73 @@
+#include "backend/cost/analytic_cost.h"
+
+#include <algorithm>
+
+#include "lang/diagnostics.h"
+
+namespace loom {
+namespace {
+
+// One level of ring on `n` ranks over `link`: its latency per step and its bandwidth term.
+double ring_seconds(const LinkSpec& link, double efficiency, const std::string& op, int n, double bytes) {
+  if (n <= 1 || bytes <= 0) return 0;
+  double steps = 0, factor = 0;
+  if (op == "all_gather" || op == "reduce_scatter") {
+    steps = n - 1;
+    factor = static_cast<double>(n - 1) / n;
+  } else if (op == "all_reduce") {
+    steps = 2.0 * (n - 1);
+    factor = 2.0 * (n - 1) / n;
+  } else if (op == "broadcast") {
+    steps = n - 1;  // a pipelined ring: the latency of each hop, the data once
+    factor = 1;
+  } else {
+    throw InternalError("cost model: no ring model for the collective " + op);
+  }
+  return steps * link.latency_s + factor * bytes / (link.bandwidth * efficiency);
+}
+
+}  // namespace
+
+GroupSpan span_of(int size, int stride, int devices_per_node) {
+  if (size <= 1) return {1, 1};
+  int per_node = stride >= devices_per_node ? 1 : std::max(1, std::min(size, devices_per_node / stride));
+  return {per_node, (size + per_node - 1) / per_node};
+}
+
+double compute_seconds(const DeviceSpec& device, double flops, int64_t bytes_moved, Precision precision) {
+  double peak = precision == Precision::Bf16 ? device.matrix_flops_bf16 : device.matrix_flops_fp32;
+  double matrix = flops > 0 ? flops / (peak * device.matrix_efficiency.at(flops / 1e9)) : 0;
+  double bytes = static_cast<double>(bytes_moved);
+  double memory = bytes > 0 ? bytes / (device.memory_bandwidth * device.memory_efficiency.at(bytes / 1e6)) : 0;
+  return std::max(matrix, memory);
+}
+
+double collective_seconds(const Cluster& cluster, const std::string& op, int64_t bytes, GroupSpan span) {
+  double b = static_cast<double>(bytes);
+  const LinkSpec &intra = cluster.intra_node, &inter = cluster.inter_node;
+  int k = span.per_node, m = span.nodes;
+  if (m <= 1) return ring_seconds(intra, intra.efficiency, op, k, b);
+  double across = inter.efficiency * cluster.inter_node_scale.at(m);
+  double part = b / k;  // what each device of a node carries across nodes
+  if (op == "all_reduce")
+    return ring_seconds(intra, intra.efficiency, "reduce_scatter", k, b) + ring_seconds(inter, across, "all_reduce", m, part) +
+           ring_seconds(intra, intra.efficiency, "all_gather", k, b);
+  if (op == "all_gather")
+    return ring_seconds(inter, across, "all_gather", m, part) + ring_seconds(intra, intra.efficiency, "all_gather", k, b);
+  if (op == "reduce_scatter")
+    return ring_seconds(intra, intra.efficiency, "reduce_scatter", k, b) + ring_seconds(inter, across, "reduce_scatter", m, part);
+  if (op == "broadcast")
+    return ring_seconds(inter, across, "broadcast", m, b) + ring_seconds(intra, intra.efficiency, "broadcast", k, b);
+  throw InternalError("cost model: no ring model for the collective " + op);
+}
+
+double point_to_point_seconds(const Cluster& cluster, int64_t bytes, bool across_nodes) {
+  const LinkSpec& link = across_nodes ? cluster.inter_node : cluster.intra_node;
+  return link.latency_s + static_cast<double>(bytes) / (link.bandwidth * link.efficiency);
+}
+
+double host_copy_seconds(const Cluster& cluster, int64_t bytes) {
+  return cluster.host.latency_s + static_cast<double>(bytes) / (cluster.host.bandwidth * cluster.host.efficiency);
+}
+
+}  // namespace loom

@@ -1,0 +1,166 @@
+#include "backend/cost/cluster.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "lang/diagnostics.h"
+#include "lang/value.h"
+
+namespace loom {
+
+double EfficiencyTable::at(double size) const {
+  if (steps.empty()) return 1.0;
+  double e = steps.front().second;
+  for (const auto& [threshold, efficiency] : steps)
+    if (size >= threshold) e = efficiency;
+  return e;
+}
+
+namespace {
+
+using nlohmann::json;
+
+// Reads the fields of one cluster file, naming the file and the field in every error.
+class Reader {
+ public:
+  explicit Reader(std::string origin) : origin_(std::move(origin)) {}
+
+  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
+    throw UserError(SourceRange{}, origin_ + ": `" + field + "` " + what,
+                    "see docs/simulate.md for the cluster format, or start from clusters/dgx-a100.json");
+  }
+  const json& at(const json& object, const std::string& path, const std::string& key) const {
+    if (!object.is_object() || !object.contains(key)) fail(join(path, key), "is missing");
+    return object.at(key);
+  }
+  double positive(const json& object, const std::string& path, const std::string& key) const {
+    const json& v = at(object, path, key);
+    if (!v.is_number() || v.get<double>() <= 0) fail(join(path, key), "must be a positive number, not " + v.dump());
+    return v.get<double>();
+  }
+  double fraction(const json& object, const std::string& path, const std::string& key) const {
+    double f = positive(object, path, key);
+    if (f > 1) fail(join(path, key), "is a fraction of the peak: at most 1, not " + std::to_string(f));
+    return f;
+  }
+  std::string text(const json& object, const std::string& path, const std::string& key) const {
+    const json& v = at(object, path, key);
+    if (!v.is_string()) fail(join(path, key), "must be a string, not " + v.dump());
+    return v.get<std::string>();
+  }
+  // [[threshold, efficiency], ...] in any order; efficiencies in (0, 1].
+  EfficiencyTable table(const json& object, const std::string& path, const std::string& key, bool fractions = true) const {
+    const json& v = at(object, path, key);
+    std::string field = join(path, key);
+    if (!v.is_array() || v.empty()) fail(field, "must be a list of [size, efficiency] pairs");
+    EfficiencyTable t;
+    for (const json& step : v) {
+      if (!step.is_array() || step.size() != 2 || !step[0].is_number() || !step[1].is_number() || step[0].get<double>() < 0 ||
+          step[1].get<double>() <= 0 || (fractions && step[1].get<double>() > 1))
+        fail(field, "holds " + step.dump() + ": each entry is [size >= 0, efficiency in (0, 1]]");
+      t.steps.emplace_back(step[0].get<double>(), step[1].get<double>());
+    }
+    std::sort(t.steps.begin(), t.steps.end());
+    return t;
+  }
+  LinkSpec link(const json& object, const std::string& key) const {
+    const json& l = at(object, "", key);
+    LinkSpec s;
+    s.bandwidth = positive(l, key, "GBps") * 1e9;
+    s.efficiency = fraction(l, key, "efficiency");
+    s.latency_s = positive(l, key, "latency_us") * 1e-6;
+    return s;
+  }
+
+ private:
+  static std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+  std::string origin_;
+};
+
+}  // namespace
+
+Cluster parse_cluster(const std::string& json_text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::exception& e) {
+    throw UserError(SourceRange{}, origin + " is not JSON: " + e.what(), "see docs/simulate.md for the cluster format");
+  }
+  Reader r(origin);
+  Cluster c;
+  c.origin = origin;
+  c.name = r.text(j, "", "name");
+  c.description = j.value("description", "");
+  c.nodes = static_cast<int>(r.positive(j, "", "nodes"));
+  c.devices_per_node = static_cast<int>(r.positive(j, "", "devices_per_node"));
+  const json& d = r.at(j, "", "device");
+  c.device.name = r.text(d, "device", "name");
+  c.device.memory_bytes = parse_size(r.text(d, "device", "memory"));
+  if (c.device.memory_bytes <= 0) r.fail("device.memory", "must be a size such as \"80GiB\"");
+  const json& tflops = r.at(d, "device", "matrix_tflops");
+  c.device.matrix_flops_bf16 = r.positive(tflops, "device.matrix_tflops", "bf16") * 1e12;
+  c.device.matrix_flops_fp32 = r.positive(tflops, "device.matrix_tflops", "fp32") * 1e12;
+  c.device.matrix_efficiency = r.table(d, "device", "matrix_efficiency_by_gflop");
+  c.device.memory_bandwidth = r.positive(d, "device", "memory_GBps") * 1e9;
+  c.device.memory_efficiency = r.table(d, "device", "memory_efficiency_by_mb");
+  c.intra_node = r.link(j, "intra_node");
+  c.inter_node = r.link(j, "inter_node");
+  c.host = r.link(j, "host");
+  if (j.contains("inter_node_scale")) c.inter_node_scale = r.table(j, "", "inter_node_scale");
+  return c;
+}
+
+std::vector<std::string> cluster_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* path = std::getenv("LOOM_CLUSTER_PATH"); path && *path) {
+    std::stringstream entries(path);
+    for (std::string dir; std::getline(entries, dir, ':');)
+      if (!dir.empty()) dirs.push_back(dir);
+  }
+  dirs.push_back(LOOM_CLUSTER_DIR);
+  return dirs;
+}
+
+std::vector<std::string> cluster_names(const std::vector<std::string>& dirs) {
+  std::set<std::string> names;
+  for (const std::string& dir : dirs) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
+      if (entry.path().extension() == ".json") names.insert(entry.path().stem().string());
+  }
+  return {names.begin(), names.end()};
+}
+
+Cluster load_cluster(const std::string& name_or_path, const std::vector<std::string>& dirs) {
+  bool is_path = name_or_path.find('/') != std::string::npos ||
+                 (name_or_path.size() > 5 && name_or_path.compare(name_or_path.size() - 5, 5, ".json") == 0);
+  std::string path;
+  if (is_path) {
+    path = name_or_path;
+  } else {
+    for (const std::string& dir : dirs)
+      if (std::filesystem::exists(std::filesystem::path(dir) / (name_or_path + ".json"))) {
+        path = (std::filesystem::path(dir) / (name_or_path + ".json")).string();
+        break;
+      }
+    if (path.empty()) {
+      std::string known;
+      for (const std::string& n : cluster_names(dirs)) known += (known.empty() ? "" : ", ") + n;
+      throw UserError(SourceRange{}, "no cluster named '" + name_or_path + "' (known: " + (known.empty() ? "none" : known) + ")",
+                      "name one of those, give a cluster file's path, or add NAME.json to a folder in $LOOM_CLUSTER_PATH");
+    }
+  }
+  std::ifstream in(path);
+  if (!in) throw UserError(SourceRange{}, "cannot read the cluster file '" + path + "'", "check the path");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_cluster(text.str(), path);
+}
+
+}  // namespace loom

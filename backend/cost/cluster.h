@@ -1,0 +1,66 @@
+// A cluster the analytic cost model prices a step on (issue #15 §1): how many nodes of how many
+// devices, what one device computes and holds, and the links inside a node, across nodes and to
+// the host. Clusters are JSON files in folders users add to (docs/simulate.md has the format);
+// Loom ships lins-a800, dgx-a100 and dgx-h100 in clusters/. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace loom {
+
+// A step function of efficiency by size, as Calculon's system files give it: the entry with
+// the largest threshold not above the size applies (sizes below every threshold get the first).
+struct EfficiencyTable {
+  std::vector<std::pair<double, double>> steps;  // (threshold, fraction of peak), ascending thresholds
+  double at(double size) const;
+};
+
+struct DeviceSpec {
+  std::string name;
+  int64_t memory_bytes = 0;
+  double matrix_flops_bf16 = 0;   // peak dense matrix FLOP/s in bf16 (tensor cores)
+  double matrix_flops_fp32 = 0;   // ... in fp32
+  EfficiencyTable matrix_efficiency;  // by the GFLOP of one op
+  double memory_bandwidth = 0;        // bytes/s
+  EfficiencyTable memory_efficiency;  // by the MB one op moves
+};
+
+// One kind of link, as each device sees it.
+struct LinkSpec {
+  double bandwidth = 0;   // bytes/s one way, per device (across nodes: the node's NICs shared out)
+  double efficiency = 1;  // the fraction of it a collective reaches
+  double latency_s = 0;   // per message (one ring step)
+};
+
+struct Cluster {
+  std::string name;
+  std::string description;
+  std::string origin;  // the file it was read from
+  int nodes = 1;
+  int devices_per_node = 1;
+  DeviceSpec device;
+  LinkSpec intra_node, inter_node, host;
+  // The inter-node efficiency's multiplier by the number of nodes a collective spans
+  // (lins.txt §III-A: effective bandwidth falls with scale); empty: 1 at every scale.
+  EfficiencyTable inter_node_scale;
+
+  int world() const { return nodes * devices_per_node; }
+};
+
+// Reads a cluster from JSON text. Throws UserError naming `origin` and the field when it is
+// malformed.
+Cluster parse_cluster(const std::string& json_text, const std::string& origin);
+
+// The folders clusters are looked up in: each entry of $LOOM_CLUSTER_PATH (colon-separated),
+// then the shipped clusters/.
+std::vector<std::string> cluster_dirs();
+// The names of the clusters in `dirs` (file names without .json), sorted, without repeats.
+std::vector<std::string> cluster_names(const std::vector<std::string>& dirs);
+// `name_or_path`: a file (it has a '/' or ends in .json) or a name looked up in `dirs`, the
+// first folder that has NAME.json winning. Throws UserError listing the known names.
+Cluster load_cluster(const std::string& name_or_path, const std::vector<std::string>& dirs);
+
+}  // namespace loom

@@ -1,0 +1,139 @@
+// The analytic cost model and the cluster files (issue #15 §1): figures computed by hand from
+// the formulas in docs/simulate.md, on the shipped clusters.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "backend/cost/analytic_cost.h"
+#include "backend/cost/cluster.h"
+#include "lang/diagnostics.h"
+
+using namespace loom;
+
+namespace {
+Cluster shipped(const std::string& name) { return load_cluster(name, cluster_dirs()); }
+
+// A valid cluster file's text with `field`'s line replaced by `replacement` (or dropped).
+std::string dgx_a100_text() {
+  std::ifstream in(std::string(LOOM_SOURCE_DIR) + "/clusters/dgx-a100.json");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  size_t at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+}  // namespace
+
+TEST_CASE("the shipped clusters load, with the figures their sources give") {
+  CHECK(cluster_names(cluster_dirs()) == std::vector<std::string>{"dgx-a100", "dgx-h100", "lins-a800"});
+  Cluster lins = shipped("lins-a800");
+  CHECK(lins.world() == 1024);  // lins.txt §VI-A: 128 servers of 8 GPUs
+  CHECK(lins.device.memory_bytes == 80LL << 30);
+  CHECK(lins.device.matrix_flops_bf16 == doctest::Approx(312e12));
+  CHECK(lins.intra_node.bandwidth == doctest::Approx(200e9));  // 400 GB/s both ways
+  CHECK(lins.inter_node.bandwidth == doctest::Approx(12.5e9));  // 800 Gbit/s per server, 8 GPUs
+  Cluster h100 = shipped("dgx-h100");
+  CHECK(h100.device.matrix_flops_bf16 == doctest::Approx(989e12));
+  CHECK(h100.inter_node.latency_s == doctest::Approx(2e-6));
+}
+
+TEST_CASE("efficiency tables are steps: the largest threshold not above the size") {
+  EfficiencyTable t{{{0, 0.1}, {1, 0.6}, {16, 0.9}, {128, 0.95}}};
+  CHECK(t.at(0.5) == 0.1);
+  CHECK(t.at(1) == 0.6);
+  CHECK(t.at(20) == 0.9);
+  CHECK(t.at(1e6) == 0.95);
+  CHECK(EfficiencyTable{}.at(3) == 1.0);
+}
+
+TEST_CASE("compute: a roofline of matrix and memory time, each at its efficiency for the size") {
+  const DeviceSpec& a100 = shipped("dgx-a100").device;
+  // 2 TFLOP: 2000 GFLOP, efficiency 0.95 at 312 TFLOP/s.
+  CHECK(compute_seconds(a100, 2e12, 0, Precision::Bf16) == doctest::Approx(2e12 / (312e12 * 0.95)));
+  CHECK(compute_seconds(a100, 2e12, 0, Precision::Fp32) == doctest::Approx(2e12 / (19.5e12 * 0.95)));
+  // 0.5 GFLOP runs at 10%; 64 MB at 0.75 of 2039 GB/s; the larger wins.
+  CHECK(compute_seconds(a100, 0.5e9, 0, Precision::Bf16) == doctest::Approx(0.5e9 / (312e12 * 0.1)));
+  CHECK(compute_seconds(a100, 0, 64000000, Precision::Bf16) == doctest::Approx(64e6 / (2039e9 * 0.75)));
+  CHECK(compute_seconds(a100, 0.5e9, 64000000, Precision::Bf16) == doctest::Approx(64e6 / (2039e9 * 0.75)));
+  CHECK(compute_seconds(a100, 0, 0, Precision::Bf16) == 0);
+}
+
+TEST_CASE("collectives inside a node: ring factors (n-1)/n and 2(n-1)/n, a latency per step") {
+  Cluster c = shipped("dgx-a100");
+  double link = 300e9 * 0.6;
+  CHECK(collective_seconds(c, "all_reduce", 1000000000, {8, 1}) == doctest::Approx(14 * 1e-6 + 2.0 * 7 / 8 * 1e9 / link));
+  CHECK(collective_seconds(c, "all_gather", 1000000000, {8, 1}) == doctest::Approx(7 * 1e-6 + 7.0 / 8 * 1e9 / link));
+  CHECK(collective_seconds(c, "reduce_scatter", 1000000000, {8, 1}) == collective_seconds(c, "all_gather", 1000000000, {8, 1}));
+  CHECK(collective_seconds(c, "broadcast", 1000000000, {4, 1}) == doctest::Approx(3 * 1e-6 + 1e9 / link));
+  CHECK(collective_seconds(c, "all_reduce", 1000000000, {1, 1}) == 0);  // a group of one communicates nothing
+}
+
+TEST_CASE("collectives across nodes: inside each node on NVLink, across on 1/per_node of the data") {
+  Cluster c = shipped("dgx-a100");
+  double nvlink = 300e9 * 0.6, nic = 25e9 * 0.9;
+  double rs_inside = 7 * 1e-6 + 7.0 / 8 * 1e9 / nvlink;
+  double ar_across = 2 * 2e-6 + 2.0 * 1 / 2 * 1.25e8 / nic;  // 2 nodes, 1 GB / 8 per device
+  CHECK(collective_seconds(c, "all_reduce", 1000000000, {8, 2}) == doctest::Approx(rs_inside + ar_across + rs_inside));
+  double ag_across = 1 * 2e-6 + 1.0 / 2 * 1.25e8 / nic;
+  CHECK(collective_seconds(c, "all_gather", 1000000000, {8, 2}) == doctest::Approx(ag_across + rs_inside));
+  // One rank per node: the whole buffer crosses.
+  CHECK(collective_seconds(c, "all_reduce", 1000000000, {1, 4}) == doctest::Approx(6 * 2e-6 + 2.0 * 3 / 4 * 1e9 / nic));
+  // A scale penalty lowers the efficiency across nodes.
+  c.inter_node_scale = EfficiencyTable{{{1, 1.0}, {4, 0.5}}};
+  CHECK(collective_seconds(c, "all_reduce", 1000000000, {1, 4}) == doctest::Approx(6 * 2e-6 + 2.0 * 3 / 4 * 1e9 / (nic * 0.5)));
+}
+
+TEST_CASE("where a group's ranks sit, point-to-point and host copies") {
+  CHECK(span_of(8, 1, 8).nodes == 1);
+  CHECK(span_of(16, 1, 8).per_node == 8);
+  CHECK(span_of(16, 1, 8).nodes == 2);
+  CHECK(span_of(4, 2, 8).per_node == 4);   // ranks 0, 2, 4, 6
+  CHECK(span_of(8, 4, 8).per_node == 2);   // ranks 0, 4 | 8, 12 | ...
+  CHECK(span_of(8, 4, 8).nodes == 4);
+  CHECK(span_of(128, 8, 8).per_node == 1);
+  CHECK(span_of(128, 8, 8).nodes == 128);
+  Cluster c = shipped("dgx-a100");
+  CHECK(point_to_point_seconds(c, 1000000, false) == doctest::Approx(1e-6 + 1e6 / (300e9 * 0.6)));
+  CHECK(point_to_point_seconds(c, 1000000, true) == doctest::Approx(2e-6 + 1e6 / (25e9 * 0.9)));
+  CHECK(host_copy_seconds(c, 1000000) == doctest::Approx(10e-6 + 1e6 / (32e9 * 0.8)));
+}
+
+TEST_CASE("a bad cluster file is a user error naming the file, the field and the fix") {
+  std::string good = dgx_a100_text();
+  CHECK_NOTHROW(parse_cluster(good, "good.json"));
+  CHECK_THROWS_WITH_AS(parse_cluster("{ not json", "bad.json"), doctest::Contains("bad.json is not JSON"), UserError);
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"nodes\": 16,", ""), "c.json"), "c.json: `nodes` is missing", UserError);
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"GBps\": 300", "\"GBps\": -3"), "c.json"),
+                       "c.json: `intra_node.GBps` must be a positive number, not -3", UserError);
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"efficiency\": 0.6", "\"efficiency\": 60"), "c.json"),
+                       doctest::Contains("`intra_node.efficiency` is a fraction of the peak: at most 1"), UserError);
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"80GiB\"", "\"lots\""), "c.json"),
+                       "c.json: `device.memory` must be a size such as \"80GiB\"", UserError);
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "[[0, 0.1], [1, 0.6]", "[[0, 2], [1, 0.6]"), "c.json"),
+                       doctest::Contains("`device.matrix_efficiency_by_gflop` holds [0,2]"), UserError);
+  try {
+    parse_cluster(replaced(good, "\"nodes\": 16,", ""), "c.json");
+  } catch (const UserError& e) {
+    CHECK(e.diagnostic().hint.find("docs/simulate.md") != std::string::npos);
+  }
+  CHECK_THROWS_WITH_AS(load_cluster("dgx-z900", cluster_dirs()),
+                       "no cluster named 'dgx-z900' (known: dgx-a100, dgx-h100, lins-a800)", UserError);
+  CHECK_THROWS_WITH_AS(load_cluster("/nonexistent/c.json", cluster_dirs()), "cannot read the cluster file '/nonexistent/c.json'",
+                       UserError);
+}
+
+TEST_CASE("clusters users add: $LOOM_CLUSTER_PATH is searched first") {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / "loom_cluster_path_test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "mine.json") << replaced(dgx_a100_text(), "\"name\": \"dgx-a100\"", "\"name\": \"mine\"");
+  setenv("LOOM_CLUSTER_PATH", dir.c_str(), 1);
+  CHECK(cluster_dirs().front() == dir.string());
+  CHECK(load_cluster("mine", cluster_dirs()).name == "mine");
+  unsetenv("LOOM_CLUSTER_PATH");
+  std::filesystem::remove_all(dir);
+}
