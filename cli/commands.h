@@ -3,12 +3,18 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/train/launcher.h"
 #include "backend/train/trainer.h"
+
+namespace loom {
+class Schedule;
+class SourceManager;
+}  // namespace loom
 
 namespace loom::cli {
 
@@ -28,6 +34,7 @@ void add_data(CLI::App& app, std::function<int()>& run);
 void add_explain(CLI::App& app, std::function<int()>& run);
 void add_profile(CLI::App& app, std::function<int()>& run);
 void add_verify(CLI::App& app, std::function<int()>& run);
+void add_simulate(CLI::App& app, std::function<int()>& run);
 
 // loom verify's settings; `loom run` verifies with them too when the schedule calls verify().
 struct VerifyOptions {
@@ -49,6 +56,12 @@ const std::vector<std::string>& original_arguments();
 std::optional<int> train_if_rank(const TrainOptions& options);
 // A launch of `nproc` local ranks, each running this same command line.
 LaunchSpec relaunch_as_ranks(int nproc);
+
+// The schedule `file` makes (none: an empty one) for `model` at `nproc` ranks, its knobs set by
+// `sets`, the whole-schedule rules checked: what `loom explain` and `loom simulate` lower.
+// print()s go to stderr. Throws UserError.
+std::unique_ptr<Schedule> planned_schedule(const std::string& file, const std::string& model, int nproc, int local_world,
+                                           const std::vector<std::string>& sets, const std::string& stdlib, SourceManager& sources);
 
 // A numeric option's check: "must be at least 1, got 0" (CLI11's own range check prints the
 // whole double range).

@@ -34,19 +34,29 @@ struct ExplainOptions {
   std::string stdlib = LOOM_STDLIB_DIR;
 };
 
+}  // namespace
+
+std::unique_ptr<Schedule> planned_schedule(const std::string& file, const std::string& model, int nproc, int local_world,
+                                           const std::vector<std::string>& sets, const std::string& stdlib, SourceManager& sources) {
+  auto sch = std::make_unique<Schedule>(module_tree_of(model), ScheduleContext{nproc, local_world});
+  apply_settings(sch->knobs(), sets);
+  if (!file.empty()) {
+    InterpreterOptions io;
+    io.stdlib_dir = stdlib;
+    io.print_to = &std::cerr;
+    Interpreter(*sch, sources, io).run_file(file);
+  }
+  sch->knobs().check_overrides_used();
+  check_schedule_rules(*sch);
+  return sch;
+}
+
+namespace {
+
 int explain(const ExplainOptions& o) {
   SourceManager sources;
   try {
-    Schedule sch(module_tree_of(o.model), ScheduleContext{o.nproc, o.local_world});
-    apply_settings(sch.knobs(), o.sets);
-    if (!o.file.empty()) {
-      InterpreterOptions io;
-      io.stdlib_dir = o.stdlib;
-      io.print_to = &std::cerr;
-      Interpreter(sch, sources, io).run_file(o.file);
-    }
-    sch.knobs().check_overrides_used();
-    check_schedule_rules(sch);
+    std::unique_ptr<Schedule> sch = planned_schedule(o.file, o.model, o.nproc, o.local_world, o.sets, o.stdlib, sources);
     if (o.rank >= o.nproc)
       throw UserError(SourceRange{}, "--rank " + std::to_string(o.rank) + " is not below --nproc " + std::to_string(o.nproc),
                       "ranks are numbered 0.." + std::to_string(o.nproc - 1));
@@ -55,7 +65,7 @@ int explain(const ExplainOptions& o) {
     step_options.grad_norm = o.clip > 0;
     step_options.accum = o.accum;
     step_options.rank = o.rank;
-    RuntimePlan plan = lower_schedule(sch);
+    RuntimePlan plan = lower_schedule(*sch);
     ir::Program program = lower_step(plan, trace_model(o.model, {o.micro_batch, o.seq}), &records, PipelineDebug::from_environment(std::cerr), step_options);
     // Every rank runs this same program (SPMD) outside a mesh; in one, each stage and
     // tensor-parallel rank its own.

@@ -103,5 +103,29 @@ expect "explain --profile other model" 2 "error: $tmp/profile.json was measured 
 expect "explain --profile missing" 2 "error: cannot read the profile '$tmp/none.json'" -- "$loom" explain --model gpt:tiny --nproc 2 --profile "$tmp/none.json"
 expect "explain --profile not a profile" 2 "is not a readable Loom profile" -- "$loom" explain --model gpt:tiny --nproc 2 --profile stdlib_schedules/zero3.sched
 
+# loom simulate (issue #15): the step replayed on a cluster's cost model or a measured profile.
+expect "simulate on a cluster" 0 "cluster dgx-a100" "exposed comm" "peak memory" \
+  -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --cluster dgx-a100
+expect "simulate --json" 0 '"step_s"' '"compute_s"' '"exposed_comm_s"' '"peak_bytes"' \
+  -- "$loom" simulate examples/gpt_tp.sched --model gpt:50m --nproc 4 --cluster dgx-h100 --json
+expect "simulate --profile" 0 "profile $tmp/profile.json" \
+  -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json"
+expect "simulate --trace --memory-plot" 0 "step" \
+  -- "$loom" simulate tests/verify/pipeline.sched --model gpt:tiny --nproc 2 --cluster dgx-a100 --trace "$tmp/sim.json" --memory-plot "$tmp/mem.svg"
+expect "simulate's trace is a Chrome trace with both stages" 0 "stages 2" \
+  -- python3 -c "import json,sys; e=json.load(open('$tmp/sim.json'))['traceEvents']; print('stages', len({x['pid'] for x in e if x['ph']=='X'}))"
+expect "simulate's memory plot is an SVG" 0 "<svg" "<polyline" ">peak " -- cat "$tmp/mem.svg"
+expect "simulate without a cost model" 2 "error: loom simulate needs one cost model: --cluster NAME or --profile FILE" \
+  -- "$loom" simulate --model gpt:tiny --nproc 2
+expect "simulate on an unknown cluster" 2 "error: no cluster named 'dgx-z' (known: dgx-a100, dgx-h100, lins-a800)" \
+  -- "$loom" simulate --model gpt:tiny --nproc 2 --cluster dgx-z
+expect "simulate more ranks than the cluster has" 2 "error: --nproc 4096 is more than cluster dgx-a100 has (128 devices)" \
+  -- "$loom" simulate --model gpt:tiny --nproc 4096 --cluster dgx-a100
+expect "simulate a pipeline on a profile" 2 "error: a profile prices one program, and this schedule has 2 pipeline stages" \
+  -- "$loom" simulate tests/verify/pipeline.sched --model gpt:tiny --nproc 2 --profile "$tmp/profile.json"
+echo '{"name": 3}' > "$tmp/bad_cluster.json"
+expect "simulate on a malformed cluster file" 2 "error: $tmp/bad_cluster.json: \`name\` must be a string, not 3" \
+  -- "$loom" simulate --model gpt:tiny --nproc 2 --cluster "$tmp/bad_cluster.json"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,53 @@
+// What one run of an IR instruction costs, in seconds, for the simulator (backend/sim/): an
+// interface, so that a measured profile and the analytic model of a cluster
+// (analytic_cost.h) price the same program. Torch-free.
+#pragma once
+
+#include "backend/cost/analytic_cost.h"
+#include "backend/cost/memory_model.h"
+#include "backend/cost/profile.h"
+#include "backend/ir/ir.h"
+
+namespace loom {
+
+class InstructionCost {
+ public:
+  virtual ~InstructionCost() = default;
+  // Seconds one run of `in` (an instruction of `program`) takes on its stream; 0 for those that
+  // take no time (waits, releases).
+  virtual double seconds(const ir::Program& program, const ir::Instr& in) const = 0;
+};
+
+// The analytic model on a cluster: compute from FLOPs and bytes on its device, each collective
+// on the links its group spans. Ranks are numbered node by node, `devices_per_node` to a node
+// (the run's --local-world, or the cluster's), in the mesh's layout (tp fastest, then dp, then
+// stages: backend/lower/mesh_layout.h).
+class ClusterCost : public InstructionCost {
+ public:
+  ClusterCost(Cluster cluster, Precision precision, int devices_per_node, StateBytes state_bytes = StateBytes::loom_adamw());
+  double seconds(const ir::Program& program, const ir::Instr& in) const override;
+  // Where the ranks of `group` (a role of `program`'s) sit.
+  GroupSpan span(const ir::Program& program, const ir::GroupRef& group) const;
+  const Cluster& cluster() const { return cluster_; }
+
+ private:
+  Cluster cluster_;
+  Precision precision_;
+  int devices_per_node_;
+  StateBytes state_bytes_;
+};
+
+// A measured profile (`loom profile`) prices one program's instructions: each compute op at its
+// measured time, each collective at its role's fitted line (step_estimate.h). Only for the
+// program it was built with. Throws UserError when the profile was measured for other ops.
+class ProfileCost : public InstructionCost {
+ public:
+  ProfileCost(const ir::Program& program, const Profile& profile, const std::string& origin);
+  double seconds(const ir::Program& program, const ir::Instr& in) const override;
+
+ private:
+  const ir::Program* program_;
+  std::vector<double> seconds_;  // by instruction
+};
+
+}  // namespace loom

@@ -1,0 +1,27 @@
+// The bytes of model states one rank holds (issue #15 §1), by the sharding factors: the one
+// memory model that the verifier's memory rule (verifier/rules/memory_fits.cpp) and the
+// simulator (backend/sim/) use. Header-only and torch-free, so the language core can include it.
+#pragma once
+
+namespace loom {
+
+// Bytes per parameter element of each model state.
+struct StateBytes {
+  double param = 4;  // the parameters
+  double grad = 4;   // their gradients
+  double optim = 8;  // the optimizer's states of them (and any master copy)
+
+  // What Loom's runtime keeps: fp32 parameters and gradients (on a GPU bf16 autocast computes
+  // from fp32 master weights) and AdamW's two fp32 moments.
+  static StateBytes loom_adamw() { return {4, 4, 8}; }
+  // lins.txt §IV-D: fp16 parameters and gradients; fp32 master weights, momentum and variance.
+  static StateBytes mixed_precision_adam() { return {2, 2, 12}; }
+};
+
+// lins.txt §IV-D's D_modelstate for `params` elements: each state divided by its sharding
+// factor (s_p, s_g, s_os).
+inline double model_state_bytes(double params, const StateBytes& bytes, int s_p, int s_g, int s_os) {
+  return params * (bytes.param / s_p + bytes.grad / s_g + bytes.optim / s_os);
+}
+
+}  // namespace loom

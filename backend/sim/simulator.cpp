@@ -1,0 +1,259 @@
+#include "backend/sim/simulator.h"
+
+#include <algorithm>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "lang/diagnostics.h"
+
+namespace loom {
+namespace {
+
+using ir::Instr;
+using ir::OpKind;
+using ir::Phase;
+
+// One run of an instruction in a step: the body once per micro-batch (as its runs_in says),
+// then the step's tail.
+struct Run {
+  size_t instr = 0;
+  int micro_batch = -1;
+};
+
+std::vector<Run> runs_of(const ir::Program& p) {
+  std::vector<Run> runs;
+  for (int64_t mb = 0; mb < p.micro_batches; ++mb) {
+    bool last = mb == p.micro_batches - 1;
+    for (size_t i = 0; i < p.instrs.size(); ++i) {
+      const Instr& in = p.instrs[i];
+      if (in.phase == Phase::Step) continue;
+      bool runs_now = in.runs_in == ir::MicroBatches::All || (in.runs_in == ir::MicroBatches::Last && last) ||
+                      (in.runs_in == ir::MicroBatches::AllButLast && !last);
+      if (runs_now) runs.push_back({i, static_cast<int>(mb)});
+    }
+  }
+  for (size_t i = 0; i < p.instrs.size(); ++i)
+    if (p.instrs[i].phase == Phase::Step) runs.push_back({i, -1});
+  return runs;
+}
+
+// Bytes a gather of `in`'s parameters adds beyond their shards (and its release frees).
+int64_t gathered_bytes(const ir::Program& p, const Instr& in) {
+  int64_t bytes = 0;
+  for (int q : in.params) bytes += ir::param_bytes(p, q) - ir::param_bytes(p, q) / p.sharding.params;
+  return bytes;
+}
+
+// A collective over ranks of several stages, or a pipeline transfer: it starts when every
+// participant has issued it.
+struct Meeting {
+  size_t participants = 0;
+  std::map<int, double> issued, seconds;  // by stage
+  double start = -1, end = -1;
+};
+
+struct Rank {
+  int stage = 0;
+  const ir::Program* program = nullptr;
+  std::vector<Run> runs;
+  size_t cursor = 0;
+  double host = 0, compute_free = 0, collective_free = 0, copy_free = 0, compute_s = 0;
+  std::map<int, double> handle_end;
+  std::map<std::string, int> seen;  // how many of each meeting kind this rank has issued
+  std::string meeting;              // the meeting its current instruction waits in, once issued
+  int64_t memory = 0;
+  bool done() const { return cursor >= runs.size(); }
+};
+
+class Simulator {
+ public:
+  Simulator(const std::vector<ir::Program>& stages, const InstructionCost& cost, const StateBytes& state_bytes)
+      : cost_(cost) {
+    result_.memory.resize(stages.size());
+    for (size_t s = 0; s < stages.size(); ++s) {
+      Rank r;
+      r.stage = static_cast<int>(s);
+      r.program = &stages[s];
+      r.runs = runs_of(stages[s]);
+      double elements = 0;
+      for (const ir::TracedParam& q : stages[s].params) elements += static_cast<double>(q.numel);
+      const ir::Sharding& f = stages[s].sharding;
+      r.memory = static_cast<int64_t>(model_state_bytes(elements, state_bytes, f.params, f.grads, f.optim));
+      ranks_.push_back(std::move(r));
+      note_memory(ranks_.back(), 0);
+    }
+  }
+
+  SimResult run() {
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (Rank& r : ranks_)
+        while (!r.done() && advance(r)) progress = true;
+    }
+    for (const Rank& r : ranks_)
+      if (!r.done()) {
+        const Instr& in = r.program->instrs[r.runs[r.cursor].instr];
+        throw InternalError("simulator: stage " + std::to_string(r.stage) + " waits at instruction " +
+                            std::to_string(r.runs[r.cursor].instr) + " (" + ir::op_name(in.kind) +
+                            ") for a partner that never issues it");
+      }
+    for (const Rank& r : ranks_) {
+      double end = std::max({r.host, r.compute_free, r.collective_free, r.copy_free});
+      if (end > result_.step_s || r.stage == 0) {
+        result_.step_s = end;
+        result_.critical_stage = r.stage;
+        result_.compute_s = r.compute_s;
+      }
+    }
+    result_.exposed_comm_s = std::max(0.0, result_.step_s - result_.compute_s);
+    return std::move(result_);
+  }
+
+ private:
+  // Runs the rank's next instruction; false when it must wait for another stage first.
+  bool advance(Rank& r) {
+    const Run& run = r.runs[r.cursor];
+    const ir::Program& p = *r.program;
+    const Instr& in = p.instrs[run.instr];
+    double seconds = cost_.seconds(p, in);
+    switch (in.kind) {
+      case OpKind::Wait: {
+        auto it = r.handle_end.find(in.handle);
+        if (it != r.handle_end.end()) r.host = std::max(r.host, it->second);
+        break;
+      }
+      case OpKind::Release:
+        r.memory -= gathered_bytes(p, in);
+        note_memory(r, run.instr);
+        break;
+      case OpKind::Compute:
+      case OpKind::Recompute:
+      case OpKind::OptimizerStep:
+      case OpKind::SelectDrop: {
+        double start = std::max(r.host, r.compute_free);
+        r.host = r.compute_free = start + seconds;
+        r.compute_s += seconds;
+        record(r, run, "compute", start, r.host);
+        if (in.kind == OpKind::Compute && in.phase == Phase::Backward) r.memory -= in.activation_bytes;
+        else r.memory += in.activation_bytes;
+        note_memory(r, run.instr);
+        break;
+      }
+      case OpKind::Offload:
+      case OpKind::Reload: {
+        double start = std::max(r.host, r.copy_free);
+        r.host = r.copy_free = start + seconds;
+        record(r, run, "copy", start, r.host);
+        break;
+      }
+      default:
+        if (!ir::issued_collective(in)) {
+          if (in.handle >= 0) r.handle_end[in.handle] = r.host;  // a group of one: done at once
+          break;
+        }
+        if (std::string key = meeting_key(r, in); !key.empty()) return meet(r, run, in, key, seconds);
+        double start = std::max(r.host, r.collective_free);
+        r.collective_free = start + seconds;
+        r.handle_end[in.handle] = r.collective_free;
+        record(r, run, "collective", start, r.collective_free);
+        if (in.kind == OpKind::AllGather) {
+          r.memory += gathered_bytes(p, in);
+          note_memory(r, run.instr);
+        }
+    }
+    ++r.cursor;
+    return true;
+  }
+
+  // The meeting `in` belongs to, or "" for a collective among ranks of this stage alone
+  // (simulated by its representative, whose peers issue it at the same time).
+  std::string meeting_key(Rank& r, const Instr& in) {
+    if (!r.meeting.empty()) return r.meeting;
+    std::string kind;
+    if (in.kind == OpKind::Send || in.kind == OpKind::Recv) {
+      bool forward = in.phase == Phase::Forward;
+      // Forward: stage s sends to s + 1; backward: s sends to s - 1.
+      int from = in.kind == OpKind::Send ? r.stage : (forward ? r.stage - 1 : r.stage + 1);
+      int to = in.kind == OpKind::Send ? (forward ? r.stage + 1 : r.stage - 1) : r.stage;
+      kind = std::string(forward ? "fwd" : "bwd") + " " + std::to_string(from) + "->" + std::to_string(to);
+    } else if (ranks_.size() > 1 && (in.group.role == "pipeline" || in.group.role == "model" || in.group.role == "world")) {
+      kind = in.group.role + " " + ir::op_name(in.kind);
+    } else {
+      return "";
+    }
+    std::string key = kind + " #" + std::to_string(r.seen[kind]++);
+    meetings_[key].participants = in.kind == OpKind::Send || in.kind == OpKind::Recv ? 2 : ranks_.size();
+    r.meeting = key;
+    return key;
+  }
+
+  bool meet(Rank& r, const Run& run, const Instr& in, const std::string& key, double seconds) {
+    Meeting& m = meetings_[key];
+    if (!m.issued.count(r.stage)) {
+      m.issued[r.stage] = std::max(r.host, r.collective_free);
+      m.seconds[r.stage] = seconds;
+    }
+    if (m.issued.size() < m.participants) return false;
+    if (m.end < 0) {
+      for (const auto& [stage, at] : m.issued) m.start = std::max(m.start, at);
+      double longest = 0;
+      for (const auto& [stage, s] : m.seconds) longest = std::max(longest, s);
+      m.end = m.start + longest;
+    }
+    r.collective_free = m.end;
+    r.handle_end[in.handle] = m.end;
+    record(r, run, "collective", m.start, m.end);
+    r.meeting.clear();
+    ++r.cursor;
+    return true;
+  }
+
+  void record(const Rank& r, const Run& run, const char* stream, double start, double end) {
+    if (end <= start) return;
+    result_.events.push_back({r.stage, run.instr, run.micro_batch, stream, start, end});
+  }
+
+  void note_memory(const Rank& r, size_t instr) {
+    result_.memory[static_cast<size_t>(r.stage)].push_back({r.host, r.memory});
+    if (r.memory > result_.peak_bytes) {
+      result_.peak_bytes = r.memory;
+      result_.peak_stage = r.stage;
+      result_.peak_instr = instr;
+    }
+  }
+
+  const InstructionCost& cost_;
+  std::vector<Rank> ranks_;
+  std::map<std::string, Meeting> meetings_;
+  SimResult result_;
+};
+
+}  // namespace
+
+SimResult simulate(const std::vector<ir::Program>& stages, const InstructionCost& cost, const StateBytes& state_bytes) {
+  if (stages.empty()) throw InternalError("simulator: no program to simulate");
+  return Simulator(stages, cost, state_bytes).run();
+}
+
+std::string sim_trace_json(const SimResult& result, const std::vector<ir::Program>& stages) {
+  static const std::vector<std::string> streams{"compute", "collective", "copy"};
+  nlohmann::json events = nlohmann::json::array();
+  for (size_t s = 0; s < stages.size(); ++s) {
+    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", s}, {"args", {{"name", "stage " + std::to_string(s)}}}});
+    for (size_t t = 0; t < streams.size(); ++t)
+      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", s}, {"tid", t}, {"args", {{"name", streams[t]}}}});
+  }
+  for (const SimEvent& e : result.events) {
+    const ir::Program& p = stages[static_cast<size_t>(e.stage)];
+    const Instr& in = p.instrs[e.instr];
+    std::string what = !in.module.empty() ? in.module : !in.params.empty() ? p.params[static_cast<size_t>(in.params[0])].name : "";
+    std::string name = std::string(ir::op_name(in.kind)) + (what.empty() ? "" : " " + what);
+    size_t tid = static_cast<size_t>(std::find(streams.begin(), streams.end(), e.stream) - streams.begin());
+    events.push_back({{"ph", "X"}, {"name", name}, {"pid", e.stage}, {"tid", tid}, {"ts", e.start_s * 1e6},
+                      {"dur", (e.end_s - e.start_s) * 1e6}, {"args", {{"instr", e.instr}, {"micro_batch", e.micro_batch}}}});
+  }
+  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+}
+
+}  // namespace loom

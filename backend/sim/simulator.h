@@ -1,0 +1,58 @@
+// The step simulator (issue #15 §2): a discrete-event replay of the step's programs under a
+// cost model. Each simulated rank has a host that issues its program's instructions in order,
+// a compute stream, a collective stream and a copy stream; a collective runs on the collective
+// stream from when it is issued (and the stream is free) and its `wait` holds the host until it
+// ends; compute holds the host. Symmetric ranks are simulated once: one program per pipeline
+// stage (its first data-parallel and tensor-parallel rank), so a 1,024-rank step costs what its
+// stages' programs do. A pipeline's send and recv meet (the transfer starts when both sides have
+// issued it), and a collective over ranks of several stages starts when every stage has issued
+// it. The memory timeline follows the IR: the rank's model states, gathered parameters from
+// their all-gather to their release, saved activations from their forward (or recompute) to
+// their backward. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/cost/instruction_cost.h"
+#include "backend/ir/ir.h"
+
+namespace loom {
+
+// One instruction's run on a simulated rank.
+struct SimEvent {
+  int stage = 0;
+  size_t instr = 0;      // index into the stage's program
+  int micro_batch = -1;  // -1: the step's tail
+  std::string stream;    // "compute", "collective", "copy"
+  double start_s = 0, end_s = 0;
+};
+
+struct MemorySample {
+  double time_s = 0;
+  int64_t bytes = 0;
+};
+
+struct SimResult {
+  double step_s = 0;          // the slowest stage's end
+  double compute_s = 0;       // that stage's compute-stream time
+  double exposed_comm_s = 0;  // step_s - compute_s: communication, copies and waiting for other stages not hidden by compute
+  int64_t peak_bytes = 0;     // the largest memory in use on any stage
+  int peak_stage = 0;
+  size_t peak_instr = 0;      // the instruction at that peak (index into its stage's program)
+  int critical_stage = 0;     // the stage whose end is the step's
+  std::vector<SimEvent> events;
+  std::vector<std::vector<MemorySample>> memory;  // per stage, after each change
+};
+
+// `stages`: one program per pipeline stage, in stage order (one program without a pipeline).
+// Throws InternalError when the programs cannot complete (a send without its recv).
+SimResult simulate(const std::vector<ir::Program>& stages, const InstructionCost& cost,
+                   const StateBytes& state_bytes = StateBytes::loom_adamw());
+
+// The events as a Chrome trace (chrome://tracing, Perfetto): a process per stage, a thread per
+// stream, each event named by its instruction as `loom explain` prints it.
+std::string sim_trace_json(const SimResult& result, const std::vector<ir::Program>& stages);
+
+}  // namespace loom

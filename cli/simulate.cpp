@@ -1,0 +1,160 @@
+// loom simulate: replay a schedule's step programs under a cost model (a cluster file or a
+// measured profile) and report the step time, compute, exposed communication and peak memory,
+// without a GPU or a training run (issue #15 §3).
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cost/instruction_cost.h"
+#include "backend/instrument/model_trace.h"
+#include "backend/lower/lower_schedule.h"
+#include "backend/lower/lower_step.h"
+#include "backend/lower/mesh_layout.h"
+#include "backend/sim/memory_plot.h"
+#include "backend/sim/simulator.h"
+#include "backend/train/output_paths.h"
+#include "cli/commands.h"
+#include "lang/value.h"
+
+namespace loom::cli {
+namespace {
+
+struct SimulateOptions {
+  std::string file;
+  std::string model;
+  int nproc = 1;
+  int local_world = 0;
+  int64_t seq = TrainOptions{}.seq;
+  int64_t micro_batch = TrainOptions{}.micro_batch;
+  int64_t accum = TrainOptions{}.accum;
+  double clip = TrainOptions{}.clip;
+  std::vector<std::string> sets;
+  std::string cluster;
+  std::string profile;
+  std::string precision = "bf16";
+  bool json = false;
+  std::string trace;
+  std::string memory_plot;
+  std::string stdlib = LOOM_STDLIB_DIR;
+};
+
+// One program per pipeline stage: that of the stage's first rank (dp rank 0, tp rank 0).
+std::vector<ir::Program> stage_programs(const SimulateOptions& o, const RuntimePlan& plan) {
+  ir::OpTrace trace = trace_model(o.model, {o.micro_batch, o.seq});
+  std::vector<ir::Program> stages;
+  for (int s = 0; s < plan.pp; ++s) {
+    StepOptions step;
+    step.grad_norm = o.clip > 0;
+    step.accum = o.accum;
+    step.rank = MeshLayout::of(o.nproc, 0, plan.tp, plan.pp).rank_at(s, 0, 0);
+    stages.push_back(lower_step(plan, trace, nullptr, PipelineDebug{}, step));
+  }
+  return stages;
+}
+
+std::string instruction_line(const ir::Program& p, size_t index) {
+  const ir::Instr& in = p.instrs[index];
+  std::string what = !in.module.empty() ? in.module : !in.params.empty() ? p.params[static_cast<size_t>(in.params[0])].name : "";
+  return std::to_string(index) + " (" + ir::phase_name(in.phase) + " " + ir::op_name(in.kind) + (what.empty() ? "" : " " + what) + ")";
+}
+
+int simulate_schedule(const SimulateOptions& o) {
+  SourceManager sources;
+  try {
+    if (o.cluster.empty() == o.profile.empty())
+      throw UserError(SourceRange{}, "loom simulate needs one cost model: --cluster NAME or --profile FILE",
+                      "name a cluster (" + [] {
+                        std::string names;
+                        for (const std::string& n : cluster_names(cluster_dirs())) names += (names.empty() ? "" : ", ") + n;
+                        return names;
+                      }() + ") or give a profile from `loom profile --out FILE`");
+    if (!o.trace.empty()) check_output_file(o.trace, "--trace");
+    if (!o.memory_plot.empty()) check_output_file(o.memory_plot, "--memory-plot");
+    std::unique_ptr<Schedule> sch = planned_schedule(o.file, o.model, o.nproc, o.local_world, o.sets, o.stdlib, sources);
+    RuntimePlan plan = lower_schedule(*sch);
+    std::vector<ir::Program> stages = stage_programs(o, plan);
+    std::unique_ptr<InstructionCost> cost;
+    std::string priced_by;
+    if (!o.cluster.empty()) {
+      Cluster cluster = load_cluster(o.cluster, cluster_dirs());
+      if (o.nproc > cluster.world())
+        throw UserError(SourceRange{}, "--nproc " + std::to_string(o.nproc) + " is more than cluster " + cluster.name + " has (" +
+                                           std::to_string(cluster.world()) + " devices)",
+                        "simulate at most " + std::to_string(cluster.world()) + " ranks, or describe a larger cluster");
+      int per_node = o.local_world > 0 ? o.local_world : cluster.devices_per_node;
+      priced_by = "cluster " + cluster.name;
+      cost = std::make_unique<ClusterCost>(std::move(cluster), o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, per_node);
+    } else {
+      if (stages.size() > 1)
+        throw UserError(SourceRange{}, "a profile prices one program, and this schedule has " + std::to_string(stages.size()) +
+                                           " pipeline stages",
+                        "simulate a pipeline with --cluster");
+      cost = std::make_unique<ProfileCost>(stages[0], load_profile(o.profile), o.profile);
+      priced_by = "profile " + o.profile;
+    }
+    SimResult r = simulate(stages, *cost);
+    double tokens = static_cast<double>(o.micro_batch * o.seq * o.accum);
+    if (!o.trace.empty()) write_whole_file(o.trace, sim_trace_json(r, stages));
+    if (!o.memory_plot.empty())
+      write_whole_file(o.memory_plot, memory_plot_svg(r, "loom simulate: " + o.model + " at " + std::to_string(o.nproc) +
+                                                              " ranks, " + priced_by));
+    if (o.json) {
+      nlohmann::json j{{"step_s", r.step_s},
+                       {"compute_s", r.compute_s},
+                       {"exposed_comm_s", r.exposed_comm_s},
+                       {"peak_bytes", r.peak_bytes},
+                       {"peak_stage", r.peak_stage},
+                       {"peak_instruction", r.peak_instr},
+                       {"critical_stage", r.critical_stage},
+                       {"tokens_per_s_per_rank", r.step_s > 0 ? tokens / r.step_s : 0},
+                       {"priced_by", priced_by}};
+      std::cout << j.dump(1) << "\n";
+      return kOk;
+    }
+    std::printf("loom simulate: %s at %d ranks (tp %d, pp %d, dp %d), %s, %lld micro-batch(es) of %lld x %lld tokens per rank\n",
+                o.model.c_str(), o.nproc, plan.tp, plan.pp, o.nproc / (plan.tp * plan.pp), priced_by.c_str(),
+                static_cast<long long>(o.accum), static_cast<long long>(o.micro_batch), static_cast<long long>(o.seq));
+    std::printf("  step            %10.3f ms  (stage %d ends last)\n", r.step_s * 1e3, r.critical_stage);
+    std::printf("  compute         %10.3f ms\n", r.compute_s * 1e3);
+    std::printf("  exposed comm    %10.3f ms  (communication, copies and waits not hidden by compute)\n", r.exposed_comm_s * 1e3);
+    std::printf("  peak memory     %10s     on stage %d, at instruction %s\n", format_size(r.peak_bytes).c_str(), r.peak_stage,
+                instruction_line(stages[static_cast<size_t>(r.peak_stage)], r.peak_instr).c_str());
+    std::printf("  tokens/s/rank   %10.0f\n", r.step_s > 0 ? tokens / r.step_s : 0);
+    return kOk;
+  } catch (const UserError& e) {
+    std::cerr << render(e.diagnostic(), &sources);
+    return e.diagnostic().range.known() ? kUserError : kUsageError;
+  } catch (const WriteError& e) {
+    std::cerr << "loom simulate: " << e.what() << "\n";
+    return kUserError;
+  }
+}
+
+}  // namespace
+
+void add_simulate(CLI::App& app, std::function<int()>& run) {
+  auto o = std::make_shared<SimulateOptions>();
+  CLI::App* c = app.add_subcommand("simulate",
+                                   "Replay a schedule's step under a cost model (a cluster file or a profile): step time, compute, "
+                                   "exposed communication, peak memory; no GPU, no training (docs/simulate.md)");
+  c->add_option("file", o->file, "the .sched file (optional: plain data parallelism)");
+  c->add_option("--model", o->model, "reference model (see `loom models`)")->required();
+  c->add_option("--nproc", o->nproc, "ranks of the simulated run")->check(at_least(1));
+  c->add_option("--local-world", o->local_world, "ranks per node (default: the cluster's devices per node)")->check(at_least(0));
+  c->add_option("--seq", o->seq, "tokens per sequence")->check(at_least(1));
+  c->add_option("--micro-batch", o->micro_batch, "sequences per rank per micro-batch")->check(at_least(1));
+  c->add_option("--accum", o->accum, "micro-batches per step")->check(at_least(1));
+  c->add_option("--clip", o->clip, "the run's --clip: 0 plans no gradient-norm all-reduce");
+  c->add_option("--set", o->sets, "fix a tune() knob: --set name=value (repeatable)");
+  c->add_option("--cluster", o->cluster, "a cluster by name (clusters/, $LOOM_CLUSTER_PATH) or a cluster file's path");
+  c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE` (measured on this machine)");
+  c->add_option("--precision", o->precision, "the compute precision priced on a cluster's device")->check(CLI::IsMember({"bf16", "fp32"}));
+  c->add_flag("--json", o->json, "print {\"step_s\", \"compute_s\", \"exposed_comm_s\", \"peak_bytes\", ...} as JSON");
+  c->add_option("--trace", o->trace, "write the simulated timeline in Chrome trace format (open it beside `loom run --trace`'s)");
+  c->add_option("--memory-plot", o->memory_plot, "draw the simulated memory timeline as an SVG file");
+  c->add_option("--stdlib", o->stdlib, "directory of the standard schedules");
+  c->callback([&run, o] { run = [o] { return simulate_schedule(*o); }; });
+}
+
+}  // namespace loom::cli
