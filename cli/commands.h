@@ -35,6 +35,7 @@ void add_explain(CLI::App& app, std::function<int()>& run);
 void add_profile(CLI::App& app, std::function<int()>& run);
 void add_verify(CLI::App& app, std::function<int()>& run);
 void add_simulate(CLI::App& app, std::function<int()>& run);
+void add_plan(CLI::App& app, std::function<int()>& run);
 
 // loom verify's settings; `loom run` verifies with them too when the schedule calls verify().
 struct VerifyOptions {

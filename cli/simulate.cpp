@@ -10,7 +10,6 @@
 #include "backend/instrument/model_trace.h"
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
-#include "backend/lower/mesh_layout.h"
 #include "backend/sim/memory_plot.h"
 #include "backend/sim/simulator.h"
 #include "backend/train/output_paths.h"
@@ -39,20 +38,6 @@ struct SimulateOptions {
   std::string stdlib = LOOM_STDLIB_DIR;
 };
 
-// One program per pipeline stage: that of the stage's first rank (dp rank 0, tp rank 0).
-std::vector<ir::Program> stage_programs(const SimulateOptions& o, const RuntimePlan& plan) {
-  ir::OpTrace trace = trace_model(o.model, {o.micro_batch, o.seq});
-  std::vector<ir::Program> stages;
-  for (int s = 0; s < plan.pp; ++s) {
-    StepOptions step;
-    step.grad_norm = o.clip > 0;
-    step.accum = o.accum;
-    step.rank = MeshLayout::of(o.nproc, 0, plan.tp, plan.pp).rank_at(s, 0, 0);
-    stages.push_back(lower_step(plan, trace, nullptr, PipelineDebug{}, step));
-  }
-  return stages;
-}
-
 std::string instruction_line(const ir::Program& p, size_t index) {
   const ir::Instr& in = p.instrs[index];
   std::string what = !in.module.empty() ? in.module : !in.params.empty() ? p.params[static_cast<size_t>(in.params[0])].name : "";
@@ -73,7 +58,11 @@ int simulate_schedule(const SimulateOptions& o) {
     if (!o.memory_plot.empty()) check_output_file(o.memory_plot, "--memory-plot");
     std::unique_ptr<Schedule> sch = planned_schedule(o.file, o.model, o.nproc, o.local_world, o.sets, o.stdlib, sources);
     RuntimePlan plan = lower_schedule(*sch);
-    std::vector<ir::Program> stages = stage_programs(o, plan);
+    StepOptions step_options;
+    step_options.grad_norm = o.clip > 0;
+    step_options.accum = o.accum;
+    std::vector<ir::Program> stages =
+        lower_stage_programs(plan, trace_model(o.model, {o.micro_batch, o.seq}), o.nproc, step_options);
     std::unique_ptr<InstructionCost> cost;
     std::string priced_by;
     if (!o.cluster.empty()) {

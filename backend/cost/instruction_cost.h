@@ -29,6 +29,7 @@ class ClusterCost : public InstructionCost {
   // Where the ranks of `group` (a role of `program`'s) sit.
   GroupSpan span(const ir::Program& program, const ir::GroupRef& group) const;
   const Cluster& cluster() const { return cluster_; }
+  Precision precision() const { return precision_; }
 
  private:
   Cluster cluster_;

@@ -1,8 +1,8 @@
 #include "backend/lower/lower_step.h"
 
-#include "backend/lower/mesh_layout.h"
 #include "backend/ir/verifier.h"
 #include "backend/lower/directive_lowering.h"
+#include "backend/lower/mesh_layout.h"
 #include "backend/lower/step_program.h"
 #include "lang/diagnostics.h"
 
@@ -33,6 +33,15 @@ ir::Program lower_step(const RuntimePlan& plan, const ir::OpTrace& trace, std::v
   std::string problem = ir::verify_complete(program);
   if (!problem.empty()) throw InternalError("IR verifier, end of pipeline: " + problem);
   return program;
+}
+
+std::vector<ir::Program> lower_stage_programs(const RuntimePlan& plan, const ir::OpTrace& trace, int world, StepOptions options) {
+  std::vector<ir::Program> stages;
+  for (int s = 0; s < plan.pp; ++s) {
+    options.rank = MeshLayout::of(world, 0, plan.tp, plan.pp).rank_at(s, 0, 0);
+    stages.push_back(lower_step(plan, trace, nullptr, PipelineDebug{}, options));
+  }
+  return stages;
 }
 
 }  // namespace loom

@@ -26,4 +26,9 @@ struct StepOptions {
 ir::Program lower_step(const RuntimePlan& plan, const ir::OpTrace& trace, std::vector<PassRecord>* records,
                        const PipelineDebug& debug, const StepOptions& options = {});
 
+// One program per pipeline stage, in stage order: that of the stage's first rank (dp rank 0,
+// tp rank 0) at `world` ranks, which every rank of the stage mirrors: what the simulator replays.
+// `options.rank` is ignored.
+std::vector<ir::Program> lower_stage_programs(const RuntimePlan& plan, const ir::OpTrace& trace, int world, StepOptions options);
+
 }  // namespace loom

@@ -1,0 +1,43 @@
+// The plans `loom plan` searches (issue #15 §4): Lins' sharding factors (lins.txt §IV-B, §V-B:
+// s_p | s_g | s_os | dp, s_g in {s_p, s_os}, a factor that spans nodes fills a node first), a
+// tensor-parallel and pipeline mesh, and whether every block is recomputed; each written as the
+// schedule that runs it. Torch-free.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lang/module_tree.h"
+
+namespace loom {
+
+struct PlanPoint {
+  int tp = 1, pp = 1;
+  int params = 1, grads = 1, optim = 1;  // s_p, s_g, s_os inside the data-parallel group
+  bool checkpoint = false;               // every repeated block recomputed
+  int dp(int world) const { return world / (tp * pp); }
+};
+
+struct PlanSpaceOptions {
+  int world = 1;
+  int local_world = 1;         // ranks per node
+  std::string checkpoint = "none";  // "none", "all", "auto" (both)
+};
+
+// Every point of the space for `tree`, in a fixed order. Tensor parallelism is offered up to a
+// node's ranks and only for models whose blocks it knows how to split (tensor_parallel_directives);
+// a pipeline up to the blocks there are.
+std::vector<PlanPoint> enumerate_plan_space(const ModuleTree& tree, const PlanSpaceOptions& options);
+
+// The schedule of `point` for `tree`, as a .sched file's text (without a header).
+std::string plan_schedule_text(const ModuleTree& tree, const PlanPoint& point);
+
+// Megatron-LM's split of one repeated block, for a model whose blocks group their Linear layers
+// in sub-modules (attention, MLP): in each group the last Linear is row-parallel (its weight split
+// along its inputs, its output summed in forward), the others column-parallel (split along their
+// outputs, their input gradient summed in backward). Empty when the blocks are not like that or a
+// split dimension does not divide by `tp`.
+std::string tensor_parallel_directives(const ModuleTree& tree, int tp);
+
+}  // namespace loom
