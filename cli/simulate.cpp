@@ -1,7 +1,9 @@
 // loom simulate: replay a schedule's step programs under a cost model (a cluster file or a
 // measured profile) and report the step time, compute, exposed communication and peak memory,
 // without a GPU or a training run (issue #15 §3).
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -44,6 +46,52 @@ std::string instruction_line(const ir::Program& p, size_t index) {
   return std::to_string(index) + " (" + ir::phase_name(in.phase) + " " + ir::op_name(in.kind) + (what.empty() ? "" : " " + what) + ")";
 }
 
+// The cluster --cluster names (none for a profile), and the ranks per node the run has: the
+// schedule is planned and priced for the same nodes.
+std::optional<Cluster> chosen_cluster(const SimulateOptions& o, int& local_world) {
+  local_world = o.local_world;
+  if (o.cluster.empty()) return std::nullopt;
+  Cluster cluster = load_cluster(o.cluster, cluster_dirs());
+  if (o.nproc > cluster.world())
+    throw UserError(SourceRange{}, "--nproc " + std::to_string(o.nproc) + " is more than cluster " + cluster.name + " has (" +
+                                       std::to_string(cluster.world()) + " devices)",
+                    "simulate at most " + std::to_string(cluster.world()) + " ranks, or describe a larger cluster");
+  if (local_world > cluster.devices_per_node)
+    throw UserError(SourceRange{}, "--local-world " + std::to_string(local_world) + " is more than a node of cluster " + cluster.name +
+                                       " has (" + std::to_string(cluster.devices_per_node) + " devices)",
+                    "give at most " + std::to_string(cluster.devices_per_node) + ", or leave --local-world out");
+  if (local_world == 0) local_world = std::min(o.nproc, cluster.devices_per_node);
+  return cluster;
+}
+
+std::unique_ptr<InstructionCost> cost_model(const SimulateOptions& o, std::optional<Cluster> cluster, int local_world,
+                                            const std::vector<ir::Program>& stages) {
+  if (cluster) {
+    int per_node = local_world > 0 ? local_world : cluster->devices_per_node;
+    return std::make_unique<ClusterCost>(std::move(*cluster), o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, per_node);
+  }
+  if (stages.size() > 1)
+    throw UserError(SourceRange{}, "a profile prices one program, and this schedule has " + std::to_string(stages.size()) +
+                                       " pipeline stages",
+                    "simulate a pipeline with --cluster");
+  Profile profile = load_profile(o.profile);
+  check_profile_fits(profile, o.profile, {o.model, "", o.nproc, 0, o.micro_batch, o.seq, o.accum});
+  return std::make_unique<ProfileCost>(stages[0], profile, o.profile);
+}
+
+void print_report(const SimulateOptions& o, const RuntimePlan& plan, const std::vector<ir::Program>& stages, const SimResult& r,
+                  const std::string& priced_by, double tokens_per_s_per_rank) {
+  std::printf("loom simulate: %s at %d ranks (tp %d, pp %d, dp %d), %s, %lld micro-batch(es) of %lld x %lld tokens per rank\n",
+              o.model.c_str(), o.nproc, plan.tp, plan.pp, o.nproc / (plan.tp * plan.pp), priced_by.c_str(),
+              static_cast<long long>(o.accum), static_cast<long long>(o.micro_batch), static_cast<long long>(o.seq));
+  std::printf("  step            %10.3f ms  (stage %d ends last)\n", r.step_s * 1e3, r.critical_stage);
+  std::printf("  compute         %10.3f ms\n", r.compute_s * 1e3);
+  std::printf("  exposed comm    %10.3f ms  (communication, copies and waits not hidden by compute)\n", r.exposed_comm_s * 1e3);
+  std::printf("  peak memory     %10s     on stage %d, at instruction %s\n", format_size(r.peak_bytes).c_str(), r.peak_stage,
+              instruction_line(stages[static_cast<size_t>(r.peak_stage)], r.peak_instr).c_str());
+  std::printf("  tokens/s/rank   %10.0f\n", tokens_per_s_per_rank);
+}
+
 int simulate_schedule(const SimulateOptions& o) {
   SourceManager sources;
   try {
@@ -56,60 +104,39 @@ int simulate_schedule(const SimulateOptions& o) {
                       }() + ") or give a profile from `loom profile --out FILE`");
     if (!o.trace.empty()) check_output_file(o.trace, "--trace");
     if (!o.memory_plot.empty()) check_output_file(o.memory_plot, "--memory-plot");
-    std::unique_ptr<Schedule> sch = planned_schedule(o.file, o.model, o.nproc, o.local_world, o.sets, o.stdlib, sources);
+    int local_world = 0;
+    std::optional<Cluster> cluster = chosen_cluster(o, local_world);
+    std::string priced_by = cluster ? "cluster " + cluster->name : "profile " + o.profile;
+    std::unique_ptr<Schedule> sch = planned_schedule(o.file, o.model, o.nproc, local_world, o.sets, o.stdlib, sources);
     RuntimePlan plan = lower_schedule(*sch);
     StepOptions step_options;
     step_options.grad_norm = o.clip > 0;
     step_options.accum = o.accum;
     std::vector<ir::Program> stages =
         lower_stage_programs(plan, trace_model(o.model, {o.micro_batch, o.seq}), o.nproc, step_options);
-    std::unique_ptr<InstructionCost> cost;
-    std::string priced_by;
-    if (!o.cluster.empty()) {
-      Cluster cluster = load_cluster(o.cluster, cluster_dirs());
-      if (o.nproc > cluster.world())
-        throw UserError(SourceRange{}, "--nproc " + std::to_string(o.nproc) + " is more than cluster " + cluster.name + " has (" +
-                                           std::to_string(cluster.world()) + " devices)",
-                        "simulate at most " + std::to_string(cluster.world()) + " ranks, or describe a larger cluster");
-      int per_node = o.local_world > 0 ? o.local_world : cluster.devices_per_node;
-      priced_by = "cluster " + cluster.name;
-      cost = std::make_unique<ClusterCost>(std::move(cluster), o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, per_node);
-    } else {
-      if (stages.size() > 1)
-        throw UserError(SourceRange{}, "a profile prices one program, and this schedule has " + std::to_string(stages.size()) +
-                                           " pipeline stages",
-                        "simulate a pipeline with --cluster");
-      cost = std::make_unique<ProfileCost>(stages[0], load_profile(o.profile), o.profile);
-      priced_by = "profile " + o.profile;
-    }
-    SimResult r = simulate(stages, *cost);
-    double tokens = static_cast<double>(o.micro_batch * o.seq * o.accum);
+    SimResult r = simulate(stages, *cost_model(o, std::move(cluster), local_world, stages));
+    // A replica's tokens are shared by its tp x pp ranks.
+    double tokens_per_rank = static_cast<double>(o.micro_batch * o.seq * o.accum) / (plan.tp * plan.pp);
+    double tokens_per_s_per_rank = r.step_s > 0 ? tokens_per_rank / r.step_s : 0;
     if (!o.trace.empty()) write_whole_file(o.trace, sim_trace_json(r, stages));
     if (!o.memory_plot.empty())
       write_whole_file(o.memory_plot, memory_plot_svg(r, "loom simulate: " + o.model + " at " + std::to_string(o.nproc) +
                                                               " ranks, " + priced_by));
-    if (o.json) {
-      nlohmann::json j{{"step_s", r.step_s},
-                       {"compute_s", r.compute_s},
-                       {"exposed_comm_s", r.exposed_comm_s},
-                       {"peak_bytes", r.peak_bytes},
-                       {"peak_stage", r.peak_stage},
-                       {"peak_instruction", r.peak_instr},
-                       {"critical_stage", r.critical_stage},
-                       {"tokens_per_s_per_rank", r.step_s > 0 ? tokens / r.step_s : 0},
-                       {"priced_by", priced_by}};
-      std::cout << j.dump(1) << "\n";
+    if (!o.json) {
+      print_report(o, plan, stages, r, priced_by, tokens_per_s_per_rank);
       return kOk;
     }
-    std::printf("loom simulate: %s at %d ranks (tp %d, pp %d, dp %d), %s, %lld micro-batch(es) of %lld x %lld tokens per rank\n",
-                o.model.c_str(), o.nproc, plan.tp, plan.pp, o.nproc / (plan.tp * plan.pp), priced_by.c_str(),
-                static_cast<long long>(o.accum), static_cast<long long>(o.micro_batch), static_cast<long long>(o.seq));
-    std::printf("  step            %10.3f ms  (stage %d ends last)\n", r.step_s * 1e3, r.critical_stage);
-    std::printf("  compute         %10.3f ms\n", r.compute_s * 1e3);
-    std::printf("  exposed comm    %10.3f ms  (communication, copies and waits not hidden by compute)\n", r.exposed_comm_s * 1e3);
-    std::printf("  peak memory     %10s     on stage %d, at instruction %s\n", format_size(r.peak_bytes).c_str(), r.peak_stage,
-                instruction_line(stages[static_cast<size_t>(r.peak_stage)], r.peak_instr).c_str());
-    std::printf("  tokens/s/rank   %10.0f\n", r.step_s > 0 ? tokens / r.step_s : 0);
+    std::cout << nlohmann::json{{"step_s", r.step_s},
+                                {"compute_s", r.compute_s},
+                                {"exposed_comm_s", r.exposed_comm_s},
+                                {"peak_bytes", r.peak_bytes},
+                                {"peak_stage", r.peak_stage},
+                                {"peak_instruction", r.peak_instr},
+                                {"critical_stage", r.critical_stage},
+                                {"tokens_per_s_per_rank", tokens_per_s_per_rank},
+                                {"priced_by", priced_by}}
+                     .dump(1)
+              << "\n";
     return kOk;
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), &sources);

@@ -1,6 +1,7 @@
 #include "backend/cost/analytic_cost.h"
 
 #include <algorithm>
+#include <map>
 
 #include "lang/diagnostics.h"
 
@@ -27,6 +28,14 @@ double ring_seconds(const LinkSpec& link, double efficiency, const std::string& 
 }
 
 }  // namespace
+
+GroupSpan span_of_ranks(const std::vector<int>& ranks, int devices_per_node) {
+  std::map<int, int> per_node;
+  for (int r : ranks) ++per_node[r / devices_per_node];
+  GroupSpan span{0, static_cast<int>(per_node.size())};
+  for (const auto& [node, n] : per_node) span.per_node = std::max(span.per_node, n);
+  return span;
+}
 
 GroupSpan span_of(int size, int stride, int devices_per_node) {
   if (size <= 1) return {1, 1};

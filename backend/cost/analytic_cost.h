@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/cost/cluster.h"
 
@@ -20,6 +21,10 @@ struct GroupSpan {
   int nodes = 1;
   int size() const { return per_node * nodes; }
 };
+
+// The span of the ranks `ranks` (world ranks, numbered node by node, `devices_per_node` to a
+// node): the most of them on one node, and how many nodes they touch.
+GroupSpan span_of_ranks(const std::vector<int>& ranks, int devices_per_node);
 
 // The span of a group of `size` ranks `stride` apart (r, r + stride, ...), nodes holding
 // `devices_per_node` consecutive ranks: a tensor-parallel group (stride 1) stays inside a node

@@ -44,6 +44,12 @@ class Reader {
     if (!v.is_number() || v.get<double>() <= 0) fail(join(path, key), "must be a positive number, not " + v.dump());
     return v.get<double>();
   }
+  int count(const json& object, const std::string& path, const std::string& key) const {
+    const json& v = at(object, path, key);
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (1 << 24))
+      fail(join(path, key), "must be a whole number of at least 1, not " + v.dump());
+    return v.get<int>();
+  }
   double fraction(const json& object, const std::string& path, const std::string& key) const {
     double f = positive(object, path, key);
     if (f > 1) fail(join(path, key), "is a fraction of the peak: at most 1, not " + std::to_string(f));
@@ -93,12 +99,15 @@ Cluster parse_cluster(const std::string& json_text, const std::string& origin) {
     throw UserError(SourceRange{}, origin + " is not JSON: " + e.what(), "see docs/simulate.md for the cluster format");
   }
   Reader r(origin);
+  if (!j.is_object())
+    throw UserError(SourceRange{}, origin + " must hold a JSON object, not " + std::string(j.type_name()),
+                    "see docs/simulate.md for the cluster format, or start from clusters/dgx-a100.json");
   Cluster c;
   c.origin = origin;
   c.name = r.text(j, "", "name");
-  c.description = j.value("description", "");
-  c.nodes = static_cast<int>(r.positive(j, "", "nodes"));
-  c.devices_per_node = static_cast<int>(r.positive(j, "", "devices_per_node"));
+  if (j.is_object() && j.contains("description")) c.description = r.text(j, "", "description");
+  c.nodes = r.count(j, "", "nodes");
+  c.devices_per_node = r.count(j, "", "devices_per_node");
   const json& d = r.at(j, "", "device");
   c.device.name = r.text(d, "device", "name");
   c.device.memory_bytes = parse_size(r.text(d, "device", "memory"));

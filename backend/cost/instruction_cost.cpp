@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cost/step_estimate.h"
+#include "backend/lower/mesh_layout.h"
 #include "lang/diagnostics.h"
 
 namespace loom {
@@ -11,25 +12,35 @@ namespace loom {
 ClusterCost::ClusterCost(Cluster cluster, Precision precision, int devices_per_node, StateBytes state_bytes)
     : cluster_(std::move(cluster)), precision_(precision), devices_per_node_(devices_per_node), state_bytes_(state_bytes) {}
 
-GroupSpan ClusterCost::span(const ir::Program& p, const ir::GroupRef& group) const {
-  int tp = p.mesh.tp, dp = p.sharding.dp, s_p = p.sharding.params;
-  const std::string& role = group.role;
-  // How far apart a group's ranks are (backend/comm/shard_groups.h, mesh_groups.h): sharding
-  // groups lie inside a stage's dp ranks, tp apart; replicas and peers hold the same shard, s_p
-  // of those apart; a pipeline's ranks are a stage apart.
-  int stride = 1;
-  if (role == "tp" || role == "world") stride = 1;
-  else if (role == "replicas" || role == "grads" || role == "optim") stride = tp * s_p;
-  else if (role == "pipeline" || role == "stage_pair") stride = tp * dp;
-  else if (role == "model") {
-    // tp consecutive ranks of each stage (and optimizer block), the stages a node or more apart
-    // unless the whole mesh fits in one node.
-    if (tp * dp * p.mesh.pp <= devices_per_node_) return {group.size, 1};
-    int per_node = std::min(tp, devices_per_node_);
-    return {per_node, std::max(1, group.size / per_node)};
+GroupSpan ClusterCost::span(const ir::Program& p, const ir::Instr& in) const {
+  int tp = p.mesh.tp, pp = p.mesh.pp, dp = p.sharding.dp, s_p = p.sharding.params, stage = p.mesh.stage;
+  MeshLayout at = MeshLayout::of(tp * dp * pp, 0, tp, pp);
+  const std::string& role = in.group.role;
+  int n = in.group.size;
+  // The group's ranks as backend/comm/shard_groups.cpp and mesh_groups.cpp make them, for the
+  // stage's first rank: sharding groups among its dp ranks (tp apart), replicas and peers of a
+  // shard s_p dp ranks apart, the model group a block of dp ranks across every stage.
+  std::vector<int> ranks;
+  if (role == "tp") {
+    for (int t = 0; t < n; ++t) ranks.push_back(at.rank_at(stage, 0, t));
+  } else if (role == "world") {
+    for (int r = 0; r < n; ++r) ranks.push_back(r);
+  } else if (role == "replicas" || role == "grads" || role == "optim") {
+    for (int d = 0; d < n; ++d) ranks.push_back(at.rank_at(stage, d * s_p, 0));
+  } else if (role == "pipeline") {
+    for (int s = 0; s < n; ++s) ranks.push_back(at.rank_at(s, 0, 0));
+  } else if (role == "stage_pair") {
+    // Forward sends and backward receives go to the next stage; the others come from the previous.
+    bool next = (in.kind == ir::OpKind::Send) == (in.phase == ir::Phase::Forward);
+    ranks = {at.rank_at(stage, 0, 0), at.rank_at(next ? stage + 1 : stage - 1, 0, 0)};
+  } else if (role == "model") {
+    for (int s = 0; s < pp; ++s)
+      for (int d = 0; d < n / (tp * pp); ++d)
+        for (int t = 0; t < tp; ++t) ranks.push_back(at.rank_at(s, d, t));
+  } else {  // params, optim_block, dp: consecutive dp ranks
+    for (int d = 0; d < n; ++d) ranks.push_back(at.rank_at(stage, d, 0));
   }
-  else stride = tp;  // params, optim_block, dp
-  return span_of(group.size, stride, devices_per_node_);
+  return span_of_ranks(ranks, devices_per_node_);
 }
 
 double ClusterCost::seconds(const ir::Program& p, const ir::Instr& in) const {
@@ -49,16 +60,25 @@ double ClusterCost::seconds(const ir::Program& p, const ir::Instr& in) const {
     case OpKind::Offload:
     case OpKind::Reload: return host_copy_seconds(cluster_, in.bytes);
     case OpKind::Send:
-    case OpKind::Recv: return point_to_point_seconds(cluster_, in.bytes, span(p, in.group).nodes > 1);
+    case OpKind::Recv: return point_to_point_seconds(cluster_, in.bytes, span(p, in).nodes > 1);
     default: break;
   }
   const char* op = ir::issued_collective(in);
   if (!op) return 0;
-  return collective_seconds(cluster_, op, in.bytes, span(p, in.group));
+  return collective_seconds(cluster_, op, in.bytes, span(p, in));
 }
 
 ProfileCost::ProfileCost(const ir::Program& program, const Profile& profile, const std::string& origin) : program_(&program) {
-  for (double ms : estimate_step(program, profile, origin).instruction_ms) seconds_.push_back(ms > 0 ? ms / 1000 : 0);
+  std::vector<double> ms = estimate_step(program, profile, origin).instruction_ms;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const ir::Instr& in = program.instrs[i];
+    // A collective the profile never measured would cost nothing: refuse rather than flatter.
+    if (ms[i] < 0 && ir::issued_collective(in))
+      throw UserError(SourceRange{}, origin + " has no measurement of " + ir::issued_collective(in) + " on the `" + in.group.role +
+                                         "` group (instruction " + std::to_string(i) + ")",
+                      "measure this schedule with `loom profile`");
+    seconds_.push_back(ms[i] > 0 ? ms[i] / 1000 : 0);  // what a profile does not time (the optimizer step) costs nothing
+  }
 }
 
 double ProfileCost::seconds(const ir::Program& program, const ir::Instr& in) const {

@@ -26,8 +26,9 @@ class ClusterCost : public InstructionCost {
  public:
   ClusterCost(Cluster cluster, Precision precision, int devices_per_node, StateBytes state_bytes = StateBytes::loom_adamw());
   double seconds(const ir::Program& program, const ir::Instr& in) const override;
-  // Where the ranks of `group` (a role of `program`'s) sit.
-  GroupSpan span(const ir::Program& program, const ir::GroupRef& group) const;
+  // Where the ranks of the group `in` runs on sit, for the program's stage (its first rank's
+  // groups: every rank of the stage has groups shaped alike).
+  GroupSpan span(const ir::Program& program, const ir::Instr& in) const;
   const Cluster& cluster() const { return cluster_; }
   Precision precision() const { return precision_; }
 

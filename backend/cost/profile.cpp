@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -94,6 +95,25 @@ std::string profile_key(const ProfileKeyInputs& k) {
     << " micro_batch=" << k.micro_batch << " seq=" << k.seq << " accum=" << k.accum << " device=" << k.device
     << " precision=" << k.precision << " threads=" << k.threads << " schedule=" << std::hex << fnv1a(k.schedule);
   return s.str();
+}
+
+void check_profile_fits(const Profile& profile, const std::string& origin, const ProfileKeyInputs& run) {
+  std::map<std::string, std::string> measured;
+  std::istringstream fields(profile.key);
+  for (std::string field; fields >> field;)
+    if (size_t eq = field.find('='); eq != std::string::npos) measured[field.substr(0, eq)] = field.substr(eq + 1);
+  std::vector<std::pair<std::string, std::string>> wanted{{"model", run.model},
+                                                          {"world", std::to_string(run.world)},
+                                                          {"micro_batch", std::to_string(run.micro_batch)},
+                                                          {"seq", std::to_string(run.seq)},
+                                                          {"accum", std::to_string(run.accum)}};
+  std::string differences;
+  for (const auto& [field, value] : wanted)
+    if (measured[field] != value)
+      differences += (differences.empty() ? "" : ", ") + field + " " + measured[field] + " (this run: " + value + ")";
+  if (!differences.empty())
+    throw UserError(SourceRange{}, origin + " was measured for another run: " + differences,
+                    "measure this run with `loom profile` and the same --model, --nproc, --micro-batch, --seq and --accum");
 }
 
 std::string profile_cache_path(const std::string& dir, const std::string& model, int world, const std::string& key) {

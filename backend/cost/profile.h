@@ -65,6 +65,11 @@ struct ProfileKeyInputs {
 };
 std::string profile_key(const ProfileKeyInputs& inputs);
 
+// Throws UserError when `profile` was measured for another model, world size, micro-batch,
+// sequence length or number of micro-batches than `run` (its schedule, local world, device,
+// precision and threads are not compared), naming each difference.
+void check_profile_fits(const Profile& profile, const std::string& origin, const ProfileKeyInputs& run);
+
 // Where a profile of `key` is cached: DIR/<model>-w<world>-<16 hex digits of the key's hash>.json.
 std::string profile_cache_path(const std::string& dir, const std::string& model, int world, const std::string& key);
 // The cache directory: $LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom/profiles, else ~/.cache/loom/profiles.

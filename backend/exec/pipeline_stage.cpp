@@ -1,5 +1,7 @@
 #include "backend/exec/pipeline_stage.h"
 
+#include <algorithm>
+
 #include <torch/types.h>
 #include <torch/utils.h>
 
@@ -11,6 +13,12 @@ namespace {
 constexpr int kPrevious = 0, kNext = 1;
 // Tags keep an activation and a gradient on the same pair apart.
 constexpr int kActivation = 0, kGradient = 1;
+
+// A list entry's index ("12"), or -1 when `name` is not one.
+int entry_index(const std::string& name) {
+  if (name.empty() || name.size() > 9 || !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
+  return std::stoi(name);
+}
 }  // namespace
 
 PipelineStage::PipelineStage(torch::nn::Module& root, const ir::Program& step, const MeshGroups& groups,
@@ -20,9 +28,10 @@ PipelineStage::PipelineStage(torch::nn::Module& root, const ir::Program& step, c
   std::string list;
   auto index_of = [&](const std::string& entry) {
     size_t dot = entry.rfind('.');
-    if (dot == std::string::npos) throw InternalError("pipeline stage: the program exchanges at `" + entry + "`, not a list entry");
+    int index = dot == std::string::npos ? -1 : entry_index(entry.substr(dot + 1));
+    if (index < 0) throw InternalError("pipeline stage: the program exchanges at `" + entry + "`, not a list entry");
     list = entry.substr(0, dot);
-    return std::stoi(entry.substr(dot + 1));
+    return index;
   };
   for (const ir::Instr& in : step.instrs) {
     if (in.kind == ir::OpKind::Recv && in.phase == ir::Phase::Forward) receive_at_ = index_of(in.module);
@@ -33,7 +42,7 @@ PipelineStage::PipelineStage(torch::nn::Module& root, const ir::Program& step, c
   for (auto& item : root.named_modules("", false)) {
     const std::string& path = item.key();
     if (path.rfind(list + ".", 0) == 0 && path.find('.', list.size() + 1) == std::string::npos)
-      entry_[item.value().get()] = std::stoi(path.substr(list.size() + 1));
+      if (int index = entry_index(path.substr(list.size() + 1)); index >= 0) entry_[item.value().get()] = index;
   }
 }
 

@@ -64,6 +64,12 @@ std::vector<Instr> stage_ops(const ir::Program& p, const StageMap& map, int pp) 
                   : at.where == Place::After ? stage == pp - 1
                                              : in.phase == Phase::Forward || stage == 0;
       if (!runs) continue;
+      if (at.where == Place::Before && stage != 0) {
+        Instr replaced = in;  // its output is replaced by what arrives: nothing it saves lives on
+        replaced.activation_bytes = 0;
+        kept.push_back(replaced);
+        continue;
+      }
     }
     kept.push_back(in);
   }

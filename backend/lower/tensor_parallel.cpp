@@ -23,8 +23,15 @@ void shard(const Directive& d, const Schedule& schedule, RuntimePlan& plan) {
   plan.shards.push_back(s);
 }
 
-void sync(const Directive& d, const Schedule&, RuntimePlan& plan) {
+void sync(const Directive& d, const Schedule& schedule, RuntimePlan& plan) {
   SyncRequest s{d.target, d.arg("mode")->as_string(), d.arg("op")->as_string()};
+  // The step program places a sync after its module's compute op: a module that computes with
+  // parameters of its own (a traced op), not a container of such modules.
+  const ModuleTree& tree = schedule.tree();
+  if (tree.node(tree.find(d.target)).params.empty())
+    unsupported(d, "sync() runs its collective after a module that computes with parameters of its own; `" + d.target +
+                       "` holds none directly",
+                "sync the layers inside it that you shard (`loom tree --model " + tree.model_name() + "` lists them)");
   bool runs = (s.mode == "fwd_post" && (s.op == "all_reduce" || s.op == "all_gather")) ||
               (s.mode == "bwd_post" && s.op == "all_reduce");
   if (!runs)

@@ -45,6 +45,16 @@ int64_t gathered_bytes(const ir::Program& p, const Instr& in) {
   return bytes;
 }
 
+// The bytes of optimizer states the program keeps on the host (offload("optimizer")): those of
+// the parameters its offload instruction names.
+double host_held_states(const ir::Program& p, const StateBytes& state_bytes) {
+  double elements = 0;
+  for (const Instr& in : p.instrs)
+    if (in.kind == OpKind::Offload)
+      for (int q : in.params) elements += static_cast<double>(p.params[static_cast<size_t>(q)].numel);
+  return elements * state_bytes.optim / p.sharding.optim;
+}
+
 // A collective over ranks of several stages, or a pipeline transfer: it starts when every
 // participant has issued it.
 struct Meeting {
@@ -79,7 +89,8 @@ class Simulator {
       double elements = 0;
       for (const ir::TracedParam& q : stages[s].params) elements += static_cast<double>(q.numel);
       const ir::Sharding& f = stages[s].sharding;
-      r.memory = static_cast<int64_t>(model_state_bytes(elements, state_bytes, f.params, f.grads, f.optim));
+      r.memory = static_cast<int64_t>(model_state_bytes(elements, state_bytes, f.params, f.grads, f.optim) -
+                                      host_held_states(stages[s], state_bytes));
       ranks_.push_back(std::move(r));
       note_memory(ranks_.back(), 0);
     }

@@ -6,9 +6,9 @@
 // stage (its first data-parallel and tensor-parallel rank), so a 1,024-rank step costs what its
 // stages' programs do. A pipeline's send and recv meet (the transfer starts when both sides have
 // issued it), and a collective over ranks of several stages starts when every stage has issued
-// it. The memory timeline follows the IR: the rank's model states, gathered parameters from
-// their all-gather to their release, saved activations from their forward (or recompute) to
-// their backward. Torch-free.
+// it. The memory timeline follows the IR: the rank's model states (less the optimizer states an
+// offload keeps on the host), gathered parameters from their all-gather to their release, saved
+// activations from their forward (or recompute) to their backward. Torch-free.
 #pragma once
 
 #include <cstdint>

@@ -108,6 +108,15 @@ expect "simulate on a cluster" 0 "cluster dgx-a100" "exposed comm" "peak memory"
   -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --cluster dgx-a100
 expect "simulate --json" 0 '"step_s"' '"compute_s"' '"exposed_comm_s"' '"peak_bytes"' \
   -- "$loom" simulate examples/gpt_tp.sched --model gpt:50m --nproc 4 --cluster dgx-h100 --json
+expect "simulate --json: the step is its compute and exposed communication, the peak above the model states" 0 "sane" \
+  -- python3 -c "
+import json, subprocess
+j = json.loads(subprocess.run(['$loom', 'simulate', 'examples/gpt_tp.sched', '--model', 'gpt:50m', '--nproc', '4', '--cluster',
+                               'dgx-h100', '--json'], capture_output=True, text=True, check=True).stdout)
+assert j['step_s'] > 0 and j['compute_s'] > 0, j
+assert abs(j['compute_s'] + j['exposed_comm_s'] - j['step_s']) < 1e-12, j
+assert j['peak_bytes'] > 50e6 * 16 / 4 / 2, j  # gpt:50m's states, 16 bytes an element, over tp 2 x pp 2, at least half
+print('sane')"
 expect "simulate --profile" 0 "profile $tmp/profile.json" \
   -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json"
 expect "simulate --trace --memory-plot" 0 "step" \
@@ -121,6 +130,10 @@ expect "simulate on an unknown cluster" 2 "error: no cluster named 'dgx-z' (know
   -- "$loom" simulate --model gpt:tiny --nproc 2 --cluster dgx-z
 expect "simulate more ranks than the cluster has" 2 "error: --nproc 4096 is more than cluster dgx-a100 has (128 devices)" \
   -- "$loom" simulate --model gpt:tiny --nproc 4096 --cluster dgx-a100
+expect "simulate on a profile of another run" 2 "error: $tmp/profile.json was measured for another run: world 2 (this run: 4), micro_batch 2 (this run: 4), seq 32 (this run: 128)" \
+  -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 4 --profile "$tmp/profile.json"
+expect "simulate with more ranks per node than the cluster's nodes have" 2 "error: --local-world 16 is more than a node of cluster dgx-a100 has (8 devices)" \
+  -- "$loom" simulate --model gpt:tiny --nproc 2 --local-world 16 --cluster dgx-a100
 expect "simulate a pipeline on a profile" 2 "error: a profile prices one program, and this schedule has 2 pipeline stages" \
   -- "$loom" simulate tests/verify/pipeline.sched --model gpt:tiny --nproc 2 --profile "$tmp/profile.json"
 echo '{"name": 3}' > "$tmp/bad_cluster.json"

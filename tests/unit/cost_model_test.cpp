@@ -8,9 +8,11 @@
 
 #include "backend/cost/analytic_cost.h"
 #include "backend/cost/cluster.h"
+#include "backend/cost/instruction_cost.h"
 #include "lang/diagnostics.h"
 
 using namespace loom;
+using ir::OpKind;
 
 namespace {
 Cluster shipped(const std::string& name) { return load_cluster(name, cluster_dirs()); }
@@ -118,9 +120,15 @@ TEST_CASE("a bad cluster file is a user error naming the file, the field and the
                        doctest::Contains("`device.matrix_efficiency_by_gflop` holds [0,2]"), UserError);
   try {
     parse_cluster(replaced(good, "\"nodes\": 16,", ""), "c.json");
+    FAIL("a cluster without nodes was accepted");
   } catch (const UserError& e) {
     CHECK(e.diagnostic().hint.find("docs/simulate.md") != std::string::npos);
   }
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"nodes\": 16", "\"nodes\": 0.5"), "c.json"),
+                       "c.json: `nodes` must be a whole number of at least 1, not 0.5", UserError);
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"description\": \"DGX", "\"description\": 7, \"x\": \"DGX"), "c.json"),
+                       "c.json: `description` must be a string, not 7", UserError);
+  CHECK_THROWS_WITH_AS(parse_cluster("[1, 2]", "c.json"), "c.json must hold a JSON object, not array", UserError);
   CHECK_THROWS_WITH_AS(load_cluster("dgx-z900", cluster_dirs()),
                        "no cluster named 'dgx-z900' (known: dgx-a100, dgx-h100, lins-a800)", UserError);
   CHECK_THROWS_WITH_AS(load_cluster("/nonexistent/c.json", cluster_dirs()), "cannot read the cluster file '/nonexistent/c.json'",
@@ -131,9 +139,42 @@ TEST_CASE("clusters users add: $LOOM_CLUSTER_PATH is searched first") {
   std::filesystem::path dir = std::filesystem::temp_directory_path() / "loom_cluster_path_test";
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "mine.json") << replaced(dgx_a100_text(), "\"name\": \"dgx-a100\"", "\"name\": \"mine\"");
+  // A file of the same name as a shipped cluster replaces it.
+  std::ofstream(dir / "dgx-a100.json") << replaced(dgx_a100_text(), "\"nodes\": 16", "\"nodes\": 2");
   setenv("LOOM_CLUSTER_PATH", dir.c_str(), 1);
   CHECK(cluster_dirs().front() == dir.string());
   CHECK(load_cluster("mine", cluster_dirs()).name == "mine");
+  CHECK(load_cluster("dgx-a100", cluster_dirs()).nodes == 2);
   unsetenv("LOOM_CLUSTER_PATH");
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("where a program's groups sit, from the ranks backend/comm makes them of") {
+  ClusterCost cost(shipped("dgx-a100"), Precision::Bf16, 8);
+  auto collective = [](const std::string& role, int size, OpKind kind = OpKind::AllReduce, ir::Phase phase = ir::Phase::Step) {
+    ir::Instr in;
+    in.kind = kind;
+    in.phase = phase;
+    in.group = {role, size};
+    return in;
+  };
+  // tp 2 x pp 2 x dp 4 (16 ranks, 8 to a node), s_os 2: the model group is ranks 0-3 and 8-11.
+  ir::Program p;
+  p.mesh = {2, 2, 0, 0};
+  p.sharding = {4, 1, 1, 2};
+  GroupSpan model = cost.span(p, collective("model", 8));
+  CHECK(model.per_node == 4);
+  CHECK(model.nodes == 2);
+  CHECK(cost.span(p, collective("tp", 2)).nodes == 1);
+  CHECK(cost.span(p, collective("dp", 4)).per_node == 4);  // ranks 0, 2, 4, 6
+  CHECK(cost.span(p, collective("pipeline", 2)).nodes == 2);
+  // tp 1 x dp 4 x pp 4 (16 ranks): stage 1's activation goes to stage 2 across nodes (ranks 4 and 8),
+  // stage 0's to stage 1 inside one (0 and 4).
+  ir::Program q;
+  q.mesh = {1, 4, 1, 0};
+  q.sharding = {4, 1, 1, 1};
+  CHECK(cost.span(q, collective("stage_pair", 2, OpKind::Send, ir::Phase::Forward)).nodes == 2);
+  CHECK(cost.span(q, collective("stage_pair", 2, OpKind::Recv, ir::Phase::Forward)).nodes == 1);
+  CHECK(span_of_ranks({0, 4, 8, 12}, 8).per_node == 2);
+  CHECK(span_of_ranks({0, 4, 8, 12}, 8).nodes == 2);
 }

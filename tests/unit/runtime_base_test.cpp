@@ -134,6 +134,20 @@ TEST_CASE("the runtime plan accepts checkpoint, data parallelism and every valid
                                    "step has no op of it to recompute");
     CHECK(e.diagnostic().hint == "checkpoint the block around it instead");
   }
+  // A sync on a module that holds the sharded layer but computes nothing itself: the program
+  // has no op of it to put the collective after.
+  auto parent = testing::evaluate("sch.mesh(tp=2)\nsch[\"h.0.mlp.c_fc\"].shard([\"weight\", \"bias\"], axis=0)\n"
+                                  "sch[\"h.0.mlp\"].sync(mode=\"bwd_post\", op=\"all_reduce\")\n",
+                                  "gpt:tiny", {2, 0});
+  try {
+    lower_schedule(*parent->schedule);
+    FAIL("sync() of a module without parameters of its own was accepted");
+  } catch (const UserError& e) {
+    CHECK(e.diagnostic().range.to_string() == "test.sched:3:1");
+    CHECK(std::string(e.what()) == "sync is not yet supported at runtime: sync() runs its collective after a module that computes "
+                                   "with parameters of its own; `h.0.mlp` holds none directly");
+    CHECK(e.diagnostic().hint.find("sync the layers inside it that you shard") == 0);
+  }
   // Prefetch without sharded parameters has nothing to gather: the primitive warns, the
   // runtime runs it as plain data parallelism (stdlib zero3 at world 1).
   auto pf = testing::evaluate("sch[\"h.0\"].prefetch()\n", "gpt:tiny", {1, 0});

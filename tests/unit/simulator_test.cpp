@@ -127,3 +127,40 @@ TEST_CASE("micro-batches: the body runs once per micro-batch, as each instructio
   CHECK(r.step_s == doctest::Approx(8));
   CHECK(r.events.back().micro_batch == -1);
 }
+
+TEST_CASE("three stages hand the activation on; a collective over every stage starts when the last issues it") {
+  FixedCost cost;
+  cost.by_kind = {{OpKind::Send, 0.5}, {OpKind::Recv, 0.5}, {OpKind::Compute, 1}, {OpKind::LossReduce, 0.25}};
+  ir::GroupRef pair{"stage_pair", 2};
+  auto loss = [] { return instr(OpKind::LossReduce, Phase::Step, "", 9, {"world", 6}); };
+  ir::Program first = one_param({instr(OpKind::Compute, Phase::Forward, "a"), instr(OpKind::Send, Phase::Forward, "l.0", 0, pair),
+                                 wait(0), loss(), wait(9, Phase::Step)});
+  ir::Program middle = one_param({instr(OpKind::Recv, Phase::Forward, "l.1", 0, pair), wait(0), instr(OpKind::Compute, Phase::Forward, "b"),
+                                  instr(OpKind::Send, Phase::Forward, "l.1", 1, pair), wait(1), loss(), wait(9, Phase::Step)});
+  ir::Program last = one_param({instr(OpKind::Recv, Phase::Forward, "l.2", 0, pair), wait(0), instr(OpKind::Compute, Phase::Forward, "c"),
+                                loss(), wait(9, Phase::Step)});
+  SimResult r = simulate({first, middle, last}, cost);
+  // a 0-1, to stage 1 1-1.5, b 1.5-2.5, to stage 2 2.5-3, c 3-4; the loss all-reduce 4-4.25 on every stage.
+  CHECK(r.step_s == doctest::Approx(4.25));
+  std::vector<double> loss_starts;
+  for (const SimEvent& e : r.events)
+    if (e.stream == "collective" && e.end_s - e.start_s == doctest::Approx(0.25)) loss_starts.push_back(e.start_s);
+  CHECK(loss_starts == std::vector<double>{4, 4, 4});
+}
+
+TEST_CASE("offload: copies hold the host on the copy stream, and the offloaded states leave device memory") {
+  FixedCost cost;
+  cost.by_kind = {{OpKind::Offload, 2}, {OpKind::Reload, 2}, {OpKind::OptimizerStep, 1}};
+  ir::Instr offload = instr(OpKind::Offload, Phase::Step);
+  offload.params = {0};
+  ir::Instr recompute = instr(OpKind::Recompute, Phase::Backward, "a");
+  recompute.activation_bytes = 300;
+  ir::Program p = one_param({recompute, offload, instr(OpKind::OptimizerStep, Phase::Step), instr(OpKind::Reload, Phase::Step)});
+  SimResult r = simulate({p}, cost);
+  CHECK(r.step_s == doctest::Approx(5));
+  CHECK(r.events[0].stream == "copy");  // the recompute takes no time here: no event
+  CHECK(r.compute_s == doctest::Approx(1));
+  // 1000 x (4/2 + 4/2 + 8/2) less the 4000 bytes of optimizer states on the host; the recompute saves 300.
+  CHECK(r.memory[0].front().bytes == 4000);
+  CHECK(r.peak_bytes == 4300);
+}
