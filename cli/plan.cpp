@@ -74,7 +74,8 @@ int plan(const PlanOptions& o) {
   try {
     if (!o.profile.empty())
       throw UserError(SourceRange{}, "loom plan prices plans on a cluster only, not yet on a profile",
-                      "give --cluster NAME (a profile measures one schedule's program; plans change it)");
+                      "give --cluster NAME; for this machine, write it as a cluster from a profile with `loom simulate "
+                      "SCHED --profile P.json --save-cluster here.json` and give --cluster here.json");
     if (o.cluster.empty())
       throw UserError(SourceRange{}, "loom plan needs --cluster NAME", "name one of clusters/ or a cluster file's path");
     if (!o.out.empty()) check_output_file(o.out, "--out");

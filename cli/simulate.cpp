@@ -3,12 +3,16 @@
 // without a GPU or a training run (issue #15 §3).
 #include <algorithm>
 #include <cstdio>
-#include <optional>
+#include <filesystem>
 #include <iostream>
+#include <optional>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include "backend/cost/instruction_cost.h"
+#include "backend/cost/machine_cluster.h"
 #include "backend/instrument/model_trace.h"
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
@@ -37,6 +41,7 @@ struct SimulateOptions {
   bool json = false;
   std::string trace;
   std::string memory_plot;
+  std::string save_cluster;
   std::string stdlib = LOOM_STDLIB_DIR;
 };
 
@@ -79,6 +84,17 @@ std::unique_ptr<InstructionCost> cost_model(const SimulateOptions& o, std::optio
   return std::make_unique<ProfileCost>(stages[0], profile, o.profile);
 }
 
+// --save-cluster: this machine as a cluster file, from the profile (one node of the profiled
+// ranks, each with an equal share of the physical memory).
+void save_machine_cluster(const SimulateOptions& o, const ir::Program& program) {
+  if (o.profile.empty())
+    throw UserError(SourceRange{}, "--save-cluster derives this machine from a profile; this run is priced on a cluster",
+                    "give --profile FILE instead of --cluster");
+  int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / o.nproc;
+  std::string name = std::filesystem::path(o.save_cluster).stem().string();
+  write_whole_file(o.save_cluster, cluster_json(machine_cluster(load_profile(o.profile), program, o.nproc, memory, name)));
+}
+
 void print_report(const SimulateOptions& o, const RuntimePlan& plan, const std::vector<ir::Program>& stages, const SimResult& r,
                   const std::string& priced_by, double tokens_per_s_per_rank) {
   std::printf("loom simulate: %s at %d ranks (tp %d, pp %d, dp %d), %s, %lld micro-batch(es) of %lld x %lld tokens per rank\n",
@@ -104,6 +120,7 @@ int simulate_schedule(const SimulateOptions& o) {
                       }() + ") or give a profile from `loom profile --out FILE`");
     if (!o.trace.empty()) check_output_file(o.trace, "--trace");
     if (!o.memory_plot.empty()) check_output_file(o.memory_plot, "--memory-plot");
+    if (!o.save_cluster.empty()) check_output_file(o.save_cluster, "--save-cluster");
     int local_world = 0;
     std::optional<Cluster> cluster = chosen_cluster(o, local_world);
     std::string priced_by = cluster ? "cluster " + cluster->name : "profile " + o.profile;
@@ -115,6 +132,7 @@ int simulate_schedule(const SimulateOptions& o) {
     std::vector<ir::Program> stages =
         lower_stage_programs(plan, trace_model(o.model, {o.micro_batch, o.seq}), o.nproc, step_options);
     SimResult r = simulate(stages, *cost_model(o, std::move(cluster), local_world, stages));
+    if (!o.save_cluster.empty()) save_machine_cluster(o, stages[0]);
     // A replica's tokens are shared by its tp x pp ranks.
     double tokens_per_rank = static_cast<double>(o.micro_batch * o.seq * o.accum) / (plan.tp * plan.pp);
     double tokens_per_s_per_rank = r.step_s > 0 ? tokens_per_rank / r.step_s : 0;
@@ -169,6 +187,9 @@ void add_simulate(CLI::App& app, std::function<int()>& run) {
   c->add_flag("--json", o->json, "print {\"step_s\", \"compute_s\", \"exposed_comm_s\", \"peak_bytes\", ...} as JSON");
   c->add_option("--trace", o->trace, "write the simulated timeline in Chrome trace format (open it beside `loom run --trace`'s)");
   c->add_option("--memory-plot", o->memory_plot, "draw the simulated memory timeline as an SVG file");
+  c->add_option("--save-cluster", o->save_cluster,
+                "with --profile: write this machine as a cluster file (its achieved compute and memory rates and measured "
+                "all-reduce link), for `loom plan --cluster FILE`");
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules");
   c->callback([&run, o] { run = [o] { return simulate_schedule(*o); }; });
 }

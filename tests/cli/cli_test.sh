@@ -119,6 +119,13 @@ assert j['peak_bytes'] > 50e6 * 16 / 4 / 2, j  # gpt:50m's states, 16 bytes an e
 print('sane')"
 expect "simulate --profile" 0 "profile $tmp/profile.json" \
   -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json"
+# This machine as a cluster, from the profile: loom plan plans for it.
+expect "simulate --save-cluster" 0 "step" -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 \
+  --micro-batch 2 --profile "$tmp/profile.json" --save-cluster "$tmp/here.json"
+expect "plan on this machine" 0 "loom plan: gpt:tiny on 2 ranks of here" "plans simulated" \
+  -- "$loom" plan --model gpt:tiny --world 2 --seq 32 --micro-batch 2 --cluster "$tmp/here.json"
+expect "--save-cluster needs a profile" 2 "error: --save-cluster derives this machine from a profile; this run is priced on a cluster" \
+  -- "$loom" simulate --model gpt:tiny --nproc 2 --cluster dgx-a100 --save-cluster "$tmp/there.json"
 expect "simulate --trace --memory-plot" 0 "step" \
   -- "$loom" simulate tests/verify/pipeline.sched --model gpt:tiny --nproc 2 --cluster dgx-a100 --trace "$tmp/sim.json" --memory-plot "$tmp/mem.svg"
 expect "simulate's trace is a Chrome trace with both stages" 0 "stages 2" \

@@ -9,6 +9,7 @@
 #include "backend/cost/analytic_cost.h"
 #include "backend/cost/cluster.h"
 #include "backend/cost/instruction_cost.h"
+#include "backend/cost/machine_cluster.h"
 #include "lang/diagnostics.h"
 
 using namespace loom;
@@ -177,4 +178,42 @@ TEST_CASE("where a program's groups sit, from the ranks backend/comm makes them 
   CHECK(cost.span(q, collective("stage_pair", 2, OpKind::Recv, ir::Phase::Forward)).nodes == 1);
   CHECK(span_of_ranks({0, 4, 8, 12}, 8).per_node == 2);
   CHECK(span_of_ranks({0, 4, 8, 12}, 8).nodes == 2);
+}
+
+TEST_CASE("this machine as a cluster: the rates a profile measured, written in the cluster format") {
+  ir::Program p;
+  p.params = {{"w", 10, 4}};
+  auto compute = [](const std::string& module, ir::Phase phase, double flops, int64_t saved) {
+    ir::Instr in;
+    in.kind = OpKind::Compute;
+    in.phase = phase;
+    in.module = module;
+    in.flops = flops;
+    in.activation_bytes = saved;
+    return in;
+  };
+  p.instrs = {compute("a", ir::Phase::Forward, 2e9, 0), compute("b", ir::Phase::Forward, 0, 1000000),
+              compute("b", ir::Phase::Backward, 0, 1000000), compute("a", ir::Phase::Backward, 4e9, 0)};
+  Profile profile;
+  profile.device = "cpu";
+  profile.ops = {{"a", 10, 20, 0, 0, 0, 0}, {"b", 1, 2, 0, 0, 0, 0}};
+  CollectiveProfile reduce;
+  reduce.collective = "all_reduce";
+  reduce.group = "world";
+  reduce.group_size = 2;
+  reduce.fit = {0.1, 1e-6};  // 0.1 ms empty, 1 ms per MB
+  profile.collectives = {reduce};
+  Cluster here = machine_cluster(profile, p, 2, 1LL << 30, "here");
+  CHECK(here.device.matrix_flops_bf16 == doctest::Approx(2e9 / 0.010));  // 2 GFLOP in 10 ms
+  CHECK(here.device.memory_bandwidth == doctest::Approx(1e6 / 0.001));   // 1 MB in 1 ms
+  CHECK(here.intra_node.bandwidth == doctest::Approx(1.0 / 1e-9));       // ring factor 1 at n = 2
+  CHECK(here.intra_node.latency_s == doctest::Approx(0.1e-3 / 2));
+  CHECK(here.world() == 2);
+  Cluster again = parse_cluster(cluster_json(here), "here.json");
+  CHECK(again.device.matrix_flops_fp32 == doctest::Approx(here.device.matrix_flops_fp32));
+  CHECK(again.intra_node.latency_s == doctest::Approx(here.intra_node.latency_s));
+  CHECK(again.device.memory_bytes == 1LL << 30);
+  profile.collectives.clear();
+  CHECK_THROWS_WITH_AS(machine_cluster(profile, p, 2, 1LL << 30, "here"),
+                       "here has no all-reduce measured over two or more ranks", UserError);
 }
