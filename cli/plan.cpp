@@ -80,10 +80,7 @@ int plan(const PlanOptions& o) {
       throw UserError(SourceRange{}, "loom plan needs --cluster NAME", "name one of clusters/ or a cluster file's path");
     if (!o.out.empty()) check_output_file(o.out, "--out");
     Cluster cluster = load_cluster(o.cluster, cluster_dirs());
-    if (o.world > cluster.world())
-      throw UserError(SourceRange{}, "--world " + std::to_string(o.world) + " is more than cluster " + cluster.name + " has (" +
-                                         std::to_string(cluster.world()) + " devices)",
-                      "plan for at most " + std::to_string(cluster.world()) + " ranks, or describe a larger cluster");
+    check_run_fits(cluster, o.world, "--world", o.local_world);
     int64_t limit = cluster.device.memory_bytes;
     if (!o.memory_limit.empty() && (limit = parse_size(o.memory_limit)) <= 0)
       throw UserError(SourceRange{}, "--memory-limit " + o.memory_limit + " is not a size",

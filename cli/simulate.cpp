@@ -57,14 +57,7 @@ std::optional<Cluster> chosen_cluster(const SimulateOptions& o, int& local_world
   local_world = o.local_world;
   if (o.cluster.empty()) return std::nullopt;
   Cluster cluster = load_cluster(o.cluster, cluster_dirs());
-  if (o.nproc > cluster.world())
-    throw UserError(SourceRange{}, "--nproc " + std::to_string(o.nproc) + " is more than cluster " + cluster.name + " has (" +
-                                       std::to_string(cluster.world()) + " devices)",
-                    "simulate at most " + std::to_string(cluster.world()) + " ranks, or describe a larger cluster");
-  if (local_world > cluster.devices_per_node)
-    throw UserError(SourceRange{}, "--local-world " + std::to_string(local_world) + " is more than a node of cluster " + cluster.name +
-                                       " has (" + std::to_string(cluster.devices_per_node) + " devices)",
-                    "give at most " + std::to_string(cluster.devices_per_node) + ", or leave --local-world out");
+  check_run_fits(cluster, o.nproc, "--nproc", local_world);
   if (local_world == 0) local_world = std::min(o.nproc, cluster.devices_per_node);
   return cluster;
 }

@@ -172,4 +172,15 @@ Cluster load_cluster(const std::string& name_or_path, const std::vector<std::str
   return parse_cluster(text.str(), path);
 }
 
+void check_run_fits(const Cluster& cluster, int world, const std::string& world_flag, int local_world) {
+  if (world > cluster.world())
+    throw UserError(SourceRange{}, world_flag + " " + std::to_string(world) + " is more than cluster " + cluster.name + " has (" +
+                                       std::to_string(cluster.world()) + " devices)",
+                    "use at most " + std::to_string(cluster.world()) + " ranks, or describe a larger cluster");
+  if (local_world > cluster.devices_per_node)
+    throw UserError(SourceRange{}, "--local-world " + std::to_string(local_world) + " is more than a node of cluster " + cluster.name +
+                                       " has (" + std::to_string(cluster.devices_per_node) + " devices)",
+                    "give at most " + std::to_string(cluster.devices_per_node) + ", or leave --local-world out");
+}
+
 }  // namespace loom

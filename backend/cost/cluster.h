@@ -63,4 +63,8 @@ std::vector<std::string> cluster_names(const std::vector<std::string>& dirs);
 // first folder that has NAME.json winning. Throws UserError listing the known names.
 Cluster load_cluster(const std::string& name_or_path, const std::vector<std::string>& dirs);
 
+// Throws UserError when a run of `world` ranks (`world_flag` names the option that says so),
+// `local_world` to a node (0: unsaid), does not fit `cluster`.
+void check_run_fits(const Cluster& cluster, int world, const std::string& world_flag, int local_world);
+
 }  // namespace loom

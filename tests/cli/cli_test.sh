@@ -170,6 +170,8 @@ expect "plan with a bad memory limit" 2 "error: --memory-limit lots is not a siz
   -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit lots
 expect "plan that nothing fits" 2 "error: no plan fits 1.0 MiB per rank (20 over the limit, 0 refused)" \
   -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit 1MiB
+expect "plan with more ranks per node than the cluster's nodes have" 2 "error: --local-world 16 is more than a node of cluster dgx-a100 has (8 devices)" \
+  -- "$loom" plan --model gpt:tiny --world 16 --local-world 16 --cluster dgx-a100
 expect "plan more ranks than the cluster has" 2 "error: --world 4096 is more than cluster dgx-a100 has (128 devices)" \
   -- "$loom" plan --model gpt:tiny --world 4096 --cluster dgx-a100
 
