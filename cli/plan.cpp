@@ -80,14 +80,14 @@ int plan(const PlanOptions& o) {
       throw UserError(SourceRange{}, "loom plan needs --cluster NAME", "name one of clusters/ or a cluster file's path");
     if (!o.out.empty()) check_output_file(o.out, "--out");
     Cluster cluster = load_cluster(o.cluster, cluster_dirs());
-    check_run_fits(cluster, o.world, "--world", o.local_world);
+    int local_world = run_ranks_per_node(cluster, o.world, "--world", o.local_world);
     int64_t limit = cluster.device.memory_bytes;
     if (!o.memory_limit.empty() && (limit = parse_size(o.memory_limit)) <= 0)
       throw UserError(SourceRange{}, "--memory-limit " + o.memory_limit + " is not a size",
                       "write bytes, or a number with KiB, MiB, GiB, TiB (or KB, MB, GB, TB), e.g. 80GiB");
     PlannerOptions po;
     po.world = o.world;
-    po.local_world = o.local_world > 0 ? o.local_world : std::min(o.world, cluster.devices_per_node);
+    po.local_world = local_world;
     po.micro_batch = o.micro_batch;
     po.seq = o.seq;
     po.accum = o.accum;

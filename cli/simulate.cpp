@@ -1,7 +1,6 @@
 // loom simulate: replay a schedule's step programs under a cost model (a cluster file or a
 // measured profile) and report the step time, compute, exposed communication and peak memory,
 // without a GPU or a training run (issue #15 §3).
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -47,7 +46,7 @@ struct SimulateOptions {
 
 std::string instruction_line(const ir::Program& p, size_t index) {
   const ir::Instr& in = p.instrs[index];
-  std::string what = !in.module.empty() ? in.module : !in.params.empty() ? p.params[static_cast<size_t>(in.params[0])].name : "";
+  std::string what = p.subject(in);
   return std::to_string(index) + " (" + ir::phase_name(in.phase) + " " + ir::op_name(in.kind) + (what.empty() ? "" : " " + what) + ")";
 }
 
@@ -57,17 +56,14 @@ std::optional<Cluster> chosen_cluster(const SimulateOptions& o, int& local_world
   local_world = o.local_world;
   if (o.cluster.empty()) return std::nullopt;
   Cluster cluster = load_cluster(o.cluster, cluster_dirs());
-  check_run_fits(cluster, o.nproc, "--nproc", local_world);
-  if (local_world == 0) local_world = std::min(o.nproc, cluster.devices_per_node);
+  local_world = run_ranks_per_node(cluster, o.nproc, "--nproc", local_world);
   return cluster;
 }
 
 std::unique_ptr<InstructionCost> cost_model(const SimulateOptions& o, std::optional<Cluster> cluster, int local_world,
                                             const std::vector<ir::Program>& stages) {
-  if (cluster) {
-    int per_node = local_world > 0 ? local_world : cluster->devices_per_node;
-    return std::make_unique<ClusterCost>(std::move(*cluster), o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, per_node);
-  }
+  if (cluster)
+    return std::make_unique<ClusterCost>(std::move(*cluster), o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, local_world);
   if (stages.size() > 1)
     throw UserError(SourceRange{}, "a profile prices one program, and this schedule has " + std::to_string(stages.size()) +
                                        " pipeline stages",
@@ -106,11 +102,7 @@ int simulate_schedule(const SimulateOptions& o) {
   try {
     if (o.cluster.empty() == o.profile.empty())
       throw UserError(SourceRange{}, "loom simulate needs one cost model: --cluster NAME or --profile FILE",
-                      "name a cluster (" + [] {
-                        std::string names;
-                        for (const std::string& n : cluster_names(cluster_dirs())) names += (names.empty() ? "" : ", ") + n;
-                        return names;
-                      }() + ") or give a profile from `loom profile --out FILE`");
+                      "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`");
     if (!o.trace.empty()) check_output_file(o.trace, "--trace");
     if (!o.memory_plot.empty()) check_output_file(o.memory_plot, "--memory-plot");
     if (!o.save_cluster.empty()) check_output_file(o.save_cluster, "--save-cluster");

@@ -146,6 +146,12 @@ std::vector<std::string> cluster_names(const std::vector<std::string>& dirs) {
   return {names.begin(), names.end()};
 }
 
+std::string cluster_names_text(const std::vector<std::string>& dirs) {
+  std::string text;
+  for (const std::string& n : cluster_names(dirs)) text += (text.empty() ? "" : ", ") + n;
+  return text.empty() ? "none" : text;
+}
+
 Cluster load_cluster(const std::string& name_or_path, const std::vector<std::string>& dirs) {
   bool is_path = name_or_path.find('/') != std::string::npos ||
                  (name_or_path.size() > 5 && name_or_path.compare(name_or_path.size() - 5, 5, ".json") == 0);
@@ -158,12 +164,9 @@ Cluster load_cluster(const std::string& name_or_path, const std::vector<std::str
         path = (std::filesystem::path(dir) / (name_or_path + ".json")).string();
         break;
       }
-    if (path.empty()) {
-      std::string known;
-      for (const std::string& n : cluster_names(dirs)) known += (known.empty() ? "" : ", ") + n;
-      throw UserError(SourceRange{}, "no cluster named '" + name_or_path + "' (known: " + (known.empty() ? "none" : known) + ")",
+    if (path.empty())
+      throw UserError(SourceRange{}, "no cluster named '" + name_or_path + "' (known: " + cluster_names_text(dirs) + ")",
                       "name one of those, give a cluster file's path, or add NAME.json to a folder in $LOOM_CLUSTER_PATH");
-    }
   }
   std::ifstream in(path);
   if (!in) throw UserError(SourceRange{}, "cannot read the cluster file '" + path + "'", "check the path");
@@ -172,7 +175,7 @@ Cluster load_cluster(const std::string& name_or_path, const std::vector<std::str
   return parse_cluster(text.str(), path);
 }
 
-void check_run_fits(const Cluster& cluster, int world, const std::string& world_flag, int local_world) {
+int run_ranks_per_node(const Cluster& cluster, int world, const std::string& world_flag, int local_world) {
   if (world > cluster.world())
     throw UserError(SourceRange{}, world_flag + " " + std::to_string(world) + " is more than cluster " + cluster.name + " has (" +
                                        std::to_string(cluster.world()) + " devices)",
@@ -181,6 +184,7 @@ void check_run_fits(const Cluster& cluster, int world, const std::string& world_
     throw UserError(SourceRange{}, "--local-world " + std::to_string(local_world) + " is more than a node of cluster " + cluster.name +
                                        " has (" + std::to_string(cluster.devices_per_node) + " devices)",
                     "give at most " + std::to_string(cluster.devices_per_node) + ", or leave --local-world out");
+  return local_world > 0 ? local_world : std::min(world, cluster.devices_per_node);
 }
 
 }  // namespace loom

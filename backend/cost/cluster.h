@@ -59,12 +59,15 @@ Cluster parse_cluster(const std::string& json_text, const std::string& origin);
 std::vector<std::string> cluster_dirs();
 // The names of the clusters in `dirs` (file names without .json), sorted, without repeats.
 std::vector<std::string> cluster_names(const std::vector<std::string>& dirs);
+// The same, for a message: "dgx-a100, dgx-h100, lins-a800" ("none" when there are none).
+std::string cluster_names_text(const std::vector<std::string>& dirs);
 // `name_or_path`: a file (it has a '/' or ends in .json) or a name looked up in `dirs`, the
 // first folder that has NAME.json winning. Throws UserError listing the known names.
 Cluster load_cluster(const std::string& name_or_path, const std::vector<std::string>& dirs);
 
-// Throws UserError when a run of `world` ranks (`world_flag` names the option that says so),
-// `local_world` to a node (0: unsaid), does not fit `cluster`.
-void check_run_fits(const Cluster& cluster, int world, const std::string& world_flag, int local_world);
+// The ranks per node of a run of `world` ranks (`world_flag` names the option that says so) on
+// `cluster`: `local_world`, or when it is 0 the cluster's devices per node (all ranks when there
+// are fewer). Throws UserError when the run does not fit the cluster.
+int run_ranks_per_node(const Cluster& cluster, int world, const std::string& world_flag, int local_world);
 
 }  // namespace loom

@@ -32,8 +32,9 @@ void TensorParallel::follow(const ir::Program& step) {
     if (in.kind == ir::OpKind::Compute && in.phase == ir::Phase::Backward) backward_ran[in.module] = true;
     bool tp = in.kind == ir::OpKind::TpAllReduce || in.kind == ir::OpKind::TpAllGather;
     if (!tp) continue;
-    path_of[module_at(in)] = in.module;
-    Sync& s = syncs_[module_at(in)];
+    const torch::nn::Module* module = module_at(in);
+    path_of[module] = in.module;
+    Sync& s = syncs_[module];
     if (in.phase == ir::Phase::Forward) {
       (in.kind == ir::OpKind::TpAllGather ? s.gather_output : s.reduce_output) = true;
     } else if (backward_ran.count(in.module)) {

@@ -122,12 +122,7 @@ std::string Program::to_text() const {
   char line[512];
   for (size_t i = 0; i < instrs.size(); ++i) {
     const Instr& in = instrs[i];
-    std::string what = runs_module(in.kind) ? in.module : "";
-    if (in.kind == OpKind::OptimizerStep) what = std::to_string(in.params.size()) + " parameters (local shards)";
-    else if (!runs_module(in.kind))
-      for (int p : in.params) what += (what.empty() ? "" : ",") + params[p].name;
-    if (in.kind == OpKind::Wait) what = "%" + std::to_string(in.handle);
-    if (what.empty()) what = in.module;  // a tensor-parallel sync names its module
+    std::string what = subject(in);
     std::string extra;
     if (!in.group.role.empty()) extra += in.group.role + "(" + std::to_string(in.group.size) + ")  ";
     if (in.bytes) extra += format_size(in.bytes) + "  ";
@@ -142,6 +137,16 @@ std::string Program::to_text() const {
     out += line;
   }
   return out;
+}
+
+std::string Program::subject(const Instr& in) const {
+  std::string what = runs_module(in.kind) ? in.module : "";
+  if (in.kind == OpKind::OptimizerStep) what = std::to_string(in.params.size()) + " parameters (local shards)";
+  else if (!runs_module(in.kind))
+    for (int p : in.params) what += (what.empty() ? "" : ",") + params[p].name;
+  if (in.kind == OpKind::Wait) what = "%" + std::to_string(in.handle);
+  if (what.empty()) what = in.module;  // a tensor-parallel sync, a pipeline send or recv, names its module
+  return what;
 }
 
 std::string Program::to_json() const {

@@ -108,6 +108,8 @@ struct Program {
   int new_handle() { return next_handle++; }
   // One instruction per line: "  12 fwd  all_gather  h.0.mlp.c_fc.weight  params(2)  1.5 MiB  -> %4".
   std::string to_text() const;
+  // What `in` acts on, as to_text names it: its module, its parameters, or the handle it waits for.
+  std::string subject(const Instr& in) const;
   std::string to_json() const;
   bool operator==(const Program& other) const;
 };

@@ -127,7 +127,6 @@ class Simulator {
     const Run& run = r.runs[r.cursor];
     const ir::Program& p = *r.program;
     const Instr& in = p.instrs[run.instr];
-    double seconds = cost_.seconds(p, in);
     switch (in.kind) {
       case OpKind::Wait: {
         auto it = r.handle_end.find(in.handle);
@@ -142,7 +141,7 @@ class Simulator {
       case OpKind::Recompute:
       case OpKind::OptimizerStep:
       case OpKind::SelectDrop: {
-        double start = std::max(r.host, r.compute_free);
+        double start = std::max(r.host, r.compute_free), seconds = cost_.seconds(p, in);
         r.host = r.compute_free = start + seconds;
         r.compute_s += seconds;
         record(r, run, "compute", start, r.host);
@@ -154,7 +153,7 @@ class Simulator {
       case OpKind::Offload:
       case OpKind::Reload: {
         double start = std::max(r.host, r.copy_free);
-        r.host = r.copy_free = start + seconds;
+        r.host = r.copy_free = start + cost_.seconds(p, in);
         record(r, run, "copy", start, r.host);
         break;
       }
@@ -163,9 +162,9 @@ class Simulator {
           if (in.handle >= 0) r.handle_end[in.handle] = r.host;  // a group of one: done at once
           break;
         }
-        if (std::string key = meeting_key(r, in); !key.empty()) return meet(r, run, in, key, seconds);
+        if (std::string key = meeting_key(r, in); !key.empty()) return meet(r, run, key);
         double start = std::max(r.host, r.collective_free);
-        r.collective_free = start + seconds;
+        r.collective_free = start + cost_.seconds(p, in);
         r.handle_end[in.handle] = r.collective_free;
         record(r, run, "collective", start, r.collective_free);
         if (in.kind == OpKind::AllGather) {
@@ -199,11 +198,14 @@ class Simulator {
     return key;
   }
 
-  bool meet(Rank& r, const Run& run, const Instr& in, const std::string& key, double seconds) {
+  // The rank's part in meeting `key` at its current instruction: it issues it once (priced then),
+  // and goes on when every participant has.
+  bool meet(Rank& r, const Run& run, const std::string& key) {
+    const Instr& in = r.program->instrs[run.instr];
     Meeting& m = meetings_[key];
     if (!m.issued.count(r.stage)) {
       m.issued[r.stage] = std::max(r.host, r.collective_free);
-      m.seconds[r.stage] = seconds;
+      m.seconds[r.stage] = cost_.seconds(*r.program, in);
     }
     if (m.issued.size() < m.participants) return false;
     if (m.end < 0) {
@@ -258,7 +260,7 @@ std::string sim_trace_json(const SimResult& result, const std::vector<ir::Progra
   for (const SimEvent& e : result.events) {
     const ir::Program& p = stages[static_cast<size_t>(e.stage)];
     const Instr& in = p.instrs[e.instr];
-    std::string what = !in.module.empty() ? in.module : !in.params.empty() ? p.params[static_cast<size_t>(in.params[0])].name : "";
+    std::string what = p.subject(in);
     std::string name = std::string(ir::op_name(in.kind)) + (what.empty() ? "" : " " + what);
     size_t tid = static_cast<size_t>(std::find(streams.begin(), streams.end(), e.stream) - streams.begin());
     events.push_back({{"ph", "X"}, {"name", name}, {"pid", e.stage}, {"tid", tid}, {"ts", e.start_s * 1e6},
