@@ -64,6 +64,10 @@ LaunchSpec relaunch_as_ranks(int nproc);
 std::unique_ptr<Schedule> planned_schedule(const std::string& file, const std::string& model, int nproc, int local_world,
                                            const std::vector<std::string>& sets, const std::string& stdlib, SourceManager& sources);
 
+// This machine's physical memory, shared equally by `ranks` ranks: a machine cluster's device
+// memory (simulate --save-cluster, plan --profile).
+int64_t machine_memory_per_rank(int ranks);
+
 // A numeric option's check: "must be at least 1, got 0" (CLI11's own range check prints the
 // whole double range).
 CLI::Validator at_least(double min);

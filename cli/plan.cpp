@@ -7,7 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cost/machine_cluster.h"
 #include "backend/instrument/model_trace.h"
+#include "backend/lower/step_program.h"
 #include "backend/plan/planner.h"
 #include "backend/train/output_paths.h"
 #include "cli/commands.h"
@@ -31,6 +33,7 @@ struct PlanOptions {
   std::string checkpoint = "none";
   std::string precision = "bf16";
   int top = 5;
+  int threads = 0;
   bool json = false;
   std::string out;
 };
@@ -70,16 +73,24 @@ void print_table(const PlanOptions& o, const Cluster& cluster, const PlanReport&
   }
 }
 
+// --profile: the machine the profile was taken on, as a cluster (machine_cluster.h): one node of
+// the profiled ranks. Its compute rates come from the profiled ops, matched to the model's
+// traced ops (a data-parallel program of them: sharding changes no op's FLOPs).
+Cluster profiled_machine(const PlanOptions& o, const ir::OpTrace& trace) {
+  Profile profile = load_profile(o.profile);
+  check_profile_fits(profile, o.profile, {o.model, "", o.world, 0, o.micro_batch, o.seq, o.accum});
+  ir::Program ops = ir::lower(trace, ir::Sharding{o.world, 1, 1, 1});
+  return machine_cluster(profile, ops, o.world, machine_memory_per_rank(o.world), "this machine (" + o.profile + ")");
+}
+
 int plan(const PlanOptions& o) {
   try {
-    if (!o.profile.empty())
-      throw UserError(SourceRange{}, "loom plan prices plans on a cluster only, not yet on a profile",
-                      "give --cluster NAME; for this machine, write it as a cluster from a profile with `loom simulate "
-                      "SCHED --profile P.json --save-cluster here.json` and give --cluster here.json");
-    if (o.cluster.empty())
-      throw UserError(SourceRange{}, "loom plan needs --cluster NAME", "name one of clusters/ or a cluster file's path");
+    if (o.cluster.empty() == o.profile.empty())
+      throw UserError(SourceRange{}, "loom plan needs one cost model: --cluster NAME or --profile FILE",
+                      "name one of clusters/ or a cluster file's path, or give a profile from `loom profile --out FILE`");
     if (!o.out.empty()) check_output_file(o.out, "--out");
-    Cluster cluster = load_cluster(o.cluster, cluster_dirs());
+    ir::OpTrace trace = trace_model(o.model, {o.micro_batch, o.seq});
+    Cluster cluster = o.profile.empty() ? load_cluster(o.cluster, cluster_dirs()) : profiled_machine(o, trace);
     int local_world = run_ranks_per_node(cluster, o.world, "--world", o.local_world);
     int64_t limit = cluster.device.memory_bytes;
     if (!o.memory_limit.empty() && (limit = parse_size(o.memory_limit)) <= 0)
@@ -93,9 +104,10 @@ int plan(const PlanOptions& o) {
     po.accum = o.accum;
     po.memory_limit = limit;
     po.checkpoint = o.checkpoint;
+    po.threads = o.threads;
     ClusterCost cost(cluster, o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, po.local_world);
     size_t last_shown = 0;
-    PlanReport report = plan_parallelism(module_tree_of(o.model), trace_model(o.model, {o.micro_batch, o.seq}), cost, po,
+    PlanReport report = plan_parallelism(module_tree_of(o.model), trace, cost, po,
                                          [&](size_t done, size_t total) {
                                            if (done != total && done < last_shown + std::max<size_t>(1, total / 10)) return;
                                            last_shown = done;
@@ -142,11 +154,13 @@ void add_plan(CLI::App& app, std::function<int()>& run) {
   c->add_option("--accum", o->accum, "micro-batches per step")->check(at_least(1));
   c->add_option("--memory-limit", o->memory_limit, "bytes per rank, e.g. 80GiB (default: the cluster device's memory)");
   c->add_option("--cluster", o->cluster, "a cluster by name (clusters/, $LOOM_CLUSTER_PATH) or a cluster file's path");
-  c->add_option("--profile", o->profile, "not yet: plans are priced on a cluster");
+  c->add_option("--profile", o->profile,
+                "price plans on this machine, as the profile (`loom profile --out FILE`, at --world ranks) measured it");
   c->add_option("--checkpoint", o->checkpoint, "recompute every block: none, all, or auto (search both)")
       ->check(CLI::IsMember({"none", "all", "auto"}));
   c->add_option("--precision", o->precision, "the compute precision priced")->check(CLI::IsMember({"bf16", "fp32"}));
   c->add_option("--top", o->top, "how many of the best plans to print")->check(at_least(1));
+  c->add_option("--threads", o->threads, "plans evaluated at once (default: one per core)")->check(at_least(1));
   c->add_flag("--json", o->json, "print {\"plans\": [...]} best first, each with params, grads, optim, tp, pp, step_s, mfu, peak_bytes");
   c->add_option("--out", o->out, "write the best plan as a .sched file");
   c->callback([&run, o] { run = [o] { return plan(*o); }; });

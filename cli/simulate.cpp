@@ -79,9 +79,9 @@ void save_machine_cluster(const SimulateOptions& o, const ir::Program& program) 
   if (o.profile.empty())
     throw UserError(SourceRange{}, "--save-cluster derives this machine from a profile; this run is priced on a cluster",
                     "give --profile FILE instead of --cluster");
-  int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / o.nproc;
   std::string name = std::filesystem::path(o.save_cluster).stem().string();
-  write_whole_file(o.save_cluster, cluster_json(machine_cluster(load_profile(o.profile), program, o.nproc, memory, name)));
+  write_whole_file(o.save_cluster,
+                   cluster_json(machine_cluster(load_profile(o.profile), program, o.nproc, machine_memory_per_rank(o.nproc), name)));
 }
 
 void print_report(const SimulateOptions& o, const RuntimePlan& plan, const std::vector<ir::Program>& stages, const SimResult& r,
@@ -151,6 +151,10 @@ int simulate_schedule(const SimulateOptions& o) {
 }
 
 }  // namespace
+
+int64_t machine_memory_per_rank(int ranks) {
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / ranks;
+}
 
 void add_simulate(CLI::App& app, std::function<int()>& run) {
   auto o = std::make_shared<SimulateOptions>();

@@ -9,8 +9,9 @@ using namespace loom;
 // Errors: the module (or one below it) was never sharded.
 void check_sharded(const PrimitiveCall& c) {
   const Schedule& s = c.schedule();
-  for (auto& d : s.trace())
-    if (d.primitive == "shard" && s.tree().is_within(s.tree().find(d.target), c.module())) return;
+  // Latest first: a schedule usually shards a layer just before it syncs it.
+  for (auto d = s.trace().rbegin(); d != s.trace().rend(); ++d)
+    if (d->primitive == "shard" && s.tree().is_within(s.tree().find(d->target), c.module())) return;
   c.fail("module is synced in mode " + c.string_arg("mode") + " but was never sharded",
          "call .shard(...) on " + c.target_name() + " first");
 }

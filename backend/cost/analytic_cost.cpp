@@ -37,12 +37,6 @@ GroupSpan span_of_ranks(const std::vector<int>& ranks, int devices_per_node) {
   return span;
 }
 
-GroupSpan span_of(int size, int stride, int devices_per_node) {
-  if (size <= 1) return {1, 1};
-  int per_node = stride >= devices_per_node ? 1 : std::max(1, std::min(size, devices_per_node / stride));
-  return {per_node, (size + per_node - 1) / per_node};
-}
-
 double compute_seconds(const DeviceSpec& device, double flops, int64_t bytes_moved, Precision precision) {
   double peak = precision == Precision::Bf16 ? device.matrix_flops_bf16 : device.matrix_flops_fp32;
   double matrix = flops > 0 ? flops / (peak * device.matrix_efficiency.at(flops / 1e9)) : 0;

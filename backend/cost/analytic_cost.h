@@ -26,11 +26,6 @@ struct GroupSpan {
 // node): the most of them on one node, and how many nodes they touch.
 GroupSpan span_of_ranks(const std::vector<int>& ranks, int devices_per_node);
 
-// The span of a group of `size` ranks `stride` apart (r, r + stride, ...), nodes holding
-// `devices_per_node` consecutive ranks: a tensor-parallel group (stride 1) stays inside a node
-// as long as it fits, a data-parallel group strided by tp x ... spreads over nodes.
-GroupSpan span_of(int size, int stride, int devices_per_node);
-
 // Seconds of one op: the larger of its matrix time (flops at the precision's peak times the
 // efficiency for its GFLOP) and its memory time (`bytes_moved` at the memory bandwidth times
 // the efficiency for its MB).

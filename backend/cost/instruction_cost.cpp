@@ -13,6 +13,14 @@ ClusterCost::ClusterCost(Cluster cluster, Precision precision, int devices_per_n
     : cluster_(std::move(cluster)), precision_(precision), devices_per_node_(devices_per_node), state_bytes_(state_bytes) {}
 
 GroupSpan ClusterCost::span(const ir::Program& p, const ir::Instr& in) const {
+  bool next = (in.kind == ir::OpKind::Send) == (in.phase == ir::Phase::Forward);
+  SpanKey key{p.mesh.tp, p.mesh.pp, p.sharding.dp, p.sharding.params, p.mesh.stage, in.group.role, in.group.size, next};
+  auto known = spans_.find(key);
+  if (known != spans_.end()) return known->second;
+  return spans_[key] = work_out_span(p, in);
+}
+
+GroupSpan ClusterCost::work_out_span(const ir::Program& p, const ir::Instr& in) const {
   int tp = p.mesh.tp, pp = p.mesh.pp, dp = p.sharding.dp, s_p = p.sharding.params, stage = p.mesh.stage;
   MeshLayout at = MeshLayout::of(tp * dp * pp, 0, tp, pp);
   const std::string& role = in.group.role;

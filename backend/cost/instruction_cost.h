@@ -3,6 +3,10 @@
 // (analytic_cost.h) price the same program. Torch-free.
 #pragma once
 
+#include <map>
+#include <string>
+#include <tuple>
+
 #include "backend/cost/analytic_cost.h"
 #include "backend/cost/memory_model.h"
 #include "backend/cost/profile.h"
@@ -21,7 +25,7 @@ class InstructionCost {
 // The analytic model on a cluster: compute from FLOPs and bytes on its device, each collective
 // on the links its group spans. Ranks are numbered node by node, `devices_per_node` to a node
 // (the run's --local-world, or the cluster's), in the mesh's layout (tp fastest, then dp, then
-// stages: backend/lower/mesh_layout.h).
+// stages: backend/lower/mesh_layout.h). Remembers the spans it worked out: one object per thread.
 class ClusterCost : public InstructionCost {
  public:
   ClusterCost(Cluster cluster, Precision precision, int devices_per_node, StateBytes state_bytes = StateBytes::loom_adamw());
@@ -37,6 +41,10 @@ class ClusterCost : public InstructionCost {
   Precision precision_;
   int devices_per_node_;
   StateBytes state_bytes_;
+  // span() by what decides it: the mesh, the group and, for point-to-point, the direction.
+  using SpanKey = std::tuple<int, int, int, int, int, std::string, int, bool>;
+  mutable std::map<SpanKey, GroupSpan> spans_;
+  GroupSpan work_out_span(const ir::Program& program, const ir::Instr& in) const;
 };
 
 // A measured profile (`loom profile`) prices one program's instructions: each compute op at its

@@ -1,7 +1,7 @@
 #include "backend/ir/verifier.h"
 
-#include <map>
-#include <set>
+#include <algorithm>
+#include <vector>
 
 namespace loom::ir {
 namespace {
@@ -19,30 +19,40 @@ std::string at(size_t i, const Program& p, const std::string& what) {
 std::string verify(const Program& p) {
   bool sharded = p.sharding.params > 1;
   enum class State { Sharded, InFlight, Resident };
-  std::vector<State> state(p.params.size(), sharded ? State::Sharded : State::Resident);
-  std::map<int, std::vector<int>> gather_of;  // handle -> params it gathers
-  std::map<int, size_t> issued;               // handle -> instruction index
-  std::set<int> waited;
-  std::vector<bool> reduced(p.params.size(), false);
-  std::set<int> reduction_handles;
+  const size_t n_params = p.params.size();
+  std::vector<State> state(n_params, sharded ? State::Sharded : State::Resident);
+  // Per handle (handles are dense): the instruction that issued it, kNone if none.
+  constexpr long kNone = -1;
+  int handles = std::max(p.next_handle, 0);
+  for (const Instr& in : p.instrs) handles = std::max(handles, in.handle + 1);
+  std::vector<long> issued(static_cast<size_t>(handles), kNone);
+  std::vector<bool> waited(issued.size(), false);
+  std::vector<bool> reduced(n_params, false);
+  std::vector<int> reduction_handles;
   int64_t gathered = 0;
   bool stepped = false;  // the optimizer step has run
-  std::set<int> updated;  // the parameters this rank's optimizer step updates (a pipeline stage: its own)
+  std::vector<int> updated;  // the parameters this rank's optimizer step updates (a pipeline stage: its own)
+  std::vector<bool> is_updated(n_params, false);
   for (const Instr& in : p.instrs)
-    if (in.kind == OpKind::OptimizerStep) updated.insert(in.params.begin(), in.params.end());
-  std::set<int> on_host;  // offloaded, not yet reloaded
+    if (in.kind == OpKind::OptimizerStep)
+      for (int q : in.params)
+        if (q >= 0 && q < static_cast<int>(n_params) && !is_updated[q]) is_updated[q] = true, updated.push_back(q);
+  std::vector<bool> on_host(n_params, false);  // offloaded, not yet reloaded
+  size_t offloaded = 0;
   // A gradient is complete after its parameter's last backward compute: no reduction before it.
-  std::map<int, size_t> last_backward_use;
+  std::vector<long> last_backward_use(n_params, kNone);
   for (size_t i = 0; i < p.instrs.size(); ++i)
     if (p.instrs[i].kind == OpKind::Compute && p.instrs[i].phase == Phase::Backward)
-      for (int q : p.instrs[i].params) last_backward_use[q] = i;
+      for (int q : p.instrs[i].params)
+        if (q >= 0 && q < static_cast<int>(n_params)) last_backward_use[q] = static_cast<long>(i);
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& in = p.instrs[i];
     for (int q : in.params)
-      if (q < 0 || q >= static_cast<int>(p.params.size())) return at(i, p, "refers to parameter " + std::to_string(q) + ", which does not exist");
+      if (q < 0 || q >= static_cast<int>(n_params)) return at(i, p, "refers to parameter " + std::to_string(q) + ", which does not exist");
     if (is_collective(in.kind)) {
-      if (in.handle < 0 || issued.count(in.handle)) return at(i, p, "a collective needs a fresh handle");
-      issued[in.handle] = i;
+      if (in.handle < 0 || in.handle >= static_cast<int>(issued.size()) || issued[in.handle] != kNone)
+        return at(i, p, "a collective needs a fresh handle");
+      issued[in.handle] = static_cast<long>(i);
     }
     switch (in.kind) {
       case OpKind::Recompute:
@@ -62,16 +72,19 @@ std::string verify(const Program& p) {
           state[q] = State::InFlight;
           gathered += p.params[q].numel * p.params[q].element_bytes;
         }
-        gather_of[in.handle] = in.params;
         if (p.memory_limit > 0 && gathered > p.memory_limit)
           return at(i, p, "gathered parameters take " + std::to_string(gathered) + " bytes, over the limit of " + std::to_string(p.memory_limit));
         break;
       case OpKind::Wait: {
-        if (!issued.count(in.handle)) return at(i, p, "waits for %" + std::to_string(in.handle) + ", which was never issued");
-        if (!waited.insert(in.handle).second) return at(i, p, "waits for %" + std::to_string(in.handle) + " twice");
-        if (in.phase != Phase::Step && in.runs_in != p.instrs[issued[in.handle]].runs_in)
+        if (in.handle < 0 || in.handle >= static_cast<int>(issued.size()) || issued[in.handle] == kNone)
+          return at(i, p, "waits for %" + std::to_string(in.handle) + ", which was never issued");
+        if (waited[in.handle]) return at(i, p, "waits for %" + std::to_string(in.handle) + " twice");
+        waited[in.handle] = true;
+        const Instr& collective = p.instrs[issued[in.handle]];
+        if (in.phase != Phase::Step && in.runs_in != collective.runs_in)
           return at(i, p, "waits for %" + std::to_string(in.handle) + " in other micro-batches than it runs in");
-        for (int q : gather_of[in.handle]) state[q] = State::Resident;
+        if (collective.kind == OpKind::AllGather)
+          for (int q : collective.params) state[q] = State::Resident;
         break;
       }
       case OpKind::Release:
@@ -86,18 +99,18 @@ std::string verify(const Program& p) {
       case OpKind::AllReduce:
         if (in.phase == Phase::Backward) {
           for (int q : in.params) {
-            auto last = last_backward_use.find(q);
-            if (last != last_backward_use.end() && last->second > i)
+            if (last_backward_use[q] > static_cast<long>(i))
               return at(i, p, "reduces the gradient of " + p.params[q].name + " before its last backward use (instruction " +
-                                  std::to_string(last->second) + ")");
+                                  std::to_string(last_backward_use[q]) + ")");
             reduced[q] = true;
           }
-          reduction_handles.insert(in.handle);
+          reduction_handles.push_back(in.handle);
         }
         break;
       case OpKind::Offload:
         if (stepped) return at(i, p, "copies gradients to the host after the optimizer step");
-        on_host.insert(in.params.begin(), in.params.end());
+        for (int q : in.params)
+          if (!on_host[q]) on_host[q] = true, ++offloaded;
         [[fallthrough]];
       case OpKind::GradNorm:
       case OpKind::OptimizerStep: {
@@ -110,23 +123,26 @@ std::string verify(const Program& p) {
           for (int q : updated)
             if (!reduced[q]) return at(i, p, what + " before the gradient of " + p.params[q].name + " is reduced");
           for (int h : reduction_handles)
-            if (!waited.count(h)) return at(i, p, what + " before waiting for gradient reduction %" + std::to_string(h));
+            if (!waited[h]) return at(i, p, what + " before waiting for gradient reduction %" + std::to_string(h));
         }
         break;
       }
       case OpKind::Reload:
         if (!stepped) return at(i, p, "copies values to the device before the optimizer step updated them");
-        for (int q : in.params)
-          if (!on_host.erase(q)) return at(i, p, "reloads " + p.params[q].name + ", which was not offloaded");
+        for (int q : in.params) {
+          if (!on_host[q]) return at(i, p, "reloads " + p.params[q].name + ", which was not offloaded");
+          on_host[q] = false, --offloaded;
+        }
         break;
       default: break;
     }
   }
-  for (auto& [h, i] : issued)
-    if (!waited.count(h)) return at(i, p, "collective %" + std::to_string(h) + " is never waited");
-  for (size_t q = 0; q < p.params.size(); ++q)
+  for (size_t h = 0; h < issued.size(); ++h)
+    if (issued[h] != kNone && !waited[h]) return at(static_cast<size_t>(issued[h]), p, "collective %" + std::to_string(h) + " is never waited");
+  for (size_t q = 0; q < n_params; ++q)
     if (sharded && p.gathers_placed && state[q] != State::Sharded) return "end of step: " + p.params[q].name + " is still gathered";
-  if (!on_host.empty()) return "end of step: the updated values of " + p.params[*on_host.begin()].name + " never come back to the device";
+  for (size_t q = 0; q < n_params && offloaded > 0; ++q)
+    if (on_host[q]) return "end of step: the updated values of " + p.params[q].name + " never come back to the device";
   return "";
 }
 

@@ -1,7 +1,10 @@
 // Activation checkpointing: checkpoint() recomputes a module's forward in backward; the step
 // program says where, with a `recompute` instruction.
 #include <algorithm>
+#include <map>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include "backend/lower/directive_lowering.h"
 
@@ -33,8 +36,9 @@ bool forward_tp_collective(const ir::Instr& in) {
 
 // What recomputing module `m` puts before the backward of its first op, or nothing where this
 // program runs no backward of it (another stage's module): the recompute, then the forward's
-// tensor-parallel collectives inside it, which the recomputation issues again.
-std::vector<ir::Instr> recomputation_of(const std::string& m, ir::Program& p, size_t& first_backward) {
+// tensor-parallel collectives inside it, which the recomputation issues again. `inside`: the
+// indices of the program's instructions within `m`, in order.
+std::vector<ir::Instr> recomputation_of(const std::string& m, const std::vector<size_t>& inside, ir::Program& p, size_t& first_backward) {
   ir::Instr recompute;
   recompute.kind = ir::OpKind::Recompute;
   recompute.phase = ir::Phase::Backward;
@@ -42,9 +46,8 @@ std::vector<ir::Instr> recomputation_of(const std::string& m, ir::Program& p, si
   std::set<int> params;
   std::vector<ir::Instr> replayed;
   first_backward = p.instrs.size();
-  for (size_t i = 0; i < p.instrs.size(); ++i) {
+  for (size_t i : inside) {
     ir::Instr& in = p.instrs[i];
-    if (!ir::within(in.module, m)) continue;
     if (in.kind == ir::OpKind::Compute && in.phase == ir::Phase::Forward) {
       params.insert(in.params.begin(), in.params.end());
       recompute.flops += in.flops;
@@ -66,18 +69,47 @@ std::vector<ir::Instr> recomputation_of(const std::string& m, ir::Program& p, si
   return replayed;
 }
 
+// The checkpointed module `path` lies in (itself or the nearest enclosing one), or none.
+const std::string* enclosing(std::string_view path, const std::unordered_map<std::string_view, const std::string*>& modules) {
+  for (size_t end = path.size();;) {
+    auto found = modules.find(path.substr(0, end));
+    if (found != modules.end()) return found->second;
+    size_t dot = end == 0 ? std::string_view::npos : path.rfind('.', end - 1);
+    if (dot == std::string_view::npos) return nullptr;
+    end = dot;
+  }
+}
+
 }  // namespace
 
 void insert_recomputation(const std::vector<std::string>& checkpointed, ir::Program& p) {
   std::set<std::string> requested(checkpointed.begin(), checkpointed.end());
+  // The outermost modules: one nested in another is recomputed with it.
+  std::unordered_map<std::string_view, const std::string*> outermost;
   for (const std::string& m : requested) {
     bool nested = false;
     for (const std::string& other : requested) nested = nested || (other != m && ir::within(m, other));
-    if (nested) continue;
-    size_t first_backward = 0;
-    std::vector<ir::Instr> recomputation = recomputation_of(m, p, first_backward);
-    p.instrs.insert(p.instrs.begin() + static_cast<long>(first_backward), recomputation.begin(), recomputation.end());
+    if (!nested) outermost[m] = &m;
   }
+  if (outermost.empty()) return;
+  std::map<std::string, std::vector<size_t>> inside;  // by module, in name order (the handles' order)
+  for (size_t i = 0; i < p.instrs.size(); ++i)
+    if (const std::string* m = enclosing(p.instrs[i].module, outermost)) inside[*m].push_back(i);
+  std::map<size_t, std::vector<ir::Instr>> before;  // recomputations by the instruction they precede
+  for (const auto& [m, indices] : inside) {
+    size_t first_backward = 0;
+    std::vector<ir::Instr> recomputation = recomputation_of(m, indices, p, first_backward);
+    if (!recomputation.empty()) before[first_backward] = std::move(recomputation);
+  }
+  std::vector<ir::Instr> out;
+  out.reserve(p.instrs.size() + 2 * before.size());
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    auto at = before.find(i);
+    if (at != before.end())
+      for (ir::Instr& in : at->second) out.push_back(std::move(in));
+    out.push_back(std::move(p.instrs[i]));
+  }
+  p.instrs = std::move(out);
 }
 
 }  // namespace loom::lowering

@@ -35,11 +35,12 @@ ir::Program lower_step(const RuntimePlan& plan, const ir::OpTrace& trace, std::v
   return program;
 }
 
-std::vector<ir::Program> lower_stage_programs(const RuntimePlan& plan, const ir::OpTrace& trace, int world, StepOptions options) {
+std::vector<ir::Program> lower_stage_programs(const RuntimePlan& plan, const ir::OpTrace& trace, int world, StepOptions options,
+                                              const PipelineDebug& debug) {
   std::vector<ir::Program> stages;
   for (int s = 0; s < plan.pp; ++s) {
     options.rank = MeshLayout::of(world, 0, plan.tp, plan.pp).rank_at(s, 0, 0);
-    stages.push_back(lower_step(plan, trace, nullptr, PipelineDebug{}, options));
+    stages.push_back(lower_step(plan, trace, nullptr, debug, options));
   }
   return stages;
 }

@@ -29,6 +29,7 @@ ir::Program lower_step(const RuntimePlan& plan, const ir::OpTrace& trace, std::v
 // One program per pipeline stage, in stage order: that of the stage's first rank (dp rank 0,
 // tp rank 0) at `world` ranks, which every rank of the stage mirrors: what the simulator replays.
 // `options.rank` is ignored.
-std::vector<ir::Program> lower_stage_programs(const RuntimePlan& plan, const ir::OpTrace& trace, int world, StepOptions options);
+std::vector<ir::Program> lower_stage_programs(const RuntimePlan& plan, const ir::OpTrace& trace, int world, StepOptions options,
+                                              const PipelineDebug& debug = {});
 
 }  // namespace loom

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "backend/lower/directive_lowering.h"
 #include "backend/lower/pipeline_stages.h"
@@ -23,8 +24,8 @@ struct Place {
 
 // The traced ops by module, with their places.
 struct StageMap {
-  std::map<std::string, Place> place;
-  std::map<std::string, const ir::TracedOp*> op_of;
+  std::unordered_map<std::string, Place> place;
+  std::unordered_map<std::string, const ir::TracedOp*> op_of;
   std::string list;  // the split list's path
 
   StageMap(const PipelineStages& stages, const ir::OpTrace& trace) : list(stages.list) {
@@ -54,10 +55,10 @@ struct StageMap {
 // The instructions of this stage's ops: every stage runs the ops before the list (their output
 // is replaced by what arrives), but only the first one runs their backward; the last one runs
 // the ops after the list.
-std::vector<Instr> stage_ops(const ir::Program& p, const StageMap& map, int pp) {
+std::vector<Instr> stage_ops(ir::Program& p, const StageMap& map, int pp) {
   int stage = p.mesh.stage;
   std::vector<Instr> kept;
-  for (const Instr& in : p.instrs) {
+  for (Instr& in : p.instrs) {
     if (in.kind == OpKind::Compute) {
       const Place& at = map.place.at(in.module);
       bool runs = at.where == Place::Entry   ? at.stage == stage
@@ -65,13 +66,12 @@ std::vector<Instr> stage_ops(const ir::Program& p, const StageMap& map, int pp) 
                                              : in.phase == Phase::Forward || stage == 0;
       if (!runs) continue;
       if (at.where == Place::Before && stage != 0) {
-        Instr replaced = in;  // its output is replaced by what arrives: nothing it saves lives on
-        replaced.activation_bytes = 0;
-        kept.push_back(replaced);
+        in.activation_bytes = 0;  // its output is replaced by what arrives: nothing it saves lives on
+        kept.push_back(std::move(in));
         continue;
       }
     }
-    kept.push_back(in);
+    kept.push_back(std::move(in));
   }
   return kept;
 }
@@ -80,7 +80,7 @@ std::vector<Instr> stage_ops(const ir::Program& p, const StageMap& map, int pp) 
 // last; in backward, their gradients the other way (blocking point-to-point on the pair). Each
 // names the entry it is of: a recv the one it feeds, a send the one whose output it carries
 // (the pipeline stage's executor receives and sends there).
-std::vector<Instr> exchange_activations(ir::Program& p, const std::vector<Instr>& kept, const StageMap& map, int pp) {
+std::vector<Instr> exchange_activations(ir::Program& p, std::vector<Instr>& kept, const StageMap& map, int pp) {
   bool first = p.mesh.stage == 0, last = p.mesh.stage == pp - 1;
   const ir::TracedOp *first_entry = nullptr, *last_entry = nullptr;
   for (const Instr& in : kept)
@@ -89,6 +89,7 @@ std::vector<Instr> exchange_activations(ir::Program& p, const std::vector<Instr>
       last_entry = map.op_of.at(in.module);
     }
   std::vector<Instr> out;
+  out.reserve(kept.size() + 8);
   auto blocking = [&](OpKind kind, Phase phase, int64_t bytes, const ir::TracedOp* entry) {
     Instr in = ir::scalar_collective(p, kind, phase, {"stage_pair", 2});
     in.module = map.entry_of(*entry);
@@ -98,7 +99,7 @@ std::vector<Instr> exchange_activations(ir::Program& p, const std::vector<Instr>
   };
   bool received = false, backward_started = false;
   for (size_t i = 0; i < kept.size(); ++i) {
-    const Instr& in = kept[i];
+    Instr& in = kept[i];
     if (!first && !received && map.entry(in) && in.phase == Phase::Forward) {
       blocking(OpKind::Recv, Phase::Forward, first_entry->input_bytes, first_entry);
       received = true;
@@ -109,9 +110,9 @@ std::vector<Instr> exchange_activations(ir::Program& p, const std::vector<Instr>
     }
     if (!first && in.phase == Phase::Step && (i == 0 || kept[i - 1].phase != Phase::Step))
       blocking(OpKind::Send, Phase::Backward, first_entry->input_bytes, first_entry);  // the gradient of what it received
-    out.push_back(in);
-    if (!last && map.entry(in) && in.phase == Phase::Forward && map.op_of.at(in.module) == last_entry)
-      blocking(OpKind::Send, Phase::Forward, last_entry->output_bytes, last_entry);
+    bool sends = !last && map.entry(in) && in.phase == Phase::Forward && map.op_of.at(in.module) == last_entry;
+    out.push_back(std::move(in));
+    if (sends) blocking(OpKind::Send, Phase::Forward, last_entry->output_bytes, last_entry);
   }
   return out;
 }
@@ -172,7 +173,8 @@ void plan_stages(const Schedule& schedule, RuntimePlan& plan) {
 void lower_pipeline_stage(const RuntimePlan& plan, const ir::OpTrace& trace, ir::Program& p) {
   if (plan.pp <= 1) return;
   StageMap map(plan.stages, trace);
-  std::vector<Instr> instrs = exchange_activations(p, stage_ops(p, map, plan.pp), map, plan.pp);
+  std::vector<Instr> kept = stage_ops(p, map, plan.pp);
+  std::vector<Instr> instrs = exchange_activations(p, kept, map, plan.pp);
   keep_held_parameters(p, instrs, map);
   sum_shared_gradients(p, instrs, map, plan.pp);
   p.instrs = std::move(instrs);

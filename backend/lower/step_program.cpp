@@ -1,6 +1,6 @@
 #include "backend/lower/step_program.h"
 
-#include <map>
+#include <unordered_map>
 
 #include "lang/diagnostics.h"
 
@@ -14,7 +14,7 @@ Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm, in
   p.shape = trace.shape;
   p.sharding = sharding;
   p.params = trace.params;
-  std::map<std::string, int> index;
+  std::unordered_map<std::string, int> index;
   for (size_t i = 0; i < p.params.size(); ++i) index[p.params[i].name] = static_cast<int>(i);
   auto compute = [&](const TracedOp& op, Phase phase) {
     Instr in;
@@ -30,6 +30,7 @@ Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm, in
     }
     return in;
   };
+  p.instrs.reserve(2 * trace.forward.size() + 5);
   for (auto& op : trace.forward) p.instrs.push_back(compute(op, Phase::Forward));
   for (auto it = trace.forward.rbegin(); it != trace.forward.rend(); ++it) p.instrs.push_back(compute(*it, Phase::Backward));
   // With optimizer states sharded, each of the s_os ranks of a block holds its part of every

@@ -1,6 +1,7 @@
 // Tensor parallelism's directives (slapo.txt §3.2.2, Megatron-LM): mesh() sets the group
 // sizes, shard() splits Linear layers, sync() adds the collective that makes them whole.
-#include <map>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "backend/lower/directive_lowering.h"
 
@@ -43,32 +44,42 @@ void sync(const Directive& d, const Schedule& schedule, RuntimePlan& plan) {
 
 void lower_tensor_parallel(const RuntimePlan& plan, const ir::OpTrace& trace, ir::Program& p) {
   if (plan.tp <= 1) return;
-  for (const TensorShard& s : plan.shards)
-    for (const std::string& name : s.params)
-      for (ir::TracedParam& param : p.params)
-        if (param.name == s.module + "." + name) param.numel /= plan.tp;  // this rank's slice
-  std::map<std::string, const ir::TracedOp*> op_of;
+  std::unordered_map<std::string, ir::TracedParam*> param_named;
+  for (ir::TracedParam& param : p.params) param_named[param.name] = &param;
+  std::unordered_set<std::string> split;
+  for (const TensorShard& s : plan.shards) {
+    split.insert(s.module);
+    for (const std::string& name : s.params) {
+      auto param = param_named.find(s.module + "." + name);
+      if (param != param_named.end()) param->second->numel /= plan.tp;  // this rank's slice
+    }
+  }
+  std::unordered_map<std::string, std::vector<const SyncRequest*>> syncs_of;
+  for (const SyncRequest& s : plan.syncs) syncs_of[s.module].push_back(&s);
+  std::unordered_map<std::string, const ir::TracedOp*> op_of;
   for (const ir::TracedOp& op : trace.forward) op_of[op.module] = &op;
   std::vector<ir::Instr> out;
-  for (ir::Instr in : p.instrs) {
+  out.reserve(p.instrs.size() + 2 * plan.syncs.size());
+  for (ir::Instr& in : p.instrs) {
     // A split layer multiplies by its slice: 1/tp of the FLOPs. (Its saved activations are
     // left whole: a column-split layer keeps its whole input, a row-split one its slice.)
-    for (const TensorShard& s : plan.shards)
-      if (in.kind == ir::OpKind::Compute && in.module == s.module) in.flops /= plan.tp;
-    out.push_back(in);
-    if (in.kind != ir::OpKind::Compute || in.phase == ir::Phase::Step) continue;
-    for (const SyncRequest& s : plan.syncs) {
-      if (s.module != in.module) continue;
-      bool forward = in.phase == ir::Phase::Forward;
-      if (forward != (s.mode == "fwd_post")) continue;
-      const ir::TracedOp& op = *op_of.at(in.module);
-      ir::OpKind kind = s.op == "all_gather" ? ir::OpKind::TpAllGather : ir::OpKind::TpAllReduce;
-      ir::Instr sync = ir::scalar_collective(p, kind, in.phase, {"tp", plan.tp});
-      sync.module = in.module;
+    if (in.kind == ir::OpKind::Compute && split.count(in.module)) in.flops /= plan.tp;
+    bool forward = in.phase == ir::Phase::Forward;
+    auto syncs = in.kind == ir::OpKind::Compute && in.phase != ir::Phase::Step ? syncs_of.find(in.module) : syncs_of.end();
+    out.push_back(std::move(in));
+    if (syncs == syncs_of.end()) continue;
+    const std::string& module = syncs->first;
+    for (const SyncRequest* s : syncs->second) {
+      if (forward != (s->mode == "fwd_post")) continue;
+      const ir::TracedOp& op = *op_of.at(module);
+      ir::OpKind kind = s->op == "all_gather" ? ir::OpKind::TpAllGather : ir::OpKind::TpAllReduce;
+      ir::Phase phase = forward ? ir::Phase::Forward : ir::Phase::Backward;
+      ir::Instr sync = ir::scalar_collective(p, kind, phase, {"tp", plan.tp});
+      sync.module = module;
       // Forward: the module's whole output; backward: the gradient at its input.
       sync.bytes = forward ? op.output_bytes : op.input_bytes;
       out.push_back(sync);
-      out.push_back(ir::wait_for(sync.handle, in.phase));
+      out.push_back(ir::wait_for(sync.handle, phase));
     }
   }
   p.instrs = std::move(out);

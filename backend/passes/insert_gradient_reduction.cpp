@@ -1,6 +1,6 @@
 #include "backend/passes/insert_gradient_reduction.h"
 
-#include <map>
+#include <vector>
 
 namespace loom::passes {
 
@@ -27,8 +27,9 @@ bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
   const ir::Sharding& s = p.sharding;
   p.reductions_placed = true;  // one rank has nothing to reduce
   if (s.dp <= 1) return false;
-  std::map<int, size_t> last_backward_use;
-  size_t last_backward_compute = p.instrs.size();
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  std::vector<size_t> last_backward_use(p.params.size(), kNone);
+  size_t last_backward_compute = kNone;
   for (size_t i = 0; i < p.instrs.size(); ++i)
     if (p.instrs[i].kind == OpKind::Compute && p.instrs[i].phase == ir::Phase::Backward) {
       for (int q : p.instrs[i].params) last_backward_use[q] = i;
@@ -37,20 +38,26 @@ bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
   // A parameter the rank updates whose gradient no op of its computes (an embedding on a later
   // pipeline stage) is reduced, as zeros, after the last backward compute.
   for (const Instr& in : p.instrs)
-    if (in.kind == OpKind::OptimizerStep && last_backward_compute < p.instrs.size())
-      for (int q : in.params) last_backward_use.emplace(q, last_backward_compute);
+    if (in.kind == OpKind::OptimizerStep && last_backward_compute != kNone)
+      for (int q : in.params)
+        if (last_backward_use[q] == kNone) last_backward_use[q] = last_backward_compute;
+  // Per instruction, the gradients it completes, in parameter order.
+  std::vector<std::vector<int>> completed_at(p.instrs.size());
+  for (size_t q = 0; q < p.params.size(); ++q)
+    if (last_backward_use[q] != kNone) completed_at[last_backward_use[q]].push_back(static_cast<int>(q));
   std::vector<Instr> out;
+  out.reserve(p.instrs.size() + 4 * p.params.size());
   std::vector<Instr> pending;  // waits (and select & drops) to run before the optimizer step
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     if (p.instrs[i].phase == ir::Phase::Step) {  // the step's tail (norm, update) needs every reduction done
-      for (auto& w : pending) out.push_back(w);
+      for (auto& w : pending) out.push_back(std::move(w));
       pending.clear();
     }
-    out.push_back(p.instrs[i]);
+    bool backward_compute = p.instrs[i].kind == OpKind::Compute && p.instrs[i].phase == ir::Phase::Backward;
+    out.push_back(std::move(p.instrs[i]));
     // After a compute op (or its release), launch the reductions of the gradients it completed.
-    if (p.instrs[i].kind != OpKind::Compute || p.instrs[i].phase != ir::Phase::Backward) continue;
-    for (auto& [q, last] : last_backward_use) {
-      if (last != i) continue;
+    if (!backward_compute) continue;
+    for (int q : completed_at[i]) {
       int64_t bytes = ir::param_bytes(p, q);
       if (s.grads == 1) {
         Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {"dp", s.dp}, bytes);

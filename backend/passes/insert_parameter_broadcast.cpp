@@ -6,9 +6,11 @@ bool insert_parameter_broadcast(ir::Program& p, const PassInputs&) {
   const ir::Sharding& s = p.sharding;
   if (s.optim <= s.params) return false;
   std::vector<ir::Instr> out;
+  out.reserve(p.instrs.size() + 2 * p.params.size());
   for (auto& in : p.instrs) {
-    out.push_back(in);
-    if (in.kind != ir::OpKind::OptimizerStep) continue;
+    bool step = in.kind == ir::OpKind::OptimizerStep;
+    out.push_back(std::move(in));
+    if (!step) continue;
     std::vector<int> handles;
     for (size_t q = 0; q < p.params.size(); ++q) {
       int param = static_cast<int>(q);

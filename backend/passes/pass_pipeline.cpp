@@ -53,12 +53,12 @@ void check(const ir::Program& p, const std::string& after) {
 ir::Program run_passes(ir::Program program, const passes::PassInputs& inputs,
                        const std::vector<std::pair<std::string, passes::Pass>>& list, std::vector<PassRecord>* records,
                        const PipelineDebug& debug) {
-  check(program, "lowering");
+  if (debug.verify_each_pass) check(program, "lowering");
   for (auto& [name, pass] : list) {
     auto t0 = std::chrono::steady_clock::now();
     bool changed = pass(program, inputs);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    check(program, "pass '" + name + "'");
+    if (debug.verify_each_pass) check(program, "pass '" + name + "'");
     if (records) records->push_back({name, changed, ms, program.instrs.size()});
     if (debug.out && (debug.level >= 1 || debug.time)) {
       *debug.out << "[loom] pass " << name << ": " << (changed ? "changed" : "unchanged") << ", "

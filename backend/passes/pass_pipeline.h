@@ -26,13 +26,16 @@ struct PipelineDebug {
   int level = 0;          // LOOM_DEBUG
   bool time = false;      // LOOM_TIME_PASSES
   std::ostream* out = nullptr;
+  // The IR verifier after every pass; off, only the pipeline's result is verified (lower_step.h):
+  // for the planner, which lowers thousands of programs of a pipeline the tests check pass by pass.
+  bool verify_each_pass = true;
   static PipelineDebug from_environment(std::ostream& out);
 };
 
 // The passes, in the order they run.
 const std::vector<std::pair<std::string, passes::Pass>>& pipeline_passes();
 
-// Runs `list` over `program`, verifying after each pass; appends to `records`.
+// Runs `list` over `program`, verifying after each pass (unless debug says not to); appends to `records`.
 ir::Program run_passes(ir::Program program, const passes::PassInputs& inputs,
                        const std::vector<std::pair<std::string, passes::Pass>>& list, std::vector<PassRecord>* records,
                        const PipelineDebug& debug);

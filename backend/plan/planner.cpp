@@ -1,6 +1,10 @@
 #include "backend/plan/planner.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
@@ -39,46 +43,124 @@ bool states_exceed(const ModuleTree& tree, const PlanPoint& p, int64_t limit) {
 
 }  // namespace
 
-PlanReport plan_parallelism(std::shared_ptr<const ModuleTree> tree, const ir::OpTrace& trace, const ClusterCost& cost,
-                            const PlannerOptions& o, const std::function<void(size_t, size_t)>& progress) {
-  std::vector<PlanPoint> points = enumerate_plan_space(*tree, {o.world, o.local_world, o.checkpoint});
-  int64_t limit = o.memory_limit > 0 ? o.memory_limit : cost.cluster().device.memory_bytes;
-  const DeviceSpec& device = cost.cluster().device;
-  double peak_flops = cost.precision() == Precision::Bf16 ? device.matrix_flops_bf16 : device.matrix_flops_fp32;
-  PlanReport report;
-  for (size_t i = 0; i < points.size(); ++i) {
-    if (progress) progress(i, points.size());
-    const PlanPoint& p = points[i];
-    if (states_exceed(*tree, p, limit)) {
-      ++report.over_memory;
-      continue;
+namespace {
+
+// What became of one point of the space.
+struct PointOutcome {
+  enum { OverMemory, Refused, Simulated } what = Refused;
+  bool simulated = false;  // OverMemory: by its simulated peak (else by its model states alone)
+  std::string refusal;     // Refused: why
+  PlannedStep step;     // Simulated
+};
+
+// Evaluates the points of `points` by index, several threads at once: each takes the next index,
+// writes its schedule and interprets it under `language` (the interpreter and its parser are
+// not known to be thread-safe), then lowers and simulates on its own copy of the cost model.
+class PlanEvaluator {
+ public:
+  PlanEvaluator(std::shared_ptr<const ModuleTree> tree, const ir::OpTrace& trace, const ClusterCost& cost, const PlannerOptions& o,
+                const std::vector<PlanPoint>& points, const std::function<void(size_t, size_t)>& progress)
+      : tree_(std::move(tree)), trace_(trace), cost_(cost), o_(o), points_(points), progress_(progress), outcomes_(points.size()) {}
+
+  std::vector<PointOutcome> run(int threads) {
+    std::vector<std::thread> workers;
+    for (int t = 1; t < threads; ++t) workers.emplace_back([this] { work(); });
+    work();
+    for (std::thread& w : workers) w.join();
+    if (failure_) std::rethrow_exception(failure_);
+    return std::move(outcomes_);
+  }
+
+ private:
+  void work() {
+    ClusterCost cost = cost_;  // its span cache is its own
+    for (size_t i; (i = next_++) < points_.size();) {
+      try {
+        outcomes_[i] = evaluate(points_[i], cost);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(language_);
+        if (!failure_) failure_ = std::current_exception();
+        next_ = points_.size();
+      }
+      std::lock_guard<std::mutex> lock(language_);
+      if (progress_) progress_(++done_, points_.size());
     }
-    PlannedStep step{p, plan_schedule_text(*tree, p)};
+  }
+
+  PointOutcome evaluate(const PlanPoint& p, const ClusterCost& cost) {
+    int64_t limit = o_.memory_limit > 0 ? o_.memory_limit : cost.cluster().device.memory_bytes;
+    PointOutcome out;
+    if (states_exceed(*tree_, p, limit)) {
+      out.what = PointOutcome::OverMemory;
+      return out;
+    }
+    PlannedStep step{p, plan_schedule_text(*tree_, p)};
+    RuntimePlan plan;
+    try {
+      std::lock_guard<std::mutex> lock(language_);
+      plan = runtime_plan_of(tree_, step.schedule, o_);
+    } catch (const UserError& e) {
+      out.refusal = e.diagnostic().message;
+      return out;
+    }
+    StepOptions step_options;
+    step_options.grad_norm = o_.grad_norm;
+    step_options.accum = o_.accum;
+    PipelineDebug checked_at_the_end;
+    checked_at_the_end.verify_each_pass = false;
     std::vector<ir::Program> stages;
     try {
-      StepOptions step_options;
-      step_options.grad_norm = o.grad_norm;
-      step_options.accum = o.accum;
-      stages = lower_stage_programs(runtime_plan_of(tree, step.schedule, o), trace, o.world, step_options);
+      stages = lower_stage_programs(plan, trace_, o_.world, step_options, checked_at_the_end);
     } catch (const UserError& e) {
-      if (report.refused++ == 0) report.first_refusal = e.diagnostic().message;
-      continue;
+      out.refusal = e.diagnostic().message;
+      return out;
     }
-    SimResult r = simulate(stages, cost);
-    ++report.evaluated;
+    SimResult r = simulate(stages, cost, StateBytes::loom_adamw(), /*timeline=*/false);
+    out.simulated = true;
     if (r.peak_bytes > limit) {
-      ++report.over_memory;
-      continue;
+      out.what = PointOutcome::OverMemory;
+      return out;
     }
+    const DeviceSpec& device = cost.cluster().device;
+    double peak_flops = cost.precision() == Precision::Bf16 ? device.matrix_flops_bf16 : device.matrix_flops_fp32;
     step.step_s = r.step_s;
     step.compute_s = r.compute_s;
     step.exposed_comm_s = r.exposed_comm_s;
     step.peak_bytes = r.peak_bytes;
-    step.mfu = model_flops_per_step(trace, p, o) / (r.step_s * o.world * peak_flops);
-    step.tokens_per_s_per_rank = static_cast<double>(o.micro_batch * o.seq * o.accum) * p.dp(o.world) / (r.step_s * o.world);
-    report.feasible.push_back(std::move(step));
+    step.mfu = model_flops_per_step(trace_, p, o_) / (r.step_s * o_.world * peak_flops);
+    step.tokens_per_s_per_rank = static_cast<double>(o_.micro_batch * o_.seq * o_.accum) * p.dp(o_.world) / (r.step_s * o_.world);
+    out.what = PointOutcome::Simulated;
+    out.step = std::move(step);
+    return out;
   }
-  if (progress) progress(points.size(), points.size());
+
+  std::shared_ptr<const ModuleTree> tree_;
+  const ir::OpTrace& trace_;
+  const ClusterCost& cost_;
+  const PlannerOptions& o_;
+  const std::vector<PlanPoint>& points_;
+  const std::function<void(size_t, size_t)>& progress_;
+  std::vector<PointOutcome> outcomes_;
+  std::atomic<size_t> next_{0};
+  std::mutex language_;  // the interpreter, the progress callback and the first failure
+  size_t done_ = 0;
+  std::exception_ptr failure_;
+};
+
+}  // namespace
+
+PlanReport plan_parallelism(std::shared_ptr<const ModuleTree> tree, const ir::OpTrace& trace, const ClusterCost& cost,
+                            const PlannerOptions& o, const std::function<void(size_t, size_t)>& progress) {
+  std::vector<PlanPoint> points = enumerate_plan_space(*tree, {o.world, o.local_world, o.checkpoint});
+  int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<PointOutcome> outcomes = PlanEvaluator(tree, trace, cost, o, points, progress).run(threads);
+  PlanReport report;
+  for (PointOutcome& out : outcomes) {  // in the space's order, whatever the threads did first
+    if (out.what == PointOutcome::Refused && report.refused++ == 0) report.first_refusal = out.refusal;
+    if (out.simulated) ++report.evaluated;
+    if (out.what == PointOutcome::OverMemory) ++report.over_memory;
+    if (out.what == PointOutcome::Simulated) report.feasible.push_back(std::move(out.step));
+  }
   // Best first by throughput: a plan with fewer data-parallel replicas (a mesh) processes fewer
   // tokens per step, so its step time alone would flatter it; for plans of the same tokens per
   // step this is their order by step time.

@@ -25,6 +25,7 @@ struct PlannerOptions {
   int64_t memory_limit = 0;  // bytes per rank; 0: the cluster device's memory
   std::string checkpoint = "none";
   bool grad_norm = true;
+  int threads = 0;  // plans evaluated at once; 0: one per core
 };
 
 struct PlannedStep {
@@ -44,7 +45,8 @@ struct PlanReport {
   std::string first_refusal;          // why the first of them was
 };
 
-// `progress` is called after each point with (done, total).
+// `progress` is called after each point with (done, total), from the thread that evaluated it
+// (one call at a time).
 PlanReport plan_parallelism(std::shared_ptr<const ModuleTree> tree, const ir::OpTrace& trace, const ClusterCost& cost,
                             const PlannerOptions& options, const std::function<void(size_t, size_t)>& progress = {});
 

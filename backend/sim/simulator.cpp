@@ -69,7 +69,7 @@ struct Rank {
   std::vector<Run> runs;
   size_t cursor = 0;
   double host = 0, compute_free = 0, collective_free = 0, copy_free = 0, compute_s = 0;
-  std::map<int, double> handle_end;
+  std::vector<double> handle_end;   // by handle: when its collective ends; -1 while it has not run
   std::map<std::string, int> seen;  // how many of each meeting kind this rank has issued
   std::string meeting;              // the meeting its current instruction waits in, once issued
   int64_t memory = 0;
@@ -78,14 +78,17 @@ struct Rank {
 
 class Simulator {
  public:
-  Simulator(const std::vector<ir::Program>& stages, const InstructionCost& cost, const StateBytes& state_bytes)
-      : cost_(cost) {
+  Simulator(const std::vector<ir::Program>& stages, const InstructionCost& cost, const StateBytes& state_bytes, bool timeline)
+      : cost_(cost), timeline_(timeline) {
     result_.memory.resize(stages.size());
     for (size_t s = 0; s < stages.size(); ++s) {
       Rank r;
       r.stage = static_cast<int>(s);
       r.program = &stages[s];
       r.runs = runs_of(stages[s]);
+      int handles = stages[s].next_handle;
+      for (const Instr& in : stages[s].instrs) handles = std::max(handles, in.handle + 1);
+      r.handle_end.assign(static_cast<size_t>(handles), -1);
       double elements = 0;
       for (const ir::TracedParam& q : stages[s].params) elements += static_cast<double>(q.numel);
       const ir::Sharding& f = stages[s].sharding;
@@ -129,8 +132,7 @@ class Simulator {
     const Instr& in = p.instrs[run.instr];
     switch (in.kind) {
       case OpKind::Wait: {
-        auto it = r.handle_end.find(in.handle);
-        if (it != r.handle_end.end()) r.host = std::max(r.host, it->second);
+        if (in.handle >= 0) r.host = std::max(r.host, r.handle_end[static_cast<size_t>(in.handle)]);
         break;
       }
       case OpKind::Release:
@@ -159,13 +161,13 @@ class Simulator {
       }
       default:
         if (!ir::issued_collective(in)) {
-          if (in.handle >= 0) r.handle_end[in.handle] = r.host;  // a group of one: done at once
+          if (in.handle >= 0) r.handle_end[static_cast<size_t>(in.handle)] = r.host;  // a group of one: done at once
           break;
         }
         if (std::string key = meeting_key(r, in); !key.empty()) return meet(r, run, key);
         double start = std::max(r.host, r.collective_free);
         r.collective_free = start + cost_.seconds(p, in);
-        r.handle_end[in.handle] = r.collective_free;
+        r.handle_end[static_cast<size_t>(in.handle)] = r.collective_free;
         record(r, run, "collective", start, r.collective_free);
         if (in.kind == OpKind::AllGather) {
           r.memory += gathered_bytes(p, in);
@@ -215,7 +217,7 @@ class Simulator {
       m.end = m.start + longest;
     }
     r.collective_free = m.end;
-    r.handle_end[in.handle] = m.end;
+    r.handle_end[static_cast<size_t>(in.handle)] = m.end;
     record(r, run, "collective", m.start, m.end);
     r.meeting.clear();
     ++r.cursor;
@@ -223,12 +225,12 @@ class Simulator {
   }
 
   void record(const Rank& r, const Run& run, const char* stream, double start, double end) {
-    if (end <= start) return;
+    if (end <= start || !timeline_) return;
     result_.events.push_back({r.stage, run.instr, run.micro_batch, stream, start, end});
   }
 
   void note_memory(const Rank& r, size_t instr) {
-    result_.memory[static_cast<size_t>(r.stage)].push_back({r.host, r.memory});
+    if (timeline_) result_.memory[static_cast<size_t>(r.stage)].push_back({r.host, r.memory});
     if (r.memory > result_.peak_bytes) {
       result_.peak_bytes = r.memory;
       result_.peak_stage = r.stage;
@@ -237,6 +239,7 @@ class Simulator {
   }
 
   const InstructionCost& cost_;
+  bool timeline_;
   std::vector<Rank> ranks_;
   std::map<std::string, Meeting> meetings_;
   SimResult result_;
@@ -244,9 +247,10 @@ class Simulator {
 
 }  // namespace
 
-SimResult simulate(const std::vector<ir::Program>& stages, const InstructionCost& cost, const StateBytes& state_bytes) {
+SimResult simulate(const std::vector<ir::Program>& stages, const InstructionCost& cost, const StateBytes& state_bytes,
+                   bool timeline) {
   if (stages.empty()) throw InternalError("simulator: no program to simulate");
-  return Simulator(stages, cost, state_bytes).run();
+  return Simulator(stages, cost, state_bytes, timeline).run();
 }
 
 std::string sim_trace_json(const SimResult& result, const std::vector<ir::Program>& stages) {

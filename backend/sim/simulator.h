@@ -47,9 +47,11 @@ struct SimResult {
 };
 
 // `stages`: one program per pipeline stage, in stage order (one program without a pipeline).
-// Throws InternalError when the programs cannot complete (a send without its recv).
+// `timeline`: record the events and memory samples (for --trace and --memory-plot); without it
+// only the totals and the peak. Throws InternalError when the programs cannot complete (a send
+// without its recv).
 SimResult simulate(const std::vector<ir::Program>& stages, const InstructionCost& cost,
-                   const StateBytes& state_bytes = StateBytes::loom_adamw());
+                   const StateBytes& state_bytes = StateBytes::loom_adamw(), bool timeline = true);
 
 // The events as a Chrome trace (chrome://tracing, Perfetto): a process per stage, a thread per
 // stream, each event named by its instruction as `loom explain` prints it.

@@ -163,9 +163,18 @@ plans = json.load(sys.stdin)['plans']
 print([p for p in plans if p['tp'] == 2 and p['pp'] == 1 and p['params'] == 2][0]['schedule'])" > "$tmp/tp_plan.sched"
 expect "a planned tensor-parallel schedule verifies" 0 "equivalent (" \
   -- "$loom" verify "$tmp/tp_plan.sched" --model llama:tiny --seq 32 --micro-batch 2 --threads 1 --nproc 4
-expect "plan without a cluster" 2 "error: loom plan needs --cluster NAME" -- "$loom" plan --model gpt:tiny --world 4
-expect "plan on a profile" 2 "error: loom plan prices plans on a cluster only, not yet on a profile" \
-  -- "$loom" plan --model gpt:tiny --world 4 --profile "$tmp/profile.json"
+expect "plan without a cost model" 2 "error: loom plan needs one cost model: --cluster NAME or --profile FILE" \
+  -- "$loom" plan --model gpt:tiny --world 4
+expect "plan on a profile of another run" 2 "error: $tmp/profile.json was measured for another run: world 2 (this run: 4)" \
+  -- "$loom" plan --model gpt:tiny --world 4 --seq 32 --micro-batch 2 --profile "$tmp/profile.json"
+# --profile plans on the machine the profile measured: the same plans as on its saved cluster.
+expect "plan on a profile" 0 "loom plan: gpt:tiny on 2 ranks of this machine ($tmp/profile.json)" \
+  -- "$loom" plan --model gpt:tiny --world 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json"
+best_plan() { "$loom" plan --model gpt:tiny --world 2 --seq 32 --micro-batch 2 "$@" --json 2>/dev/null |
+  python3 -c "import json, sys; p = json.load(sys.stdin)['plans'][0]; print(p['params'], p['grads'], p['optim'], round(p['step_s'], 9))"; }
+expect "plan on a profile = plan on its cluster" 0 "same" \
+  -- bash -c "[ \"\$1\" = \"\$2\" ] && [ -n \"\$1\" ] && echo same || echo \"\$1 vs \$2\"" _ \
+  "$(best_plan --profile "$tmp/profile.json")" "$(best_plan --cluster "$tmp/here.json")"
 expect "plan with a bad memory limit" 2 "error: --memory-limit lots is not a size" \
   -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit lots
 expect "plan that nothing fits" 2 "error: no plan fits 1.0 MiB per rank (20 over the limit, 0 refused)" \

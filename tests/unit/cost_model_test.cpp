@@ -92,14 +92,20 @@ TEST_CASE("collectives across nodes: inside each node on NVLink, across on 1/per
 }
 
 TEST_CASE("where a group's ranks sit, point-to-point and host copies") {
-  CHECK(span_of(8, 1, 8).nodes == 1);
-  CHECK(span_of(16, 1, 8).per_node == 8);
-  CHECK(span_of(16, 1, 8).nodes == 2);
-  CHECK(span_of(4, 2, 8).per_node == 4);   // ranks 0, 2, 4, 6
-  CHECK(span_of(8, 4, 8).per_node == 2);   // ranks 0, 4 | 8, 12 | ...
-  CHECK(span_of(8, 4, 8).nodes == 4);
-  CHECK(span_of(128, 8, 8).per_node == 1);
-  CHECK(span_of(128, 8, 8).nodes == 128);
+  auto strided = [](int size, int stride) {
+    std::vector<int> ranks;
+    for (int r = 0; r < size; ++r) ranks.push_back(r * stride);
+    return ranks;
+  };
+  CHECK(span_of_ranks(strided(8, 1), 8).nodes == 1);
+  CHECK(span_of_ranks(strided(16, 1), 8).per_node == 8);
+  CHECK(span_of_ranks(strided(16, 1), 8).nodes == 2);
+  CHECK(span_of_ranks(strided(4, 2), 8).per_node == 4);  // ranks 0, 2, 4, 6
+  CHECK(span_of_ranks(strided(8, 4), 8).per_node == 2);  // ranks 0, 4 | 8, 12 | ...
+  CHECK(span_of_ranks(strided(8, 4), 8).nodes == 4);
+  CHECK(span_of_ranks(strided(128, 8), 8).per_node == 1);
+  CHECK(span_of_ranks(strided(128, 8), 8).nodes == 128);
+  CHECK(span_of_ranks({3, 9, 10}, 8).per_node == 2);  // nodes 0 and 1
   Cluster c = shipped("dgx-a100");
   CHECK(point_to_point_seconds(c, 1000000, false) == doctest::Approx(1e-6 + 1e6 / (300e9 * 0.6)));
   CHECK(point_to_point_seconds(c, 1000000, true) == doctest::Approx(2e-6 + 1e6 / (25e9 * 0.9)));
