@@ -40,7 +40,20 @@ Work::Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, st
     : work_(std::move(work)), finish_(std::move(finish)), what_(std::move(what)),
       launched_us_(timeline::enabled() ? timeline::now_us() : 0) {}
 
+namespace {
+thread_local double blocked_ms_total = 0;
+
+// Adds the life of the object to this thread's blocked time.
+struct BlockedClock {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~BlockedClock() { blocked_ms_total += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(); }
+};
+}  // namespace
+
+double blocked_ms() { return blocked_ms_total; }
+
 void Work::wait() {
+  BlockedClock blocked;
   try {
     if (work_) work_->wait();
   } catch (const std::exception& e) {

@@ -54,6 +54,10 @@ class Work {
   double launched_us_ = 0;        // for the timeline
 };
 
+// Milliseconds this thread has spent in Work::wait() so far (waiting, and the local work that
+// completes a collective): what the op profiler takes out of the time between ops.
+double blocked_ms();
+
 enum class Backend {
   Gloo,  // CPU tensors
   Nccl,  // CUDA tensors (CUDA builds only)

@@ -22,7 +22,10 @@ AlphaBeta fit_alpha_beta(const std::vector<CollectiveSample>& samples) {
 
 double predict_ms(const std::vector<CollectiveSample>& samples, const AlphaBeta& fit, int64_t bytes) {
   auto line = [&] { return fit.alpha_ms + fit.beta_ms_per_byte * static_cast<double>(bytes); };
-  if (samples.empty() || bytes < samples.front().bytes || bytes > samples.back().bytes) return line();
+  // Below the sweep a collective is latency-bound: at most the smallest one measured (a line
+  // fitted mostly to large sizes can put its intercept far above what small messages take).
+  if (!samples.empty() && bytes < samples.front().bytes) return std::min(line(), samples.front().ms);
+  if (samples.empty() || bytes > samples.back().bytes) return line();
   auto hi = std::lower_bound(samples.begin(), samples.end(), bytes,
                              [](const CollectiveSample& s, int64_t b) { return s.bytes < b; });
   if (hi->bytes == bytes || hi == samples.begin()) return hi->ms;

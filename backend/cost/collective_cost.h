@@ -25,7 +25,8 @@ struct AlphaBeta {
 AlphaBeta fit_alpha_beta(const std::vector<CollectiveSample>& samples);
 
 // The predicted time of moving `bytes`: table interpolation inside the sampled range, the
-// alpha-beta line outside it. `samples` must be sorted by bytes.
+// alpha-beta line above it, and below it the line capped at the smallest sample's time.
+// `samples` must be sorted by bytes.
 double predict_ms(const std::vector<CollectiveSample>& samples, const AlphaBeta& fit, int64_t bytes);
 
 }  // namespace loom

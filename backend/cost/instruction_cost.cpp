@@ -85,7 +85,7 @@ ProfileCost::ProfileCost(const ir::Program& program, const Profile& profile, con
       throw UserError(SourceRange{}, origin + " has no measurement of " + ir::issued_collective(in) + " on the `" + in.group.role +
                                          "` group (instruction " + std::to_string(i) + ")",
                       "measure this schedule with `loom profile`");
-    seconds_.push_back(ms[i] > 0 ? ms[i] / 1000 : 0);  // what a profile does not time (the optimizer step) costs nothing
+    seconds_.push_back(ms[i] > 0 ? ms[i] / 1000 : 0);  // what a profile does not time costs nothing
   }
 }
 

@@ -14,7 +14,7 @@
 namespace loom {
 namespace {
 
-constexpr int kFormat = 1;  // bump when the measurement changes meaning
+constexpr int kFormat = 2;  // bump when the measurement changes meaning (2: op times take the work between ops)
 
 uint64_t fnv1a(const std::string& text) {
   uint64_t h = 1469598103934665603ull;
@@ -36,7 +36,8 @@ std::string Profile::to_json() const {
   nlohmann::json j{{"format", "loom-profile-" + std::to_string(kFormat)},
                    {"key", key},
                    {"device", device},
-                   {"measured_steps", measured_steps}};
+                   {"measured_steps", measured_steps},
+                   {"optimizer_step_ms", optimizer_step_ms}};
   j["ops"] = nlohmann::json::array();
   for (auto& op : ops)
     j["ops"].push_back({{"module", op.module},
@@ -70,6 +71,7 @@ Profile Profile::from_json(const std::string& text, const std::string& origin) {
     p.key = j.at("key").get<std::string>();
     p.device = j.at("device").get<std::string>();
     p.measured_steps = j.at("measured_steps").get<int>();
+    p.optimizer_step_ms = j.at("optimizer_step_ms").get<double>();
     for (auto& o : j.at("ops"))
       p.ops.push_back({o.at("module").get<std::string>(), o.at("forward_ms").get<double>(), o.at("backward_ms").get<double>(),
                        o.at("memory_before_bytes").get<int64_t>(), o.at("forward_peak_bytes").get<int64_t>(),

@@ -14,6 +14,10 @@
 
 namespace loom {
 
+// An op's times take, as the trace counts FLOPs and activations (op_trace.h), the work outside
+// any op that follows it in forward (the attention scores after c_attn, the loss after the head)
+// and whose backward precedes its backward, less the time spent waiting for collectives and
+// recomputing ops in between (on CPU; on a GPU the op's own kernels only, for now).
 struct OpProfile {
   std::string module;                // the traced op (module path), in forward order
   double forward_ms = 0;             // median over the measured steps
@@ -40,6 +44,7 @@ struct Profile {
   std::string key;       // what the figures depend on (profile_key)
   std::string device;    // "cpu" or "cuda"
   int measured_steps = 0;
+  double optimizer_step_ms = -1;  // the optimizer's update (median over the measured steps); -1: not measured
   std::vector<OpProfile> ops;
   std::vector<CollectiveProfile> collectives;
 

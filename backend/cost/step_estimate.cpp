@@ -58,6 +58,9 @@ StepEstimate estimate_step(const ir::Program& program, const Profile& profile, c
       for (const auto& [module, ops] : ops_of)
         if (ir::within(module, in.module)) ms += profile.ops[ops.front()].forward_ms;
       e.backward_compute_ms += times * ms;
+    } else if (in.kind == ir::OpKind::OptimizerStep && profile.optimizer_step_ms >= 0) {
+      ms = profile.optimizer_step_ms;
+      e.optimizer_ms += times * ms;
     } else if (const char* name = ir::issued_collective(in)) {
       if (const CollectiveProfile* c = profile.collective(name, profile_role(in.group.role))) {
         ms = c->predict_ms(in.bytes);

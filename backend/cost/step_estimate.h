@@ -1,6 +1,6 @@
 // A step's instructions priced by a measured profile (backend/cost/profile.h): each compute op at
 // its measured forward or backward time (a recompute at its module's ops' forward times, counted
-// with the backward), each collective at its role's fitted time for its
+// with the backward), the optimizer step at its measured time, each collective at its role's fitted time for its
 // bytes. The sums are serial: overlap is what the executed timeline (--trace) shows, and what
 // a later issue's cost model (deepcompile.txt §4.2) will estimate. Torch-free.
 #pragma once
@@ -19,6 +19,7 @@ struct StepEstimate {
   double forward_compute_ms = 0;
   double backward_compute_ms = 0;
   double collective_ms = 0;
+  double optimizer_ms = 0;
 };
 
 // Throws UserError when the profile was measured for other compute ops (another model or

@@ -29,6 +29,13 @@ struct OpProfiler::State {
     int op;
     bool backward;
     Mark start, end;
+    double between_ms = 0;  // the work between ops that counts toward this one (CPU)
+  };
+  // Where the time between ops is measured from: a wall time, and the time by then spent
+  // waiting for collectives or recomputing, which is not the ops' (CPU only).
+  struct Clock {
+    double wall_ms = -1;
+    double excluded_ms = 0;
   };
   // A backward in progress: from the output marker to the last input marker.
   struct OpenBackward {
@@ -36,6 +43,7 @@ struct OpProfiler::State {
     int inputs_left = 0;
     Mark start;
     int64_t window = 0;
+    double between_ms = 0;
   };
 
   const ir::OpTrace* trace = nullptr;
@@ -49,8 +57,20 @@ struct OpProfiler::State {
   std::map<std::string, int> calls_this_forward;   // per module: calls seen in this forward
   std::vector<bool> backward_started;              // per op, this micro-batch
   OpenBackward open;
+  int depth = 0;                      // op calls in progress (an op inside an op is timed, not a gap)
+  double recomputing_ms = 0;          // time in ops rerun by a checkpoint() recomputation
+  long last_forward = -1;             // the unread interval of the forward op the coming gap follows
+  Clock last_forward_end, backward_gap_from;
+  std::vector<double> optimizer_step_ms;
 
   std::vector<Interval> unread;  // measured intervals whose times are not read yet
+
+  Clock clock_at(const Mark& m) const { return {m.wall_ms, comm::blocked_ms() + recomputing_ms}; }
+  // The op-free work from `from` to `to`: 0 on GPU (events), where an op's time is its own.
+  double between(const Clock& from, const Mark& to) const {
+    if (to.event || from.wall_ms < 0) return 0;
+    return std::max(0.0, to.wall_ms - from.wall_ms - (comm::blocked_ms() + recomputing_ms - from.excluded_ms));
+  }
 
   Mark now() const {
     Mark m;
@@ -61,7 +81,7 @@ struct OpProfiler::State {
   // Reads the times of the intervals measured so far (on GPU, waits for their events).
   void read_intervals() {
     for (const Interval& i : unread) {
-      double ms = i.start.event ? compat::cuda_elapsed_ms(i.start.event, i.end.event) : i.end.wall_ms - i.start.wall_ms;
+      double ms = (i.start.event ? compat::cuda_elapsed_ms(i.start.event, i.end.event) : i.end.wall_ms - i.start.wall_ms) + i.between_ms;
       (i.backward ? samples[i.op].backward_ms : samples[i.op].forward_ms).push_back(ms);
     }
     unread.clear();
@@ -93,9 +113,11 @@ struct OpProfiler::State {
   void close_backward() {
     if (open.op < 0) return;
     Samples& s = samples[open.op];
-    unread.push_back({open.op, true, open.start, now()});
+    Mark end = now();
+    unread.push_back({open.op, true, open.start, end, open.between_ms});
     s.backward_peak = std::max(s.backward_peak, end_window(open.window));
     open = OpenBackward{};
+    backward_gap_from = clock_at(end);
   }
 
   void backward_started_for(int op, int inputs) {
@@ -107,6 +129,7 @@ struct OpProfiler::State {
     open.inputs_left = inputs;
     open.window = begin_window();
     open.start = now();
+    open.between_ms = between(backward_gap_from, open.start);  // the op-free backward work before it
   }
 
   void input_gradient_done(int op) {
@@ -171,11 +194,26 @@ void OpProfiler::begin_forward(bool measured) {
   s_->read_intervals();
   s_->measured = measured;
   s_->in_backward = false;
+  s_->last_forward = -1;
+  s_->last_forward_end = s_->backward_gap_from = State::Clock{};
   s_->calls_this_forward.clear();
   s_->backward_started.assign(s_->backward_started.size(), false);
 }
 
-void OpProfiler::begin_backward() { s_->in_backward = true; }
+void OpProfiler::begin_backward() {
+  State& s = *s_;
+  s.in_backward = true;
+  if (!s.measured) return;
+  State::Mark now = s.now();
+  // The last forward op takes what follows it to here: the loss.
+  if (s.last_forward >= 0) s.unread[static_cast<size_t>(s.last_forward)].between_ms += s.between(s.last_forward_end, now);
+  s.last_forward = -1;
+  s.backward_gap_from = s.clock_at(now);
+}
+
+void OpProfiler::optimizer_step_took(double ms) {
+  if (s_->measured) s_->optimizer_step_ms.push_back(ms);
+}
 
 void OpProfiler::end_backward() { s_->close_backward(); }
 
@@ -198,17 +236,27 @@ torch::Tensor OpProfiler::intercept(torch::nn::Module& module, const std::vector
       }
   }
   torch::Tensor out;
+  bool outermost = s.depth++ == 0;
   if (!s.in_backward) {
     State::Samples& sample = s.samples[op];
     sample.memory_before = std::max(sample.memory_before, s.memory_now());
     int64_t window = s.begin_window();
     State::Mark start = s.now();
+    // The previous op takes the op-free work since it ended (the attention scores after c_attn).
+    if (outermost && s.last_forward >= 0) s.unread[static_cast<size_t>(s.last_forward)].between_ms += s.between(s.last_forward_end, start);
     out = run(xs);
-    s.unread.push_back({op, false, start, s.now()});
+    State::Mark end = s.now();
+    s.unread.push_back({op, false, start, end});
+    if (outermost) s.last_forward = static_cast<long>(s.unread.size()) - 1, s.last_forward_end = s.clock_at(end);
     sample.forward_peak = std::max(sample.forward_peak, s.end_window(window));
   } else {
-    out = run(xs);  // a recomputation: part of the enclosing checkpoint's backward, not a forward
+    // A recomputation: part of the enclosing checkpoint's backward, not a forward, and priced
+    // as the recompute instruction, so not part of the time between ops either.
+    auto start = std::chrono::steady_clock::now();
+    out = run(xs);
+    if (outermost) s.recomputing_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   }
+  --s.depth;
   if (!marks || !out.requires_grad()) return out;
   return mark(out, &s, op, /*on_output=*/true, marked_inputs);
 }
@@ -240,6 +288,16 @@ std::vector<OpProfile> OpProfiler::result(comm::Group& world) const {
     out.push_back({s.trace->forward[i].module, a[i][0], a[i][1], static_cast<int64_t>(a[i][2]), static_cast<int64_t>(a[i][3]),
                    static_cast<int64_t>(a[i][4]), static_cast<int64_t>(a[i][5])});
   return out;
+}
+
+double OpProfiler::optimizer_step_ms(comm::Group& world) const {
+  torch::Tensor t = torch::tensor({s_->optimizer_step_ms.empty() ? -1.0 : median(s_->optimizer_step_ms)}, torch::kDouble);
+  if (world.size() > 1) {
+    torch::Tensor on_device = s_->cuda_device >= 0 ? t.to(torch::Device(torch::kCUDA, s_->cuda_device)) : t;
+    comm::all_reduce(world, on_device, {comm::ReduceOp::Max}).wait();
+    t = on_device.cpu();
+  }
+  return t.item<double>();
 }
 
 }  // namespace loom

@@ -25,6 +25,8 @@ class OpProfiler : public nn::CallInterceptor {
   void begin_forward(bool measured);
   void begin_backward();
   void end_backward();
+  // The optimizer's update took `ms` (recorded in measured steps).
+  void optimizer_step_took(double ms);
 
   torch::Tensor intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
                           const nn::Forward& forward) override;
@@ -32,6 +34,8 @@ class OpProfiler : public nn::CallInterceptor {
   // Per traced op, in forward order: medians of the times, maxima of the memory figures,
   // then the maximum of each over the ranks of `world`, so every rank returns the same.
   std::vector<OpProfile> result(comm::Group& world) const;
+  // The median update time, the maximum over the ranks of `world`; -1 when none was measured.
+  double optimizer_step_ms(comm::Group& world) const;
 
   struct State;
 

@@ -88,6 +88,7 @@ void write_profile(const TrainOptions& o, const OpProfiler& profiler, comm::Grou
   profile.device = device.is_cuda() ? "cuda" : "cpu";
   profile.measured_steps = static_cast<int>(o.steps - o.profile_warmup);
   profile.ops = profiler.result(world);
+  profile.optimizer_step_ms = profiler.optimizer_step_ms(world);
   bool lead = env.rank == 0;
   if (lead) std::cout << "loom profile: timing collectives on every process group of the run\n" << std::flush;
   profile.collectives = profile_collectives(world, groups, device);
@@ -236,7 +237,15 @@ void run_step_tail(RankRun& r, const ir::Program& program, StepTail& tail, const
       case ir::OpKind::GradNorm: tail.grad_norm = clip_gradients(r); break;
       case ir::OpKind::Offload: r.offload->gradients_to_host(); break;
       case ir::OpKind::OptimizerStep:
-        r.optimizer->step();
+        if (r.profiler) {
+          if (r.cuda) compat::cuda_synchronize();
+          auto start = std::chrono::steady_clock::now();
+          r.optimizer->step();
+          if (r.cuda) compat::cuda_synchronize();
+          r.profiler->optimizer_step_took(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+        } else {
+          r.optimizer->step();
+        }
         if (r.sharded) r.sharded->drop_gradients();
         break;
       case ir::OpKind::Reload: r.offload->values_to_device(); break;

@@ -36,7 +36,7 @@ TEST_CASE("the alpha-beta fit recovers an exact line, and is least squares on no
   CHECK(falling.beta_ms_per_byte == 0);
 }
 
-TEST_CASE("predictions interpolate the table inside the sweep and follow the line outside it") {
+TEST_CASE("predictions interpolate the table inside the sweep and follow the line outside it, capped below it") {
   std::vector<CollectiveSample> table{{1000, 1.0}, {2000, 3.0}, {4000, 4.0}};
   AlphaBeta fit{0.5, 0.001};
   CHECK(predict_ms(table, fit, 1000) == doctest::Approx(1.0));
@@ -46,6 +46,11 @@ TEST_CASE("predictions interpolate the table inside the sweep and follow the lin
   CHECK(predict_ms(table, fit, 500) == doctest::Approx(1.0));      // 0.5 + 0.001 * 500
   CHECK(predict_ms(table, fit, 10000) == doctest::Approx(10.5));   // 0.5 + 0.001 * 10000
   CHECK(predict_ms({}, fit, 2000) == doctest::Approx(2.5));
+  // An intercept above the smallest measurement (a fit dominated by large sizes): a smaller
+  // message takes no longer than the smallest measured.
+  AlphaBeta steep_start{3.0, 0.001};
+  CHECK(predict_ms(table, steep_start, 500) == doctest::Approx(1.0));
+  CHECK(predict_ms(table, steep_start, 10000) == doctest::Approx(13.0));
 }
 
 TEST_CASE("a profile round-trips through JSON, and a foreign file is refused with a hint") {
@@ -53,6 +58,7 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
   p.key = "k";
   p.device = "cpu";
   p.measured_steps = 3;
+  p.optimizer_step_ms = 2.5;
   p.ops.push_back({"h.0.mlp.c_fc", 0.5, 1.25, 100, 200, 300, 400});
   CollectiveProfile c;
   c.collective = "all_gather";
@@ -64,6 +70,7 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
   Profile q = Profile::from_json(p.to_json(), "p.json");
   CHECK(q.key == "k");
   CHECK(q.measured_steps == 3);
+  CHECK(q.optimizer_step_ms == 2.5);
   REQUIRE(q.ops.size() == 1);
   CHECK(q.ops[0].module == "h.0.mlp.c_fc");
   CHECK(q.ops[0].backward_ms == 1.25);
@@ -76,7 +83,7 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
     Profile::from_json(R"({"format": "something-else"})", "other.json");
     FAIL("a foreign file was accepted");
   } catch (const UserError& e) {
-    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 1");
+    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 2");
     CHECK(e.diagnostic().hint == "write it again with `loom profile`");
   }
   CHECK_THROWS_WITH_AS(Profile::from_json("{", "broken.json"), doctest::Contains("broken.json is not a readable Loom profile"),
@@ -148,6 +155,17 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
   CHECK(e.forward_compute_ms == 3.0);
   CHECK(e.backward_compute_ms == 30.0);
   CHECK(e.collective_ms == doctest::Approx(1.5));
+  CHECK(e.optimizer_ms == 0);
+
+  // The optimizer step at its measured time, once a profile has one.
+  ir::Instr update;
+  update.kind = ir::OpKind::OptimizerStep, update.phase = ir::Phase::Step;
+  step.instrs.push_back(update);
+  CHECK(estimate_step(step, p, "p.json").instruction_ms.back() == -1);
+  p.optimizer_step_ms = 4.0;
+  e = estimate_step(step, p, "p.json");
+  CHECK(e.instruction_ms.back() == 4.0);
+  CHECK(e.optimizer_ms == 4.0);
 
   std::swap(p.ops[0], p.ops[1]);
   try {
