@@ -4,15 +4,29 @@
 # collectives at world N (default 2; `bash benchmarks/sim_accuracy.sh 4` for 4) on this machine,
 # `loom simulate` replays the step on that profile, and `loom run` trains 12 steps; the table
 # gives the simulated and the measured median step (steps 3-12) and peak tensor memory, their
-# ratios, and whether the simulator ranks the schedules in the measured order. Loopback only so
-# far: the emulated 1 Gbit link, and tensor and pipeline parallelism (which `loom profile`
-# refuses), are not covered yet.
+# ratios, and whether the simulator ranks the schedules in the measured order. With `--link`
+# (as root, with iproute2 and tc) every command runs in a network namespace whose loopback is
+# shaped to 1 Gbit/s (TBF), which both directions share. Tensor and pipeline parallelism, which
+# `loom profile` refuses, are not covered yet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-loom=${LOOM:-build/loom}
-world=${1:-2}
+loom=$PWD/${LOOM:-build/loom}
+world=2 link=loopback
+for arg in "$@"; do
+  case "$arg" in
+    --link) link=1gbit ;;
+    *) world=$arg ;;
+  esac
+done
 out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+trap 'ip netns del loom_sim 2>/dev/null || true; rm -rf "$out"' EXIT
+in_net=()
+if [ "$link" = 1gbit ]; then
+  ip netns add loom_sim
+  ip -n loom_sim link set lo up
+  ip netns exec loom_sim tc qdisc add dev lo root tbf rate 1gbit burst 1mb latency 50ms
+  in_net=(ip netns exec loom_sim)
+fi
 printf 'sch.zero(stage=3)\nsch["h.*"].prefetch(budget=auto)\n' > "$out/zero3_prefetch.sched"
 printf 'sch.zero(stage=3)\nsch["h.*"].bucket()\n' > "$out/zero3_bucket.sched"
 schedules="ddp zero1 zero2 zero3 checkpoint_all zero3_prefetch zero3_bucket"
@@ -21,14 +35,15 @@ run="$shape --threads 1 --nproc $world --steps 12 --data synthetic"
 for sched in $schedules; do
   f=stdlib_schedules/$sched.sched
   [ -f "$f" ] || f=$out/$sched.sched
-  "$loom" profile "$f" $shape --threads 1 --nproc "$world" --steps 6 --cache-dir "$out/cache" --out "$out/$sched.profile.json" > /dev/null
-  "$loom" simulate "$f" $shape --nproc "$world" --profile "$out/$sched.profile.json" --json > "$out/$sched.sim.json"
-  "$loom" run "$f" $run --metrics "$out/$sched.jsonl" > /dev/null
+  "${in_net[@]}" "$loom" profile "$f" $shape --threads 1 --nproc "$world" --steps 6 --cache-dir "$out/cache" --out "$out/$sched.profile.json" > /dev/null
+  "${in_net[@]}" "$loom" simulate "$f" $shape --nproc "$world" --profile "$out/$sched.profile.json" --json > "$out/$sched.sim.json"
+  "${in_net[@]}" "$loom" run "$f" $run --metrics "$out/$sched.jsonl" > /dev/null
 done
-/usr/bin/python3 - "$out" "$world" $schedules <<'PY'
+/usr/bin/python3 - "$out" "$world" "$link" $schedules <<'PY'
 import json, sys
-d, world, schedules = sys.argv[1], sys.argv[2], sys.argv[3:]
-print(f"gpt:tiny at world {world} over loopback, micro-batch 4 x 128 tokens, 1 thread per rank")
+d, world, link, schedules = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+over = "loopback" if link == "loopback" else "a loopback shaped to 1 Gbit/s"
+print(f"gpt:tiny at world {world} over {over}, micro-batch 4 x 128 tokens, 1 thread per rank")
 print(f"{'schedule':<16}{'sim ms':>9}{'run ms':>9}{'sim/run':>9}{'sim peak':>11}{'run peak':>11}{'sim/run':>9}")
 errors, memory_errors, sim, run = [], [], {}, {}
 for s in schedules:

@@ -5,6 +5,10 @@
 
 namespace loom {
 
+void drop_spikes(std::vector<CollectiveSample>& samples) {
+  for (size_t i = samples.size(); i-- > 1;) samples[i - 1].ms = std::min(samples[i - 1].ms, samples[i].ms);
+}
+
 AlphaBeta fit_alpha_beta(const std::vector<CollectiveSample>& samples) {
   double n = static_cast<double>(samples.size()), sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (auto& s : samples) {

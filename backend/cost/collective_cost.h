@@ -20,6 +20,12 @@ struct AlphaBeta {
   double beta_ms_per_byte = 0;   // inverse bandwidth
 };
 
+// Moving fewer bytes never takes longer: each sample (sorted by bytes) is lowered to the
+// smallest time of the samples at or above its size. A small collective measured while the
+// machine was busy elsewhere (a spike of the median of several runs, seen on a shared VM)
+// otherwise sets the time of every message of about its size.
+void drop_spikes(std::vector<CollectiveSample>& samples);
+
 // Least-squares fit of ms = alpha + beta * bytes. Needs two samples of different sizes;
 // alpha and beta are clamped at zero (a negative latency or bandwidth means noise).
 AlphaBeta fit_alpha_beta(const std::vector<CollectiveSample>& samples);

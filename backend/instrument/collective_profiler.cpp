@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <atomic>
 #include <functional>
+#include <numeric>
+#include <optional>
+#include <thread>
 
 #include "backend/torch_compat.h"
 
@@ -33,6 +37,32 @@ double time_once(comm::Group& group, const Collective& c, at::Tensor& whole, at:
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+// A thread that computes (small matrix products) for `share` of every 10 ms while it lives: in a
+// step on CPU each rank's compute runs beside its collectives, whose threads then wait for a
+// core; timed on idle cores, collectives look faster than they run in a step. A rank's compute
+// keeps a core busy, or its share of one when the node has more ranks than cores.
+class BusyCore {
+ public:
+  explicit BusyCore(double share) : worker_([this, share] {
+          using clock = std::chrono::steady_clock;
+          at::Tensor a = at::ones({64, 64}), b = at::ones({64, 64});
+          while (!stop_) {
+            auto period = clock::now();
+            while (!stop_ && clock::now() - period < std::chrono::duration<double, std::milli>(10 * share))
+              a = at::mm(a, b).div_(64);
+            std::this_thread::sleep_until(period + std::chrono::milliseconds(10));
+          }
+        }) {}
+  ~BusyCore() {
+    stop_ = true;
+    worker_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread worker_;
+};
+
 }  // namespace
 
 std::vector<CollectiveProfile> profile_collectives(comm::Group& world, const ShardGroups* groups, torch::Device device,
@@ -47,6 +77,11 @@ std::vector<CollectiveProfile> profile_collectives(comm::Group& world, const Sha
     if (groups->optim_block) roles.push_back({"optim_block", groups->optim_block.get()});
   }
   bool cuda = device.is_cuda();
+  std::optional<BusyCore> beside_compute;
+  if (!cuda && sweep.beside_compute) {
+    double cores = std::max(1u, std::thread::hardware_concurrency());
+    beside_compute.emplace(std::min(1.0, cores / world.size()));  // one node: the world is its ranks
+  }
   std::vector<CollectiveProfile> out;
   std::vector<std::pair<const char*, const char*>> copies;  // (role, the earlier role with the same members)
   std::vector<double> local;  // every sample of this rank, in order, for the cross-rank maximum
@@ -72,9 +107,11 @@ std::vector<CollectiveProfile> profile_collectives(comm::Group& world, const Sha
         time_once(*group, c, whole, part, cuda);  // untimed: connections and buffers warm up
         std::vector<double> times;
         for (int r = 0; r < sweep.repeats; ++r) times.push_back(time_once(*group, c, whole, part, cuda));
-        std::sort(times.begin(), times.end());
-        p.samples.push_back({whole.numel() * 4, times[times.size() / 2]});
-        local.push_back(times[times.size() / 2]);
+        // The mean, not the median: a step pays for a sum of collectives, and their times have a
+        // heavy tail on CPU (a collective whose threads wait for a busy core takes 10x the median).
+        double mean = std::accumulate(times.begin(), times.end(), 0.0) / static_cast<double>(times.size());
+        p.samples.push_back({whole.numel() * 4, mean});
+        local.push_back(mean);
       }
       out.push_back(std::move(p));
     }
@@ -87,7 +124,10 @@ std::vector<CollectiveProfile> profile_collectives(comm::Group& world, const Sha
     for (auto& p : out)
       for (auto& sample : p.samples) sample.ms = t[static_cast<int64_t>(i++)].item<double>();
   }
-  for (auto& p : out) p.fit = fit_alpha_beta(p.samples);
+  for (auto& p : out) {
+    drop_spikes(p.samples);
+    p.fit = fit_alpha_beta(p.samples);
+  }
   for (auto& [role, source] : copies)
     for (size_t i = 0, n = out.size(); i < n; ++i)
       if (out[i].group == source) {

@@ -15,7 +15,8 @@ namespace loom {
 
 struct CollectiveSweep {
   std::vector<int64_t> bytes{256, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20};
-  int repeats = 5;  // timed runs per size, after one untimed; the median counts (this VM is noisy)
+  int repeats = 15;  // timed runs per size, after one untimed; their mean counts
+  bool beside_compute = true;  // on CPU, time them while a thread per rank computes (BusyCore)
 };
 
 // Every world rank calls this with the same groups (made by make_shard_groups for the run's

@@ -36,6 +36,14 @@ TEST_CASE("the alpha-beta fit recovers an exact line, and is least squares on no
   CHECK(falling.beta_ms_per_byte == 0);
 }
 
+TEST_CASE("a spike at a small size is lowered to the time of a larger one") {
+  std::vector<CollectiveSample> s{{256, 0.3}, {4096, 4.5}, {16384, 0.4}, {65536, 0.6}, {262144, 0.5}, {1048576, 2.0}};
+  drop_spikes(s);
+  std::vector<double> ms;
+  for (auto& x : s) ms.push_back(x.ms);
+  CHECK(ms == std::vector<double>{0.3, 0.4, 0.4, 0.5, 0.5, 2.0});
+}
+
 TEST_CASE("predictions interpolate the table inside the sweep and follow the line outside it, capped below it") {
   std::vector<CollectiveSample> table{{1000, 1.0}, {2000, 3.0}, {4000, 4.0}};
   AlphaBeta fit{0.5, 0.001};
