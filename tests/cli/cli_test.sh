@@ -163,6 +163,12 @@ plans = json.load(sys.stdin)['plans']
 print([p for p in plans if p['tp'] == 2 and p['pp'] == 1 and p['params'] == 2][0]['schedule'])" > "$tmp/tp_plan.sched"
 expect "a planned tensor-parallel schedule verifies" 0 "equivalent (" \
   -- "$loom" verify "$tmp/tp_plan.sched" --model llama:tiny --seq 32 --micro-batch 2 --threads 1 --nproc 4
+# Plans are evaluated on several threads; the result does not depend on how many.
+plans_with() { "$loom" plan --model llama:tiny --world 4 --cluster dgx-a100 --checkpoint auto --json --top 100 --threads "$1" 2>/dev/null; }
+plans_with 1 > "$tmp/plans1.json"
+plans_with 2 > "$tmp/plans2.json"
+expect "plan: the same plans on one thread and on two" 0 "" -- cmp "$tmp/plans1.json" "$tmp/plans2.json"
+expect "plan: plans on one thread were found" 0 '"plans"' -- cat "$tmp/plans1.json"
 expect "plan without a cost model" 2 "error: loom plan needs one cost model: --cluster NAME or --profile FILE" \
   -- "$loom" plan --model gpt:tiny --world 4
 expect "plan on a profile of another run" 2 "error: $tmp/profile.json was measured for another run: world 2 (this run: 4)" \
