@@ -223,6 +223,16 @@ torch::Tensor OpProfiler::intercept(torch::nn::Module& module, const std::vector
   auto run = [&](const std::vector<torch::Tensor>& xs) { return s.inner ? s.inner->intercept(module, xs, forward) : forward(xs); };
   auto path = s.path_of.find(&module);
   int op = path == s.path_of.end() || !s.measured ? -1 : s.op_of_call(path->second);
+  if (op < 0 && s.in_backward && s.measured && s.depth == 0) {
+    // In backward a module runs only to recompute a checkpoint()ed block: its whole run, op-free
+    // work included, is the recompute instruction's, not time between ops.
+    auto start = std::chrono::steady_clock::now();
+    ++s.depth;
+    torch::Tensor out = run(inputs);
+    --s.depth;
+    s.recomputing_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return out;
+  }
   if (op < 0) return run(inputs);
 
   bool marks = torch::GradMode::is_enabled();
