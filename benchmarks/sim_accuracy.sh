@@ -6,8 +6,8 @@
 # gives the simulated and the measured median step (steps 3-12) and peak tensor memory, their
 # ratios, and whether the simulator ranks the schedules in the measured order. With `--link`
 # (as root, with iproute2 and tc) every command runs in a network namespace whose loopback is
-# shaped to 1 Gbit/s (TBF), which both directions share. Tensor and pipeline parallelism, which
-# `loom profile` refuses, are not covered yet.
+# shaped to 1 Gbit/s (TBF), which both directions share. `tp` splits every block's four
+# Linears over 2 ranks (Megatron-LM's pairs), `pp` runs the blocks in two pipeline stages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 loom=$PWD/${LOOM:-build/loom}
@@ -29,7 +29,17 @@ if [ "$link" = 1gbit ]; then
 fi
 printf 'sch.zero(stage=3)\nsch["h.*"].prefetch(budget=auto)\n' > "$out/zero3_prefetch.sched"
 printf 'sch.zero(stage=3)\nsch["h.*"].bucket()\n' > "$out/zero3_bucket.sched"
-schedules="ddp zero1 zero2 zero3 checkpoint_all zero3_prefetch zero3_bucket"
+cat > "$out/tp.sched" <<'SCHED'
+sch.mesh(tp=2)
+for b in sch["h.*"] {
+    b["attn.c_attn"].shard(["weight", "bias"], axis=0).sync(mode="bwd_post", op="all_reduce")
+    b["attn.c_proj"].shard("weight", axis=1).sync(mode="fwd_post", op="all_reduce")
+    b["mlp.c_fc"].shard(["weight", "bias"], axis=0).sync(mode="bwd_post", op="all_reduce")
+    b["mlp.c_proj"].shard("weight", axis=1).sync(mode="fwd_post", op="all_reduce")
+}
+SCHED
+printf 'sch.mesh(pp=2)\nsch["h.1"].pipeline_split()\n' > "$out/pp.sched"
+schedules="ddp zero1 zero2 zero3 checkpoint_all zero3_prefetch zero3_bucket tp pp"
 shape="--model gpt:tiny --micro-batch 4 --seq 128"
 run="$shape --threads 1 --nproc $world --steps 12 --data synthetic"
 for sched in $schedules; do

@@ -53,7 +53,8 @@ std::unique_ptr<Schedule> planned_schedule(const std::string& file, const std::s
 
 namespace {
 
-int explain(const ExplainOptions& o) {
+int explain(const ExplainOptions& given) {
+  ExplainOptions o = given;  // with the schedule's batch(), once lowered
   SourceManager sources;
   try {
     std::unique_ptr<Schedule> sch = planned_schedule(o.file, o.model, o.nproc, o.local_world, o.sets, o.stdlib, sources);
@@ -61,11 +62,13 @@ int explain(const ExplainOptions& o) {
       throw UserError(SourceRange{}, "--rank " + std::to_string(o.rank) + " is not below --nproc " + std::to_string(o.nproc),
                       "ranks are numbered 0.." + std::to_string(o.nproc - 1));
     std::vector<PassRecord> records;
+    RuntimePlan plan = lower_schedule(*sch);
+    o.micro_batch = plan.micro_batch_or(o.micro_batch);
+    o.accum = plan.accum_or(o.accum);
     StepOptions step_options;
     step_options.grad_norm = o.clip > 0;
     step_options.accum = o.accum;
     step_options.rank = o.rank;
-    RuntimePlan plan = lower_schedule(*sch);
     ir::Program program = lower_step(plan, trace_model(o.model, {o.micro_batch, o.seq}), &records, PipelineDebug::from_environment(std::cerr), step_options);
     // Every rank runs this same program (SPMD) outside a mesh; in one, each stage and
     // tensor-parallel rank its own.

@@ -34,16 +34,18 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
+// The figures depend on the batch the ranks train: the schedule's batch() where it sets one.
 std::string key_of(const ProfileOptions& o) {
+  TrainOptions trained = with_schedule_batch(o.train, o.nproc, o.nproc);
   ProfileKeyInputs k;
   k.model = o.train.model;
   k.schedule = o.train.schedule_file.empty() ? "" : read_file(o.train.schedule_file);
   for (auto& set : o.train.sets) k.schedule += "\n--set " + set;
   k.world = o.nproc;
   k.local_world = o.nproc;
-  k.micro_batch = o.train.micro_batch;
+  k.micro_batch = trained.micro_batch;
   k.seq = o.train.seq;
-  k.accum = o.train.accum;
+  k.accum = trained.accum;
   k.device = resolved_device(o.train) + " backend=" + o.train.backend + " reduce=" + o.train.reduce_dtype;
   k.precision = resolved_device(o.train) == "cuda" ? o.train.precision : "fp32";
   k.threads = resolved_threads(o.train, o.nproc);
@@ -74,14 +76,15 @@ void print_profile(const Profile& p, std::ostream& out) {
   }
   out << "  total: forward " << fixed(forward, 2) << " ms, backward " << fixed(backward, 2) << " ms\n";
   if (p.collectives.empty()) return;
-  out << "collectives (alpha-beta fit; time at 1 MiB from the table):\n";
-  std::snprintf(line, sizeof line, "  %-12s %5s %-15s %10s %12s %12s\n", "group", "size", "collective", "alpha us", "GB/s",
-                "1 MiB ms");
+  out << "collectives (alpha-beta fit; time at 1 MiB from the table; timed on idle cores, and beside the ranks' compute):\n";
+  std::snprintf(line, sizeof line, "  %-12s %5s %-15s %-15s %10s %12s %12s\n", "group", "size", "collective", "timed", "alpha us",
+                "GB/s", "1 MiB ms");
   out << line;
   for (auto& c : p.collectives) {
     double gbps = c.fit.beta_ms_per_byte > 0 ? 1e-6 / c.fit.beta_ms_per_byte : 0;
-    std::snprintf(line, sizeof line, "  %-12s %5d %-15s %10s %12s %12s\n", c.group.c_str(), c.group_size, c.collective.c_str(),
-                  fixed(c.fit.alpha_ms * 1000, 1).c_str(), fixed(gbps, 3).c_str(), fixed(c.predict_ms(1 << 20), 3).c_str());
+    std::snprintf(line, sizeof line, "  %-12s %5d %-15s %-15s %10s %12s %12s\n", c.group.c_str(), c.group_size, c.collective.c_str(),
+                  c.beside_compute ? "beside compute" : "idle", fixed(c.fit.alpha_ms * 1000, 1).c_str(), fixed(gbps, 3).c_str(),
+                  fixed(c.predict_ms(1 << 20), 3).c_str());
     out << line;
   }
 }

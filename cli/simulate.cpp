@@ -64,13 +64,9 @@ std::unique_ptr<InstructionCost> cost_model(const SimulateOptions& o, std::optio
                                             const std::vector<ir::Program>& stages) {
   if (cluster)
     return std::make_unique<ClusterCost>(std::move(*cluster), o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, local_world);
-  if (stages.size() > 1)
-    throw UserError(SourceRange{}, "a profile prices one program, and this schedule has " + std::to_string(stages.size()) +
-                                       " pipeline stages",
-                    "simulate a pipeline with --cluster");
   Profile profile = load_profile(o.profile);
   check_profile_fits(profile, o.profile, {o.model, "", o.nproc, 0, o.micro_batch, o.seq, o.accum});
-  return std::make_unique<ProfileCost>(stages[0], profile, o.profile);
+  return std::make_unique<ProfileCost>(stages, profile, o.profile);
 }
 
 // --save-cluster: this machine as a cluster file, from the profile (one node of the profiled
@@ -97,7 +93,8 @@ void print_report(const SimulateOptions& o, const RuntimePlan& plan, const std::
   std::printf("  tokens/s/rank   %10.0f\n", tokens_per_s_per_rank);
 }
 
-int simulate_schedule(const SimulateOptions& o) {
+int simulate_schedule(const SimulateOptions& given) {
+  SimulateOptions o = given;  // with the schedule's batch(), once lowered
   SourceManager sources;
   try {
     if (o.cluster.empty() == o.profile.empty())
@@ -111,6 +108,8 @@ int simulate_schedule(const SimulateOptions& o) {
     std::string priced_by = cluster ? "cluster " + cluster->name : "profile " + o.profile;
     std::unique_ptr<Schedule> sch = planned_schedule(o.file, o.model, o.nproc, local_world, o.sets, o.stdlib, sources);
     RuntimePlan plan = lower_schedule(*sch);
+    o.micro_batch = plan.micro_batch_or(o.micro_batch);
+    o.accum = plan.accum_or(o.accum);
     StepOptions step_options;
     step_options.grad_norm = o.clip > 0;
     step_options.accum = o.accum;

@@ -178,13 +178,16 @@ int report_text(const VerifyOptions& o, const Outcome& r) {
 
 int verify_schedule(const VerifyOptions& o) {
   auto started = std::chrono::steady_clock::now();
-  const TrainOptions& t = o.train;
+  TrainOptions t = o.train;
   Outcome r;
   std::vector<Directive>& directives = r.directives;
   try {
     ValidatedRun validated = validate_run(t, o.nproc, o.nproc);
     directives = validated.directives;
     r.model_parallel = validated.plan.tp * validated.plan.pp;
+    // The plain run trains the batch the schedule's batch() sets, as the scheduled one does.
+    t.micro_batch = validated.plan.micro_batch_or(t.micro_batch);
+    t.accum = validated.plan.accum_or(t.accum);
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), nullptr);
     return kUserError;

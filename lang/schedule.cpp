@@ -161,6 +161,9 @@ const Selection& Selection::compress(double ratio, int index_bits, Value sparsit
 }
 const Selection& Selection::bucket(CallSite site) const { return apply_keywords("bucket", {}, site); }
 const Selection& Selection::verify(CallSite site) const { return apply_keywords("verify", {}, site); }
+const Selection& Selection::batch(int64_t micro, int64_t accum, CallSite site) const {
+  return apply_keywords("batch", {{"micro", Value::integer(micro)}, {"accum", Value::integer(accum)}}, site);
+}
 
 // ---- Schedule ----
 

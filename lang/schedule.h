@@ -98,6 +98,8 @@ class Selection {
                             CallSite site = CallSite::current()) const;
   const Selection& bucket(CallSite site = CallSite::current()) const;
   const Selection& verify(CallSite site = CallSite::current()) const;
+  // 0 keeps the command line's (--micro-batch, --accum).
+  const Selection& batch(int64_t micro = 0, int64_t accum = 0, CallSite site = CallSite::current()) const;
 
  private:
   const Selection& apply_keywords(const std::string& primitive, std::vector<std::pair<std::string, Value>> args,

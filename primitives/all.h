@@ -15,6 +15,7 @@
 //   compress(ratio=, index_bits=, sparsity=) TAGC gradient compression                 compress.cpp
 //   bucket()                                gather/reduce a module's parameters as one bucket.cpp
 //   verify()                                differential test before training          verify.cpp
+//   batch(micro=, accum=)                   per-rank micro-batch, micro-batches a step batch.cpp
 // Test-only (LOOM_TEST_PRIMITIVES=1): faults that loom verify's tests must catch.
 //   test_corrupt_shard(param=, rank=)       perturb one rank's shard of a weight       test_corrupt_shard.cpp
 //   test_skip_reduction(param=)             never reduce one parameter's gradient      test_skip_reduction.cpp
@@ -23,7 +24,7 @@
 
 #define LOOM_BUILTIN_PRIMITIVES(X) \
   X(mesh) X(shard) X(sync) X(checkpoint) X(replace) X(pipeline_split) X(shard_states) X(fsdp) X(zero) \
-  X(prefetch) X(unshard) X(offload) X(compress) X(bucket) X(verify) \
+  X(prefetch) X(unshard) X(offload) X(compress) X(bucket) X(verify) X(batch) \
   X(test_corrupt_shard) X(test_skip_reduction) X(test_release_early)
 
 namespace loom {

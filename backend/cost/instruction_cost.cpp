@@ -76,22 +76,36 @@ double ClusterCost::seconds(const ir::Program& p, const ir::Instr& in) const {
   return collective_seconds(cluster_, op, in.bytes, span(p, in));
 }
 
-ProfileCost::ProfileCost(const ir::Program& program, const Profile& profile, const std::string& origin) : program_(&program) {
-  std::vector<double> ms = estimate_step(program, profile, origin).instruction_ms;
-  for (size_t i = 0; i < ms.size(); ++i) {
-    const ir::Instr& in = program.instrs[i];
-    // A collective the profile never measured would cost nothing: refuse rather than flatter.
-    if (ms[i] < 0 && ir::issued_collective(in))
-      throw UserError(SourceRange{}, origin + " has no measurement of " + ir::issued_collective(in) + " on the `" + in.group.role +
-                                         "` group (instruction " + std::to_string(i) + ")",
-                      "measure this schedule with `loom profile`");
-    seconds_.push_back(ms[i] > 0 ? ms[i] / 1000 : 0);  // what a profile does not time costs nothing
+ProfileCost::ProfileCost(const std::vector<ir::Program>& stages, const Profile& profile, const std::string& origin) {
+  for (const ir::Program& program : stages) {
+    StepEstimate& estimate = estimates_.emplace_back(estimate_step(program, profile, origin));
+    std::vector<double>& seconds = seconds_.emplace_back();
+    for (size_t i = 0; i < estimate.instruction_ms.size(); ++i) {
+      double ms = estimate.instruction_ms[i];
+      const ir::Instr& in = program.instrs[i];
+      // A collective the profile never measured would cost nothing: refuse rather than flatter.
+      if (ms < 0 && ir::issued_collective(in))
+        throw UserError(SourceRange{}, origin + " has no measurement of " + ir::issued_collective(in) + " on the `" + in.group.role +
+                                           "` group (instruction " + std::to_string(i) + ")",
+                        "measure this schedule with `loom profile`");
+      seconds.push_back(ms > 0 ? ms / 1000 : 0);  // what a profile does not time costs nothing
+    }
+    programs_.push_back(&program);
   }
 }
 
+size_t ProfileCost::index_of(const ir::Program& program) const {
+  for (size_t s = 0; s < programs_.size(); ++s)
+    if (programs_[s] == &program) return s;
+  throw InternalError("a profile's costs were asked for another program than the ones it priced");
+}
+
 double ProfileCost::seconds(const ir::Program& program, const ir::Instr& in) const {
-  if (&program != program_) throw InternalError("a profile's costs were asked for another program than the one it priced");
-  return seconds_.at(static_cast<size_t>(&in - program.instrs.data()));
+  return seconds_[index_of(program)].at(static_cast<size_t>(&in - program.instrs.data()));
+}
+
+int64_t ProfileCost::workspace_bytes(const ir::Program& program, const ir::Instr& in) const {
+  return estimates_[index_of(program)].instruction_workspace_bytes.at(static_cast<size_t>(&in - program.instrs.data()));
 }
 
 }  // namespace loom

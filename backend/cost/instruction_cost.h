@@ -10,6 +10,7 @@
 #include "backend/cost/analytic_cost.h"
 #include "backend/cost/memory_model.h"
 #include "backend/cost/profile.h"
+#include "backend/cost/step_estimate.h"
 #include "backend/ir/ir.h"
 
 namespace loom {
@@ -20,6 +21,9 @@ class InstructionCost {
   // Seconds one run of `in` (an instruction of `program`) takes on its stream; 0 for those that
   // take no time (waits, releases).
   virtual double seconds(const ir::Program& program, const ir::Instr& in) const = 0;
+  // Bytes `in` allocates while it runs and frees by its end, beyond what it saves (a backward's
+  // input gradients and temporaries): measured by a profile; 0 where the model does not know.
+  virtual int64_t workspace_bytes(const ir::Program& program, const ir::Instr& in) const { return 0; }
 };
 
 // The analytic model on a cluster: compute from FLOPs and bytes on its device, each collective
@@ -47,17 +51,21 @@ class ClusterCost : public InstructionCost {
   GroupSpan work_out_span(const ir::Program& program, const ir::Instr& in) const;
 };
 
-// A measured profile (`loom profile`) prices one program's instructions: each compute op at its
-// measured time, each collective at its role's fitted line (step_estimate.h). Only for the
-// program it was built with. Throws UserError when the profile was measured for other ops.
+// A measured profile (`loom profile`) prices the programs of one step (a program per pipeline
+// stage): each compute op at its measured time, each collective at its role's fitted line
+// (step_estimate.h). Only for the programs it was built with. Throws UserError when the profile
+// was measured for other ops.
 class ProfileCost : public InstructionCost {
  public:
-  ProfileCost(const ir::Program& program, const Profile& profile, const std::string& origin);
+  ProfileCost(const std::vector<ir::Program>& stages, const Profile& profile, const std::string& origin);
   double seconds(const ir::Program& program, const ir::Instr& in) const override;
+  int64_t workspace_bytes(const ir::Program& program, const ir::Instr& in) const override;
 
  private:
-  const ir::Program* program_;
-  std::vector<double> seconds_;  // by instruction
+  std::vector<const ir::Program*> programs_;
+  std::vector<StepEstimate> estimates_;  // by program
+  std::vector<std::vector<double>> seconds_;  // by program, by instruction
+  size_t index_of(const ir::Program& program) const;
 };
 
 }  // namespace loom

@@ -30,11 +30,13 @@ std::pair<double, double> achieved_rates(const Profile& profile, const ir::Progr
   return {flops / flop_s, bytes / byte_s};
 }
 
-// The link the profile's all-reduce on its largest group measured.
+// The link the profile's all-reduce on its largest group measured on idle cores: the link's
+// own speed (the cluster model has no contention with compute).
 LinkSpec measured_link(const Profile& profile, const std::string& origin) {
   const CollectiveProfile* best = nullptr;
   for (const CollectiveProfile& c : profile.collectives)
-    if (c.collective == "all_reduce" && c.group_size > 1 && c.fit.beta_ms_per_byte > 0 && (!best || c.group_size > best->group_size))
+    if (c.collective == "all_reduce" && !c.beside_compute && c.group_size > 1 && c.fit.beta_ms_per_byte > 0 &&
+        (!best || c.group_size > best->group_size))
       best = &c;
   if (!best)
     throw UserError(SourceRange{}, origin + " has no all-reduce measured over two or more ranks",

@@ -14,7 +14,9 @@
 namespace loom {
 namespace {
 
-constexpr int kFormat = 2;  // bump when the measurement changes meaning (2: op times take the work between ops)
+// Bump when the measurement changes meaning (2: op times take the work between ops; 3: two
+// collective regimes, the mesh's groups and a pipeline's transfers).
+constexpr int kFormat = 3;
 
 uint64_t fnv1a(const std::string& text) {
   uint64_t h = 1469598103934665603ull;
@@ -26,10 +28,14 @@ uint64_t fnv1a(const std::string& text) {
 
 double CollectiveProfile::predict_ms(int64_t bytes) const { return loom::predict_ms(samples, fit, bytes); }
 
-const CollectiveProfile* Profile::collective(const std::string& name, const std::string& group) const {
+const CollectiveProfile* Profile::collective(const std::string& name, const std::string& group, bool beside_compute) const {
+  const CollectiveProfile* other = nullptr;
   for (auto& c : collectives)
-    if (c.collective == name && c.group == group) return &c;
-  return nullptr;
+    if (c.collective == name && c.group == group) {
+      if (c.beside_compute == beside_compute) return &c;
+      other = &c;
+    }
+  return other;
 }
 
 std::string Profile::to_json() const {
@@ -54,6 +60,7 @@ std::string Profile::to_json() const {
     j["collectives"].push_back({{"collective", c.collective},
                                 {"group", c.group},
                                 {"group_size", c.group_size},
+                                {"beside_compute", c.beside_compute},
                                 {"alpha_ms", c.fit.alpha_ms},
                                 {"beta_ms_per_byte", c.fit.beta_ms_per_byte},
                                 {"samples_bytes_ms", samples}});
@@ -81,6 +88,7 @@ Profile Profile::from_json(const std::string& text, const std::string& origin) {
       cp.collective = c.at("collective").get<std::string>();
       cp.group = c.at("group").get<std::string>();
       cp.group_size = c.at("group_size").get<int>();
+      cp.beside_compute = c.at("beside_compute").get<bool>();
       cp.fit = {c.at("alpha_ms").get<double>(), c.at("beta_ms_per_byte").get<double>()};
       for (auto& s : c.at("samples_bytes_ms")) cp.samples.push_back({s.at(0).get<int64_t>(), s.at(1).get<double>()});
       p.collectives.push_back(std::move(cp));

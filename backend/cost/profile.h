@@ -28,12 +28,17 @@ struct OpProfile {
   int64_t backward_peak_bytes = 0;   // the peak during its backward
 };
 
-// One collective on one process-group role ("params", "grad_peers", "optim_peers",
-// "replicas", "world"), over a sweep of sizes.
+// One collective on one process-group role ("world", "params", "grad_peers", "optim_peers",
+// "replicas", "optim_block"; under a mesh "tp", "dp", "model", "pipeline", and "stage_pair" for
+// a pipeline's send and recv), over a sweep of sizes, in one of two regimes. On CPU the ranks'
+// threads share the cores: a collective that runs while the ranks compute (a gradient reduction
+// overlapping backward) waits for cores and takes up to several times what one that the ranks
+// wait for at once (a tensor-parallel all-reduce, the loss's) takes. A GPU profile has one regime.
 struct CollectiveProfile {
-  std::string collective;  // "all_gather", "reduce_scatter", "all_reduce"
+  std::string collective;  // "all_gather", "reduce_scatter", "all_reduce", "send", "recv"
   std::string group;       // the role
   int group_size = 0;
+  bool beside_compute = false;  // timed while a thread per rank computed its share of a core
   std::vector<CollectiveSample> samples;  // sorted by bytes
   AlphaBeta fit;
 
@@ -48,8 +53,9 @@ struct Profile {
   std::vector<OpProfile> ops;
   std::vector<CollectiveProfile> collectives;
 
-  // nullptr when this profile has no such collective on that role.
-  const CollectiveProfile* collective(const std::string& collective, const std::string& group) const;
+  // The collective on that role in the regime asked for, else in the other; nullptr when this
+  // profile has no such collective on that role.
+  const CollectiveProfile* collective(const std::string& collective, const std::string& group, bool beside_compute) const;
   std::string to_json() const;
   // Throws UserError when `text` is not a Loom profile.
   static Profile from_json(const std::string& text, const std::string& origin);

@@ -1,45 +1,82 @@
 #include "backend/cost/step_estimate.h"
 
+#include <algorithm>
 #include <map>
+#include <unordered_set>
 
 #include "lang/diagnostics.h"
 
 namespace loom {
 namespace {
 
-// The profile's process-group role of an IR group role.
-std::string profile_role(const std::string& role) {
-  static const std::map<std::string, std::string> roles{
-      {"dp", "world"}, {"params", "params"}, {"replicas", "replicas"}, {"grads", "grad_peers"}, {"optim", "optim_peers"}};
+// The profile's measurement of a collective on an IR group role: the role's own where the
+// profile timed it (tp, dp, model, pipeline, stage_pair under a mesh), else the process group
+// that plays it without a mesh (the world is the data-parallel group).
+const CollectiveProfile* measured(const Profile& profile, const char* collective, const std::string& role, bool beside_compute) {
+  if (const CollectiveProfile* own = profile.collective(collective, role, beside_compute)) return own;
+  static const std::map<std::string, std::string> roles{{"dp", "world"}, {"grads", "grad_peers"}, {"optim", "optim_peers"}};
   auto it = roles.find(role);
-  return it == roles.end() ? role : it->second;
+  return it == roles.end() ? nullptr : profile.collective(collective, it->second, beside_compute);
+}
+
+// Whether each instruction is a collective that shares the cores with other work: another
+// collective is still in flight when it is issued, or the rank issues something (compute, or
+// another collective) before waiting for it. One that runs alone, as the profile's idle sweep
+// timed it, is not.
+std::vector<bool> contended_collectives(const ir::Program& program) {
+  std::vector<bool> contended(program.instrs.size(), false);
+  std::unordered_set<int> in_flight;
+  for (size_t i = 0; i < program.instrs.size(); ++i) {
+    const ir::Instr& in = program.instrs[i];
+    if (in.kind == ir::OpKind::Wait) in_flight.erase(in.handle);
+    if (!ir::issued_collective(in)) continue;
+    bool waited_at_once = i + 1 < program.instrs.size() && program.instrs[i + 1].kind == ir::OpKind::Wait &&
+                          program.instrs[i + 1].handle == in.handle;
+    contended[i] = !waited_at_once || !in_flight.empty();
+    in_flight.insert(in.handle);
+  }
+  return contended;
+}
+
+// The profile's ops of each module the program computes, in forward order.
+std::map<std::string, std::vector<size_t>> match_forward_ops(const ir::Program& program, const Profile& profile,
+                                                             const std::string& origin) {
+  // The k-th forward compute is the profile's k-th op (backward computes take the ops of their
+  // module from the last forward call back: estimate_step). A pipeline stage runs some of the model's ops, and
+  // the profile holds every stage's: the stage's k-th is the profile's next op of its module.
+  std::map<std::string, std::vector<size_t>> ops_of;
+  bool staged = program.mesh.pp > 1;
+  size_t k = 0, forward_seen = 0;
+  for (const ir::Instr& in : program.instrs) {
+    if (in.kind != ir::OpKind::Compute || in.phase != ir::Phase::Forward) continue;
+    size_t from = k;
+    while (staged && k < profile.ops.size() && profile.ops[k].module != in.module) ++k;
+    if (k >= profile.ops.size()) k = from;  // not found: name the op where the search began
+    if (k >= profile.ops.size() || profile.ops[k].module != in.module)
+      throw UserError(SourceRange{},
+                      origin + " was measured for other compute ops: the step's op " + std::to_string(forward_seen) + " is `" +
+                          in.module + "`, the profile's is `" + (k < profile.ops.size() ? profile.ops[k].module : std::string("(none)")) +
+                          "`",
+                      "measure this model and schedule with `loom profile`");
+    ops_of[in.module].push_back(k++);
+    ++forward_seen;
+  }
+  if (!staged && forward_seen != profile.ops.size())
+    throw UserError(SourceRange{},
+                    origin + " has " + std::to_string(profile.ops.size()) + " compute ops, the step " + std::to_string(forward_seen),
+                    "measure this model and schedule with `loom profile`");
+  return ops_of;
 }
 
 }  // namespace
 
 StepEstimate estimate_step(const ir::Program& program, const Profile& profile, const std::string& origin) {
-  // The k-th forward compute is the profile's k-th op; backward computes take the ops of their
-  // module from the last forward call back.
-  std::map<std::string, std::vector<size_t>> ops_of;
-  size_t forward_seen = 0;
-  for (const ir::Instr& in : program.instrs) {
-    if (in.kind != ir::OpKind::Compute || in.phase != ir::Phase::Forward) continue;
-    if (forward_seen >= profile.ops.size() || profile.ops[forward_seen].module != in.module)
-      throw UserError(SourceRange{},
-                      origin + " was measured for other compute ops: the step's op " + std::to_string(forward_seen) + " is `" +
-                          in.module + "`, the profile's is `" +
-                          (forward_seen < profile.ops.size() ? profile.ops[forward_seen].module : std::string("(none)")) + "`",
-                      "measure this model and schedule with `loom profile`");
-    ops_of[in.module].push_back(forward_seen++);
-  }
-  if (forward_seen != profile.ops.size())
-    throw UserError(SourceRange{},
-                    origin + " has " + std::to_string(profile.ops.size()) + " compute ops, the step " + std::to_string(forward_seen),
-                    "measure this model and schedule with `loom profile`");
-
+  std::map<std::string, std::vector<size_t>> ops_of = match_forward_ops(program, profile, origin);
+  std::vector<bool> contended = contended_collectives(program);
   StepEstimate e;
   for (const ir::Instr& in : program.instrs) {
     double ms = -1;
+    int64_t workspace = 0;
     double times = static_cast<double>(ir::times_per_step(program, in));
     if (in.kind == ir::OpKind::Compute && in.phase == ir::Phase::Forward) {
       ms = profile.ops[ops_of[in.module].front()].forward_ms;
@@ -48,7 +85,9 @@ StepEstimate estimate_step(const ir::Program& program, const Profile& profile, c
       e.forward_compute_ms += times * ms;
     } else if (in.kind == ir::OpKind::Compute && in.phase == ir::Phase::Backward) {
       std::vector<size_t>& ops = ops_of[in.module];
-      ms = profile.ops[ops.back()].backward_ms;
+      const OpProfile& op = profile.ops[ops.back()];
+      ms = op.backward_ms;
+      workspace = std::max<int64_t>(0, op.backward_peak_bytes - op.backward_before_bytes);
       ops.insert(ops.begin(), ops.back());  // rotate the other way: backward runs the calls in reverse
       ops.pop_back();
       e.backward_compute_ms += times * ms;
@@ -62,12 +101,13 @@ StepEstimate estimate_step(const ir::Program& program, const Profile& profile, c
       ms = profile.optimizer_step_ms;
       e.optimizer_ms += times * ms;
     } else if (const char* name = ir::issued_collective(in)) {
-      if (const CollectiveProfile* c = profile.collective(name, profile_role(in.group.role))) {
+      if (const CollectiveProfile* c = measured(profile, name, in.group.role, contended[e.instruction_ms.size()])) {
         ms = c->predict_ms(in.bytes);
         e.collective_ms += times * ms;
       }
     }
     e.instruction_ms.push_back(ms);
+    e.instruction_workspace_bytes.push_back(workspace);
   }
   return e;
 }

@@ -1,7 +1,8 @@
 // A step's instructions priced by a measured profile (backend/cost/profile.h): each compute op at
 // its measured forward or backward time (a recompute at its module's ops' forward times, counted
-// with the backward), the optimizer step at its measured time, each collective at its role's fitted time for its
-// bytes. The sums are serial: overlap is what the executed timeline (--trace) shows, and what
+// with the backward), the optimizer step at its measured time, each collective at its role's
+// fitted time for its bytes: as timed on idle cores where the program waits for it at once, as
+// timed beside compute where it issues other work first. The sums are serial: overlap is what the executed timeline (--trace) shows, and what
 // a later issue's cost model (deepcompile.txt §4.2) will estimate. Torch-free.
 #pragma once
 
@@ -15,6 +16,9 @@ namespace loom {
 
 struct StepEstimate {
   std::vector<double> instruction_ms;  // per instruction, one run of it; -1 where the profile has no figure
+  // Per instruction: what a backward compute allocates while it runs beyond what it had (its
+  // op's backward peak over the memory before it); 0 for the others.
+  std::vector<int64_t> instruction_workspace_bytes;
   // The sums count each instruction as often as it runs in a step (ir::times_per_step).
   double forward_compute_ms = 0;
   double backward_compute_ms = 0;

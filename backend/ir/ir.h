@@ -59,7 +59,9 @@ const char* micro_batches_name(MicroBatches m);  // "all", "last", "all_but_last
 
 // A process group as the IR sees it: a role and a size.
 struct GroupRef {
-  std::string role;  // "params" (s_p), "grads" (s_g), "replicas", "optim", "optim_block" (s_os), "dp", "world"
+  // "params" (s_p), "grads" (s_g), "replicas", "optim", "optim_block" (s_os), "dp", "world"; under
+  // a mesh also "tp", "model", "pipeline" and "stage_pair"
+  std::string role;
   int size = 1;
 };
 

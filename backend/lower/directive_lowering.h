@@ -19,8 +19,9 @@ using Lower = void (*)(const Directive& d, const Schedule& schedule, RuntimePlan
 // Checks `d` against the whole plan, once every directive is lowered.
 using Check = void (*)(const Directive& d, const Schedule& schedule, const RuntimePlan& plan);
 
-// data_parallel.cpp
+// data_parallel.cpp (DDP's buckets, and the batch each data-parallel rank trains)
 void bucket(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+void batch(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
 // sharding.cpp (Lins factors, ZeRO, FSDP, and what steers the gathers of sharded parameters)
 void shard_states(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
 void prefetch(const Directive& d, const Schedule& schedule, RuntimePlan& plan);

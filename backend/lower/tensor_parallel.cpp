@@ -1,7 +1,7 @@
 // Tensor parallelism's directives (slapo.txt §3.2.2, Megatron-LM): mesh() sets the group
 // sizes, shard() splits Linear layers, sync() adds the collective that makes them whole.
+#include <algorithm>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "backend/lower/directive_lowering.h"
 
@@ -42,13 +42,31 @@ void sync(const Directive& d, const Schedule& schedule, RuntimePlan& plan) {
   plan.syncs.push_back(s);
 }
 
+namespace {
+
+// A split layer multiplies by its slice: 1/tp of the FLOPs. What it saves for backward: a
+// column-split layer (axis 0, output features) its whole input and a slice of what follows its
+// output (the attention's heads, the activation function's input); a row-split layer (axis 1,
+// input features) a slice of everything, its input first.
+void slice_compute(ir::Instr& in, const ir::TracedOp& op, int axis, int tp) {
+  in.flops /= tp;
+  if (axis == 0) {
+    int64_t input = std::min(op.input_bytes, in.activation_bytes);
+    in.activation_bytes = input + (in.activation_bytes - input) / tp;
+  } else {
+    in.activation_bytes /= tp;
+  }
+}
+
+}  // namespace
+
 void lower_tensor_parallel(const RuntimePlan& plan, const ir::OpTrace& trace, ir::Program& p) {
   if (plan.tp <= 1) return;
   std::unordered_map<std::string, ir::TracedParam*> param_named;
   for (ir::TracedParam& param : p.params) param_named[param.name] = &param;
-  std::unordered_set<std::string> split;
+  std::unordered_map<std::string, int> split_axis;  // module -> the axis its weight is split on
   for (const TensorShard& s : plan.shards) {
-    split.insert(s.module);
+    split_axis.emplace(s.module, s.axis);
     for (const std::string& name : s.params) {
       auto param = param_named.find(s.module + "." + name);
       if (param != param_named.end()) param->second->numel /= plan.tp;  // this rank's slice
@@ -61,9 +79,8 @@ void lower_tensor_parallel(const RuntimePlan& plan, const ir::OpTrace& trace, ir
   std::vector<ir::Instr> out;
   out.reserve(p.instrs.size() + 2 * plan.syncs.size());
   for (ir::Instr& in : p.instrs) {
-    // A split layer multiplies by its slice: 1/tp of the FLOPs. (Its saved activations are
-    // left whole: a column-split layer keeps its whole input, a row-split one its slice.)
-    if (in.kind == ir::OpKind::Compute && split.count(in.module)) in.flops /= plan.tp;
+    auto axis = in.kind == ir::OpKind::Compute ? split_axis.find(in.module) : split_axis.end();
+    if (axis != split_axis.end()) slice_compute(in, *op_of.at(in.module), axis->second, plan.tp);
     bool forward = in.phase == ir::Phase::Forward;
     auto syncs = in.kind == ir::OpKind::Compute && in.phase != ir::Phase::Step ? syncs_of.find(in.module) : syncs_of.end();
     out.push_back(std::move(in));

@@ -55,6 +55,17 @@ double host_held_states(const ir::Program& p, const StateBytes& state_bytes) {
   return elements * state_bytes.optim / p.sharding.optim;
 }
 
+// The data-parallel reducer's buckets (unsharded states: backend/exec/gradient_reducer.cpp):
+// it keeps a flat buffer for each gradient all-reduce of the backward, for the whole run.
+int64_t reduction_buffer_bytes(const ir::Program& p) {
+  if (p.sharding.optim > 1) return 0;  // the sharded executor reduces each gradient where it is
+  int64_t bytes = 0;
+  for (const Instr& in : p.instrs)
+    if (in.kind == OpKind::AllReduce && in.phase == Phase::Backward && in.group.role == "dp" && ir::issued_collective(in))
+      bytes += in.bytes;
+  return bytes;
+}
+
 // A collective over ranks of several stages, or a pipeline transfer: it starts when every
 // participant has issued it.
 struct Meeting {
@@ -93,7 +104,8 @@ class Simulator {
       for (const ir::TracedParam& q : stages[s].params) elements += static_cast<double>(q.numel);
       const ir::Sharding& f = stages[s].sharding;
       r.memory = static_cast<int64_t>(model_state_bytes(elements, state_bytes, f.params, f.grads, f.optim) -
-                                      host_held_states(stages[s], state_bytes));
+                                      host_held_states(stages[s], state_bytes)) +
+                 reduction_buffer_bytes(stages[s]);
       ranks_.push_back(std::move(r));
       note_memory(ranks_.back(), 0);
     }
@@ -147,6 +159,11 @@ class Simulator {
         r.host = r.compute_free = start + seconds;
         r.compute_s += seconds;
         record(r, run, "compute", start, r.host);
+        if (int64_t workspace = cost_.workspace_bytes(p, in)) {  // held while it runs
+          r.memory += workspace;
+          note_memory(r, run.instr);
+          r.memory -= workspace;
+        }
         if (in.kind == OpKind::Compute && in.phase == Phase::Backward) r.memory -= in.activation_bytes;
         else r.memory += in.activation_bytes;
         note_memory(r, run.instr);

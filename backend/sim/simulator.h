@@ -7,8 +7,10 @@
 // stages' programs do. A pipeline's send and recv meet (the transfer starts when both sides have
 // issued it), and a collective over ranks of several stages starts when every stage has issued
 // it. The memory timeline follows the IR: the rank's model states (less the optimizer states an
-// offload keeps on the host), gathered parameters from their all-gather to their release, saved
-// activations from their forward (or recompute) to their backward. Torch-free.
+// offload keeps on the host) and the data-parallel reducer's bucket buffers, gathered parameters
+// from their all-gather to their release, saved activations from their forward (or recompute) to
+// their backward, and each instruction's workspace (InstructionCost::workspace_bytes) while it
+// runs. Torch-free.
 #pragma once
 
 #include <cstdint>

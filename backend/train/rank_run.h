@@ -40,7 +40,7 @@ class TimelineObserver;  // rank_setup.cpp: module calls as timeline spans
 // executors and interceptors, the optimizer. Built by set_up_rank, used by
 // train_step and finish_rank; never moved, since the interceptors point at one another.
 struct RankRun {
-  const TrainOptions& o;
+  TrainOptions o;  // the command line's, with the schedule's batch() applied (plan_rank)
   RankEnv env;
   int threads = 1;
   std::unique_ptr<Schedule> sch;

@@ -162,14 +162,6 @@ std::vector<int> program_deliveries(const ir::Program& step, const std::vector<s
   return deliveries;
 }
 
-// What tensor and pipeline parallelism do not run with yet: a UserError naming it.
-void check_model_parallel_options(const TrainOptions& o, const RuntimePlan& plan) {
-  if (!plan.model_parallel() || o.profile_out.empty()) return;
-  throw UserError(SourceRange{}, "loom profile is not implemented yet with tensor or pipeline parallelism (mesh tp = " +
-                                     std::to_string(plan.tp) + ", pp = " + std::to_string(plan.pp) + ")",
-                  "a profile would have to time each rank's slices and stage; profile the schedule without its mesh");
-}
-
 // compress(): TAGC on the reduce-scatter of every parameter below each module (the lowering
 // (compression.cpp) refused it where parameters are not sharded). Resuming at the same world size, the
 // error-feedback accumulators continue where they were; otherwise they restart at zero.
@@ -189,14 +181,16 @@ void configure_compression(ShardedExecutor& sharded, const std::vector<CompressR
               << "restart at zero on " << now.describe() << "\n";
 }
 
-// The header's second line: the batch a step trains and the optimizer's settings.
-std::string describe_run_shape(const TrainOptions& o, const Schedule& schedule, int dp) {
+// The header's second line: the batch a step trains (a size the schedule's batch() set says
+// so) and the optimizer's settings.
+std::string describe_run_shape(const TrainOptions& o, const Schedule& schedule, const RuntimePlan& plan, int dp) {
   char lr[96], clip[32];
   std::snprintf(lr, sizeof lr, "lr %g (warmup %lld, cosine to %g)", o.lr, static_cast<long long>(o.warmup), o.lr * o.min_lr_ratio);
   std::snprintf(clip, sizeof clip, "%g", o.clip);
   int64_t sequences = o.micro_batch * o.accum * dp;
-  return "  batch: micro-batch " + std::to_string(o.micro_batch) + " x seq " + std::to_string(o.seq) + " x accum " +
-         std::to_string(o.accum) + " x dp " + std::to_string(dp) + " = " + with_commas(sequences) + " sequences, " +
+  const char* by_schedule = " (the schedule's batch())";
+  return "  batch: micro-batch " + std::to_string(o.micro_batch) + (plan.micro_batch > 0 ? by_schedule : "") + " x seq " +
+         std::to_string(o.seq) + " x accum " + std::to_string(o.accum) + (plan.accum > 0 ? by_schedule : "") + " x dp " + std::to_string(dp) + " = " + with_commas(sequences) + " sequences, " +
          with_commas(sequences * o.seq) + " tokens per step; " + std::to_string(o.steps) + " steps, " + lr + ", clip " +
          (o.clip > 0 ? std::string(clip) : std::string("off")) + ", seed " + std::to_string(o.seed) + "\n  schedule: " +
          (o.schedule_file.empty() ? std::string("none (plain data parallelism)")
@@ -216,7 +210,8 @@ void plan_rank(RankRun& r) {
     bool launched_by_loom = launcher && std::string(launcher) == "1";
     r.sch = evaluate_schedule(o, r.env.world, r.env.local_world, sources, r.lead() && !launched_by_loom ? &std::cout : nullptr);
     r.plan = lower_schedule(*r.sch);
-    check_model_parallel_options(o, r.plan);
+    r.o.micro_batch = r.plan.micro_batch_or(r.o.micro_batch);
+    r.o.accum = r.plan.accum_or(r.o.accum);
     if (r.plan.pp > 1) r.stages = std::make_unique<PipelineStages>(r.plan.stages);
     r.data = open_data(o);
     if (!launched_by_loom) check_outputs(o, r.lead());  // every rank, before any of them waits for the others
@@ -423,7 +418,7 @@ void print_header(const RankRun& r) {
                              std::to_string(r.layout.dp)
                        : "")
             << "\n"
-            << describe_run_shape(o, *r.sch, r.layout.dp) << std::flush;
+            << describe_run_shape(o, *r.sch, r.plan, r.layout.dp) << std::flush;
   if (r.offload)
     std::cout << "offload: the optimizer states of " << r.offload->offloaded_count() << " of " << r.optimized.size()
               << " tensors (" << r.offload->offloaded_elements() << " elements per rank) live in host memory\n"
@@ -448,7 +443,6 @@ ValidatedRun validate_run(const TrainOptions& o, int world, int local_world) {
   try {
     auto sch = evaluate_schedule(o, world, local_world, sources, &std::cout);
     run.plan = lower_schedule(*sch);
-    check_model_parallel_options(o, run.plan);
     run.directives = sch->trace();
   } catch (const UserError& e) {
     // Re-throw with the quoted source line, which only `sources` can provide.
@@ -457,6 +451,19 @@ ValidatedRun validate_run(const TrainOptions& o, int world, int local_world) {
   open_data(o);
   check_outputs(o, true);
   return run;
+}
+
+TrainOptions with_schedule_batch(const TrainOptions& o, int world, int local_world) {
+  TrainOptions out = o;
+  try {
+    SourceManager sources;
+    RuntimePlan plan = lower_schedule(*evaluate_schedule(o, world, local_world, sources, nullptr));
+    out.micro_batch = plan.micro_batch_or(o.micro_batch);
+    out.accum = plan.accum_or(o.accum);
+  } catch (const UserError&) {
+    // The run's validation reports it, with its source line.
+  }
+  return out;
 }
 
 // Module calls as timeline spans, named by module path.

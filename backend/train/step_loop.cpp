@@ -78,11 +78,11 @@ void write_metrics_row(std::ofstream& out, const std::string& path, const StepMe
 }
 
 // Profiling's end: the ops' figures, then the collective sweep on every group role of the
-// run (`groups`: the sharded executor's; null for data parallelism), all reduced across
-// ranks; rank 0 writes the profile (every rank too with LOOM_PROFILE_PER_RANK=1, which the
+// run (`groups`: the sharded executor's, `mesh`: the mesh's; null where the run has none), all
+// reduced across ranks; rank 0 writes the profile (every rank too with LOOM_PROFILE_PER_RANK=1, which the
 // tests use to check that all ranks hold the same).
 void write_profile(const TrainOptions& o, const OpProfiler& profiler, comm::Group& world, const ShardGroups* groups,
-                   torch::Device device, const RankEnv& env) {
+                   const MeshGroups* mesh, torch::Device device, const RankEnv& env) {
   Profile profile;
   profile.key = o.profile_key;
   profile.device = device.is_cuda() ? "cuda" : "cpu";
@@ -91,7 +91,7 @@ void write_profile(const TrainOptions& o, const OpProfiler& profiler, comm::Grou
   profile.optimizer_step_ms = profiler.optimizer_step_ms(world);
   bool lead = env.rank == 0;
   if (lead) std::cout << "loom profile: timing collectives on every process group of the run\n" << std::flush;
-  profile.collectives = profile_collectives(world, groups, device);
+  profile.collectives = profile_collectives(world, groups, mesh, device);
   std::string text = profile.to_json();
   auto write = [&](const std::string& path) {
     fs::path parent = fs::path(path).parent_path();
@@ -324,7 +324,7 @@ void finish_rank(RankRun& r) {
   const TrainOptions& o = r.o;
   nn::set_call_interceptor(nullptr);
   nn::set_call_observer(nullptr);
-  if (r.profiler) write_profile(o, *r.profiler, *r.world, r.sharded ? &r.sharded->groups() : nullptr, r.device, r.env);
+  if (r.profiler) write_profile(o, *r.profiler, *r.world, r.sharded ? &r.sharded->groups() : nullptr, r.mesh.get(), r.device, r.env);
   if (!o.trace.empty()) {
     // Each rank writes its events; rank 0 merges them (ranks of one node share the file system).
     timeline::write_rank_events(o.trace + ".rank" + std::to_string(r.env.rank));

@@ -62,6 +62,9 @@ struct ValidatedRun {
   RuntimePlan plan;
 };
 ValidatedRun validate_run(const TrainOptions& options, int world, int local_world);
+// The options with the micro-batch and accumulation the schedule's batch() sets (the command
+// line's where it sets none, or where the schedule does not evaluate: its run says why).
+TrainOptions with_schedule_batch(const TrainOptions& options, int world, int local_world);
 
 // What "auto" and 0 resolve to on this machine: "cpu" or "cuda"; intra-op threads per rank.
 std::string resolved_device(const TrainOptions& options);

@@ -78,6 +78,25 @@ expect "unknown knob lists the declared ones" 1 "--set names knob 'nosuch', whic
 expect "a knob set for a schedule without knobs" 1 "hint: the schedule declares no knobs; remove --set bs" \
   -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --set bs=1
 
+# batch(): the schedule sets the micro-batch and accumulation that run, simulate and explain use.
+printf 'sch.batch(micro=3, accum=2)\n' > "$tmp/batch.sched"
+expect "run trains the schedule's batch and says so" 0 "batch: micro-batch 3 (the schedule's batch()) x seq 16 x accum 2 (the schedule's batch())" \
+  -- "$loom" run "$tmp/batch.sched" --model gpt:tiny --seq 16 --micro-batch 5 --steps 1 --threads 1
+expect "explain with batch() = explain with the flags" 0 "same" -- bash -c "cmp <(\"$loom\" explain \"$tmp/batch.sched\" \
+  --model gpt:tiny --seq 16 --micro-batch 5) <(\"$loom\" explain --model gpt:tiny --seq 16 --micro-batch 3 --accum 2) && echo same"
+expect "simulate with batch() = simulate with the flags" 0 "same" -- bash -c "cmp <(\"$loom\" simulate \"$tmp/batch.sched\" \
+  --model gpt:tiny --nproc 2 --seq 16 --cluster dgx-a100 --json) <(\"$loom\" simulate --model gpt:tiny --nproc 2 --seq 16 \
+  --micro-batch 3 --accum 2 --cluster dgx-a100 --json) && echo same"
+expect "a profile of batch() prices it" 0 "2 micro-batch(es) of 3 x 16 tokens per rank" -- bash -c "\"$loom\" profile \"$tmp/batch.sched\" \
+  --model gpt:tiny --seq 16 --nproc 1 --steps 1 --threads 1 --cache-dir \"$tmp/batch_cache\" --out \"$tmp/batch.json\" > /dev/null &&
+  \"$loom\" simulate \"$tmp/batch.sched\" --model gpt:tiny --seq 16 --nproc 1 --profile \"$tmp/batch.json\""
+printf 'sch.batch(micro=-1)\n' > "$tmp/batch_bad.sched"
+expect "batch() below zero" 1 "batch_bad.sched:1:17: error: batch on sch: micro must be at least 1, got -1" \
+  "hint: leave it out (or 0) to keep the command line's" -- "$loom" check "$tmp/batch_bad.sched" --model gpt:tiny
+printf 'sch.batch()\n' > "$tmp/batch_none.sched"
+expect "batch() that sets nothing" 0 "warning: batch on sch: batch() sets neither the micro-batch nor the accumulation" \
+  -- "$loom" check "$tmp/batch_none.sched" --model gpt:tiny
+
 # Outputs of every command are checked before work is spent.
 touch "$tmp/afile"
 expect "check --trace-json unwritable" 1 "error: --trace-json $tmp/afile/t.json: cannot create the directory $tmp/afile: '$tmp/afile' is a file, not a directory" \
@@ -141,8 +160,9 @@ expect "simulate on a profile of another run" 2 "error: $tmp/profile.json was me
   -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 4 --profile "$tmp/profile.json"
 expect "simulate with more ranks per node than the cluster's nodes have" 2 "error: --local-world 16 is more than a node of cluster dgx-a100 has (8 devices)" \
   -- "$loom" simulate --model gpt:tiny --nproc 2 --local-world 16 --cluster dgx-a100
-expect "simulate a pipeline on a profile" 2 "error: a profile prices one program, and this schedule has 2 pipeline stages" \
-  -- "$loom" simulate tests/verify/pipeline.sched --model gpt:tiny --nproc 2 --profile "$tmp/profile.json"
+expect "simulate a pipeline on a profile without its transfers" 2 "error: $tmp/profile.json has no measurement of send on the \`stage_pair\` group (instruction 14)" \
+  "hint: measure this schedule with \`loom profile\`" \
+  -- "$loom" simulate tests/verify/pipeline.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json"
 echo '{"name": 3}' > "$tmp/bad_cluster.json"
 expect "simulate on a malformed cluster file" 2 "error: $tmp/bad_cluster.json: \`name\` must be a string, not 3" \
   -- "$loom" simulate --model gpt:tiny --nproc 2 --cluster "$tmp/bad_cluster.json"

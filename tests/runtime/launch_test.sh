@@ -134,10 +134,22 @@ tp_pp=$(mesh_sched tp_pp 'sch.mesh(tp=2, pp=2)' 'sch["h.0.mlp.c_fc"].shard(["wei
 if grep -q "mesh tp 2 x pp 2 x dp 1" "$tmp/out" &&
    python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-4 * abs(a))" \
      "$(last_loss "$tmp/plain.jsonl")" "$(last_loss "$tmp/tp_pp.jsonl")"; then ok; else bad "tp x pp trains the plain losses"; fi
-"$loom" profile "$tp_pp" --model gpt:tiny --nproc 4 --steps 1 --cache-dir "$tmp/profiles" > /dev/null 2> "$tmp/err"
-if [ $? -eq 1 ] && grep -qF "error: loom profile is not implemented yet with tensor or pipeline parallelism (mesh tp = 2, pp = 2)" "$tmp/err" &&
-   grep -qF "hint: a profile would have to time each rank's slices and stage; profile the schedule without its mesh" "$tmp/err"; then
-  ok; else bad "loom profile refuses a mesh"; fi
+# A profile under the mesh times every stage's ops and the mesh's groups; the simulator prices
+# both stages with it.
+"$loom" profile "$tp_pp" --model gpt:tiny --seq 32 --micro-batch 2 --nproc 4 --steps 1 --threads 1 --cache-dir "$tmp/profiles" \
+  --out "$tmp/tp_pp.profile.json" > /dev/null 2> "$tmp/err"
+if [ $? -eq 0 ] && python3 - "$tmp/tp_pp.profile.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+roles = {c["group"] + "/" + c["collective"] for c in p["collectives"]}
+needed = {"tp/all_reduce", "pipeline/all_reduce", "model/all_reduce", "stage_pair/send", "stage_pair/recv"}
+ops = [o["module"] for o in p["ops"]]
+# Both stages' ops, each timed on the stage that runs it.
+sys.exit(not (needed <= roles and "h.0.mlp.c_fc" in ops and "lm_head" in ops and all(o["forward_ms"] > 0 for o in p["ops"])))
+PY
+then ok; else bad "loom profile under tp x pp times both stages and the mesh's groups"; fi
+"$loom" simulate "$tp_pp" --model gpt:tiny --seq 32 --micro-batch 2 --nproc 4 --profile "$tmp/tp_pp.profile.json" > "$tmp/out" 2>&1
+if [ $? -eq 0 ] && grep -q "tp 2, pp 2, dp 1), profile" "$tmp/out"; then ok; else bad "loom simulate prices a pipeline on its profile"; cat "$tmp/out"; fi
 expect_run_error 1 "error: shard is not yet supported at runtime: tensor parallelism splits Linear layers; \`wte\` is a Embedding" \
   "$(mesh_sched embedding 'sch.mesh(tp=2)' 'sch["wte"].shard("weight", axis=0)')" --model gpt:tiny --nproc 2 --steps 1
 expect_run_error 1 'sync(mode="fwd_pre", op="all_gather") is not built' \

@@ -556,6 +556,21 @@ TEST_CASE("a tensor-parallel rank's program: its slices, and each sync's collect
   CHECK(std::string(ir::issued_collective(p.instrs[find(p, OpKind::Compute, ir::Phase::Forward, "head") + 1])) == "all_gather");
 }
 
+TEST_CASE("a tensor-parallel layer saves its slice: a column split its whole input and a slice of the rest, a row split a slice") {
+  ir::OpTrace trace = pipe_trace();
+  trace.forward[1].activation_bytes = 40 + 200;  // l.0: its input, and what follows its output (attention scores)
+  trace.forward[2].activation_bytes = 40;        // l.1: its input
+  RuntimePlan plan;
+  plan.tp = 4;
+  plan.shards = {{"l.0", {"w"}, 0}, {"l.1", {"w"}, 1}};
+  ir::Program p = ir::lower(trace, {1, 1, 1, 1}, true, 1, {4, 1, 0, 1});
+  lowering::lower_tensor_parallel(plan, trace, p);
+  CHECK(p.instrs[find(p, OpKind::Compute, ir::Phase::Forward, "l.0")].activation_bytes == 40 + 200 / 4);
+  CHECK(p.instrs[find(p, OpKind::Compute, ir::Phase::Backward, "l.0")].activation_bytes == 40 + 200 / 4);  // what backward frees
+  CHECK(p.instrs[find(p, OpKind::Compute, ir::Phase::Forward, "l.1")].activation_bytes == 40 / 4);
+  CHECK(p.instrs[find(p, OpKind::Compute, ir::Phase::Forward, "l.1")].flops == 25);
+}
+
 TEST_CASE("checkpoint() under a mesh: a stage recomputes only its own entry; a recomputation replays its forward's tp collectives") {
   RuntimePlan plan;
   plan.pp = 2;

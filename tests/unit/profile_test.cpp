@@ -75,6 +75,10 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
   c.samples = {{4096, 0.1}, {8192, 0.2}};
   c.fit = fit_alpha_beta(c.samples);
   p.collectives.push_back(c);
+  c.beside_compute = true;  // the same collective timed beside compute: slower
+  c.samples = {{4096, 0.3}, {8192, 0.6}};
+  c.fit = fit_alpha_beta(c.samples);
+  p.collectives.push_back(c);
   Profile q = Profile::from_json(p.to_json(), "p.json");
   CHECK(q.key == "k");
   CHECK(q.measured_steps == 3);
@@ -83,15 +87,18 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
   CHECK(q.ops[0].module == "h.0.mlp.c_fc");
   CHECK(q.ops[0].backward_ms == 1.25);
   CHECK(q.ops[0].backward_peak_bytes == 400);
-  REQUIRE(q.collective("all_gather", "params") != nullptr);
-  CHECK(q.collective("all_gather", "params")->predict_ms(6144) == doctest::Approx(0.15));
-  CHECK(q.collective("all_reduce", "params") == nullptr);
+  REQUIRE(q.collective("all_gather", "params", false) != nullptr);
+  CHECK(q.collective("all_gather", "params", false)->predict_ms(6144) == doctest::Approx(0.15));
+  CHECK(q.collective("all_gather", "params", true)->predict_ms(6144) == doctest::Approx(0.45));
+  CHECK(q.collective("all_reduce", "params", false) == nullptr);
+  q.collectives.pop_back();  // a profile of one regime (a GPU's) answers for both
+  CHECK(q.collective("all_gather", "params", true)->predict_ms(6144) == doctest::Approx(0.15));
 
   try {
     Profile::from_json(R"({"format": "something-else"})", "other.json");
     FAIL("a foreign file was accepted");
   } catch (const UserError& e) {
-    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 2");
+    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 3");
     CHECK(e.diagnostic().hint == "write it again with `loom profile`");
   }
   CHECK_THROWS_WITH_AS(Profile::from_json("{", "broken.json"), doctest::Contains("broken.json is not a readable Loom profile"),
@@ -182,5 +189,50 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
   } catch (const UserError& err) {
     CHECK(err.diagnostic().message == "p.json was measured for other compute ops: the step's op 0 is `a`, the profile's is `b`");
     CHECK(err.diagnostic().hint == "measure this model and schedule with `loom profile`");
+  }
+}
+
+TEST_CASE("a profile of a pipeline prices each stage: its ops found among every stage's, its transfers and mesh groups by role") {
+  auto instr = [](ir::OpKind kind, const char* module, ir::Phase phase, ir::GroupRef group = {}, int64_t bytes = 0) {
+    ir::Instr in;
+    in.kind = kind, in.phase = phase, in.module = module, in.group = group, in.bytes = bytes;
+    return in;
+  };
+  // The second of two stages: it runs the embedding (every stage does) and the last block.
+  ir::Program stage;
+  stage.mesh.tp = 2, stage.mesh.pp = 2, stage.mesh.stage = 1;
+  stage.instrs = {instr(ir::OpKind::Compute, "emb", ir::Phase::Forward),
+                  instr(ir::OpKind::Recv, "h.1", ir::Phase::Forward, {"stage_pair", 2}, 1000),
+                  instr(ir::OpKind::Compute, "h.1", ir::Phase::Forward),
+                  instr(ir::OpKind::TpAllReduce, "h.1", ir::Phase::Forward, {"tp", 2}, 2000),
+                  instr(ir::OpKind::Compute, "h.1", ir::Phase::Backward),
+                  instr(ir::OpKind::AllReduce, "", ir::Phase::Step, {"dp", 2}, 1000)};
+  Profile p;
+  p.ops = {{"emb", 1.0, 10.0, 0, 0, 0, 0}, {"h.0", 2.0, 20.0, 0, 0, 0, 0}, {"h.1", 3.0, 30.0, 0, 0, 0, 0}};
+  auto line = [](const char* collective, const char* group, double ms_per_kb) {
+    CollectiveProfile c;
+    c.collective = collective, c.group = group, c.group_size = 2;
+    c.samples = {{1000, ms_per_kb}, {2000, 2 * ms_per_kb}};
+    c.fit = fit_alpha_beta(c.samples);
+    return c;
+  };
+  p.collectives = {line("recv", "stage_pair", 1.0), line("all_reduce", "tp", 2.0), line("all_reduce", "world", 3.0)};
+  StepEstimate e = estimate_step(stage, p, "p.json");
+  CHECK(e.instruction_ms[0] == 1.0);
+  CHECK(e.instruction_ms[1] == doctest::Approx(1.0));
+  CHECK(e.instruction_ms[2] == 3.0);  // h.1, after h.0 which the first stage runs
+  CHECK(e.instruction_ms[3] == doctest::Approx(4.0));
+  CHECK(e.instruction_ms[4] == 30.0);
+  CHECK(e.instruction_ms[5] == doctest::Approx(3.0));  // no dp group measured: the world plays it
+  p.collectives.push_back(line("all_reduce", "dp", 5.0));
+  CHECK(estimate_step(stage, p, "p.json").instruction_ms[5] == doctest::Approx(5.0));  // the mesh's own dp group
+
+  // An op the profile does not have after the stage's earlier ones is another schedule's.
+  stage.instrs[2].module = "h.2";
+  try {
+    estimate_step(stage, p, "p.json");
+    FAIL("a profile without the stage's op was accepted");
+  } catch (const UserError& err) {
+    CHECK(err.diagnostic().message == "p.json was measured for other compute ops: the step's op 1 is `h.2`, the profile's is `h.0`");
   }
 }

@@ -108,6 +108,19 @@ TEST_CASE("learning rate: linear warmup, cosine decay to the floor") {
   CHECK(s.at(100) == doctest::Approx(0.1));
 }
 
+TEST_CASE("batch() sets the run's micro-batch and accumulation; 0 and a missing one keep the command line's; the last counts") {
+  auto both = testing::evaluate("sch.batch(micro=8, accum=2)\n", "gpt:tiny", {2, 0});
+  RuntimePlan plan = lower_schedule(*both->schedule);
+  CHECK(plan.micro_batch_or(4) == 8);
+  CHECK(plan.accum_or(1) == 2);
+  auto micro = testing::evaluate("sch.batch(micro=8)\nsch.batch(micro=2)\n", "gpt:tiny", {2, 0});
+  plan = lower_schedule(*micro->schedule);
+  CHECK(plan.micro_batch_or(4) == 2);
+  CHECK(plan.accum_or(3) == 3);
+  auto none = testing::evaluate("sch.zero(stage=1)\n", "gpt:tiny", {2, 0});
+  CHECK(lower_schedule(*none->schedule).micro_batch_or(4) == 4);
+}
+
 TEST_CASE("the runtime plan accepts checkpoint, data parallelism and every valid sharding, and names what it cannot run") {
   auto ok = testing::evaluate("sch.shard_states(params=1, grads=1, optim=1)\nsch[\"h.*\"].checkpoint()\n", "gpt:tiny", {2, 0});
   CHECK(lower_schedule(*ok->schedule).checkpoint.size() == 4);

@@ -13,12 +13,17 @@ using ir::Phase;
 
 namespace {
 
-// Every instruction of a kind takes the same time.
+// Every instruction of a kind takes the same time (and, if given, holds the same workspace).
 struct FixedCost : InstructionCost {
   std::map<OpKind, double> by_kind;
+  std::map<OpKind, int64_t> workspace_by_kind;
   double seconds(const ir::Program&, const ir::Instr& in) const override {
     auto it = by_kind.find(in.kind);
     return it == by_kind.end() ? 0 : it->second;
+  }
+  int64_t workspace_bytes(const ir::Program&, const ir::Instr& in) const override {
+    auto it = workspace_by_kind.find(in.kind);
+    return it == workspace_by_kind.end() ? 0 : it->second;
   }
 };
 
@@ -111,6 +116,29 @@ TEST_CASE("the memory timeline: model states, a gathered parameter until its rel
   CHECK(r.peak_bytes == 10500);
   CHECK(r.peak_instr == 2);
   CHECK(r.memory[0].back().bytes == 8000);
+}
+
+TEST_CASE("memory: an instruction's workspace is held while it runs; the data-parallel reducer keeps a buffer per bucket") {
+  FixedCost cost;
+  cost.workspace_by_kind[OpKind::Compute] = 300;
+  ir::Instr forward = instr(OpKind::Compute, Phase::Forward, "a");
+  forward.activation_bytes = 500;
+  ir::Instr backward = instr(OpKind::Compute, Phase::Backward, "a");
+  backward.activation_bytes = 500;
+  ir::Instr bucket = instr(OpKind::AllReduce, Phase::Backward, "", 0, {"dp", 2});
+  bucket.bytes = 4000;
+  ir::Program p;
+  p.params = {{"w", 1000, 4}};
+  p.sharding = {2, 1, 1, 1};  // data parallelism: 16 bytes an element
+  p.instrs = {forward, backward, bucket, wait(0, Phase::Backward)};
+  SimResult r = simulate({p}, cost);
+  CHECK(r.memory[0].front().bytes == 16000 + 4000);  // the states and the bucket's buffer
+  CHECK(r.peak_bytes == 20000 + 500 + 300);           // backward's workspace beside the activations it frees
+  CHECK(r.peak_instr == 1);
+  CHECK(r.memory[0].back().bytes == 20000);
+
+  p.sharding = {2, 1, 1, 2};  // ZeRO-1's executor reduces each gradient where it is: no buffer
+  CHECK(simulate({p}, cost).memory[0].front().bytes == 1000 * (4 + 4 + 4));
 }
 
 TEST_CASE("micro-batches: the body runs once per micro-batch, as each instruction's runs_in says, the tail once") {
