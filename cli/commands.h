@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/cost/cluster.h"
+#include "backend/cost/profile.h"
+#include "backend/ir/op_trace.h"
 #include "backend/train/launcher.h"
 #include "backend/train/trainer.h"
 
@@ -36,6 +39,7 @@ void add_profile(CLI::App& app, std::function<int()>& run);
 void add_verify(CLI::App& app, std::function<int()>& run);
 void add_simulate(CLI::App& app, std::function<int()>& run);
 void add_plan(CLI::App& app, std::function<int()>& run);
+void add_tune(CLI::App& app, std::function<int()>& run);
 
 // loom verify's settings; `loom run` verifies with them too when the schedule calls verify().
 struct VerifyOptions {
@@ -67,6 +71,15 @@ std::unique_ptr<Schedule> planned_schedule(const std::string& file, const std::s
 // This machine's physical memory, shared equally by `ranks` ranks: a machine cluster's device
 // memory (simulate --save-cluster, plan --profile).
 int64_t machine_memory_per_rank(int ranks);
+
+// --profile for plan and tune: the machine the profile was taken on, as a cluster
+// (machine_cluster.h): one node of the profiled ranks. Its compute rates come from the
+// profiled ops, matched to the model's traced ops (a data-parallel program of them: sharding
+// changes no op's FLOPs). Throws UserError when the profile does not fit `run`.
+Cluster profiled_machine(const std::string& profile, const ir::OpTrace& trace, const ProfileKeyInputs& run);
+
+// --memory-limit's bytes ("80GiB"); throws UserError for text that is not a size.
+int64_t memory_limit_bytes(const std::string& text);
 
 // A numeric option's check: "must be at least 1, got 0" (CLI11's own range check prints the
 // whole double range).

@@ -118,6 +118,7 @@ int main(int argc, char** argv) {
   loom::cli::add_profile(app, run);
   loom::cli::add_simulate(app, run);
   loom::cli::add_plan(app, run);
+  loom::cli::add_tune(app, run);
   loom::cli::add_verify(app, run);
   if (std::optional<int> rc = loom::cli::refuse_unknown_command(app, argc, argv)) return *rc;
   try {

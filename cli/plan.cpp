@@ -73,16 +73,6 @@ void print_table(const PlanOptions& o, const Cluster& cluster, const PlanReport&
   }
 }
 
-// --profile: the machine the profile was taken on, as a cluster (machine_cluster.h): one node of
-// the profiled ranks. Its compute rates come from the profiled ops, matched to the model's
-// traced ops (a data-parallel program of them: sharding changes no op's FLOPs).
-Cluster profiled_machine(const PlanOptions& o, const ir::OpTrace& trace) {
-  Profile profile = load_profile(o.profile);
-  check_profile_fits(profile, o.profile, {o.model, "", o.world, 0, o.micro_batch, o.seq, o.accum});
-  ir::Program ops = ir::lower(trace, ir::Sharding{o.world, 1, 1, 1});
-  return machine_cluster(profile, ops, o.world, machine_memory_per_rank(o.world), "this machine (" + o.profile + ")");
-}
-
 int plan(const PlanOptions& o) {
   try {
     if (o.cluster.empty() == o.profile.empty())
@@ -90,12 +80,10 @@ int plan(const PlanOptions& o) {
                       "name one of clusters/ or a cluster file's path, or give a profile from `loom profile --out FILE`");
     if (!o.out.empty()) check_output_file(o.out, "--out");
     ir::OpTrace trace = trace_model(o.model, {o.micro_batch, o.seq});
-    Cluster cluster = o.profile.empty() ? load_cluster(o.cluster, cluster_dirs()) : profiled_machine(o, trace);
+    Cluster cluster = o.profile.empty() ? load_cluster(o.cluster, cluster_dirs())
+                                        : profiled_machine(o.profile, trace, {o.model, "", o.world, 0, o.micro_batch, o.seq, o.accum});
     int local_world = run_ranks_per_node(cluster, o.world, "--world", o.local_world);
-    int64_t limit = cluster.device.memory_bytes;
-    if (!o.memory_limit.empty() && (limit = parse_size(o.memory_limit)) <= 0)
-      throw UserError(SourceRange{}, "--memory-limit " + o.memory_limit + " is not a size",
-                      "write bytes, or a number with KiB, MiB, GiB, TiB (or KB, MB, GB, TB), e.g. 80GiB");
+    int64_t limit = o.memory_limit.empty() ? cluster.device.memory_bytes : memory_limit_bytes(o.memory_limit);
     PlannerOptions po;
     po.world = o.world;
     po.local_world = local_world;
@@ -140,6 +128,21 @@ int plan(const PlanOptions& o) {
 }
 
 }  // namespace
+
+int64_t memory_limit_bytes(const std::string& text) {
+  int64_t limit = parse_size(text);
+  if (limit <= 0)
+    throw UserError(SourceRange{}, "--memory-limit " + text + " is not a size",
+                    "write bytes, or a number with KiB, MiB, GiB, TiB (or KB, MB, GB, TB), e.g. 80GiB");
+  return limit;
+}
+
+Cluster profiled_machine(const std::string& path, const ir::OpTrace& trace, const ProfileKeyInputs& run) {
+  Profile profile = load_profile(path);
+  check_profile_fits(profile, path, run);
+  ir::Program ops = ir::lower(trace, ir::Sharding{run.world, 1, 1, 1});
+  return machine_cluster(profile, ops, run.world, machine_memory_per_rank(run.world), "this machine (" + path + ")");
+}
 
 void add_plan(CLI::App& app, std::function<int()>& run) {
   auto o = std::make_shared<PlanOptions>();

@@ -95,43 +95,4 @@ void apply_settings(KnobSpace& knobs, const std::vector<std::string>& settings) 
   }
 }
 
-std::vector<Configuration> enumerate_space(const std::function<void(KnobSpace&)>& evaluate, size_t limit,
-                                           size_t* pruned) {
-  std::vector<Configuration> out;
-  size_t pruned_count = 0;
-  // Depth-first over knobs in declaration order: fix a prefix, evaluate to learn the
-  // next knob and its domain under that prefix, branch over it.
-  std::function<void(std::map<std::string, Value>, size_t)> explore = [&](std::map<std::string, Value> prefix, size_t depth) {
-    if (out.size() >= limit) return;
-    KnobSpace space;
-    space.set_assignment(prefix);
-    bool violated = false;
-    try {
-      evaluate(space);
-    } catch (const ConstraintViolation&) {
-      violated = true;
-    }
-    const auto& knobs = space.knobs();
-    if (depth >= knobs.size()) {
-      if (violated) {
-        ++pruned_count;
-        return;
-      }
-      Configuration c;
-      for (auto& k : knobs) c.push_back({k.name, k.value});
-      out.push_back(std::move(c));
-      return;
-    }
-    const Knob& next = knobs[depth];
-    for (const Value& v : next.domain) {
-      auto p = prefix;
-      p[next.name] = v;
-      explore(std::move(p), depth + 1);
-    }
-  };
-  explore({}, 0);
-  if (pruned) *pruned = pruned_count;
-  return out;
-}
-
 }  // namespace loom

@@ -38,6 +38,7 @@ class KnobSpace {
   void set_override(const std::string& name, const std::string& text);
   // A tuner's choice for some knobs; knobs not named take their first value.
   void set_assignment(std::map<std::string, Value> values) { assignment_ = std::move(values); }
+  const std::map<std::string, Value>& assignment() const { return assignment_; }
 
   Value declare(const std::string& name, const std::vector<Value>& domain, const SourceRange& where);
   void constrain(bool holds, const std::string& text, const SourceRange& where);
@@ -61,12 +62,5 @@ void apply_settings(KnobSpace& knobs, const std::vector<std::string>& settings);
 
 // One point of the search space: a value for every knob, in declaration order.
 using Configuration = std::vector<std::pair<std::string, Value>>;
-
-// Enumerates every valid configuration by re-running `evaluate` (which declares
-// knobs on the KnobSpace it is given and may throw ConstraintViolation). Domains
-// that depend on earlier knobs are honoured; points that break a constraint are
-// counted in `pruned`. Stops after `limit` configurations.
-std::vector<Configuration> enumerate_space(const std::function<void(KnobSpace&)>& evaluate, size_t limit,
-                                           size_t* pruned = nullptr);
 
 }  // namespace loom

@@ -18,13 +18,13 @@ namespace {
 // collective regimes, the mesh's groups and a pipeline's transfers).
 constexpr int kFormat = 3;
 
+}  // namespace
+
 uint64_t fnv1a(const std::string& text) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
   return h;
 }
-
-}  // namespace
 
 double CollectiveProfile::predict_ms(int64_t bytes) const { return loom::predict_ms(samples, fit, bytes); }
 

@@ -61,6 +61,9 @@ struct Profile {
   static Profile from_json(const std::string& text, const std::string& origin);
 };
 
+// A stable 64-bit hash of text (FNV-1a), for cache and database keys.
+uint64_t fnv1a(const std::string& text);
+
 // Everything the figures depend on, as one canonical line of text.
 struct ProfileKeyInputs {
   std::string model;

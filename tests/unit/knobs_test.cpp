@@ -1,6 +1,7 @@
 // tune() and constrain(): defaults, --set, and the search space as data (Slapo Fig. 6).
 #include <doctest/doctest.h>
 
+#include "autotuner/space.h"
 #include "helpers.h"
 
 using namespace loom;
@@ -51,7 +52,7 @@ TEST_CASE("a violated constraint is an error naming the knob values") {
 TEST_CASE("the search space is a polygon: constraints prune, dependent domains are honoured") {
   auto space_of = [](const std::string& text) {
     size_t pruned = 0;
-    auto configs = enumerate_space(
+    auto configs = tune::SearchSpace(
         [&](KnobSpace& knobs) {
           Schedule s(testing::fixture_tree("gpt2"));
           s.knobs() = knobs;
@@ -66,8 +67,8 @@ TEST_CASE("the search space is a polygon: constraints prune, dependent domains a
             throw;
           }
           knobs = s.knobs();
-        },
-        1000, &pruned);
+        })
+        .points(1000, &pruned);
     return std::make_pair(configs, pruned);
   };
   // 4 x 5 = 20 points; bs * ratio <= 4 removes (8, 0.75) and (8, 1.0).

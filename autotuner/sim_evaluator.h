@@ -1,0 +1,49 @@
+// The simulator as an evaluator (`loom tune --evaluator sim`): each point's schedule is
+// lowered on the traced model (at the micro-batch the point's batch() sets) and its step
+// replayed under a cluster's cost model (docs/simulate.md); the objective is the predicted
+// tokens per second per rank, and a predicted peak above the memory limit is infeasible.
+// Torch-free: the caller supplies the schedule evaluation and the tracer.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+
+#include "autotuner/evaluator.h"
+#include "backend/cost/instruction_cost.h"
+#include "backend/ir/op_trace.h"
+#include "lang/schedule.h"
+
+namespace loom::tune {
+
+struct SimShape {
+  std::string model;
+  int world = 1;
+  int64_t seq = 128;
+  int64_t micro_batch = 4;  // the command line's: a point's batch() overrides it
+  int64_t accum = 1;
+  int64_t memory_limit = 0;  // bytes per rank; 0: the cluster device's memory
+};
+
+// The schedule at a point: evaluated with those knob values (throws UserError where it breaks).
+using ScheduleAt = std::function<std::unique_ptr<Schedule>(const std::map<std::string, Value>& knobs)>;
+// The model traced at one micro-batch's shape.
+using Tracer = std::function<ir::OpTrace(const ir::TraceShape& shape)>;
+
+class SimEvaluator : public Evaluator {
+ public:
+  SimEvaluator(std::string schedule_key, ScheduleAt schedule_at, Tracer tracer, std::unique_ptr<ClusterCost> cost, SimShape shape);
+  std::string context() const override;
+  Trial evaluate(const Point& point) override;
+
+ private:
+  std::string schedule_key_;
+  ScheduleAt schedule_at_;
+  Tracer tracer_;
+  std::unique_ptr<ClusterCost> cost_;
+  SimShape shape_;
+  std::map<int64_t, ir::OpTrace> traces_;  // by micro-batch
+  const ir::OpTrace& trace_at(int64_t micro_batch);
+};
+
+}  // namespace loom::tune

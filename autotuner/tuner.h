@@ -1,0 +1,43 @@
+// The tuner (issue #16): a strategy walks the search space, each point measured by the
+// evaluator unless the trial database already holds it, every new trial appended to the
+// database as it ends. The C++ API behind `loom tune`. Torch-free.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autotuner/database.h"
+#include "autotuner/evaluator.h"
+#include "autotuner/strategy.h"
+
+namespace loom::tune {
+
+struct TuneOptions {
+  std::string strategy = "coordinate-descent";
+  uint64_t seed = 0;
+  size_t max_trials = 0;  // new evaluations at most (0: no limit); points in the database are free
+};
+
+// After each point the strategy asks for: how far the sweep is.
+struct TuneProgress {
+  size_t index = 0;       // 1-based, over the distinct points asked for
+  size_t space_size = 0;  // valid points
+  const Trial* trial = nullptr;
+  const Trial* best = nullptr;  // the best Ok trial so far, if any
+};
+
+struct TuneResult {
+  size_t space_size = 0;
+  size_t pruned = 0;        // points a constraint removed
+  size_t evaluations = 0;   // new evaluations (not from the database)
+  bool budget_spent = false;
+  std::vector<Trial> trials;  // each distinct point once, in the order the strategy asked for them
+  std::optional<Trial> best;  // the Ok trial with the highest objective
+};
+
+TuneResult run_tuner(const SearchSpace& space, Evaluator& evaluator, TrialDatabase& db, const TuneOptions& options,
+                     const std::function<void(const TuneProgress&)>& progress = nullptr);
+
+}  // namespace loom::tune
