@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -79,9 +80,10 @@ int plan(const PlanOptions& o) {
       throw UserError(SourceRange{}, "loom plan needs one cost model: --cluster NAME or --profile FILE",
                       "name one of clusters/ or a cluster file's path, or give a profile from `loom profile --out FILE`");
     if (!o.out.empty()) check_output_file(o.out, "--out");
+    std::optional<Cluster> named;  // loaded before tracing, so that a mistyped name is reported at once
+    if (o.profile.empty()) named = load_cluster(o.cluster, cluster_dirs());
     ir::OpTrace trace = trace_model(o.model, {o.micro_batch, o.seq});
-    Cluster cluster = o.profile.empty() ? load_cluster(o.cluster, cluster_dirs())
-                                        : profiled_machine(o.profile, trace, {o.model, "", o.world, 0, o.micro_batch, o.seq, o.accum});
+    Cluster cluster = named ? *named : profiled_machine(o.profile, trace, {o.model, "", o.world, 0, o.micro_batch, o.seq, o.accum});
     int local_world = run_ranks_per_node(cluster, o.world, "--world", o.local_world);
     int64_t limit = o.memory_limit.empty() ? cluster.device.memory_bytes : memory_limit_bytes(o.memory_limit);
     PlannerOptions po;

@@ -2,6 +2,9 @@
 // point evaluated by the simulator, every trial kept in a JSONL database; print the best
 // points and write the schedule with its knobs fixed at the best (issue #16).
 #include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -9,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "autotuner/run_evaluator.h"
 #include "autotuner/sim_evaluator.h"
 #include "autotuner/tuner.h"
 #include "backend/cost/cluster.h"
@@ -34,6 +38,8 @@ struct TuneCommand {
   int64_t micro_batch = TrainOptions{}.micro_batch;
   int64_t accum = TrainOptions{}.accum;
   std::string evaluator = "sim";
+  int steps = 6;
+  double trial_timeout = 300;
   std::string strategy = "coordinate-descent";
   uint64_t seed = 0;
   size_t max_trials = 0;
@@ -79,10 +85,41 @@ std::unique_ptr<Schedule> schedule_at(const TuneCommand& o, int local_world, con
   return sch;
 }
 
+std::string schedule_key(const TuneCommand& o) {
+  char key[17];
+  std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(fnv1a(read_text(o.file))));
+  return key;
+}
+
+// Ctrl-C during a sweep of real runs: the running trial's ranks are killed, the database kept.
+std::atomic<bool> stop_requested{false};
+
+// Each trial a `loom run` of its own on this machine's ranks, on synthetic tokens.
+std::unique_ptr<tune::Evaluator> run_evaluator(const TuneCommand& o, int& local_world) {
+  local_world = o.local_world > 0 ? o.local_world : o.nproc;
+  tune::RunSettings s;
+  s.loom = std::filesystem::read_symlink("/proc/self/exe").string();
+  s.schedule = o.file;
+  s.schedule_key = schedule_key(o);
+  s.run_args = {"--model", o.model, "--nproc", std::to_string(o.nproc), "--seq", std::to_string(o.seq), "--micro-batch",
+                std::to_string(o.micro_batch), "--accum", std::to_string(o.accum), "--data", "synthetic", "--stdlib", o.stdlib};
+  s.context = "model=" + o.model + " world=" + std::to_string(o.nproc) + " seq=" + std::to_string(o.seq) +
+              " micro_batch=" + std::to_string(o.micro_batch) + " accum=" + std::to_string(o.accum);
+  s.steps = o.steps;
+  s.world = o.nproc;
+  s.timeout_s = o.trial_timeout;
+  s.memory_limit = o.memory_limit.empty() ? 0 : memory_limit_bytes(o.memory_limit);
+  char dir[] = "/tmp/loom-tune-XXXXXX";
+  s.work_dir = mkdtemp(dir);
+  std::signal(SIGINT, [](int) { stop_requested = true; });
+  return std::make_unique<tune::RunEvaluator>(s, &stop_requested);
+}
+
 std::unique_ptr<tune::Evaluator> make_evaluator(const TuneCommand& o, int& local_world) {
+  if (o.evaluator == "run") return run_evaluator(o, local_world);
   if (o.evaluator != "sim")
-    throw UserError(SourceRange{}, "--evaluator " + o.evaluator + " is not built yet: only the simulator evaluates trials today",
-                    "use --evaluator sim (with --cluster or --profile); real runs as trials come next (issue #16)");
+    throw UserError(SourceRange{}, "--evaluator " + o.evaluator + " is not built yet: the simulator (sim) and real runs (run) evaluate trials today",
+                    "use --evaluator sim (with --cluster or --profile) or --evaluator run");
   if (o.cluster.empty() == o.profile.empty())
     throw UserError(SourceRange{}, "--evaluator sim needs one cost model: --cluster NAME or --profile FILE",
                     "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`");
@@ -92,8 +129,7 @@ std::unique_ptr<tune::Evaluator> make_evaluator(const TuneCommand& o, int& local
                                                          {o.model, "", o.nproc, 0, o.micro_batch, o.seq, o.accum});
   local_world = run_ranks_per_node(cluster, o.nproc, "--nproc", o.local_world);
   auto cost = std::make_unique<ClusterCost>(cluster, o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, local_world);
-  char key[17];
-  std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(fnv1a(read_text(o.file))));
+  std::string key = schedule_key(o);
   tune::SimShape shape{o.model, o.nproc, o.seq, o.micro_batch, o.accum, o.memory_limit.empty() ? 0 : memory_limit_bytes(o.memory_limit)};
   int lw = local_world;
   tune::ScheduleAt at = [&o, lw](const std::map<std::string, Value>& values) { return schedule_at(o, lw, values); };
@@ -235,6 +271,10 @@ int tune_schedule(const TuneCommand& o) {
   } catch (const WriteError& e) {
     std::cerr << "loom tune: " << e.what() << "\n";
     return kUserError;
+  } catch (const tune::SweepInterrupted&) {
+    std::cerr << "loom tune: interrupted; the running trial's ranks were stopped"
+              << (o.db.empty() ? "" : ", and every finished trial is in " + o.db + " (--resume goes on)") << "\n";
+    return 130;
   }
 }
 
@@ -253,8 +293,13 @@ void add_tune(CLI::App& app, std::function<int()>& run) {
   c->add_option("--micro-batch", o->micro_batch, "sequences per rank per micro-batch, where the schedule's batch() sets none")
       ->check(at_least(1));
   c->add_option("--accum", o->accum, "micro-batches per step, where the schedule's batch() sets none")->check(at_least(1));
-  c->add_option("--evaluator", o->evaluator, "what evaluates a point: sim (the simulator); run and sim+run are not built yet")
+  c->add_option("--evaluator", o->evaluator,
+                "what evaluates a point: sim (the simulator), run (a `loom run` per point on this machine); sim+run is not built yet")
       ->check(CLI::IsMember({"sim", "run", "sim+run"}));
+  c->add_option("--steps", o->steps, "with --evaluator run: steps a trial trains (the median after the first two counts)")
+      ->check(at_least(3));
+  c->add_option("--trial-timeout", o->trial_timeout, "with --evaluator run: seconds before a trial is killed and timed out")
+      ->check(at_least(1));
   c->add_option("--strategy", o->strategy, "exhaustive, random or coordinate-descent (randomized, slapo.txt §3.4)")
       ->check(CLI::IsMember({"exhaustive", "random", "coordinate-descent"}));
   c->add_option("--seed", o->seed, "the random strategies' seed");

@@ -98,6 +98,7 @@ std::vector<Instr> exchange_activations(ir::Program& p, std::vector<Instr>& kept
     out.push_back(ir::wait_for(in.handle, phase));
   };
   bool received = false, backward_started = false;
+  Phase previous = Phase::Forward;  // the phase of the instruction before (kept's are moved out)
   for (size_t i = 0; i < kept.size(); ++i) {
     Instr& in = kept[i];
     if (!first && !received && map.entry(in) && in.phase == Phase::Forward) {
@@ -108,9 +109,10 @@ std::vector<Instr> exchange_activations(ir::Program& p, std::vector<Instr>& kept
       blocking(OpKind::Recv, Phase::Backward, last_entry->output_bytes, last_entry);  // the gradient of what it sent
       backward_started = true;
     }
-    if (!first && in.phase == Phase::Step && (i == 0 || kept[i - 1].phase != Phase::Step))
+    if (!first && in.phase == Phase::Step && (i == 0 || previous != Phase::Step))
       blocking(OpKind::Send, Phase::Backward, first_entry->input_bytes, first_entry);  // the gradient of what it received
     bool sends = !last && map.entry(in) && in.phase == Phase::Forward && map.op_of.at(in.module) == last_entry;
+    previous = in.phase;
     out.push_back(std::move(in));
     if (sends) blocking(OpKind::Send, Phase::Forward, last_entry->output_bytes, last_entry);
   }

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "backend/lower/lower_schedule.h"
@@ -63,8 +64,13 @@ class PlanEvaluator {
       : tree_(std::move(tree)), trace_(trace), cost_(cost), o_(o), points_(points), progress_(progress), outcomes_(points.size()) {}
 
   std::vector<PointOutcome> run(int threads) {
+    threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(std::max(1, threads)), std::max<size_t>(1, points_.size())));
     std::vector<std::thread> workers;
-    for (int t = 1; t < threads; ++t) workers.emplace_back([this] { work(); });
+    try {
+      for (int t = 1; t < threads; ++t) workers.emplace_back([this] { work(); });
+    } catch (const std::system_error&) {
+      // No more threads to be had: the ones started and this one share the points.
+    }
     work();
     for (std::thread& w : workers) w.join();
     if (failure_) std::rethrow_exception(failure_);
@@ -72,18 +78,20 @@ class PlanEvaluator {
   }
 
  private:
+  // Never throws: a thread's exception would end the process. The first failure stops every
+  // thread and is rethrown by run().
   void work() {
-    ClusterCost cost = cost_;  // its span cache is its own
-    for (size_t i; (i = next_++) < points_.size();) {
-      try {
+    try {
+      ClusterCost cost = cost_;  // its span cache is its own
+      for (size_t i; (i = next_++) < points_.size();) {
         outcomes_[i] = evaluate(points_[i], cost);
-      } catch (...) {
         std::lock_guard<std::mutex> lock(language_);
-        if (!failure_) failure_ = std::current_exception();
-        next_ = points_.size();
+        if (progress_) progress_(++done_, points_.size());
       }
+    } catch (...) {
       std::lock_guard<std::mutex> lock(language_);
-      if (progress_) progress_(++done_, points_.size());
+      if (!failure_) failure_ = std::current_exception();
+      next_ = points_.size();
     }
   }
 

@@ -222,8 +222,8 @@ expect "the tuned schedule checks, without knobs" 0 "ok (" -- "$loom" check "$tm
 expect "a second sweep on the database evaluates nothing again" 0 "from the database" "0 evaluated now" \
   -- bash -c "\"$loom\" $tune --db \"$tmp/tune.jsonl\" --resume 2>&1"
 expect "tune --resume without a database" 1 "error: --resume: no --db given" -- "$loom" $tune --resume
-expect "tune with real runs, not built yet" 1 "error: --evaluator run is not built yet: only the simulator evaluates trials today" \
-  -- "$loom" $tune --evaluator run
+expect "tune with sim+run, not built yet" 1 "error: --evaluator sim+run is not built yet: the simulator (sim) and real runs (run) evaluate trials today" \
+  -- "$loom" $tune --evaluator sim+run
 expect "tune without a cost model" 1 "error: --evaluator sim needs one cost model: --cluster NAME or --profile FILE" \
   -- "$loom" tune examples/gpt_tuned.sched --model gpt:tiny --nproc 2
 expect "tune a schedule whose every point breaks a constraint" 1 "has no valid point: every one breaks a constraint" \

@@ -214,5 +214,40 @@ else cat "$tmp/out" >> "$tmp/err"; bad "what a run says"; fi
 "$loom" run $small_run --steps 1 --clip 0 --metrics "$tmp/noclip.jsonl" > /dev/null 2>&1
 grep -q '"grad_norm":[0-9]' "$tmp/noclip.jsonl" && ok || bad "grad_norm with --clip 0"
 
+# loom tune --evaluator run (issue #16): each trial a loom run of its own; a failing trial is
+# recorded and the sweep goes on; a trial past its time limit is killed; Ctrl-C stops the
+# running trial's ranks, keeps the database whole, and --resume goes on from it.
+printf '%s\n' 'let mode = tune("mode", ["plain", "replaced"])' 'if mode == "replaced" {' \
+  '    sch["h.0.attn"].replace(impl="gpt2_attention_chunked")' '}' > "$tmp/tune_fail.sched"
+tune_run="tune --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --evaluator run --strategy exhaustive"
+"$loom" $tune_run "$tmp/tune_fail.sched" --steps 3 --json > "$tmp/tune.json" 2> "$tmp/err"
+if [ $? -eq 0 ] && python3 -c "
+import json, sys
+d = json.load(open('$tmp/tune.json'))
+s = {t['knobs']['mode']: t for t in d['trials']}
+sys.exit(not (s['plain']['status'] == 'ok' and s['plain']['objective'] > 0 and s['replaced']['status'] == 'failed'
+              and 'replace is not yet supported at runtime' in s['replaced']['message'] and d['best']['knobs'] == {'mode': 'plain'}))"
+then ok; else bad "a failing trial is recorded and the sweep goes on"; fi
+"$loom" $tune_run "$tmp/tune_fail.sched" --steps 3 --trial-timeout 1 --json > "$tmp/tune.json" 2> "$tmp/err"
+if [ $? -eq 1 ] && python3 -c "
+import json, sys
+d = json.load(open('$tmp/tune.json'))
+sys.exit(not (d['trials'][0]['status'] == 'timed_out' and d['trials'][0]['message'] == 'killed after 1 s (--trial-timeout)'))"
+then ok; else bad "a trial past --trial-timeout is killed and recorded as timed out"; fi
+"$loom" $tune_run examples/gpt_tuned.sched --steps 1000 --db "$tmp/tune.jsonl" > /dev/null 2> "$tmp/err" &
+tuner=$!
+sleep 4  # inside the first trial (its ranks start in about 2 s)
+kill -INT "$tuner"
+wait "$tuner"
+rc=$?
+sleep 1
+if [ "$rc" -eq 130 ] && grep -q "loom tune: interrupted; the running trial's ranks were stopped" "$tmp/err" &&
+   ! pgrep -f "run examples/gpt_tuned.sched --model gpt:tiny --nproc 2 --seq 32" > /dev/null; then ok
+else bad "Ctrl-C stops the running trial's ranks (rc=$rc)"; fi
+"$loom" $tune_run examples/gpt_tuned.sched --steps 3 --max-trials 2 --db "$tmp/tune.jsonl" > /dev/null 2> "$tmp/err"
+"$loom" $tune_run examples/gpt_tuned.sched --steps 3 --max-trials 1 --db "$tmp/tune.jsonl" --resume > /dev/null 2> "$tmp/err"
+if [ $? -eq 0 ] && grep -q "resuming: 2 trials of this sweep" "$tmp/err" && [ "$(grep -c 'from the database' "$tmp/err")" -eq 2 ] &&
+   [ "$(wc -l < "$tmp/tune.jsonl")" -eq 3 ]; then ok; else bad "--resume skips the trials in the database"; fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,129 @@
+#include "autotuner/run_evaluator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "lang/value.h"
+
+namespace loom::tune {
+namespace {
+
+enum class Exit { Ok, Failed, TimedOut };
+
+// Runs `args` (argv[0] first) in a new process group, output to `log`, until it exits, passes
+// `timeout_s` or `stop` is set; the group is killed in the last two cases.
+Exit run_trial_process(const std::vector<std::string>& args, const std::string& log, double timeout_s, const std::atomic<bool>* stop,
+                       int& code) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  auto started = std::chrono::steady_clock::now();
+  for (;;) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return code == 0 ? Exit::Ok : Exit::Failed;
+    }
+    bool stopped = stop && stop->load();
+    if (stopped || std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() > timeout_s) {
+      kill(-pid, SIGTERM);
+      for (int i = 0; i < 50 && waitpid(pid, &status, WNOHANG) != pid; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      if (stopped) throw SweepInterrupted();
+      return Exit::TimedOut;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// Why a run failed: the first error line of its log, else its last line.
+std::string failure_of(const std::string& log) {
+  std::ifstream in(log);
+  std::string last;
+  for (std::string l; std::getline(in, l);) {
+    if (l.find("error:") != std::string::npos) return l;
+    if (!l.empty()) last = l;
+  }
+  return last;
+}
+
+}  // namespace
+
+std::string RunEvaluator::context() const {
+  return "run schedule=" + s_.schedule_key + " " + s_.context + " steps=" + std::to_string(s_.steps) +
+         " memory_limit=" + std::to_string(s_.memory_limit);
+}
+
+Trial RunEvaluator::evaluate(const Point& point) {
+  auto started = std::chrono::steady_clock::now();
+  Trial t;
+  t.knobs = point;
+  std::string base = (std::filesystem::path(s_.work_dir) / ("trial-" + std::to_string(++trials_))).string();
+  std::vector<std::string> args{s_.loom, "run", s_.schedule};
+  args.insert(args.end(), s_.run_args.begin(), s_.run_args.end());
+  args.insert(args.end(), {"--steps", std::to_string(s_.steps), "--metrics", base + ".jsonl", "--no-verify"});
+  for (const std::string& setting : point_settings(point)) args.insert(args.end(), {"--set", setting});
+  int code = 0;
+  Exit exit = run_trial_process(args, base + ".log", s_.timeout_s, stop_, code);
+  t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (exit == Exit::TimedOut) {
+    t.status = TrialStatus::TimedOut;
+    t.message = "killed after " + std::to_string(static_cast<int>(s_.timeout_s)) + " s (--trial-timeout)";
+    return t;
+  }
+  if (exit == Exit::Failed) {
+    t.status = TrialStatus::Failed;
+    t.message = "loom run exited with " + std::to_string(code) + ": " + failure_of(base + ".log");
+    return t;
+  }
+  std::vector<double> step_ms;
+  double tokens_per_step = 0;
+  try {
+    std::ifstream metrics(base + ".jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      nlohmann::json j = nlohmann::json::parse(line);
+      step_ms.push_back(j.at("step_ms").get<double>());
+      tokens_per_step = j.at("tokens_per_s").get<double>() * j.at("step_ms").get<double>() / 1000;
+      t.peak_bytes = std::max(t.peak_bytes, j.at("peak_mem_bytes").get<int64_t>());
+    }
+  } catch (const nlohmann::json::exception& e) {
+    step_ms.clear();
+  }
+  if (step_ms.empty()) {
+    t.status = TrialStatus::Failed;
+    t.message = "the run wrote no metrics";
+    return t;
+  }
+  std::vector<double> measured(step_ms.size() > 2 ? step_ms.begin() + 2 : step_ms.begin(), step_ms.end());
+  std::sort(measured.begin(), measured.end());
+  t.step_s = measured[measured.size() / 2] / 1000;
+  if (s_.memory_limit > 0 && t.peak_bytes > s_.memory_limit) {
+    t.status = TrialStatus::Infeasible;
+    t.message = "measured peak " + format_size(t.peak_bytes) + " is above the memory limit " + format_size(s_.memory_limit);
+    return t;
+  }
+  t.status = TrialStatus::Ok;
+  t.objective = tokens_per_step / s_.world / t.step_s;
+  return t;
+}
+
+}  // namespace loom::tune

@@ -1,0 +1,48 @@
+// Real runs as an evaluator (`loom tune --evaluator run`): each point trains in a `loom run`
+// process of its own (its ranks in one process group), for a few steps on synthetic tokens,
+// under a time limit. The objective is the measured tokens per second per rank (the median step
+// after the first two); a run that exits with an error is failed, one past its time limit is
+// killed and timed out, one whose peak memory passes the limit is infeasible, and the sweep goes
+// on. A stop request (Ctrl-C) kills the running trial's ranks. Torch-free.
+#pragma once
+
+#include <atomic>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "autotuner/evaluator.h"
+
+namespace loom::tune {
+
+struct RunSettings {
+  std::string loom;          // the loom executable
+  std::string schedule;      // the .sched file
+  std::string schedule_key;  // a hash of its text, for the database
+  std::vector<std::string> run_args;  // --model, --nproc, the shapes and the rest, as `loom run` takes them
+  std::string context;       // what else the trials depend on (model, world, shapes), for the database
+  int steps = 6;             // trained per trial; the first two are not measured
+  int world = 1;
+  double timeout_s = 300;
+  int64_t memory_limit = 0;  // bytes per rank; 0: none
+  std::string work_dir;      // each trial's log and metrics
+};
+
+// Thrown when a stop was requested: the running trial's ranks were killed.
+struct SweepInterrupted : std::runtime_error {
+  SweepInterrupted() : std::runtime_error("the sweep was interrupted") {}
+};
+
+class RunEvaluator : public Evaluator {
+ public:
+  RunEvaluator(RunSettings settings, const std::atomic<bool>* stop) : s_(std::move(settings)), stop_(stop) {}
+  std::string context() const override;
+  Trial evaluate(const Point& point) override;
+
+ private:
+  RunSettings s_;
+  const std::atomic<bool>* stop_;
+  int trials_ = 0;
+};
+
+}  // namespace loom::tune
