@@ -41,7 +41,7 @@ std::string line_of(const std::string& context, const Trial& t) {
   return nlohmann::json{{"context", context},         {"key", point_text(t.knobs)}, {"knobs", knobs_object(t.knobs)},
                         {"knob_order", knob_names},   {"status", status_name(t.status)}, {"objective", t.objective},
                         {"step_s", t.step_s},         {"peak_bytes", t.peak_bytes}, {"message", t.message},
-                        {"seconds", t.seconds}}
+                        {"seconds", t.seconds},       {"steps", t.steps}}
       .dump();
 }
 
@@ -55,6 +55,7 @@ Trial trial_of(const nlohmann::json& j) {
   t.peak_bytes = j.at("peak_bytes").get<int64_t>();
   t.message = j.at("message").get<std::string>();
   t.seconds = j.at("seconds").get<double>();
+  t.steps = j.value("steps", 0);  // absent from databases written before successive halving
   t.from_database = true;
   return t;
 }

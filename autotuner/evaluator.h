@@ -17,6 +17,10 @@ class Evaluator {
   virtual std::string context() const = 0;
   // Evaluates one point; never throws for a bad point (its trial says Failed or Infeasible).
   virtual Trial evaluate(const Point& point) = 0;
+  // Successive halving's rungs: later evaluations take `scale` times the base effort (a real
+  // run's steps), and the context says so, so each rung's trials are their own in the database.
+  // False where the effort is fixed (the simulator predicts once).
+  virtual bool scale_effort(int scale) { return false; }
 };
 
 }  // namespace loom::tune

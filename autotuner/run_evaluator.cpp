@@ -73,10 +73,16 @@ std::string RunEvaluator::context() const {
          " memory_limit=" + std::to_string(s_.memory_limit);
 }
 
+bool RunEvaluator::scale_effort(int scale) {
+  s_.steps = base_steps_ * scale;
+  return true;
+}
+
 Trial RunEvaluator::evaluate(const Point& point) {
   auto started = std::chrono::steady_clock::now();
   Trial t;
   t.knobs = point;
+  t.steps = s_.steps;
   std::string base = (std::filesystem::path(s_.work_dir) / ("trial-" + std::to_string(++trials_))).string();
   std::vector<std::string> args{s_.loom, "run", s_.schedule};
   args.insert(args.end(), s_.run_args.begin(), s_.run_args.end());

@@ -38,9 +38,11 @@ class RunEvaluator : public Evaluator {
   RunEvaluator(RunSettings settings, const std::atomic<bool>* stop) : s_(std::move(settings)), stop_(stop) {}
   std::string context() const override;
   Trial evaluate(const Point& point) override;
+  bool scale_effort(int scale) override;
 
  private:
   RunSettings s_;
+  int base_steps_ = s_.steps;
   const std::atomic<bool>* stop_;
   int trials_ = 0;
 };

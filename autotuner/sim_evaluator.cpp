@@ -24,10 +24,12 @@ std::string SimEvaluator::context() const {
          std::to_string(shape_.memory_limit);
 }
 
-const ir::OpTrace& SimEvaluator::trace_at(int64_t micro_batch) {
-  auto known = traces_.find(micro_batch);
+const ir::OpTrace& SimEvaluator::trace_at(int64_t micro_batch, const std::vector<ModuleReplacement>& replacements) {
+  std::string key = std::to_string(micro_batch);
+  for (const ModuleReplacement& r : replacements) key += " " + r.module + "=" + r.impl;
+  auto known = traces_.find(key);
   if (known != traces_.end()) return known->second;
-  return traces_[micro_batch] = tracer_({micro_batch, shape_.seq});
+  return traces_[key] = tracer_({micro_batch, shape_.seq}, replacements);
 }
 
 Trial SimEvaluator::evaluate(const Point& point) {
@@ -39,7 +41,7 @@ Trial SimEvaluator::evaluate(const Point& point) {
     int64_t micro_batch = plan.micro_batch_or(shape_.micro_batch), accum = plan.accum_or(shape_.accum);
     StepOptions step;
     step.accum = accum;
-    std::vector<ir::Program> stages = lower_stage_programs(plan, trace_at(micro_batch), shape_.world, step);
+    std::vector<ir::Program> stages = lower_stage_programs(plan, trace_at(micro_batch, plan.replacements), shape_.world, step);
     SimResult r = simulate(stages, *cost_, StateBytes::loom_adamw(), /*timeline=*/false);
     t.step_s = r.step_s;
     t.peak_bytes = r.peak_bytes;

@@ -12,6 +12,7 @@
 #include "autotuner/evaluator.h"
 #include "backend/cost/instruction_cost.h"
 #include "backend/ir/op_trace.h"
+#include "lang/replacements.h"
 #include "lang/schedule.h"
 
 namespace loom::tune {
@@ -27,8 +28,8 @@ struct SimShape {
 
 // The schedule at a point: evaluated with those knob values (throws UserError where it breaks).
 using ScheduleAt = std::function<std::unique_ptr<Schedule>(const std::map<std::string, Value>& knobs)>;
-// The model traced at one micro-batch's shape.
-using Tracer = std::function<ir::OpTrace(const ir::TraceShape& shape)>;
+// The model traced at one micro-batch's shape, with a point's replace()s applied.
+using Tracer = std::function<ir::OpTrace(const ir::TraceShape& shape, const std::vector<ModuleReplacement>& replacements)>;
 
 class SimEvaluator : public Evaluator {
  public:
@@ -42,8 +43,8 @@ class SimEvaluator : public Evaluator {
   Tracer tracer_;
   std::unique_ptr<ClusterCost> cost_;
   SimShape shape_;
-  std::map<int64_t, ir::OpTrace> traces_;  // by micro-batch
-  const ir::OpTrace& trace_at(int64_t micro_batch);
+  std::map<std::string, ir::OpTrace> traces_;  // by micro-batch and replacements
+  const ir::OpTrace& trace_at(int64_t micro_batch, const std::vector<ModuleReplacement>& replacements);
 };
 
 }  // namespace loom::tune

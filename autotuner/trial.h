@@ -28,6 +28,7 @@ struct Trial {
   int64_t peak_bytes = 0;    // the peak memory per rank it measured or predicted
   std::string message;       // why it is not Ok
   double seconds = 0;        // how long the evaluation took
+  int steps = 0;             // a real run's steps trained (successive halving gives survivors more); 0: simulated
   bool from_database = false;  // found in the database, not evaluated by this sweep
 
   bool ok() const { return status == TrialStatus::Ok; }

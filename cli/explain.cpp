@@ -69,7 +69,7 @@ int explain(const ExplainOptions& given) {
     step_options.grad_norm = o.clip > 0;
     step_options.accum = o.accum;
     step_options.rank = o.rank;
-    ir::Program program = lower_step(plan, trace_model(o.model, {o.micro_batch, o.seq}), &records, PipelineDebug::from_environment(std::cerr), step_options);
+    ir::Program program = lower_step(plan, trace_model(o.model, {o.micro_batch, o.seq}, plan.replacements), &records, PipelineDebug::from_environment(std::cerr), step_options);
     // Every rank runs this same program (SPMD) outside a mesh; in one, each stage and
     // tensor-parallel rank its own.
     bool mesh = plan.model_parallel();
@@ -81,6 +81,8 @@ int explain(const ExplainOptions& given) {
     }
     if (mesh) std::cout << "# the program of rank " << o.rank << " (stage " << program.mesh.stage << ", tp rank " << program.mesh.tp_rank << ")\n";
     else std::cout << "# the program of rank " << o.rank << " (every rank runs the same one)\n";
+    // replace(): the compute instructions below are the replacing implementations' (their saved bytes, FLOPs).
+    for (const ModuleReplacement& r : plan.replacements) std::cout << "# " << r.module << " runs " << r.impl << " (replace)\n";
     std::cout << "# passes (in order):\n";
     for (auto& r : records)
       std::cout << "#   " << r.pass << ": " << (r.changed ? "changed" : "unchanged") << ", " << r.instructions

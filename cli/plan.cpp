@@ -32,6 +32,7 @@ struct PlanOptions {
   std::string cluster;
   std::string profile;
   std::string checkpoint = "none";
+  std::string attention = "memory_efficient";
   std::string precision = "bf16";
   int top = 5;
   int threads = 0;
@@ -74,6 +75,16 @@ void print_table(const PlanOptions& o, const Cluster& cluster, const PlanReport&
   }
 }
 
+// The trace every plan is lowered on: with --attention memory_efficient, of the model whose
+// attention modules run it (`attention` says which implementation; empty where the model has no
+// module it replaces, or with --attention eager).
+ir::OpTrace planning_trace(const PlanOptions& o, const ModuleTree& tree, std::string& attention) {
+  attention = o.attention == "memory_efficient" ? "memory_efficient_attention" : "";
+  std::vector<ModuleReplacement> replaced = attention.empty() ? std::vector<ModuleReplacement>{} : replacements_of(tree, attention);
+  if (replaced.empty()) attention.clear();
+  return trace_model(o.model, {o.micro_batch, o.seq}, replaced);
+}
+
 int plan(const PlanOptions& o) {
   try {
     if (o.cluster.empty() == o.profile.empty())
@@ -82,8 +93,14 @@ int plan(const PlanOptions& o) {
     if (!o.out.empty()) check_output_file(o.out, "--out");
     std::optional<Cluster> named;  // loaded before tracing, so that a mistyped name is reported at once
     if (o.profile.empty()) named = load_cluster(o.cluster, cluster_dirs());
-    ir::OpTrace trace = trace_model(o.model, {o.micro_batch, o.seq});
-    Cluster cluster = named ? *named : profiled_machine(o.profile, trace, {o.model, "", o.world, 0, o.micro_batch, o.seq, o.accum});
+    std::shared_ptr<const ModuleTree> tree = module_tree_of(o.model);
+    std::string attention;
+    ir::OpTrace trace = planning_trace(o, *tree, attention);
+    // The profiled machine's rates come from the plain model's ops, as `loom profile` ran them
+    // (replace() changes what an op keeps, not what it computes).
+    Cluster cluster = named ? *named
+                            : profiled_machine(o.profile, attention.empty() ? trace : trace_model(o.model, {o.micro_batch, o.seq}),
+                                               {o.model, "", o.world, 0, o.micro_batch, o.seq, o.accum});
     int local_world = run_ranks_per_node(cluster, o.world, "--world", o.local_world);
     int64_t limit = o.memory_limit.empty() ? cluster.device.memory_bytes : memory_limit_bytes(o.memory_limit);
     PlannerOptions po;
@@ -94,10 +111,11 @@ int plan(const PlanOptions& o) {
     po.accum = o.accum;
     po.memory_limit = limit;
     po.checkpoint = o.checkpoint;
+    po.attention = attention;
     po.threads = o.threads;
     ClusterCost cost(cluster, o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, po.local_world);
     size_t last_shown = 0;
-    PlanReport report = plan_parallelism(module_tree_of(o.model), trace, cost, po,
+    PlanReport report = plan_parallelism(tree, trace, cost, po,
                                          [&](size_t done, size_t total) {
                                            if (done != total && done < last_shown + std::max<size_t>(1, total / 10)) return;
                                            last_shown = done;
@@ -163,6 +181,10 @@ void add_plan(CLI::App& app, std::function<int()>& run) {
                 "price plans on this machine, as the profile (`loom profile --out FILE`, at --world ranks) measured it");
   c->add_option("--checkpoint", o->checkpoint, "recompute every block: none, all, or auto (search both)")
       ->check(CLI::IsMember({"none", "all", "auto"}));
+  c->add_option("--attention", o->attention,
+                "the attention every plan runs: memory_efficient (replace(\"memory_efficient_attention\"): no s x s scores kept "
+                "for backward, as FlashAttention) or eager (the model's own)")
+      ->check(CLI::IsMember({"memory_efficient", "eager"}));
   c->add_option("--precision", o->precision, "the compute precision priced")->check(CLI::IsMember({"bf16", "fp32"}));
   c->add_option("--top", o->top, "how many of the best plans to print")->check(at_least(1));
   c->add_option("--threads", o->threads, "plans evaluated at once (default: one per core)")->check(at_least(1));

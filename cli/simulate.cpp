@@ -114,7 +114,7 @@ int simulate_schedule(const SimulateOptions& given) {
     step_options.grad_norm = o.clip > 0;
     step_options.accum = o.accum;
     std::vector<ir::Program> stages =
-        lower_stage_programs(plan, trace_model(o.model, {o.micro_batch, o.seq}), o.nproc, step_options);
+        lower_stage_programs(plan, trace_model(o.model, {o.micro_batch, o.seq}, plan.replacements), o.nproc, step_options);
     SimResult r = simulate(stages, *cost_model(o, std::move(cluster), local_world, stages));
     if (!o.save_cluster.empty()) save_machine_cluster(o, stages[0]);
     // A replica's tokens are shared by its tp x pp ranks.

@@ -123,9 +123,11 @@ std::unique_ptr<tune::Evaluator> make_evaluator(const TuneCommand& o, int& local
   if (o.cluster.empty() == o.profile.empty())
     throw UserError(SourceRange{}, "--evaluator sim needs one cost model: --cluster NAME or --profile FILE",
                     "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`");
-  tune::Tracer tracer = [model = o.model](const ir::TraceShape& shape) { return trace_model(model, shape); };
+  tune::Tracer tracer = [model = o.model](const ir::TraceShape& shape, const std::vector<ModuleReplacement>& replacements) {
+    return trace_model(model, shape, replacements);
+  };
   Cluster cluster = o.profile.empty() ? load_cluster(o.cluster, cluster_dirs())
-                                      : profiled_machine(o.profile, tracer({o.micro_batch, o.seq}),
+                                      : profiled_machine(o.profile, tracer({o.micro_batch, o.seq}, {}),
                                                          {o.model, "", o.nproc, 0, o.micro_batch, o.seq, o.accum});
   local_world = run_ranks_per_node(cluster, o.nproc, "--nproc", o.local_world);
   auto cost = std::make_unique<ClusterCost>(cluster, o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, local_world);
@@ -145,7 +147,7 @@ std::string objective_text(const tune::Trial& t) {
 
 void print_progress(const tune::TuneProgress& p) {
   std::string best = p.best ? objective_text(*p.best) + " at " + tune::point_text(p.best->knobs) : "none yet";
-  std::fprintf(stderr, "loom tune: trial %zu of %zu  %s  %s%s  (best %s)\n", p.index, p.space_size,
+  std::fprintf(stderr, "loom tune: trial %zu of %zu  %s  %s%s  (best %s)\n", p.index, p.planned,
                tune::point_text(p.trial->knobs).c_str(), objective_text(*p.trial).c_str(),
                p.trial->from_database ? ", from the database" : "", best.c_str());
 }

@@ -1,6 +1,12 @@
 #include "lang/replacements.h"
 
+#include <algorithm>
+
 namespace loom {
+
+bool Replacement::replaces_type(const std::string& type) const {
+  return std::find(replaces.begin(), replaces.end(), type) != replaces.end();
+}
 
 ReplacementRegistry& ReplacementRegistry::global() {
   static ReplacementRegistry registry;

@@ -25,8 +25,8 @@ BertSelfAttentionImpl::BertSelfAttentionImpl(const BertConfig& c) : torch::nn::M
 }
 
 torch::Tensor BertSelfAttentionImpl::forward(const torch::Tensor& x) {
-  auto y = nn::scaled_dot_product_attention(nn::split_heads(query(x), head_dim), nn::split_heads(key(x), head_dim),
-                                            nn::split_heads(value(x), head_dim), false, dropout->p, is_training());
+  auto y = attend(nn::split_heads(query(x), head_dim), nn::split_heads(key(x), head_dim),
+                 nn::split_heads(value(x), head_dim), false, dropout->p, is_training());
   return nn::merge_heads(y);
 }
 

@@ -29,7 +29,7 @@ class BertEmbeddingsImpl : public torch::nn::Module {
 };
 LOOM_MODULE(BertEmbeddings);
 
-class BertSelfAttentionImpl : public torch::nn::Module {
+class BertSelfAttentionImpl : public torch::nn::Module, public nn::AttentionKernelChoice {
  public:
   explicit BertSelfAttentionImpl(const BertConfig& c);
   torch::Tensor forward(const torch::Tensor& x);

@@ -23,23 +23,8 @@ std::array<torch::Tensor, 3> GPT2AttentionImpl::heads_qkv(const torch::Tensor& x
 
 torch::Tensor GPT2AttentionImpl::forward(const torch::Tensor& x) {
   auto [q, k, v] = heads_qkv(x);
-  auto y = nn::scaled_dot_product_attention(q, k, v, /*causal=*/true, attn_dropout->p, is_training());
+  auto y = attend(q, k, v, /*causal=*/true, attn_dropout->p, is_training());
   return resid_dropout(c_proj(nn::merge_heads(y)));
-}
-
-GPT2ChunkedAttentionImpl::GPT2ChunkedAttentionImpl(const GPTConfig& c, int64_t chunk)
-    : GPT2AttentionImpl(c), heads_per_chunk(chunk) {}
-
-torch::Tensor GPT2ChunkedAttentionImpl::forward(const torch::Tensor& x) {
-  auto [q, k, v] = heads_qkv(x);
-  int64_t heads = q.size(1);
-  std::vector<torch::Tensor> parts;
-  for (int64_t h = 0; h < heads; h += heads_per_chunk) {
-    int64_t n = std::min(heads_per_chunk, heads - h);
-    parts.push_back(nn::scaled_dot_product_attention(q.narrow(1, h, n), k.narrow(1, h, n), v.narrow(1, h, n), true,
-                                                     attn_dropout->p, is_training()));
-  }
-  return resid_dropout(c_proj(nn::merge_heads(torch::cat(parts, 1))));
 }
 
 GPT2MLPImpl::GPT2MLPImpl(const GPTConfig& c) : torch::nn::Module("GPT2MLP") {

@@ -20,7 +20,7 @@ struct GPTConfig {
   double dropout = 0.0;
 };
 
-class GPT2AttentionImpl : public torch::nn::Module {
+class GPT2AttentionImpl : public torch::nn::Module, public nn::AttentionKernelChoice {
  public:
   explicit GPT2AttentionImpl(const GPTConfig& c);
   torch::Tensor forward(const torch::Tensor& x);
@@ -28,7 +28,7 @@ class GPT2AttentionImpl : public torch::nn::Module {
   nn::Dropout attn_dropout{nullptr}, resid_dropout{nullptr};
   int64_t n_head, head_dim;
 
- protected:
+ private:
   // q, k and v as (B, heads, T, D); heads is whatever c_attn's output holds (n_head, or
   // n_head / tp when c_attn is split along its outputs).
   std::array<torch::Tensor, 3> heads_qkv(const torch::Tensor& x);
@@ -68,14 +68,5 @@ class GPT2ModelImpl : public torch::nn::Module {
   nn::Linear lm_head{nullptr};
 };
 LOOM_MODULE(GPT2Model);
-
-// An alternative attention for replace("gpt2_attention_chunked"): the same
-// parameters, heads processed a few at a time to cap the score matrix's memory.
-class GPT2ChunkedAttentionImpl : public GPT2AttentionImpl {
- public:
-  explicit GPT2ChunkedAttentionImpl(const GPTConfig& c, int64_t heads_per_chunk = 2);
-  torch::Tensor forward(const torch::Tensor& x);
-  int64_t heads_per_chunk;
-};
 
 }  // namespace loom::models

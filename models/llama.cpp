@@ -25,7 +25,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
     k = repeat(k);
     v = repeat(v);
   }
-  return o_proj(nn::merge_heads(nn::scaled_dot_product_attention(q, k, v, true, 0.0, false)));
+  return o_proj(nn::merge_heads(attend(q, k, v, /*causal=*/true, 0.0, false)));
 }
 
 LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& c) : torch::nn::Module("LlamaMLP") {

@@ -21,7 +21,7 @@ struct LlamaConfig {
   int64_t experts_per_token = 2;
 };
 
-class LlamaAttentionImpl : public torch::nn::Module {
+class LlamaAttentionImpl : public torch::nn::Module, public nn::AttentionKernelChoice {
  public:
   explicit LlamaAttentionImpl(const LlamaConfig& c);
   torch::Tensor forward(const torch::Tensor& x);

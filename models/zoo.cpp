@@ -6,7 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "lang/diagnostics.h"
-#include "lang/replacements.h"
+#include "models/replacements.h"
 #include "models/bert.h"
 #include "models/gpt.h"
 #include "models/llama.h"
@@ -84,14 +84,6 @@ const std::vector<Entry>& entries() {
        [] { return wrap(models::LlamaModel(mixtral(32000, 4096, 14336, 32, 32, 8, 8), "MixtralForCausalLM"), 32000, 32768); }},
   };
   return all;
-}
-
-void register_model_replacements() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    ReplacementRegistry::global().add({"gpt2_attention_chunked", "GPT2Attention",
-                                       "GPT-2 attention computed a few heads at a time (same parameters, less score memory)"});
-  });
 }
 
 const Entry& entry(const std::string& name) {

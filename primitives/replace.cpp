@@ -20,10 +20,12 @@ void check_impl(const PrimitiveCall& c) {
               near.empty() ? "registered: " + (known.empty() ? std::string("none") : known)
                            : "did you mean " + quote_string(near[0]) + "?");
   }
-  if (r->replaces != c.node().type)
-    c.fail_at(c.arg_range("impl"),
-              quote_string(impl) + " replaces modules of type " + r->replaces + ", but this module is a " + c.node().type,
-              "select a " + r->replaces + " module");
+  if (!r->replaces_type(c.node().type)) {
+    std::string types;
+    for (size_t i = 0; i < r->replaces.size(); ++i) types += (i == 0 ? "" : i + 1 == r->replaces.size() ? " or " : ", ") + r->replaces[i];
+    c.fail_at(c.arg_range("impl"), quote_string(impl) + " replaces modules of type " + types + ", but this module is a " + c.node().type,
+              "select a " + types + " module");
+  }
 }
 }  // namespace
 

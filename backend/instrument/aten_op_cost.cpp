@@ -20,6 +20,7 @@ enum class Saves {
   Output,         // output `first`
   LayerNorm,      // the input, and the mean and rstd outputs
   NllLoss,        // the log-probabilities, the targets and the total weight
+  Everything,     // every input and output (a fused op that keeps what it was given and made)
 };
 
 struct Rule {
@@ -45,6 +46,8 @@ const std::unordered_map<std::string, Rule>& rules() {
       {"aten::index_add", {Saves::Input, 2}},        {"aten::topk", {Saves::Output, 1}},
       {"aten::native_layer_norm", {Saves::LayerNorm, 0}},
       {"aten::nll_loss_forward", {Saves::NllLoss, 0}},
+      // q, k, v, the output and the row log-sum-exp (models/nn/memory_efficient_attention.h).
+      {"loom::memory_efficient_attention", {Saves::Everything, 0}},
   };
   return table;
 }
@@ -52,6 +55,13 @@ const std::unordered_map<std::string, Rule>& rules() {
 }  // namespace
 
 double matmul_flops(const char* op, const std::vector<c10::IValue>& inputs) {
+  if (!std::strcmp(op, "loom::memory_efficient_attention")) {
+    // q k^T and p v: 2 x 2 b h s_q s_k d (its backward recomputes q k^T: not counted, as
+    // Megatron-LM's MFU does not count recomputation).
+    const at::Tensor *q = tensor_at(inputs, 0), *k = tensor_at(inputs, 1);
+    if (!q || !k) return 0;
+    return 4.0 * static_cast<double>(q->numel()) * static_cast<double>(k->size(-2));
+  }
   bool mm = !std::strcmp(op, "aten::mm"), addmm = !std::strcmp(op, "aten::addmm");
   bool bmm = !std::strcmp(op, "aten::bmm"), baddbmm = !std::strcmp(op, "aten::baddbmm");
   if (!mm && !addmm && !bmm && !baddbmm) return 0;
@@ -94,6 +104,10 @@ std::vector<at::Tensor> saved_for_backward(const char* op, const std::vector<c10
       keep(tensor_at(inputs, 0));
       keep(tensor_at(inputs, 1));
       keep(tensor_at(outputs, 1));
+      break;
+    case Saves::Everything:
+      for (size_t k = 0; k < inputs.size(); ++k) keep(tensor_at(inputs, k));
+      for (size_t k = 0; k < outputs.size(); ++k) keep(tensor_at(outputs, k));
       break;
   }
   return saved;

@@ -15,7 +15,8 @@
 
 namespace loom {
 
-// 2 * multiply-adds of a matrix product (mm, addmm, bmm, baddbmm); 0 for any other op.
+// 2 * multiply-adds of a matrix product (mm, addmm, bmm, baddbmm, and both of the fused
+// loom::memory_efficient_attention's); 0 for any other op.
 double matmul_flops(const char* op, const std::vector<c10::IValue>& inputs);
 
 // The tensors an op called under autograd keeps for its backward. `op` is the aten name

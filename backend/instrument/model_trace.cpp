@@ -10,6 +10,7 @@
 
 #include "backend/instrument/aten_op_cost.h"
 #include "models/nn/module.h"
+#include "models/replacements.h"
 #include "models/zoo_torch.h"
 
 namespace loom {
@@ -128,8 +129,9 @@ void on_op_end(const at::RecordFunction& fn, at::ObserverContext* context) {
 
 }  // namespace
 
-ir::OpTrace trace_model(const std::string& model_name, ir::TraceShape shape) {
+ir::OpTrace trace_model(const std::string& model_name, ir::TraceShape shape, const std::vector<ModuleReplacement>& replacements) {
   BuiltModel model = build_model(model_name, torch::kMeta);
+  apply_replacements(*model.module, replacements);
   ir::OpTrace trace;
   trace.model = model_name;
   trace.shape = shape;

@@ -5,11 +5,16 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "backend/ir/op_trace.h"
+#include "lang/replacements.h"
 
 namespace loom {
 
-ir::OpTrace trace_model(const std::string& model_name, ir::TraceShape shape = {});
+// `replacements`: the schedule's replace()s, applied before tracing, so the ops carry what the
+// replacing implementations compute and keep.
+ir::OpTrace trace_model(const std::string& model_name, ir::TraceShape shape = {},
+                        const std::vector<ModuleReplacement>& replacements = {});
 
 }  // namespace loom

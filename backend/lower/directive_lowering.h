@@ -1,6 +1,6 @@
 // Every directive's lowering, listed in one place: what each primitive with a runtime effect
 // contributes to the RuntimePlan. One .cpp per parallelism (data_parallel, sharding,
-// tensor_parallel, pipeline, activation_checkpoint, optimizer_offload, compression,
+// tensor_parallel, pipeline, activation_checkpoint, optimizer_offload, compression, replace,
 // test_faults); lower_schedule.cpp dispatches on the primitive's name, the only place that
 // matches names. Torch-free.
 #pragma once
@@ -55,6 +55,8 @@ void check_checkpoint(const Directive& d, const Schedule& schedule, const Runtim
 void insert_recomputation(const std::vector<std::string>& checkpointed, ir::Program& program);
 // optimizer_offload.cpp
 void offload(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
+// replace.cpp (a module runs a registered alternative implementation)
+void replace(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
 // compression.cpp (TAGC)
 void compress(const Directive& d, const Schedule& schedule, RuntimePlan& plan);
 void check_compress(const Directive& d, const Schedule& schedule, const RuntimePlan& plan);

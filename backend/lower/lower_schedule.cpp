@@ -31,6 +31,7 @@ const std::map<std::string, Entry>& lowerings() {
       {"compress", {compress, check_compress, true}},
       {"verify", {[](const Directive&, const Schedule&, RuntimePlan& plan) { plan.verify_first = true; }, nullptr, true}},
       {"batch", {batch, nullptr, true}},
+      {"replace", {replace, nullptr, true}},
       {"test_corrupt_shard", {test_corrupt_shard}},
       {"test_skip_reduction", {test_skip_reduction}},
       {"test_release_early", {test_release_early, check_release_early}},

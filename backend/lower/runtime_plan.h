@@ -9,6 +9,7 @@
 #include "backend/ir/ir.h"
 #include "backend/lower/pipeline_stages.h"
 #include "backend/passes/pass.h"  // the requests the passes receive
+#include "lang/replacements.h"
 
 namespace loom {
 
@@ -58,6 +59,7 @@ struct RuntimePlan {
   std::vector<std::string> pipeline_splits;  // stage boundaries after these list entries ("h.5")
   PipelineStages stages;                     // pp > 1: which list entries each stage runs
   int64_t micro_batch = 0, accum = 0;        // batch(): per rank, per step; 0 keeps the command line's
+  std::vector<ModuleReplacement> replacements;  // replace(): modules that run another implementation
   bool model_parallel() const { return tp > 1 || pp > 1; }
   // The run's micro-batch and micro-batches per step: the schedule's batch(), else these.
   int64_t micro_batch_or(int64_t command_line) const { return micro_batch > 0 ? micro_batch : command_line; }

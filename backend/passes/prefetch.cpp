@@ -1,6 +1,9 @@
 #include "backend/passes/prefetch.h"
 
+#include <algorithm>
 #include <map>
+#include <string_view>
+#include <unordered_map>
 
 namespace loom::passes {
 namespace {
@@ -8,12 +11,28 @@ namespace {
 using ir::Instr;
 using ir::OpKind;
 
-// The prefetch request whose block contains `module` ("h.3" contains "h.3.attn.c_attn").
-const PrefetchRequest* block_of(const std::string& module, const PassInputs& in) {
-  for (auto& r : in.prefetch)
-    if (ir::within(module, r.module)) return &r;
-  return nullptr;
-}
+// The first prefetch request whose block contains a module ("h.3" contains "h.3.attn.c_attn"):
+// found among the module's ancestors, by path, rather than by comparing every request.
+class BlockFinder {
+ public:
+  explicit BlockFinder(const PassInputs& in) : requests_(in.prefetch) {
+    for (size_t i = 0; i < requests_.size(); ++i) first_.try_emplace(requests_[i].module, i);
+  }
+  const PrefetchRequest* block_of(const std::string& module) const {
+    size_t best = requests_.size();
+    for (std::string_view path(module); !path.empty();) {  // the module, then each ancestor
+      auto at = first_.find(path);
+      if (at != first_.end()) best = std::min(best, at->second);
+      size_t dot = path.rfind('.');
+      path = dot == std::string_view::npos ? std::string_view() : path.substr(0, dot);
+    }
+    return best < requests_.size() ? &requests_[best] : nullptr;
+  }
+
+ private:
+  const std::vector<PrefetchRequest>& requests_;
+  std::unordered_map<std::string_view, size_t> first_;  // a request's module -> its first index
+};
 
 void hoist(ir::Program& p, ir::Phase phase, const PassInputs& inputs, bool& changed) {
   // Segment the phase into runs of instructions belonging to one block (by the compute ops).
@@ -24,12 +43,13 @@ void hoist(ir::Program& p, ir::Phase phase, const PassInputs& inputs, bool& chan
   };
   std::vector<Block> blocks;
   std::vector<size_t> loose_gathers;
+  BlockFinder finder(inputs);
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& in = p.instrs[i];
     if (in.phase != phase) continue;
     if (in.kind == OpKind::AllGather) loose_gathers.push_back(i);
     if (!ir::runs_module(in.kind)) continue;
-    const PrefetchRequest* r = block_of(in.module, inputs);
+    const PrefetchRequest* r = finder.block_of(in.module);
     if (blocks.empty() || blocks.back().request != r || !r) {
       blocks.push_back({r, i, {}});
     }
@@ -59,13 +79,19 @@ void hoist(ir::Program& p, ir::Phase phase, const PassInputs& inputs, bool& chan
     for (size_t g : blocks[b].gathers) move_to[g] = blocks[target].first_compute;
   }
   if (move_to.empty()) return;
-  std::map<size_t, std::vector<Instr>> inserted;
-  for (auto& [g, before] : move_to) inserted[before].push_back(p.instrs[g]);
+  std::map<size_t, std::vector<size_t>> inserted;  // insert before this index: these gathers, in order
+  for (auto& [g, before] : move_to) inserted[before].push_back(g);
+  std::vector<bool> moved(p.instrs.size(), false);
+  for (auto& [g, before] : move_to) moved[g] = true;
   std::vector<Instr> out;
+  out.reserve(p.instrs.size());
+  auto next = inserted.begin();
   for (size_t i = 0; i < p.instrs.size(); ++i) {
-    if (inserted.count(i))
-      for (auto& in : inserted[i]) out.push_back(in);
-    if (!move_to.count(i)) out.push_back(p.instrs[i]);
+    if (next != inserted.end() && next->first == i) {
+      for (size_t g : next->second) out.push_back(std::move(p.instrs[g]));
+      ++next;
+    }
+    if (!moved[i]) out.push_back(std::move(p.instrs[i]));
   }
   p.instrs = std::move(out);
   changed = true;

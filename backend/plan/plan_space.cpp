@@ -88,13 +88,47 @@ std::vector<PlanPoint> enumerate_plan_space(const ModuleTree& tree, const PlanSp
   return points;
 }
 
-std::string plan_schedule_text(const ModuleTree& tree, const PlanPoint& p) {
+std::vector<ModuleReplacement> replacements_of(const ModuleTree& tree, const std::string& impl) {
+  const Replacement* r = ReplacementRegistry::global().find(impl);
+  std::vector<ModuleReplacement> out;
+  for (int i = 0; r && i < tree.size(); ++i)
+    if (r->replaces_type(tree.node(i).type)) out.push_back({tree.node(i).path, impl});
+  return out;
+}
+
+namespace {
+
+// replace() directives for `replacements`: one wildcard over the repeated blocks for each module
+// position in them (sch["h.*.attn"]), each module outside them by its path.
+std::string replace_directives(const ModuleTree& tree, const std::string& impl) {
+  std::vector<ModuleReplacement> replacements = replacements_of(tree, impl);
+  int list = tree.largest_list();
+  std::string blocks = list < 0 ? "" : tree.node(list).path + ".";
+  std::vector<std::string> selections;
+  for (const ModuleReplacement& r : replacements) {
+    std::string selection = r.module;
+    if (!blocks.empty() && r.module.compare(0, blocks.size(), blocks) == 0) {
+      size_t index_end = r.module.find('.', blocks.size());
+      selection = blocks + "*" + (index_end == std::string::npos ? "" : r.module.substr(index_end));
+    }
+    if (std::find(selections.begin(), selections.end(), selection) == selections.end()) selections.push_back(selection);
+  }
   std::string text;
+  for (const std::string& s : selections) text += "sch[\"" + s + "\"].replace(\"" + impl + "\")\n";
+  return text;
+}
+
+}  // namespace
+
+std::string plan_schedule_text(const ModuleTree& tree, const PlanPoint& p, const std::string& attention) {
+  std::string text;
+  if (!attention.empty()) text += replace_directives(tree, attention);
   if (p.tp > 1 || p.pp > 1) text += "sch.mesh(tp=" + std::to_string(p.tp) + ", pp=" + std::to_string(p.pp) + ")\n";
   if (p.tp > 1) text += tensor_parallel_directives(tree, p.tp);
   text += "sch.shard_states(params=" + std::to_string(p.params) + ", grads=" + std::to_string(p.grads) +
           ", optim=" + std::to_string(p.optim) + ")\n";
   if (p.checkpoint) text += "sch.blocks().checkpoint()\n";
+  if (p.params > 1) text += "sch.blocks().prefetch()\n";
   return text;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "lang/module_tree.h"
+#include "lang/replacements.h"
 
 namespace loom {
 
@@ -30,8 +31,15 @@ struct PlanSpaceOptions {
 // a pipeline up to the blocks there are.
 std::vector<PlanPoint> enumerate_plan_space(const ModuleTree& tree, const PlanSpaceOptions& options);
 
-// The schedule of `point` for `tree`, as a .sched file's text (without a header).
-std::string plan_schedule_text(const ModuleTree& tree, const PlanPoint& point);
+// The schedule of `point` for `tree`, as a .sched file's text (without a header). Every
+// attention module runs `attention` (a registered replace() implementation; "" keeps the
+// model's own), and with sharded parameters (s_p > 1) each block's gathers are prefetched
+// during the block before it, as the runtimes Lins compares overlap them (lins.txt §VI-A.4).
+std::string plan_schedule_text(const ModuleTree& tree, const PlanPoint& point, const std::string& attention = "");
+
+// The modules of `tree` that implementation `impl` replaces (ReplacementRegistry), each to run it:
+// what the trace of a plan that replaces them is taken with.
+std::vector<ModuleReplacement> replacements_of(const ModuleTree& tree, const std::string& impl);
 
 // Megatron-LM's split of one repeated block, for a model whose blocks group their Linear layers
 // in sub-modules (attention, MLP): in each group the last Linear is row-parallel (its weight split

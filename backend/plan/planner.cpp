@@ -102,7 +102,7 @@ class PlanEvaluator {
       out.what = PointOutcome::OverMemory;
       return out;
     }
-    PlannedStep step{p, plan_schedule_text(*tree_, p)};
+    PlannedStep step{p, plan_schedule_text(*tree_, p, o_.attention)};
     RuntimePlan plan;
     try {
       std::lock_guard<std::mutex> lock(language_);

@@ -24,6 +24,9 @@ struct PlannerOptions {
   int64_t micro_batch = 1, seq = 1, accum = 1;
   int64_t memory_limit = 0;  // bytes per rank; 0: the cluster device's memory
   std::string checkpoint = "none";
+  // The replace() implementation every attention module runs ("": the model's own); the trace
+  // given to plan_parallelism must be taken with replacements_of(tree, attention).
+  std::string attention;
   bool grad_norm = true;
   int threads = 0;  // plans evaluated at once; 0: one per core
 };

@@ -47,6 +47,7 @@
 #include "backend/comm/shard_groups.h"
 #include "backend/exec/sharded_grad_clip.h"
 #include "backend/exec/sharded_executor.h"
+#include "models/replacements.h"
 #include "verifier/differential/step_record.h"
 #include "backend/exec/tensor_parallel.h"
 #include "backend/instrument/timeline.h"
@@ -245,6 +246,7 @@ void build_rank_model(RankRun& r) {
   const TrainOptions& o = r.o;
   torch::manual_seed(static_cast<uint64_t>(o.seed));
   r.model = build_model_without_memory(o.model);
+  apply_replacements(*r.model.module, r.plan.replacements);
   MeshLayout at = MeshLayout::of(r.env.world, r.env.rank, r.plan.tp, r.plan.pp);
   nn::materialize(*r.model.module, static_cast<uint64_t>(o.seed), [&](const std::string& name) {
     int stage = r.stages ? r.stages->stage_of_param(name) : -1;
@@ -278,7 +280,7 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   const TrainOptions& o = r.o;
   bool profiling = !o.profile_out.empty();
   ir::OpTrace& trace = r.trace;
-  trace = trace_model(o.model, {o.micro_batch, o.seq});
+  trace = trace_model(o.model, {o.micro_batch, o.seq}, r.plan.replacements);
   // The step's program, as `loom explain --rank` shows it for this rank: the sharded executor
   // follows it, the data-parallel reducer takes its buckets from it, the step's tail runs it.
   StepOptions step_options;

@@ -1,6 +1,11 @@
 #include "models/nn/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <sstream>
+
+#include "lang/diagnostics.h"
+#include "models/nn/memory_efficient_attention.h"
 
 namespace loom::nn {
 
@@ -15,6 +20,32 @@ torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const torch::
   torch::Tensor p = torch::softmax(scores, -1);
   if (dropout_p > 0 && training) p = torch::dropout(p, dropout_p, true);
   return torch::matmul(p, v);
+}
+
+torch::Tensor AttentionKernelChoice::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
+                                            double dropout_p, bool training) const {
+  switch (attention_kernel) {
+    case AttentionKernel::Eager: break;
+    case AttentionKernel::HeadChunks: {
+      constexpr int64_t heads_per_chunk = 2;
+      std::vector<torch::Tensor> parts;
+      for (int64_t h = 0; h < q.size(1); h += heads_per_chunk) {
+        int64_t n = std::min(heads_per_chunk, q.size(1) - h);
+        parts.push_back(scaled_dot_product_attention(q.narrow(1, h, n), k.narrow(1, h, n), v.narrow(1, h, n), causal, dropout_p, training));
+      }
+      return torch::cat(parts, 1);
+    }
+    case AttentionKernel::MemoryEfficient:
+      if (dropout_p > 0 && training) {
+        std::ostringstream p;
+        p << dropout_p;
+        throw UserError(SourceRange{}, "replace(\"memory_efficient_attention\") applies no attention dropout, and this model drops "
+                                       "attention probabilities with p = " + p.str(),
+                        "keep the eager attention for this model, or build it with attention dropout 0");
+      }
+      return memory_efficient_attention(q, k, v, causal);
+  }
+  return scaled_dot_product_attention(q, k, v, causal, dropout_p, training);
 }
 
 torch::Tensor split_heads(const torch::Tensor& x, int64_t head_dim) {

@@ -13,7 +13,11 @@
 #include "lang/interpreter.h"
 #include "lang/schedule.h"
 #include "lang/trace.h"
+#include "lang/diagnostics.h"
+#include "models/bert.h"
 #include "models/gpt.h"
+#include "models/llama.h"
+#include "models/nn/memory_efficient_attention.h"
 #include "models/nn/module.h"
 #include "models/zoo.h"
 #include "models/zoo_torch.h"
@@ -158,17 +162,90 @@ TEST_CASE("Loom modules are ordinary torch modules: saved and loaded with torch:
   CHECK(torch::equal(a(ids), b(ids)));
 }
 
-TEST_CASE("the registered alternative attention computes what GPT2Attention computes") {
+namespace {
+
+// The output and every gradient (the input's, then each parameter's) of one forward and backward
+// of `attention` on `x`, with `kernel`.
+template <class Attention>
+std::vector<torch::Tensor> attention_results(Attention& attention, const torch::Tensor& x, nn::AttentionKernel kernel) {
+  attention.attention_kernel = kernel;
+  for (auto& p : attention.parameters()) p.mutable_grad() = torch::Tensor();
+  torch::Tensor input = x.clone().requires_grad_(true);
+  torch::Tensor y = attention.forward(input);
+  (y * torch::linspace(-1, 1, y.numel()).view(y.sizes())).sum().backward();
+  std::vector<torch::Tensor> out{y.detach(), input.grad()};
+  for (auto& p : attention.parameters()) out.push_back(p.grad());
+  return out;
+}
+
+template <class Attention>
+void check_kernels_agree(Attention& attention, const torch::Tensor& x, std::vector<nn::AttentionKernel> kernels) {
+  std::vector<torch::Tensor> eager = attention_results(attention, x, nn::AttentionKernel::Eager);
+  for (nn::AttentionKernel kernel : kernels) {
+    CAPTURE(static_cast<int>(kernel));
+    std::vector<torch::Tensor> other = attention_results(attention, x, kernel);
+    REQUIRE(other.size() == eager.size());
+    for (size_t i = 0; i < eager.size(); ++i) {
+      CAPTURE(i);
+      CHECK(torch::allclose(other[i], eager[i], 1e-4, 1e-6));
+    }
+  }
+}
+
+}  // namespace
+
+// 300 tokens: the memory-efficient kernel works on two blocks of query rows (256 and 44).
+TEST_CASE("every attention kernel replace() can choose computes the eager attention's output and gradients") {
   torch::manual_seed(0);
-  models::GPTConfig c{256, 64, 64, 1, 4, 0.0};
-  auto plain = std::make_shared<models::GPT2AttentionImpl>(c);
-  auto chunked = std::make_shared<models::GPT2ChunkedAttentionImpl>(c, 3);
-  chunked->c_attn->weight.data().copy_(plain->c_attn->weight.data());
-  chunked->c_attn->bias.data().copy_(plain->c_attn->bias.data());
-  chunked->c_proj->weight.data().copy_(plain->c_proj->weight.data());
-  chunked->c_proj->bias.data().copy_(plain->c_proj->bias.data());
-  torch::Tensor x = torch::randn({2, 10, 64});
-  CHECK(torch::allclose(plain->forward(x), chunked->forward(x), 1e-5, 1e-6));
+  torch::Tensor x = torch::randn({2, 300, 32});
+  models::GPT2AttentionImpl gpt(models::GPTConfig{256, 512, 32, 1, 4, 0.0});
+  check_kernels_agree(gpt, x, {nn::AttentionKernel::HeadChunks, nn::AttentionKernel::MemoryEfficient});
+  models::LlamaConfig lc;
+  lc.hidden_size = 32, lc.num_heads = 4, lc.num_kv_heads = 2;  // grouped-query attention
+  models::LlamaAttentionImpl llama(lc);
+  check_kernels_agree(llama, x, {nn::AttentionKernel::MemoryEfficient});
+  models::BertConfig bc;
+  bc.hidden_size = 32, bc.num_heads = 4;
+  models::BertSelfAttentionImpl bert(bc);  // not causal
+  check_kernels_agree(bert, x, {nn::AttentionKernel::MemoryEfficient});
+}
+
+// The kernel alone: in fp64 it agrees with the eager attention to rounding; in bf16 (scores and
+// the sums over query blocks kept in fp32) with the fp32 eager attention to bf16's precision.
+TEST_CASE("the memory-efficient kernel in fp64 and in bf16, against the eager attention") {
+  torch::manual_seed(0);
+  auto results = [](torch::Tensor q, torch::Tensor k, torch::Tensor v, bool efficient) {
+    for (torch::Tensor* t : {&q, &k, &v}) *t = t->detach().clone().requires_grad_(true);
+    torch::Tensor y = efficient ? nn::memory_efficient_attention(q, k, v, true) : nn::scaled_dot_product_attention(q, k, v, true, 0, false);
+    (y.to(torch::kDouble) * torch::linspace(-1, 1, y.numel(), torch::kDouble).view(y.sizes())).sum().backward();
+    return std::vector<torch::Tensor>{y.detach().to(torch::kDouble), q.grad().to(torch::kDouble), k.grad().to(torch::kDouble),
+                                      v.grad().to(torch::kDouble)};
+  };
+  torch::Tensor q = torch::randn({1, 2, 300, 16}, torch::kDouble), k = torch::randn_like(q), v = torch::randn_like(q);
+  std::vector<torch::Tensor> exact = results(q, k, v, false), fp64 = results(q, k, v, true);
+  std::vector<torch::Tensor> bf16 = results(q.to(torch::kBFloat16), k.to(torch::kBFloat16), v.to(torch::kBFloat16), true);
+  for (size_t i = 0; i < exact.size(); ++i) {
+    CAPTURE(i);
+    CHECK(torch::allclose(fp64[i], exact[i], 1e-10, 1e-12));
+    double scale = exact[i].abs().max().item<double>();
+    CHECK((bf16[i] - exact[i]).abs().max().item<double>() < 0.03 * scale);
+  }
+}
+
+TEST_CASE("the memory-efficient attention refuses attention dropout in training, saying what to do") {
+  models::GPT2AttentionImpl gpt(models::GPTConfig{256, 64, 32, 1, 4, 0.1});
+  gpt.attention_kernel = nn::AttentionKernel::MemoryEfficient;
+  gpt.eval();
+  CHECK(gpt.forward(torch::randn({1, 8, 32})).sizes() == torch::IntArrayRef({1, 8, 32}));  // no dropout in eval
+  gpt.train();
+  try {
+    gpt.forward(torch::randn({1, 8, 32}));
+    FAIL("expected a UserError");
+  } catch (const UserError& e) {
+    CHECK(e.diagnostic().message ==
+          "replace(\"memory_efficient_attention\") applies no attention dropout, and this model drops attention probabilities with p = 0.1");
+    CHECK(e.diagnostic().hint == "keep the eager attention for this model, or build it with attention dropout 0");
+  }
 }
 
 TEST_CASE("a schedule over a model built in C++: extract the tree, use the fluent API") {

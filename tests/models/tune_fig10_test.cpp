@@ -54,7 +54,7 @@ Sweep sweep(const std::string& strategy, uint64_t seed, int64_t memory_limit, st
     }
     knobs = declared;
   });
-  Tracer tracer = [&traces](const ir::TraceShape& shape) {
+  Tracer tracer = [&traces](const ir::TraceShape& shape, const std::vector<ModuleReplacement>&) {  // Fig. 10 replaces nothing
     auto known = traces.find(shape.micro_batch);
     return known != traces.end() ? known->second : traces[shape.micro_batch] = trace_model("gpt2", shape);
   };

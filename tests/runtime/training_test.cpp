@@ -461,9 +461,9 @@ TEST_CASE("TAGC compress() trains and resumes exactly: its error-feedback accumu
 }
 
 TEST_CASE("directives without a runtime effect stop loom run before training, naming the directive") {
-  std::ofstream(scratch() / "replace.sched") << "sch[\"h.0.attn\"].replace(\"gpt2_attention_chunked\")\n";
-  CHECK(run_loom("run " + (scratch() / "replace.sched").string() + " --model gpt:tiny --steps 1") == 1);
-  CHECK(last_log().find("replace.sched:1:1: error: replace is not yet supported at runtime") != std::string::npos);
+  std::ofstream(scratch() / "unshard_auto.sched") << "sch[\"h.0\"].unshard(auto)\n";
+  CHECK(run_loom("run " + (scratch() / "unshard_auto.sched").string() + " --model gpt:tiny --steps 1") == 1);
+  CHECK(last_log().find("unshard_auto.sched:1:1: error: unshard is not yet supported at runtime") != std::string::npos);
 }
 
 std::string read_text(const fs::path& path) {

@@ -62,7 +62,9 @@ Expectation read_expectation(const std::string& text) {
 }  // namespace
 
 TEST_CASE("every error test raises its stated error at its stated location") {
-  ReplacementRegistry::global().add({"gpt2_attention_chunked", "GPT2Attention", "test entry mirroring models/zoo.cpp"});
+  ReplacementRegistry::global().add({"gpt2_attention_chunked", {"GPT2Attention"}, "test entry mirroring models/replacements.cpp"});
+  ReplacementRegistry::global().add({"memory_efficient_attention", {"GPT2Attention", "LlamaAttention", "BertSelfAttention"},
+                                     "test entry mirroring models/replacements.cpp"});
   std::vector<fs::path> files;
   for (auto& entry : fs::directory_iterator(testing::source_path("tests/error")))
     if (entry.path().extension() == ".sched") files.push_back(entry.path());

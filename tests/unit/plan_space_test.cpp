@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backend/plan/plan_space.h"
+#include "lang/replacements.h"
 
 using namespace loom;
 
@@ -88,8 +89,24 @@ TEST_CASE("the plan space: s_p | s_g | s_os | dp with s_g in {s_p, s_os}, factor
 
 TEST_CASE("a plan's schedule") {
   ModuleTree t = gpt_like(4);
-  CHECK(plan_schedule_text(t, {1, 1, 2, 2, 8, false}) == "sch.shard_states(params=2, grads=2, optim=8)\n");
+  // Sharded parameters are gathered a block ahead (the overlap Lins' runtimes have).
+  CHECK(plan_schedule_text(t, {1, 1, 2, 2, 8, false}) == "sch.shard_states(params=2, grads=2, optim=8)\nsch.blocks().prefetch()\n");
+  CHECK(plan_schedule_text(t, {1, 1, 1, 1, 8, false}) == "sch.shard_states(params=1, grads=1, optim=8)\n");
   std::string mesh = plan_schedule_text(t, {2, 2, 1, 1, 1, true});
   CHECK(mesh.rfind("sch.mesh(tp=2, pp=2)\nfor b in sch[\"h.*\"] {\n", 0) == 0);
   CHECK(mesh.find("sch.shard_states(params=1, grads=1, optim=1)\nsch.blocks().checkpoint()\n") != std::string::npos);
+}
+
+TEST_CASE("a plan's attention: one replace() per position in the blocks, each module outside them by its path") {
+  ModuleTree t = gpt_like(3);
+  t.add(0, "pool", "Attention");  // an attention module outside the blocks
+  ReplacementRegistry::global().add({"test_attention", {"Attention"}, "test entry"});
+  std::vector<ModuleReplacement> r = replacements_of(t, "test_attention");
+  REQUIRE(r.size() == 4);
+  CHECK(r[0].module == "h.0.attn");
+  CHECK(r[3].module == "pool");
+  CHECK(replacements_of(t, "no_such_implementation").empty());
+  CHECK(plan_schedule_text(t, {1, 1, 1, 1, 1, false}, "test_attention") ==
+        "sch[\"h.*.attn\"].replace(\"test_attention\")\nsch[\"pool\"].replace(\"test_attention\")\n"
+        "sch.shard_states(params=1, grads=1, optim=1)\n");
 }

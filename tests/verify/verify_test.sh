@@ -51,6 +51,14 @@ expect "llama_tensor_parallel at world 2" 0 "equivalent (" \
 for f in tied_checkpoint tied_checkpoint_zero3; do
   expect "$f at world 2" 0 "equivalent (" -- "$loom" verify tests/verify/$f.sched $small --nproc 2
 done
+# replace(): the memory-efficient attention computes what the eager one does, beside ZeRO-3,
+# prefetch and a checkpointed block (gpt), tensor parallelism (llama, grouped-query) and ZeRO-2
+# on an encoder (bert, not causal).
+expect "memory_efficient_attention under ZeRO-3 at world 2" 0 "equivalent (" -- "$loom" verify tests/verify/memory_efficient_attention.sched $small --nproc 2
+expect "memory_efficient_attention under tp 2 at world 4" 0 "equivalent (" \
+  -- "$loom" verify tests/verify/llama_tp_memory_efficient_attention.sched --model llama:tiny --seq 32 --micro-batch 2 --threads 1 --nproc 4
+expect "memory_efficient_attention on bert under ZeRO-2" 0 "equivalent (" \
+  -- "$loom" verify tests/verify/bert_memory_efficient_attention.sched --model bert:tiny --seq 32 --micro-batch 2 --threads 1 --nproc 2
 # Meshes composed with the runtime primitives (issue #14, section 4): checkpoint(), bucket(),
 # ZeRO inside the data-parallel group with prefetch, unshard, offload and TAGC.
 for world in 2 4; do

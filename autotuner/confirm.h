@@ -1,0 +1,32 @@
+// sim+run (issue #16 §2): the simulator ranks every point it evaluated, real runs confirm its
+// best few, and the regret says how much slower the simulator's choice ran than the fastest of
+// them as measured. Torch-free.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "autotuner/tuner.h"
+
+namespace loom::tune {
+
+struct Confirmed {
+  Trial predicted;  // the simulator's trial
+  Trial measured;   // the real run's
+};
+
+struct Confirmation {
+  std::vector<Confirmed> points;  // the simulator's best first
+  std::optional<Trial> best;      // the measured best Ok trial among them
+  // 1 - (measured objective of the simulator's best point) / (the measured best's): 0 when the
+  // simulator's choice ran fastest, 1 when it did not run (failed, timed out, over the limit).
+  double regret = 0;
+  size_t evaluations = 0;  // real runs made now (not from the database)
+};
+
+// Runs the `top` best Ok points of `predicted` with `runs`.
+Confirmation confirm_best(const TuneResult& predicted, size_t top, Evaluator& runs, TrialDatabase& db, const TuneOptions& options,
+                          const std::function<void(const TuneProgress&)>& progress = nullptr);
+
+}  // namespace loom::tune

@@ -1,0 +1,92 @@
+// Lins Table III (issue #15 §5): loom plan on lins-a800 at lins.txt §VI-A's setting (1,024
+// ranks, 8 per node, seq 4096, one micro-batch of one sequence per step, 80 GiB), every attention
+// running the memory-efficient kernel (the paper runs FlashAttention-2), gathers prefetched a block
+// ahead (the paper's runtimes overlap them). What it reproduces, and where it departs and why
+// (docs/simulate.md, "Against Lins' Table III"):
+// - LLaMA-30B: the paper's plan, (8, 8, 8) with every layer recomputed, is loom plan's best, at
+//   a simulated MFU near the paper's 42%.
+// - LLaMA-13B: the paper's (4, 4, 8) fits and is within 3% of the best plan's step, (8, 8, 8)
+//   with recomputation; the paper runs it without recomputation, which does not fit Loom's
+//   runtime (fp32 parameters and gradients, fp32 activations: 4/4/8 bytes of states where the
+//   paper keeps 2/2/12).
+// - LLaMA-7B: the paper's (1, 1, 8) without recomputation does not fit Loom's runtime either
+//   (full fp32 parameters and gradients on every rank); with it, its step is 13% longer than the best's.
+#include "doctest_torch.h"
+
+#include "backend/cost/cluster.h"
+#include "backend/instrument/model_trace.h"
+#include "backend/plan/plan_space.h"
+#include "backend/plan/planner.h"
+#include "models/zoo.h"
+
+using namespace loom;
+
+namespace {
+
+struct TableRun {
+  PlanReport report;
+  // A plan of the report at tp = pp = 1 with these factors and recomputation, or null when it
+  // is not among the feasible ones.
+  const PlannedStep* find(int s_p, int s_g, int s_os, bool checkpoint) const {
+    for (const PlannedStep& s : report.feasible)
+      if (s.point.tp == 1 && s.point.pp == 1 && s.point.params == s_p && s.point.grads == s_g && s.point.optim == s_os &&
+          s.point.checkpoint == checkpoint)
+        return &s;
+    return nullptr;
+  }
+};
+
+TableRun plan_table3(const std::string& model) {
+  auto tree = module_tree_of(model);
+  std::vector<ModuleReplacement> attention = replacements_of(*tree, "memory_efficient_attention");
+  REQUIRE(!attention.empty());
+  ir::OpTrace trace = trace_model(model, {1, 4096}, attention);
+  ClusterCost cost(load_cluster("lins-a800", cluster_dirs()), Precision::Bf16, 8);
+  PlannerOptions o;
+  o.world = 1024;
+  o.local_world = 8;
+  o.micro_batch = 1;
+  o.seq = 4096;
+  o.checkpoint = "auto";
+  o.attention = "memory_efficient_attention";
+  o.memory_limit = int64_t{80} << 30;
+  TableRun run{plan_parallelism(tree, trace, cost, o)};
+  REQUIRE(!run.report.feasible.empty());
+  const PlannedStep& best = run.report.feasible[0];
+  MESSAGE(model << ": best (" << best.point.params << ", " << best.point.grads << ", " << best.point.optim << ") tp "
+                << best.point.tp << " pp " << best.point.pp << std::string(best.point.checkpoint ? " recomputed" : "") << ", MFU "
+                << best.mfu << ", step " << best.step_s << " s");
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("Lins Table III, LLaMA-30B: the paper's (8, 8, 8) with recomputation is loom plan's best, near its 42% MFU") {
+  TableRun run = plan_table3("llama-30b");
+  const PlannedStep& best = run.report.feasible[0];
+  CHECK(best.point.tp == 1);
+  CHECK(best.point.pp == 1);
+  CHECK(best.point.params == 8);
+  CHECK(best.point.grads == 8);
+  CHECK(best.point.optim == 8);
+  CHECK(best.point.checkpoint);
+  CHECK(best.mfu == doctest::Approx(0.42).epsilon(0.25));  // 42% +- a quarter of it
+}
+
+TEST_CASE("Lins Table III, LLaMA-13B: the paper's (4, 4, 8) fits, within 3% of the best plan, only with recomputation") {
+  TableRun run = plan_table3("llama-13b");
+  const PlannedStep* lins = run.find(4, 4, 8, /*checkpoint=*/true);
+  REQUIRE(lins != nullptr);
+  MESSAGE("(4, 4, 8) recomputed: MFU " << lins->mfu << ", step " << lins->step_s << " s");
+  CHECK(lins->step_s <= 1.03 * run.report.feasible[0].step_s);
+  CHECK(run.find(4, 4, 8, /*checkpoint=*/false) == nullptr);  // over 80 GiB with Loom's fp32 states and activations
+}
+
+TEST_CASE("Lins Table III, LLaMA-7B: the paper's (1, 1, 8) fits only with recomputation, its step 13% longer than the best's") {
+  TableRun run = plan_table3("llama-7b");
+  CHECK(run.find(1, 1, 8, /*checkpoint=*/false) == nullptr);  // full fp32 parameters and gradients on every rank
+  const PlannedStep* lins = run.find(1, 1, 8, /*checkpoint=*/true);
+  REQUIRE(lins != nullptr);
+  MESSAGE("(1, 1, 8) recomputed: MFU " << lins->mfu << ", step " << lins->step_s << " s");
+  CHECK(lins->step_s == doctest::Approx(1.13 * run.report.feasible[0].step_s).epsilon(0.05));
+}
