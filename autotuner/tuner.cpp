@@ -35,11 +35,13 @@ class Sweep {
     return trial;
   }
 
-  // Successive halving's next rung: `scale` times the base effort, every point measured afresh.
+  // Successive halving's next rung: `scale` times the base effort, every point measured afresh,
+  // the best the rung's own.
   void start_rung(int scale) {
     evaluator_.scale_effort(scale);
     context_ = evaluator_.context();
     asked_.clear();
+    result_.best.reset();
   }
 
   size_t planned = 0;  // the evaluations the progress lines count to

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "autotuner/confirm.h"
+#include "autotuner/heatmap.h"
 #include "autotuner/run_evaluator.h"
 #include "autotuner/sim_evaluator.h"
 #include "autotuner/tuner.h"
@@ -19,6 +21,7 @@
 #include "backend/instrument/model_trace.h"
 #include "backend/train/output_paths.h"
 #include "cli/commands.h"
+#include "cli/tune_report.h"
 #include "lang/diagnostics.h"
 #include "lang/interpreter.h"
 #include "lang/schedule.h"
@@ -49,8 +52,11 @@ struct TuneCommand {
   std::string precision = "bf16";
   std::string db;
   bool resume = false;
+  size_t confirm = 3;  // sim+run: the simulator's best points confirmed by real runs
   bool json = false;
   std::string out;
+  std::string plot;
+  std::vector<std::string> plot_knobs;
   std::string stdlib = LOOM_STDLIB_DIR;
 };
 
@@ -115,13 +121,10 @@ std::unique_ptr<tune::Evaluator> run_evaluator(const TuneCommand& o, int& local_
   return std::make_unique<tune::RunEvaluator>(s, &stop_requested);
 }
 
-std::unique_ptr<tune::Evaluator> make_evaluator(const TuneCommand& o, int& local_world) {
-  if (o.evaluator == "run") return run_evaluator(o, local_world);
-  if (o.evaluator != "sim")
-    throw UserError(SourceRange{}, "--evaluator " + o.evaluator + " is not built yet: the simulator (sim) and real runs (run) evaluate trials today",
-                    "use --evaluator sim (with --cluster or --profile) or --evaluator run");
+// The simulator as the evaluator, on a cluster or on this machine as a profile measured it.
+std::unique_ptr<tune::Evaluator> sim_evaluator(const TuneCommand& o, int& local_world) {
   if (o.cluster.empty() == o.profile.empty())
-    throw UserError(SourceRange{}, "--evaluator sim needs one cost model: --cluster NAME or --profile FILE",
+    throw UserError(SourceRange{}, "--evaluator " + o.evaluator + " needs one cost model: --cluster NAME or --profile FILE",
                     "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`");
   tune::Tracer tracer = [model = o.model](const ir::TraceShape& shape, const std::vector<ModuleReplacement>& replacements) {
     return trace_model(model, shape, replacements);
@@ -138,68 +141,14 @@ std::unique_ptr<tune::Evaluator> make_evaluator(const TuneCommand& o, int& local
   return std::make_unique<tune::SimEvaluator>(key, at, tracer, std::move(cost), shape);
 }
 
-std::string objective_text(const tune::Trial& t) {
-  if (!t.ok()) return tune::status_name(t.status);
-  char s[32];
-  std::snprintf(s, sizeof s, "%.0f tok/s/rank", t.objective);
-  return s;
-}
-
-void print_progress(const tune::TuneProgress& p) {
-  std::string best = p.best ? objective_text(*p.best) + " at " + tune::point_text(p.best->knobs) : "none yet";
-  std::fprintf(stderr, "loom tune: trial %zu of %zu  %s  %s%s  (best %s)\n", p.index, p.planned,
-               tune::point_text(p.trial->knobs).c_str(), objective_text(*p.trial).c_str(),
-               p.trial->from_database ? ", from the database" : "", best.c_str());
-}
-
-std::vector<tune::Trial> best_first(const tune::TuneResult& r) {
-  std::vector<tune::Trial> ok;
-  for (const tune::Trial& t : r.trials)
-    if (t.ok()) ok.push_back(t);
-  std::stable_sort(ok.begin(), ok.end(), [](const tune::Trial& a, const tune::Trial& b) { return a.objective > b.objective; });
-  return ok;
-}
-
-void print_table(const TuneCommand& o, const tune::TuneResult& r) {
-  size_t failed = 0, infeasible = 0;
-  for (const tune::Trial& t : r.trials) {
-    failed += t.status == tune::TrialStatus::Failed || t.status == tune::TrialStatus::TimedOut;
-    infeasible += t.status == tune::TrialStatus::Infeasible;
-  }
-  std::printf("loom tune: %s on %s at %d ranks, %s, %s\n", o.file.c_str(), o.model.c_str(), o.nproc, o.strategy.c_str(),
-              o.evaluator.c_str());
-  std::printf("  %zu points in the space (%zu pruned by constraints); %zu asked for, %zu evaluated now%s; %zu infeasible, %zu failed\n",
-              r.space_size, r.pruned, r.trials.size(), r.evaluations, r.budget_spent ? " (--max-trials reached)" : "", infeasible,
-              failed);
-  std::vector<tune::Trial> ok = best_first(r);
-  std::printf("  %-4s %14s %10s %10s  %s\n", "rank", "tok/s/rank", "step ms", "peak", "knobs");
-  for (size_t i = 0; i < ok.size() && i < 5; ++i)
-    std::printf("  %-4zu %14.0f %10.1f %10s  %s\n", i + 1, ok[i].objective, ok[i].step_s * 1e3, format_size(ok[i].peak_bytes).c_str(),
-                tune::point_text(ok[i].knobs).c_str());
-}
-
-nlohmann::json trial_json(const tune::Trial& t) {
-  return {{"knobs", nlohmann::json::parse(tune::knobs_json(t.knobs))},
-          {"objective", t.objective},
-          {"status", tune::status_name(t.status)},
-          {"step_s", t.step_s},
-          {"peak_bytes", t.peak_bytes},
-          {"message", t.message},
-          {"from_database", t.from_database}};
-}
-
-void print_json(const tune::TuneResult& r) {
-  nlohmann::json trials = nlohmann::json::array();
-  for (const tune::Trial& t : r.trials) trials.push_back(trial_json(t));
-  nlohmann::json best = r.best ? nlohmann::json{{"knobs", nlohmann::json::parse(tune::knobs_json(r.best->knobs))},
-                                                {"objective", r.best->objective},
-                                                {"step_s", r.best->step_s},
-                                                {"peak_bytes", r.best->peak_bytes}}
-                               : nlohmann::json(nullptr);
-  std::cout << nlohmann::json{{"space_size", r.space_size}, {"pruned", r.pruned},     {"evaluations", r.evaluations},
-                              {"budget_spent", r.budget_spent}, {"best", best}, {"trials", trials}}
-                   .dump(1)
-            << "\n";
+// The command line's combinations that cannot sweep, refused before any trial.
+void check_sweep(const TuneCommand& o) {
+  if (o.strategy == "successive-halving" && o.evaluator != "run")
+    throw UserError(SourceRange{}, "--strategy successive-halving measures points with more and more steps, which only real runs take",
+                    "use it with --evaluator run, or another strategy with --evaluator " + o.evaluator);
+  if (!o.plot.empty() && o.plot_knobs.size() != 2 && !o.plot_knobs.empty())
+    throw UserError(SourceRange{}, "--plot-knobs names " + std::to_string(o.plot_knobs.size()) + " knobs; a heatmap has two axes",
+                    "write --plot-knobs X,Y");
 }
 
 // The schedule's text with each tune(...) of the file replaced by the best point's value.
@@ -234,39 +183,75 @@ std::string fixed_schedule(const TuneCommand& o, int local_world, const tune::Tr
   return out;
 }
 
+// The knobs' search space: the schedule evaluated under each assignment (the whole-schedule rules
+// are a point's, whose trial fails, not the space's).
+tune::SearchSpace search_space(const TuneCommand& o, int local_world) {
+  return tune::SearchSpace([&o, local_world](KnobSpace& knobs) {
+    KnobSpace declared;
+    try {
+      schedule_at(o, local_world, knobs.assignment(), &declared, /*check_rules=*/false);
+    } catch (const ConstraintViolation&) {
+      knobs = declared;
+      throw;
+    }
+    knobs = declared;
+  });
+}
+
+// --resume: how many trials of this sweep the database holds; a database with none is refused.
+void check_resume(const TuneCommand& o, const tune::TrialDatabase& db, const std::string& context) {
+  size_t known = db.trials(context).size();
+  if (known == 0)
+    throw UserError(SourceRange{}, "--resume: " + (o.db.empty() ? std::string("no --db given") : o.db + " holds no trial of this sweep"),
+                    "give the --db of the sweep to resume, with the same schedule, model, --nproc, shapes and evaluator");
+  std::fprintf(stderr, "loom tune: resuming: %zu trials of this sweep in %s are not evaluated again\n", known, o.db.c_str());
+}
+
+// --plot: the heatmap of the search's trials over two knobs (--plot-knobs, else the first two declared).
+void write_plot(const TuneCommand& o, const std::vector<tune::Point>& space, const tune::TuneResult& r) {
+  std::vector<std::string> axes = o.plot_knobs;
+  if (axes.empty())
+    for (const auto& knob : space.front()) axes.push_back(knob.first);
+  if (axes.size() < 2)
+    throw UserError(SourceRange{}, "--plot draws the objective over two knobs, and " + o.file + " declares one (" + axes[0] + ")",
+                    "declare a second knob with tune(...), or leave out --plot");
+  std::string title = "loom tune: " + o.model + " at " + std::to_string(o.nproc) + " ranks, " + o.evaluator + ", " + o.strategy;
+  try {
+    write_whole_file(o.plot, tune::tune_heatmap_svg(r.trials, space, {axes[0], axes[1], title}));
+  } catch (const std::invalid_argument& e) {
+    throw UserError(SourceRange{}, e.what(), "name two knobs the schedule declares with tune(...)");
+  }
+}
+
 int tune_schedule(const TuneCommand& o) {
   try {
+    check_sweep(o);
     if (!o.out.empty()) check_output_file(o.out, "--out");
+    if (!o.plot.empty()) check_output_file(o.plot, "--plot");
     int local_world = 0;
-    std::unique_ptr<tune::Evaluator> evaluator = make_evaluator(o, local_world);
-    tune::SearchSpace space([&o, local_world](KnobSpace& knobs) {
-      KnobSpace declared;
-      try {
-        schedule_at(o, local_world, knobs.assignment(), &declared, /*check_rules=*/false);
-      } catch (const ConstraintViolation&) {
-        knobs = declared;
-        throw;
-      }
-      knobs = declared;
-    });
+    std::unique_ptr<tune::Evaluator> evaluator = o.evaluator == "run" ? run_evaluator(o, local_world) : sim_evaluator(o, local_world);
+    tune::SearchSpace space = search_space(o, local_world);
     tune::TrialDatabase db(o.db, &std::cerr);
-    if (o.resume) {
-      size_t known = db.trials(evaluator->context()).size();
-      if (known == 0)
-        throw UserError(SourceRange{}, "--resume: " + (o.db.empty() ? std::string("no --db given") : o.db + " holds no trial of this sweep"),
-                        "give the --db of the sweep to resume, with the same schedule, model, --nproc, shapes and evaluator");
-      std::fprintf(stderr, "loom tune: resuming: %zu trials of this sweep in %s are not evaluated again\n", known, o.db.c_str());
-    }
+    if (o.resume) check_resume(o, db, evaluator->context());
     tune::TuneOptions to{o.strategy, o.seed, o.max_trials};
-    tune::TuneResult r = tune::run_tuner(space, *evaluator, db, to, print_progress);
+    tune::TuneResult r = tune::run_tuner(space, *evaluator, db, to, print_tune_progress);
     if (r.space_size == 0)
       throw UserError(SourceRange{}, o.file + " has no valid point: every one breaks a constraint", "loosen its constrain(...)");
-    if (!o.out.empty() && r.best) write_whole_file(o.out, fixed_schedule(o, local_world, *r.best));
-    if (o.json) print_json(r);
-    else print_table(o, r);
-    if (!o.out.empty() && !o.json) std::printf("  %s %s\n", r.best ? "wrote the best schedule to" : "no point was feasible: did not write",
-                                               o.out.c_str());
-    return r.best ? kOk : kUserError;
+    std::optional<tune::Confirmation> confirmation;
+    if (o.evaluator == "sim+run") {  // real runs of the simulator's best points
+      int run_local_world = 0;
+      std::unique_ptr<tune::Evaluator> runs = run_evaluator(o, run_local_world);
+      confirmation = tune::confirm_best(r, o.confirm, *runs, db, to, print_tune_progress);
+    }
+    const tune::Trial* best = confirmation ? (confirmation->best ? &*confirmation->best : nullptr) : (r.best ? &*r.best : nullptr);
+    if (!o.out.empty() && best) write_whole_file(o.out, fixed_schedule(o, local_world, *best));
+    if (!o.plot.empty()) write_plot(o, space.points(), r);
+    TuneReport report{o.file, o.model, o.strategy, o.evaluator, o.nproc, &r, confirmation ? &*confirmation : nullptr, best};
+    if (o.json) print_tune_json(report);
+    else print_tune_table(report);
+    if (!o.out.empty() && !o.json) std::printf("  %s %s\n", best ? "wrote the best schedule to" : "no point was feasible: did not write", o.out.c_str());
+    if (!o.plot.empty() && !o.json) std::printf("  drew the objective over two knobs in %s\n", o.plot.c_str());
+    return best ? kOk : kUserError;
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), nullptr);
     return kUserError;
@@ -296,14 +281,19 @@ void add_tune(CLI::App& app, std::function<int()>& run) {
       ->check(at_least(1));
   c->add_option("--accum", o->accum, "micro-batches per step, where the schedule's batch() sets none")->check(at_least(1));
   c->add_option("--evaluator", o->evaluator,
-                "what evaluates a point: sim (the simulator), run (a `loom run` per point on this machine); sim+run is not built yet")
+                "what evaluates a point: sim (the simulator), run (a `loom run` per point on this machine), or sim+run (the "
+                "simulator ranks the points, real runs confirm its best --confirm, and the regret is reported)")
       ->check(CLI::IsMember({"sim", "run", "sim+run"}));
+  c->add_option("--confirm", o->confirm, "with --evaluator sim+run: how many of the simulator's best points real runs confirm")
+      ->check(at_least(1));
   c->add_option("--steps", o->steps, "with --evaluator run: steps a trial trains (the median after the first two counts)")
       ->check(at_least(3));
   c->add_option("--trial-timeout", o->trial_timeout, "with --evaluator run: seconds before a trial is killed and timed out")
       ->check(at_least(1));
-  c->add_option("--strategy", o->strategy, "exhaustive, random or coordinate-descent (randomized, slapo.txt §3.4)")
-      ->check(CLI::IsMember({"exhaustive", "random", "coordinate-descent"}));
+  c->add_option("--strategy", o->strategy,
+                "exhaustive, random, coordinate-descent (randomized, slapo.txt §3.4), or successive-halving (real runs: every "
+                "point for --steps, the better half for twice as many, ... until one is left)")
+      ->check(CLI::IsMember({"exhaustive", "random", "coordinate-descent", "successive-halving"}));
   c->add_option("--seed", o->seed, "the random strategies' seed");
   c->add_option("--max-trials", o->max_trials, "evaluate at most this many new points (points in the database are free)");
   c->add_option("--memory-limit", o->memory_limit, "bytes per rank, e.g. 16GiB: a point above it is infeasible (default: the "
@@ -315,6 +305,9 @@ void add_tune(CLI::App& app, std::function<int()>& run) {
   c->add_flag("--resume", o->resume, "continue a sweep from its --db (refused when the database holds no trial of it)");
   c->add_flag("--json", o->json, "print {\"space_size\", \"evaluations\", \"best\", \"trials\"} as JSON");
   c->add_option("--out", o->out, "write the schedule with every knob fixed at the best point");
+  c->add_option("--plot", o->plot, "draw the objective over two knobs as an SVG heatmap (Slapo Fig. 10), infeasible points marked");
+  c->add_option("--plot-knobs", o->plot_knobs, "the heatmap's two knobs, X,Y (default: the first two the schedule declares)")
+      ->delimiter(',');
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules (import \"stdlib/...\")");
   c->callback([&run, o] { run = [o] { return tune_schedule(*o); }; });
 }

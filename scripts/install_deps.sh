@@ -8,6 +8,7 @@ packages=(
   doctest-dev nlohmann-json3-dev libcli11-dev libfmt-dev pybind11-dev libgloo-dev
   python3 python3-torch iproute2
   libtcmalloc-minimal4                  # the allocator loom links (faster parsing)
+  librsvg2-bin file                     # the tests render the SVG plots loom writes to PNG
 )
 missing=()
 for p in "${packages[@]}"; do

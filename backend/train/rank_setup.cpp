@@ -529,7 +529,7 @@ std::unique_ptr<RankRun> set_up_rank(const TrainOptions& o, const RankEnv& env) 
   }
   if (r->lead() && !o.metrics.empty()) r->metrics.open(o.metrics, r->start > 0 ? std::ios::app : std::ios::trunc);
   if (r->lead()) print_header(*r);
-  r->tokens.resize(static_cast<size_t>(o.micro_batch * (o.seq + 1)));
+  r->tokens.resize(static_cast<size_t>(r->o.micro_batch * (r->o.seq + 1)));  // the schedule's batch(), not the flag's
   return r;
 }
 

@@ -86,6 +86,11 @@ expect "a knob set for a schedule without knobs" 1 "hint: the schedule declares 
 printf 'sch.batch(micro=3, accum=2)\n' > "$tmp/batch.sched"
 expect "run trains the schedule's batch and says so" 0 "batch: micro-batch 3 (the schedule's batch()) x seq 16 x accum 2 (the schedule's batch())" \
   -- "$loom" run "$tmp/batch.sched" --model gpt:tiny --seq 16 --micro-batch 5 --steps 1 --threads 1
+# A batch() larger than --micro-batch: the token buffer is the schedule's size (it was the flag's,
+# and the ranks wrote past it and crashed at exit).
+printf 'sch.batch(micro=8)\n' > "$tmp/batch_large.sched"
+expect "run trains a batch() larger than --micro-batch" 0 "loom run: done: 3 steps" \
+  -- "$loom" run "$tmp/batch_large.sched" --model gpt:tiny --nproc 2 --seq 64 --micro-batch 1 --steps 3 --threads 1 --data synthetic
 expect "explain with batch() = explain with the flags" 0 "same" -- bash -c "cmp <(\"$loom\" explain \"$tmp/batch.sched\" \
   --model gpt:tiny --seq 16 --micro-batch 5) <(\"$loom\" explain --model gpt:tiny --seq 16 --micro-batch 3 --accum 2) && echo same"
 expect "simulate with batch() = simulate with the flags" 0 "same" -- bash -c "cmp <(\"$loom\" simulate \"$tmp/batch.sched\" \
@@ -229,8 +234,21 @@ expect "the tuned schedule checks, without knobs" 0 "ok (" -- "$loom" check "$tm
 expect "a second sweep on the database evaluates nothing again" 0 "from the database" "0 evaluated now" \
   -- bash -c "\"$loom\" $tune --db \"$tmp/tune.jsonl\" --resume 2>&1"
 expect "tune --resume without a database" 1 "error: --resume: no --db given" -- "$loom" $tune --resume
-expect "tune with sim+run, not built yet" 1 "error: --evaluator sim+run is not built yet: the simulator (sim) and real runs (run) evaluate trials today" \
-  -- "$loom" $tune --evaluator sim+run
+expect "tune sim+run without a cost model" 1 "error: --evaluator sim+run needs one cost model: --cluster NAME or --profile FILE" \
+  -- "$loom" tune examples/gpt_tuned.sched --model gpt:tiny --nproc 2 --evaluator sim+run
+expect "successive halving on the simulator" 1 "error: --strategy successive-halving measures points with more and more steps, which only real runs take" \
+  "hint: use it with --evaluator run, or another strategy with --evaluator sim" -- "$loom" $tune --strategy successive-halving
+# --plot (Slapo Fig. 10): the objective over two knobs, each cell what the trials say of it.
+expect "tune --plot" 0 "drew the objective over two knobs in $tmp/tune.svg" -- "$loom" $tune --strategy exhaustive --plot "$tmp/tune.svg"
+expect "the heatmap has a cell per point, the best outlined" 0 "18 ok, 2 pruned, 1 best" -- bash -c \
+  "echo \$(grep -c 'class=\"ok\"' \"$tmp/tune.svg\") ok, \$(grep -c 'class=\"pruned\"' \"$tmp/tune.svg\") pruned, \$(grep -c 'class=\"best\"' \"$tmp/tune.svg\") best"
+expect "the heatmap renders" 0 "PNG image data, " -- bash -c "rsvg-convert \"$tmp/tune.svg\" -o \"$tmp/tune.png\" && file \"$tmp/tune.png\""
+expect "tune --plot-knobs naming no knob" 1 "error: --plot: no knob named 'nosuch'" "hint: name two knobs the schedule declares with tune(...)" \
+  -- "$loom" $tune --plot "$tmp/tune.svg" --plot-knobs micro_batch,nosuch
+expect "tune --plot-knobs with one knob" 1 "error: --plot-knobs names 1 knobs; a heatmap has two axes" -- "$loom" $tune --plot "$tmp/tune.svg" --plot-knobs micro_batch
+printf 'let bs = tune("micro_batch", [1, 2])\nsch.batch(micro=bs)\n' > "$tmp/one_knob.sched"
+expect "tune --plot of one knob" 1 "error: --plot draws the objective over two knobs, and $tmp/one_knob.sched declares one (micro_batch)" \
+  -- "$loom" tune "$tmp/one_knob.sched" --model gpt:tiny --nproc 2 --seq 64 --cluster dgx-a100 --plot "$tmp/tune.svg"
 expect "tune without a cost model" 1 "error: --evaluator sim needs one cost model: --cluster NAME or --profile FILE" \
   -- "$loom" tune examples/gpt_tuned.sched --model gpt:tiny --nproc 2
 expect "tune a schedule whose every point breaks a constraint" 1 "has no valid point: every one breaks a constraint" \

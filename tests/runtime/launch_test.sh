@@ -248,6 +248,23 @@ else bad "Ctrl-C stops the running trial's ranks (rc=$rc)"; fi
 "$loom" $tune_run examples/gpt_tuned.sched --steps 3 --max-trials 1 --db "$tmp/tune.jsonl" --resume > /dev/null 2> "$tmp/err"
 if [ $? -eq 0 ] && grep -q "resuming: 2 trials of this sweep" "$tmp/err" && [ "$(grep -c 'from the database' "$tmp/err")" -eq 2 ] &&
    [ "$(wc -l < "$tmp/tune.jsonl")" -eq 3 ]; then ok; else bad "--resume skips the trials in the database"; fi
+# Successive halving (real runs): three ZeRO stages for 3 steps each, the better two for 6, one left.
+printf '%s\n' 'let stage = tune("stage", [1, 2, 3])' 'sch.zero(stage=stage)' > "$tmp/tune_stages.sched"
+"$loom" tune "$tmp/tune_stages.sched" --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --evaluator run --strategy successive-halving \
+  --steps 3 --json > "$tmp/halving.json" 2> "$tmp/err"
+if [ $? -eq 0 ] && python3 -c "
+import json, sys
+d = json.load(open('$tmp/halving.json'))
+steps = sorted(t['steps'] for t in d['trials'])
+last = [t for t in d['trials'] if t['steps'] == 6]
+best = max(last, key=lambda t: t['objective'])
+sys.exit(not (steps == [3, 3, 3, 6, 6] and d['evaluations'] == 5 and d['best']['knobs'] == best['knobs']))"
+then ok; else bad "successive halving: 3 points for 3 steps, the better 2 for 6, the best of those"; fi
+# sim+run: the simulator ranks the three, real runs confirm its best two, and the regret is said.
+"$loom" tune "$tmp/tune_stages.sched" --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --evaluator sim+run --cluster dgx-a100 \
+  --strategy exhaustive --confirm 2 --steps 4 > "$tmp/out" 2> "$tmp/err"
+if [ $? -eq 0 ] && grep -q "confirmed by real runs (2 run now): the simulator's best 2, predicted and measured" "$tmp/out" &&
+   grep -q "regret: the simulator's choice ran" "$tmp/out"; then ok; else cat "$tmp/out" >> "$tmp/err"; bad "sim+run confirms and reports the regret"; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -9,6 +9,9 @@
 #include <set>
 #include <unistd.h>
 
+#include "autotuner/confirm.h"
+#include "autotuner/heatmap.h"
+#include "autotuner/successive_halving.h"
 #include "autotuner/tuner.h"
 #include "helpers.h"
 
@@ -171,4 +174,112 @@ TEST_CASE("the database survives a sweep killed mid-write: the partial last line
   CHECK_THROWS_WITH_AS(TrialDatabase(path, nullptr),
                        doctest::Contains((path + ":1 is not a trial").c_str()), UserError);
   std::filesystem::remove(path);
+}
+
+namespace {
+
+// Synthetic's objective measured with noise that shrinks as the effort grows (a real run's few
+// steps against many): at the base effort the noise ranks micro_batch=8, ckpt_ratio=0.5 first.
+class Noisy : public Synthetic {
+ public:
+  std::string context() const override { return "noisy scale=" + std::to_string(scale); }
+  bool scale_effort(int s) override {
+    scale = s;
+    return true;
+  }
+  Trial evaluate(const Point& p) override {
+    Trial t = Synthetic::evaluate(p);
+    t.steps = 4 * scale;
+    if (t.ok() && point_text(p) == "micro_batch=8, ckpt_ratio=0.5") t.objective += 40.0 / scale;
+    return t;
+  }
+  int scale = 1;
+};
+
+}  // namespace
+
+TEST_CASE("successive halving: every point at the base effort, the better half at twice it, ... until one, the true best") {
+  SearchSpace space = space_of(kFig6);
+  CHECK(halving_evaluations(18) == 18 + 9 + 5 + 3 + 2);
+  CHECK(halving_evaluations(1) == 1);
+  CHECK(halving_evaluations(3, 3) == 3);
+  TrialDatabase db("", nullptr);
+  Noisy e;
+  TuneResult r = run_tuner(space, e, db, {"successive-halving", 0, 0});
+  CHECK(r.evaluations == 37);
+  REQUIRE(r.best.has_value());
+  CHECK(point_text(r.best->knobs) == "micro_batch=4, ckpt_ratio=0.5");  // the noise misled the first rungs only
+  CHECK(r.best->steps == 4 * 16);                                         // measured in the last rung, with 16x the steps
+  std::map<int, size_t> per_rung;
+  for (const Trial& t : r.trials) ++per_rung[t.steps];
+  CHECK(per_rung == std::map<int, size_t>{{4, 18}, {8, 9}, {16, 5}, {32, 3}, {64, 2}});
+  // Each rung's trials are their own in the database (its context names the effort).
+  CHECK(db.trials("noisy scale=1").size() == 18);
+  CHECK(db.trials("noisy scale=16").size() == 2);
+  // The infeasible point never survives the first rung.
+  for (const Trial& t : r.trials) CHECK((t.steps == 4 || point_text(t.knobs) != "micro_batch=8, ckpt_ratio=0.0"));
+}
+
+TEST_CASE("sim+run: real runs confirm the simulator's best points; the regret is how much slower its choice ran") {
+  SearchSpace space = space_of(kFig6);
+  TrialDatabase db("", nullptr);
+  Synthetic sim;
+  TuneResult predicted = run_tuner(space, sim, db, {"exhaustive", 0, 0});
+  REQUIRE(point_text(predicted.best->knobs) == "micro_batch=4, ckpt_ratio=0.5");
+  // The real machine disagrees: micro_batch=4, ckpt_ratio=0.25 (the simulator's second or third) runs 20% faster.
+  class Runs : public Synthetic {
+   public:
+    std::string context() const override { return "runs"; }
+    Trial evaluate(const Point& p) override {
+      Trial t = Synthetic::evaluate(p);
+      if (point_text(p) == "micro_batch=4, ckpt_ratio=0.25") t.objective = 120;
+      if (point_text(p) == "micro_batch=4, ckpt_ratio=0.5") t.objective = 96;
+      return t;
+    }
+  } runs;
+  Confirmation c = confirm_best(predicted, 3, runs, db, {"exhaustive", 0, 0});
+  REQUIRE(c.points.size() == 3);
+  CHECK(point_text(c.points[0].predicted.knobs) == "micro_batch=4, ckpt_ratio=0.5");
+  CHECK(c.points[0].measured.objective == 96);
+  REQUIRE(c.best.has_value());
+  CHECK(point_text(c.best->knobs) == "micro_batch=4, ckpt_ratio=0.25");
+  CHECK(c.regret == doctest::Approx(1 - 96.0 / 120.0));
+  CHECK(c.evaluations == 3);
+  CHECK(confirm_best(predicted, 3, runs, db, {"exhaustive", 0, 0}).evaluations == 0);  // the database has them
+  // The simulator's choice does not run: the regret is 1.
+  class Breaks : public Runs {
+   public:
+    std::string context() const override { return "breaks"; }
+    Trial evaluate(const Point& p) override {
+      Trial t = Runs::evaluate(p);
+      if (point_text(p) == "micro_batch=4, ckpt_ratio=0.5") t.status = TrialStatus::Failed, t.objective = 0;
+      return t;
+    }
+  } breaks;
+  CHECK(confirm_best(predicted, 3, breaks, db, {"exhaustive", 0, 0}).regret == 1);
+}
+
+TEST_CASE("the heatmap: a cell per pair of values, Ok cells labelled, infeasible crossed, pruned hatched, the best outlined") {
+  SearchSpace space = space_of(kFig6);
+  TrialDatabase db("", nullptr);
+  Synthetic e;
+  TuneResult r = run_tuner(space, e, db, {"exhaustive", 0, 0});
+  std::string svg = tune_heatmap_svg(r.trials, space.points(), {"micro_batch", "ckpt_ratio", "Fig. 6 <synthetic>"});
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = svg.find(what); at != std::string::npos; at = svg.find(what, at + 1)) ++n;
+    return n;
+  };
+  CHECK(count("<rect class=\"ok\"") == 17);
+  CHECK(count("<rect class=\"infeasible\"") == 1);
+  CHECK(count("<rect class=\"pruned\"") == 2);  // micro_batch 8 at ratios 0.75 and 1.0
+  CHECK(count("<rect class=\"best\"") == 1);
+  CHECK(svg.find(">100</text>") != std::string::npos);  // the best cell's label
+  CHECK(svg.find("Fig. 6 &lt;synthetic&gt;") != std::string::npos);
+  CHECK(svg.rfind("</svg>\n") == svg.size() - 7);
+  // Only part of the space measured: the rest is blank.
+  std::vector<Trial> some(r.trials.begin(), r.trials.begin() + 5);
+  std::string part = tune_heatmap_svg(some, space.points(), {"ckpt_ratio", "micro_batch", ""});
+  CHECK(part.find("class=\"unmeasured\"") != std::string::npos);
+  CHECK_THROWS_AS(tune_heatmap_svg(r.trials, space.points(), {"micro_batch", "nosuch", ""}), std::invalid_argument);
 }
