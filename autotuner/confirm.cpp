@@ -16,10 +16,10 @@ Confirmation confirm_best(const TuneResult& predicted, size_t top, Evaluator& ru
   TuneResult measured = measure_points(points, runs, db, options, progress);
   Confirmation c;
   c.evaluations = measured.evaluations;
+  c.budget_spent = measured.budget_spent;
   for (size_t i = 0; i < measured.trials.size(); ++i) c.points.push_back({ranked[i], measured.trials[i]});
   c.best = measured.best;
-  if (c.best && !c.points.empty())
-    c.regret = c.points[0].measured.ok() ? 1 - c.points[0].measured.objective / c.best->objective : 1;
+  if (c.best) c.regret = c.points[0].measured.ok() ? 1 - c.points[0].measured.objective / c.best->objective : 1;
   return c;
 }
 

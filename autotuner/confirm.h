@@ -20,12 +20,15 @@ struct Confirmation {
   std::vector<Confirmed> points;  // the simulator's best first
   std::optional<Trial> best;      // the measured best Ok trial among them
   // 1 - (measured objective of the simulator's best point) / (the measured best's): 0 when the
-  // simulator's choice ran fastest, 1 when it did not run (failed, timed out, over the limit).
-  double regret = 0;
-  size_t evaluations = 0;  // real runs made now (not from the database)
+  // simulator's choice ran fastest, 1 when it did not run (failed, timed out, over the limit);
+  // none when no confirming run was Ok.
+  std::optional<double> regret;
+  size_t evaluations = 0;     // real runs made now (not from the database)
+  bool budget_spent = false;  // --max-trials stopped them before `top`
 };
 
-// Runs the `top` best Ok points of `predicted` with `runs`.
+// Runs the `top` best Ok points of `predicted` with `runs` (options.max_trials counts these runs,
+// apart from the evaluations that made `predicted`).
 Confirmation confirm_best(const TuneResult& predicted, size_t top, Evaluator& runs, TrialDatabase& db, const TuneOptions& options,
                           const std::function<void(const TuneProgress&)>& progress = nullptr);
 

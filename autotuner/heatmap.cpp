@@ -18,7 +18,7 @@ std::vector<Value> axis_values(const std::vector<const Point*>& points, const st
   std::vector<Value> values;
   for (const Point* p : points)
     if (const Value* v = knob_of(*p, name); v && std::find(values.begin(), values.end(), *v) == values.end()) values.push_back(*v);
-  if (values.empty()) throw std::invalid_argument("--plot: no knob named '" + name + "'");
+  if (values.empty()) throw std::invalid_argument("no point has knob '" + name + "' beside the other axis's");
   if (std::all_of(values.begin(), values.end(), [](const Value& v) { return v.is_number(); }))
     std::sort(values.begin(), values.end(), [](const Value& a, const Value& b) { return a.as_number() < b.as_number(); });
   return values;
@@ -69,14 +69,20 @@ struct Grid {
   const Trial* best = nullptr;
 
   Grid(const std::vector<Trial>& trials, const std::vector<Point>& space, const HeatmapAxes& axes) : axes_(axes) {
-    std::vector<const Point*> points;
-    for (const Point& p : space) points.push_back(&p);
-    for (const Trial& t : trials) points.push_back(&t.knobs);
+    std::vector<const Point*> points;  // those with both knobs
+    for (const Point& p : space)
+      if (placed(p)) points.push_back(&p);
+    for (const Trial& t : trials)
+      if (placed(t.knobs)) points.push_back(&t.knobs);
     xs = axis_values(points, axes.x), ys = axis_values(points, axes.y);
     cells.assign(ys.size(), std::vector<Cell>(xs.size()));
-    for (const Point& p : space) at(p).in_space = true;
-    for (const Trial& t : trials) add(t);
+    for (const Point& p : space)
+      if (placed(p)) at(p).in_space = true;
+    for (const Trial& t : trials)
+      if (placed(t.knobs)) add(t);
+    if (axes.chosen && placed(axes.chosen->knobs)) best = axes.chosen;
   }
+  bool placed(const Point& p) const { return knob_of(p, axes_.x) && knob_of(p, axes_.y); }
   size_t column(const Point& p) const { return index_of(xs, *knob_of(p, axes_.x)); }
   size_t row(const Point& p) const { return index_of(ys, *knob_of(p, axes_.y)); }
   Cell& at(const Point& p) { return cells[row(p)][column(p)]; }
@@ -102,13 +108,14 @@ struct Canvas {
   double left = 120, top = 50, cw = 0, ch = 0;
   size_t rows = 0;
   std::string svg;
-  char buf[512];
   double x(size_t column) const { return left + column * cw; }
   double y(size_t row) const { return top + (rows - 1 - row) * ch; }
   template <class... Args>
   void add(const char* format, Args... args) {
-    std::snprintf(buf, sizeof buf, format, args...);
-    svg += buf;
+    size_t at = svg.size();
+    svg.resize(at + static_cast<size_t>(std::snprintf(nullptr, 0, format, args...)) + 1);
+    std::snprintf(&svg[at], svg.size() - at, format, args...);
+    svg.pop_back();  // snprintf's terminating zero
   }
 };
 

@@ -75,6 +75,7 @@ std::string RunEvaluator::context() const {
 
 bool RunEvaluator::scale_effort(int scale) {
   s_.steps = base_steps_ * scale;
+  s_.timeout_s = base_timeout_s_ * scale;  // --trial-timeout is for the base steps
   return true;
 }
 

@@ -43,6 +43,7 @@ class RunEvaluator : public Evaluator {
  private:
   RunSettings s_;
   int base_steps_ = s_.steps;
+  double base_timeout_s_ = s_.timeout_s;
   const std::atomic<bool>* stop_;
   int trials_ = 0;
 };

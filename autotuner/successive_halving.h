@@ -16,7 +16,8 @@ namespace loom::tune {
 
 // `start_rung(scale)` sets the effort of the measurements that follow (1 for the first rung,
 // then rate, rate^2, ...); `measure` measures a point at it. Returns the last rung's best Ok
-// trial, or nothing when no point was Ok.
+// trial (a rung where none was Ok, say all timed out, ends the search with the best of the rung
+// before), or nothing when no point was Ok. Throws std::invalid_argument for a rate below 2.
 std::optional<Trial> successive_halving(const std::vector<Point>& points, const std::function<void(int scale)>& start_rung,
                                         const Measure& measure, int rate = 2);
 

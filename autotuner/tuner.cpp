@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <stdexcept>
 
 #include "autotuner/successive_halving.h"
 
@@ -9,7 +10,9 @@ namespace loom::tune {
 namespace {
 
 // One sweep's bookkeeping: each point measured once per rung (from the database, or evaluated
-// and appended to it), progress reported after each, the best Ok trial kept.
+// and appended to it), progress reported after each, the best Ok trial kept: that of the
+// deepest rung that has one (a rung's runs take more steps than the one before, so they count
+// over its; a rung cut short by --max-trials, or where nothing ran, keeps the one before).
 class Sweep {
  public:
   Sweep(Evaluator& evaluator, TrialDatabase& db, const TuneOptions& options, const std::function<void(const TuneProgress&)>& progress,
@@ -30,18 +33,20 @@ class Sweep {
     }
     asked_[key] = result_.trials.size();
     result_.trials.push_back(trial);
-    if (trial.ok() && (!result_.best || trial.objective > result_.best->objective)) result_.best = trial;
+    if (trial.ok() && (!rung_best_ || trial.objective > rung_best_->objective)) rung_best_ = trial;
+    result_.best = rung_best_ ? rung_best_ : earlier_best_;
     if (progress_) progress_({result_.trials.size(), planned, &result_.trials.back(), result_.best ? &*result_.best : nullptr});
     return trial;
   }
 
-  // Successive halving's next rung: `scale` times the base effort, every point measured afresh,
-  // the best the rung's own.
+  // Successive halving's next rung: `scale` times the base effort, every point measured afresh.
   void start_rung(int scale) {
-    evaluator_.scale_effort(scale);
+    if (!evaluator_.scale_effort(scale) && scale > 1)
+      throw std::invalid_argument("successive halving needs an evaluator whose effort scales (real runs), not one that predicts once");
     context_ = evaluator_.context();
     asked_.clear();
-    result_.best.reset();
+    if (rung_best_) earlier_best_ = rung_best_;
+    rung_best_.reset();
   }
 
   size_t planned = 0;  // the evaluations the progress lines count to
@@ -54,6 +59,7 @@ class Sweep {
   TuneResult& result_;
   std::string context_;
   std::map<std::string, size_t> asked_;  // point -> position in result_.trials, this rung
+  std::optional<Trial> rung_best_, earlier_best_;  // this rung's best; the deepest earlier rung's
 };
 
 }  // namespace
@@ -68,8 +74,8 @@ TuneResult run_tuner(const SearchSpace& space, Evaluator& evaluator, TrialDataba
   sweep.planned = halving ? halving_evaluations(points.size(), options.halving_rate) : points.size();
   try {
     if (halving) {
-      result.best = successive_halving(points, [&](int scale) { sweep.start_rung(scale); },
-                                       [&](const Point& p) { return sweep.measure(p); }, options.halving_rate);
+      successive_halving(points, [&](int scale) { sweep.start_rung(scale); }, [&](const Point& p) { return sweep.measure(p); },
+                         options.halving_rate);
     } else {
       strategy_named(options.strategy)(space, [&](const Point& p) { return sweep.measure(p); }, options.seed);
     }

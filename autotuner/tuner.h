@@ -23,7 +23,7 @@ struct TuneOptions {
 
 // After each point the strategy asks for: how far the sweep is.
 struct TuneProgress {
-  size_t index = 0;    // 1-based, over the distinct points asked for (per rung)
+  size_t index = 0;    // 1-based, over the points asked for (successive halving: over every rung's)
   size_t planned = 0;  // the valid points (successive halving: its evaluations over all rungs)
   const Trial* trial = nullptr;
   const Trial* best = nullptr;  // the best Ok trial so far, if any
@@ -35,7 +35,7 @@ struct TuneResult {
   size_t evaluations = 0;   // new evaluations (not from the database)
   bool budget_spent = false;
   std::vector<Trial> trials;  // each distinct point once (once per rung), in the order the strategy asked for them
-  std::optional<Trial> best;  // the Ok trial with the highest objective (successive halving: its last rung's)
+  std::optional<Trial> best;  // the Ok trial with the highest objective (successive halving: of its deepest rung with one)
 };
 
 TuneResult run_tuner(const SearchSpace& space, Evaluator& evaluator, TrialDatabase& db, const TuneOptions& options,

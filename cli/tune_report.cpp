@@ -32,15 +32,19 @@ std::vector<tune::Trial> best_first(const std::vector<tune::Trial>& trials) {
 }
 
 void print_confirmation(const tune::Confirmation& c) {
-  std::printf("  confirmed by real runs (%zu run now): the simulator's best %zu, predicted and measured\n", c.evaluations, c.points.size());
+  std::printf("  confirmed by real runs (%zu run now): the simulator's best %zu, predicted and measured%s\n", c.evaluations, c.points.size(),
+              c.budget_spent ? " (--max-trials reached)" : "");
   std::printf("  %-4s %14s %14s %10s  %s\n", "sim", "predicted", "measured", "status", "knobs");
   for (size_t i = 0; i < c.points.size(); ++i)
     std::printf("  %-4zu %14.0f %14.0f %10s  %s\n", i + 1, c.points[i].predicted.objective, c.points[i].measured.objective,
                 tune::status_name(c.points[i].measured.status), tune::point_text(c.points[i].predicted.knobs).c_str());
-  if (c.best)
-    std::printf("  regret: the simulator's choice ran %.1f%% slower than the measured best (%s)\n", 100 * c.regret,
+  if (!c.best) std::printf("  no confirming run was ok\n");
+  else if (!c.points[0].measured.ok())
+    std::printf("  regret: 100%%: the simulator's choice did not run (%s); the measured best is %s\n",
+                tune::status_name(c.points[0].measured.status), tune::point_text(c.best->knobs).c_str());
+  else
+    std::printf("  regret: the simulator's choice ran %.1f%% slower than the measured best (%s)\n", 100 * *c.regret,
                 tune::point_text(c.best->knobs).c_str());
-  else std::printf("  no confirming run was ok\n");
 }
 
 nlohmann::json trial_json(const tune::Trial& t) {
@@ -101,7 +105,7 @@ void print_tune_json(const TuneReport& r) {
       confirmed.push_back(j);
     }
     out["confirmed"] = confirmed;
-    out["regret"] = r.confirmation->best ? nlohmann::json(r.confirmation->regret) : nlohmann::json(nullptr);
+    out["regret"] = r.confirmation->regret ? nlohmann::json(*r.confirmation->regret) : nlohmann::json(nullptr);
   }
   std::cout << out.dump(1) << "\n";
 }

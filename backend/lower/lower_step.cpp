@@ -8,16 +8,7 @@
 
 namespace loom {
 
-ir::Program lower_step(const RuntimePlan& plan, const ir::OpTrace& trace, std::vector<PassRecord>* records,
-                       const PipelineDebug& debug, const StepOptions& options) {
-  passes::PassInputs inputs;
-  inputs.prefetch = plan.prefetch;
-  inputs.buckets = plan.buckets;
-  inputs.unshard = plan.unshard;
-  inputs.compress = plan.compress;
-  inputs.data_parallel_bucket_bytes = options.bucket_bytes;
-  inputs.offload = plan.offload;
-  inputs.offload_budget = plan.offload_budget;
+ir::Program initial_step_program(const RuntimePlan& plan, const ir::OpTrace& trace, const StepOptions& options) {
   ir::MeshPosition mesh;
   if (plan.model_parallel()) {
     MeshLayout at = MeshLayout::of(plan.factors.dp * plan.tp * plan.pp, options.rank, plan.tp, plan.pp);
@@ -29,17 +20,37 @@ ir::Program lower_step(const RuntimePlan& plan, const ir::OpTrace& trace, std::v
   // Last: a stage recomputes only its own ops, and a recomputation replays the tensor-parallel
   // collectives of the forward it repeats.
   lowering::insert_recomputation(plan.checkpoint, initial);
+  return initial;
+}
+
+ir::Program finish_step_program(ir::Program initial, const RuntimePlan& plan, const StepOptions& options,
+                                std::vector<PassRecord>* records, const PipelineDebug& debug) {
+  passes::PassInputs inputs;
+  inputs.prefetch = plan.prefetch;
+  inputs.buckets = plan.buckets;
+  inputs.unshard = plan.unshard;
+  inputs.compress = plan.compress;
+  inputs.data_parallel_bucket_bytes = options.bucket_bytes;
+  inputs.offload = plan.offload;
+  inputs.offload_budget = plan.offload_budget;
   ir::Program program = run_passes(std::move(initial), inputs, pipeline_passes(), records, debug);
   std::string problem = ir::verify_complete(program);
   if (!problem.empty()) throw InternalError("IR verifier, end of pipeline: " + problem);
   return program;
 }
 
+ir::Program lower_step(const RuntimePlan& plan, const ir::OpTrace& trace, std::vector<PassRecord>* records,
+                       const PipelineDebug& debug, const StepOptions& options) {
+  return finish_step_program(initial_step_program(plan, trace, options), plan, options, records, debug);
+}
+
+int stage_rank(const RuntimePlan& plan, int world, int stage) { return MeshLayout::of(world, 0, plan.tp, plan.pp).rank_at(stage, 0, 0); }
+
 std::vector<ir::Program> lower_stage_programs(const RuntimePlan& plan, const ir::OpTrace& trace, int world, StepOptions options,
                                               const PipelineDebug& debug) {
   std::vector<ir::Program> stages;
   for (int s = 0; s < plan.pp; ++s) {
-    options.rank = MeshLayout::of(world, 0, plan.tp, plan.pp).rank_at(s, 0, 0);
+    options.rank = stage_rank(plan, world, s);
     stages.push_back(lower_step(plan, trace, nullptr, debug, options));
   }
   return stages;

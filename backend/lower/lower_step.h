@@ -26,6 +26,17 @@ struct StepOptions {
 ir::Program lower_step(const RuntimePlan& plan, const ir::OpTrace& trace, std::vector<PassRecord>* records,
                        const PipelineDebug& debug, const StepOptions& options = {});
 
+// lower_step's two halves. The initial program: the compute ops, the step's tail, a mesh rank's
+// stage and slices, the recomputation. Of the sharding it reads only dp and s_os (the tail's
+// norm group, a pipeline's shared-gradient sum), so plans that differ in s_p and s_g alone share
+// it (loom plan's planner does) once its `sharding` is set to theirs.
+ir::Program initial_step_program(const RuntimePlan& plan, const ir::OpTrace& trace, const StepOptions& options);
+// The pass pipeline on an initial program, and the final verification.
+ir::Program finish_step_program(ir::Program initial, const RuntimePlan& plan, const StepOptions& options,
+                                std::vector<PassRecord>* records, const PipelineDebug& debug);
+// The rank whose program a pipeline stage's is (dp rank 0, tp rank 0).
+int stage_rank(const RuntimePlan& plan, int world, int stage);
+
 // One program per pipeline stage, in stage order: that of the stage's first rank (dp rank 0,
 // tp rank 0) at `world` ranks, which every rank of the stage mirrors: what the simulator replays.
 // `options.rank` is ignored.

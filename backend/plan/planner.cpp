@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <tuple>
 #include <exception>
 #include <mutex>
 #include <system_error>
@@ -111,14 +113,9 @@ class PlanEvaluator {
       out.refusal = e.diagnostic().message;
       return out;
     }
-    StepOptions step_options;
-    step_options.grad_norm = o_.grad_norm;
-    step_options.accum = o_.accum;
-    PipelineDebug checked_at_the_end;
-    checked_at_the_end.verify_each_pass = false;
     std::vector<ir::Program> stages;
     try {
-      stages = lower_stage_programs(plan, trace_, o_.world, step_options, checked_at_the_end);
+      stages = lower_stages(p, plan);
     } catch (const UserError& e) {
       out.refusal = e.diagnostic().message;
       return out;
@@ -142,6 +139,42 @@ class PlanEvaluator {
     return out;
   }
 
+  // One program per stage, as lower_stage_programs lowers them, from the initial programs of the
+  // point's structure: lowered once per mesh, recomputation and s_os (all the initial program
+  // reads of a plan), then given the point's sharding and its passes. Lowering without
+  // re-verifying after each pass: the end result is verified (the tests verify each pass).
+  std::vector<ir::Program> lower_stages(const PlanPoint& p, const RuntimePlan& plan) {
+    StepOptions options;
+    options.grad_norm = o_.grad_norm;
+    options.accum = o_.accum;
+    std::shared_ptr<const std::vector<ir::Program>> initial = initial_programs(p, plan, options);
+    PipelineDebug checked_at_the_end;
+    checked_at_the_end.verify_each_pass = false;
+    std::vector<ir::Program> stages;
+    for (int s = 0; s < plan.pp; ++s) {
+      ir::Program program = (*initial)[static_cast<size_t>(s)];
+      program.sharding = plan.factors;
+      options.rank = stage_rank(plan, o_.world, s);
+      stages.push_back(finish_step_program(std::move(program), plan, options, nullptr, checked_at_the_end));
+    }
+    return stages;
+  }
+
+  std::shared_ptr<const std::vector<ir::Program>> initial_programs(const PlanPoint& p, const RuntimePlan& plan, StepOptions options) {
+    auto key = std::make_tuple(p.tp, p.pp, p.checkpoint, p.optim);
+    {
+      std::lock_guard<std::mutex> lock(initial_mutex_);
+      if (auto known = initial_.find(key); known != initial_.end()) return known->second;
+    }
+    auto programs = std::make_shared<std::vector<ir::Program>>();
+    for (int s = 0; s < plan.pp; ++s) {
+      options.rank = stage_rank(plan, o_.world, s);
+      programs->push_back(initial_step_program(plan, trace_, options));
+    }
+    std::lock_guard<std::mutex> lock(initial_mutex_);
+    return initial_.emplace(key, std::move(programs)).first->second;  // a thread that lowered it first wins
+  }
+
   std::shared_ptr<const ModuleTree> tree_;
   const ir::OpTrace& trace_;
   const ClusterCost& cost_;
@@ -151,6 +184,8 @@ class PlanEvaluator {
   std::vector<PointOutcome> outcomes_;
   std::atomic<size_t> next_{0};
   std::mutex language_;  // the interpreter, the progress callback and the first failure
+  std::mutex initial_mutex_;
+  std::map<std::tuple<int, int, bool, int>, std::shared_ptr<const std::vector<ir::Program>>> initial_;  // (tp, pp, checkpoint, s_os)
   size_t done_ = 0;
   std::exception_ptr failure_;
 };

@@ -239,12 +239,20 @@ expect "tune sim+run without a cost model" 1 "error: --evaluator sim+run needs o
 expect "successive halving on the simulator" 1 "error: --strategy successive-halving measures points with more and more steps, which only real runs take" \
   "hint: use it with --evaluator run, or another strategy with --evaluator sim" -- "$loom" $tune --strategy successive-halving
 # --plot (Slapo Fig. 10): the objective over two knobs, each cell what the trials say of it.
-expect "tune --plot" 0 "drew the objective over two knobs in $tmp/tune.svg" -- "$loom" $tune --strategy exhaustive --plot "$tmp/tune.svg"
+expect "tune --plot" 0 "drew the objective over micro_batch and ckpt_ratio in $tmp/tune.svg" -- "$loom" $tune --strategy exhaustive --plot "$tmp/tune.svg"
 expect "the heatmap has a cell per point, the best outlined" 0 "18 ok, 2 pruned, 1 best" -- bash -c \
   "echo \$(grep -c 'class=\"ok\"' \"$tmp/tune.svg\") ok, \$(grep -c 'class=\"pruned\"' \"$tmp/tune.svg\") pruned, \$(grep -c 'class=\"best\"' \"$tmp/tune.svg\") best"
 expect "the heatmap renders" 0 "PNG image data, " -- bash -c "rsvg-convert \"$tmp/tune.svg\" -o \"$tmp/tune.png\" && file \"$tmp/tune.png\""
-expect "tune --plot-knobs naming no knob" 1 "error: --plot: no knob named 'nosuch'" "hint: name two knobs the schedule declares with tune(...)" \
-  -- "$loom" $tune --plot "$tmp/tune.svg" --plot-knobs micro_batch,nosuch
+expect "tune --plot-knobs naming no knob, before any trial" 1 "error: --plot-knobs names 'nosuch', which examples/gpt_tuned.sched does not declare with tune(...)" \
+  "hint: name two of its knobs" -- bash -c "\"$loom\" $tune --plot \"$tmp/tune.svg\" --plot-knobs micro_batch,nosuch > \"$tmp/plot_err\" 2>&1;
+  rc=\$?; cat \"$tmp/plot_err\"; ! grep -q 'loom tune: trial' \"$tmp/plot_err\" && exit \$rc"
+expect "tune --plot-knobs without --plot" 1 "error: --plot-knobs chooses the axes of --plot's heatmap, and no --plot is given" "hint: add --plot FILE.svg" \
+  -- "$loom" $tune --plot-knobs micro_batch,ckpt_ratio
+expect "tune --confirm without sim+run" 1 "error: --confirm says how many of the simulator's best points real runs confirm, which only --evaluator sim+run does" \
+  -- "$loom" $tune --confirm 2
+printf 'sch.zero(stage=3)\n' > "$tmp/no_knobs.sched"
+expect "tune --plot of a schedule without knobs" 1 "error: --plot draws the objective over two knobs, and $tmp/no_knobs.sched declares none" \
+  -- "$loom" tune "$tmp/no_knobs.sched" --model gpt:tiny --nproc 2 --seq 64 --cluster dgx-a100 --plot "$tmp/tune.svg"
 expect "tune --plot-knobs with one knob" 1 "error: --plot-knobs names 1 knobs; a heatmap has two axes" -- "$loom" $tune --plot "$tmp/tune.svg" --plot-knobs micro_batch
 printf 'let bs = tune("micro_batch", [1, 2])\nsch.batch(micro=bs)\n' > "$tmp/one_knob.sched"
 expect "tune --plot of one knob" 1 "error: --plot draws the objective over two knobs, and $tmp/one_knob.sched declares one (micro_batch)" \

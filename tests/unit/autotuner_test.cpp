@@ -243,7 +243,8 @@ TEST_CASE("sim+run: real runs confirm the simulator's best points; the regret is
   CHECK(c.points[0].measured.objective == 96);
   REQUIRE(c.best.has_value());
   CHECK(point_text(c.best->knobs) == "micro_batch=4, ckpt_ratio=0.25");
-  CHECK(c.regret == doctest::Approx(1 - 96.0 / 120.0));
+  REQUIRE(c.regret.has_value());
+  CHECK(*c.regret == doctest::Approx(1 - 96.0 / 120.0));
   CHECK(c.evaluations == 3);
   CHECK(confirm_best(predicted, 3, runs, db, {"exhaustive", 0, 0}).evaluations == 0);  // the database has them
   // The simulator's choice does not run: the regret is 1.
@@ -256,7 +257,27 @@ TEST_CASE("sim+run: real runs confirm the simulator's best points; the regret is
       return t;
     }
   } breaks;
-  CHECK(confirm_best(predicted, 3, breaks, db, {"exhaustive", 0, 0}).regret == 1);
+  CHECK(confirm_best(predicted, 3, breaks, db, {"exhaustive", 0, 0}).regret == 1.0);
+  // No confirming run is Ok: no best, no regret.
+  class Fails : public Synthetic {
+   public:
+    std::string context() const override { return "fails"; }
+    Trial evaluate(const Point& p) override {
+      Trial t;
+      t.knobs = p;
+      t.message = "crashed";
+      return t;
+    }
+  } fails;
+  Confirmation none = confirm_best(predicted, 2, fails, db, {"exhaustive", 0, 0});
+  CHECK(none.points.size() == 2);
+  CHECK_FALSE(none.best.has_value());
+  CHECK_FALSE(none.regret.has_value());
+  // --max-trials counts the confirming runs.
+  TrialDatabase fresh("", nullptr);
+  Confirmation cut = confirm_best(predicted, 3, runs, fresh, {"exhaustive", 0, 2});
+  CHECK(cut.points.size() == 2);
+  CHECK(cut.budget_spent);
 }
 
 TEST_CASE("the heatmap: a cell per pair of values, Ok cells labelled, infeasible crossed, pruned hatched, the best outlined") {
@@ -282,4 +303,71 @@ TEST_CASE("the heatmap: a cell per pair of values, Ok cells labelled, infeasible
   std::string part = tune_heatmap_svg(some, space.points(), {"ckpt_ratio", "micro_batch", ""});
   CHECK(part.find("class=\"unmeasured\"") != std::string::npos);
   CHECK_THROWS_AS(tune_heatmap_svg(r.trials, space.points(), {"micro_batch", "nosuch", ""}), std::invalid_argument);
+}
+
+TEST_CASE("successive halving keeps what earlier rungs found: a rung cut short by --max-trials, or where nothing ran") {
+  SearchSpace space = space_of(kFig6);
+  {
+    TrialDatabase db("", nullptr);
+    Noisy e;
+    TuneResult r = run_tuner(space, e, db, {"successive-halving", 0, 19});  // the second rung's second point is over budget
+    CHECK(r.budget_spent);
+    REQUIRE(r.best.has_value());
+    CHECK(r.best->steps == 8);  // the second rung's first point, which has more steps than the first rung's
+  }
+  {
+    // Every run of the third rung (4x the steps) times out: the second rung's best is the answer.
+    class TimesOut : public Noisy {
+     public:
+      Trial evaluate(const Point& p) override {
+        Trial t = Noisy::evaluate(p);
+        if (scale >= 4) t.status = TrialStatus::TimedOut, t.objective = 0;
+        return t;
+      }
+    } e;
+    TrialDatabase db("", nullptr);
+    TuneResult r = run_tuner(space, e, db, {"successive-halving", 0, 0});
+    REQUIRE(r.best.has_value());
+    CHECK(r.best->steps == 8);
+    CHECK(r.evaluations == 18 + 9 + 5);
+  }
+  // The simulator predicts once: halving over it is refused, as is a rate below 2.
+  TrialDatabase db("", nullptr);
+  Synthetic fixed;
+  CHECK_THROWS_AS(run_tuner(space, fixed, db, {"successive-halving", 0, 0}), std::invalid_argument);
+  CHECK_THROWS_AS(halving_evaluations(5, 1), std::invalid_argument);
+}
+
+TEST_CASE("the heatmap: failed cells grey, bool and string knobs, a knob declared in one branch only, the chosen trial outlined") {
+  SearchSpace space = space_of(R"(let mode = tune("mode", ["plain", "fast"])
+let pf = tune("prefetch", [false, true])
+if mode == "fast" {
+    let level = tune("level", [1, 2])
+}
+)");
+  std::vector<Point> points = space.points();
+  REQUIRE(points.size() == 6);  // plain x 2, fast x 2 x 2
+  std::vector<Trial> trials;
+  for (const Point& p : points) {
+    Trial t;
+    t.knobs = p;
+    t.status = point_text(p).find("level=2") != std::string::npos ? TrialStatus::Failed : TrialStatus::Ok;
+    t.objective = t.ok() ? 10 + static_cast<double>(trials.size()) : 0;
+    trials.push_back(t);
+  }
+  std::string svg = tune_heatmap_svg(trials, points, {"mode", "prefetch", "", &trials[0]});
+  CHECK(svg.find(">\"plain\"<") != std::string::npos);
+  CHECK(svg.find(">true<") != std::string::npos);
+  CHECK(svg.find("class=\"ok\"") != std::string::npos);
+  // Over mode x level, the plain points (no level) are left out: two cells, one Ok, one failed (grey).
+  std::string levels = tune_heatmap_svg(trials, points, {"mode", "level", ""});
+  size_t cells = 0;
+  for (size_t at = levels.find("<rect class="); at != std::string::npos; at = levels.find("<rect class=", at + 1)) ++cells;
+  CHECK(cells == 2 + 1);  // two cells and the best's outline
+  CHECK(levels.find("stroke=\"#888\"") != std::string::npos);
+  // The chosen trial is outlined, not the highest objective.
+  std::string chosen = tune_heatmap_svg(trials, points, {"mode", "prefetch", "", &trials[0]});
+  size_t outline = chosen.find("class=\"best\"");
+  REQUIRE(outline != std::string::npos);
+  CHECK(chosen.find("y=\"100.0\"", outline) != std::string::npos);  // plain, prefetch=false: the bottom row
 }

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "backend/lower/directive_lowering.h"
+#include "backend/lower/lower_step.h"
 #include "backend/passes/gradient_buckets.h"
 #include "backend/lower/step_program.h"
 #include "backend/ir/verifier.h"
@@ -651,4 +652,34 @@ TEST_CASE("gradient deliveries: one for the uses outside recomputed modules, one
   std::vector<int> by_param = ir::gradient_deliveries(stage1);
   for (size_t q = 0; q < stage1.params.size(); ++q)
     CHECK_MESSAGE(by_param[q] == (stage1.params[q].name == "emb.w" ? 0 : 1), stage1.params[q].name);
+}
+
+// loom plan's planner shares an initial program among plans that differ in s_p and s_g alone
+// (lower_step.h): given their sharding, it finishes to each one's program exactly.
+TEST_CASE("an initial program depends on the sharding only through dp and s_os") {
+  ir::OpTrace t = two_blocks();
+  auto plan_of = [](int s_p, int s_g) {
+    RuntimePlan plan;
+    plan.factors = {8, s_p, s_g, 8};
+    plan.checkpoint = {"h.1"};
+    plan.prefetch = {{"h.0", 0}, {"h.1", 0}};
+    return plan;
+  };
+  StepOptions options;
+  options.accum = 2;
+  ir::Program shared = initial_step_program(plan_of(1, 1), t, options);
+  for (auto [s_p, s_g] : std::vector<std::pair<int, int>>{{1, 1}, {1, 8}, {2, 2}, {2, 8}, {4, 4}, {8, 8}}) {
+    CAPTURE(s_p);
+    CAPTURE(s_g);
+    RuntimePlan plan = plan_of(s_p, s_g);
+    ir::Program from_shared = shared;
+    from_shared.sharding = plan.factors;
+    CHECK(finish_step_program(from_shared, plan, options, nullptr, {}) == lower_step(plan, t, nullptr, {}, options));
+  }
+  // Another s_os is another initial program (the gradient norm's group): sharing it would be wrong.
+  RuntimePlan four = plan_of(4, 4);
+  four.factors.optim = 4;
+  ir::Program from_shared = shared;
+  from_shared.sharding = four.factors;
+  CHECK_FALSE(finish_step_program(from_shared, four, options, nullptr, {}) == lower_step(four, t, nullptr, {}, options));
 }
