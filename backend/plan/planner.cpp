@@ -12,6 +12,7 @@
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
 #include "backend/sim/simulator.h"
+#include "grammar/parse.h"
 #include "lang/interpreter.h"
 #include "lang/schedule.h"
 #include "verifier/schedule_rules.h"
@@ -19,13 +20,22 @@
 namespace loom {
 namespace {
 
-// The schedule's runtime plan; throws UserError where the language or lowering refuses it.
-RuntimePlan runtime_plan_of(std::shared_ptr<const ModuleTree> tree, const std::string& text, const PlannerOptions& o) {
+// The schedule's runtime plan; throws UserError where the language or lowering refuses it. The
+// parse holds `parser` (ANTLR's shared caches are not known to be thread-safe); the evaluation,
+// on a schedule of its own, does not.
+RuntimePlan runtime_plan_of(std::shared_ptr<const ModuleTree> tree, const std::string& text, const PlannerOptions& o,
+                            std::mutex& parser) {
   Schedule sch(std::move(tree), ScheduleContext{o.world, o.local_world});
   SourceManager sources;
+  const SourceFile& file = sources.add("plan.sched", text);
+  std::shared_ptr<const ast::Program> program;
+  {
+    std::lock_guard<std::mutex> lock(parser);
+    program = parse_program(file);
+  }
   InterpreterOptions io;
   io.print_to = nullptr;
-  Interpreter(sch, sources, io).run_source("plan.sched", text);
+  Interpreter(sch, sources, io).run_program(program);
   check_schedule_rules(sch);
   return lower_schedule(sch);
 }
@@ -57,8 +67,8 @@ struct PointOutcome {
 };
 
 // Evaluates the points of `points` by index, several threads at once: each takes the next index,
-// writes its schedule and interprets it under `language` (the interpreter and its parser are
-// not known to be thread-safe), then lowers and simulates on its own copy of the cost model.
+// writes its schedule, parses it (one thread at a time) and evaluates it, then lowers and
+// simulates on its own copy of the cost model.
 class PlanEvaluator {
  public:
   PlanEvaluator(std::shared_ptr<const ModuleTree> tree, const ir::OpTrace& trace, const ClusterCost& cost, const PlannerOptions& o,
@@ -107,8 +117,7 @@ class PlanEvaluator {
     PlannedStep step{p, plan_schedule_text(*tree_, p, o_.attention)};
     RuntimePlan plan;
     try {
-      std::lock_guard<std::mutex> lock(language_);
-      plan = runtime_plan_of(tree_, step.schedule, o_);
+      plan = runtime_plan_of(tree_, step.schedule, o_, parser_);
     } catch (const UserError& e) {
       out.refusal = e.diagnostic().message;
       return out;
@@ -183,7 +192,8 @@ class PlanEvaluator {
   const std::function<void(size_t, size_t)>& progress_;
   std::vector<PointOutcome> outcomes_;
   std::atomic<size_t> next_{0};
-  std::mutex language_;  // the interpreter, the progress callback and the first failure
+  std::mutex language_;  // the progress callback and the first failure
+  std::mutex parser_;
   std::mutex initial_mutex_;
   std::map<std::tuple<int, int, bool, int>, std::shared_ptr<const std::vector<ir::Program>>> initial_;  // (tp, pp, checkpoint, s_os)
   size_t done_ = 0;
