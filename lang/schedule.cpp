@@ -167,6 +167,18 @@ const Selection& Selection::batch(int64_t micro, int64_t accum, CallSite site) c
 
 // ---- Schedule ----
 
+std::unique_ptr<Schedule> Schedule::clone() const {
+  auto copy = std::make_unique<Schedule>(tree_, context_);
+  copy->mesh_ = mesh_;
+  copy->sharding_ = sharding_;
+  copy->dp_read_ = dp_read_;
+  copy->trace_ = trace_;
+  copy->by_target_ = by_target_;
+  copy->warnings_ = warnings_;
+  copy->knobs_ = knobs_;
+  return copy;
+}
+
 Schedule::Schedule(std::shared_ptr<const ModuleTree> tree, ScheduleContext context)
     : Selection(this, {0}, "", false), tree_(std::move(tree)), context_(context) {
   if (context_.world < 1) throw UserError(SourceRange{}, "world must be at least 1", "pass --world N with N >= 1");

@@ -117,6 +117,9 @@ class Schedule : public Selection {
   explicit Schedule(std::shared_ptr<const ModuleTree> tree, ScheduleContext context = {});
   Schedule(const Schedule&) = delete;
   Schedule& operator=(const Schedule&) = delete;
+  // A schedule with this one's directives, states, warnings and knobs, to record more on (loom
+  // plan evaluates the lines its plans share once, and each plan's own on a copy).
+  std::unique_ptr<Schedule> clone() const;
 
   const ModuleTree& tree() const { return *tree_; }
   std::shared_ptr<const ModuleTree> tree_ptr() const { return tree_; }

@@ -15,9 +15,11 @@ ClusterCost::ClusterCost(Cluster cluster, Precision precision, int devices_per_n
 GroupSpan ClusterCost::span(const ir::Program& p, const ir::Instr& in) const {
   bool next = (in.kind == ir::OpKind::Send) == (in.phase == ir::Phase::Forward);
   SpanKey key{p.mesh.tp, p.mesh.pp, p.sharding.dp, p.sharding.params, p.mesh.stage, in.group.role, in.group.size, next};
+  if (last_span_ && last_span_->first == key) return last_span_->second;  // a program's collectives come in runs
   auto known = spans_.find(key);
-  if (known != spans_.end()) return known->second;
-  return spans_[key] = work_out_span(p, in);
+  if (known == spans_.end()) known = spans_.emplace(key, work_out_span(p, in)).first;
+  last_span_ = *known;
+  return known->second;
 }
 
 GroupSpan ClusterCost::work_out_span(const ir::Program& p, const ir::Instr& in) const {

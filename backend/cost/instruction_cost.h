@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -48,6 +49,7 @@ class ClusterCost : public InstructionCost {
   // span() by what decides it: the mesh, the group and, for point-to-point, the direction.
   using SpanKey = std::tuple<int, int, int, int, int, std::string, int, bool>;
   mutable std::map<SpanKey, GroupSpan> spans_;
+  mutable std::optional<std::pair<SpanKey, GroupSpan>> last_span_;  // the last looked up
   GroupSpan work_out_span(const ir::Program& program, const ir::Instr& in) const;
 };
 

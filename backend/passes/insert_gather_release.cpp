@@ -29,8 +29,9 @@ std::vector<Instr> place(ir::Program& p, std::vector<Instr>& phase_instrs, ir::P
   for (size_t i = 0; i < phase_instrs.size(); ++i) {
     for (int q : first_at[i]) {
       Instr gather = ir::collective(p, OpKind::AllGather, phase, q, {"params", p.sharding.params}, ir::param_bytes(p, q));
-      out.push_back(gather);
-      out.push_back(ir::wait_for(gather.handle, phase));
+      int handle = gather.handle;
+      out.push_back(std::move(gather));
+      out.push_back(ir::wait_for(handle, phase));
     }
     out.push_back(std::move(phase_instrs[i]));
     for (int q : last_at[i]) out.push_back(ir::release_of(p, q, phase));

@@ -1,7 +1,6 @@
 #include "backend/passes/prefetch.h"
 
 #include <algorithm>
-#include <map>
 #include <string_view>
 #include <unordered_map>
 
@@ -34,7 +33,8 @@ class BlockFinder {
   std::unordered_map<std::string_view, size_t> first_;  // a request's module -> its first index
 };
 
-void hoist(ir::Program& p, ir::Phase phase, const PassInputs& inputs, bool& changed) {
+// The gathers of `phase` to move ahead, as (insert before this index, gather index).
+void plan_hoists(const ir::Program& p, ir::Phase phase, const PassInputs& inputs, std::vector<std::pair<size_t, size_t>>& moves) {
   // Segment the phase into runs of instructions belonging to one block (by the compute ops).
   struct Block {
     const PrefetchRequest* request = nullptr;
@@ -57,7 +57,6 @@ void hoist(ir::Program& p, ir::Phase phase, const PassInputs& inputs, bool& chan
     loose_gathers.clear();
   }
   // Move block b's gathers in front of block b-k's first compute, k blocks ahead as the budget allows.
-  std::map<size_t, size_t> move_to;  // gather index -> insert before this index
   for (size_t b = 1; b < blocks.size(); ++b) {
     if (!blocks[b].request || blocks[b].gathers.empty()) continue;
     int64_t bytes = 0;
@@ -76,35 +75,35 @@ void hoist(ir::Program& p, ir::Phase phase, const PassInputs& inputs, bool& chan
       }
       if (bytes > budget) continue;
     }
-    for (size_t g : blocks[b].gathers) move_to[g] = blocks[target].first_compute;
+    for (size_t g : blocks[b].gathers) moves.push_back({blocks[target].first_compute, g});
   }
-  if (move_to.empty()) return;
-  std::map<size_t, std::vector<size_t>> inserted;  // insert before this index: these gathers, in order
-  for (auto& [g, before] : move_to) inserted[before].push_back(g);
+}
+
+// Moves the gathers, both phases' at once.
+void hoist(ir::Program& p, std::vector<std::pair<size_t, size_t>>& moves) {
+  std::sort(moves.begin(), moves.end());  // by place, then in program order
   std::vector<bool> moved(p.instrs.size(), false);
-  for (auto& [g, before] : move_to) moved[g] = true;
+  for (auto& [before, g] : moves) moved[g] = true;
   std::vector<Instr> out;
   out.reserve(p.instrs.size());
-  auto next = inserted.begin();
+  auto next = moves.begin();
   for (size_t i = 0; i < p.instrs.size(); ++i) {
-    if (next != inserted.end() && next->first == i) {
-      for (size_t g : next->second) out.push_back(std::move(p.instrs[g]));
-      ++next;
-    }
+    for (; next != moves.end() && next->first == i; ++next) out.push_back(std::move(p.instrs[next->second]));
     if (!moved[i]) out.push_back(std::move(p.instrs[i]));
   }
   p.instrs = std::move(out);
-  changed = true;
 }
 
 }  // namespace
 
 bool prefetch(ir::Program& p, const PassInputs& inputs) {
   if (p.sharding.params <= 1 || inputs.prefetch.empty()) return false;
-  bool changed = false;
-  hoist(p, ir::Phase::Forward, inputs, changed);
-  hoist(p, ir::Phase::Backward, inputs, changed);
-  return changed;
+  std::vector<std::pair<size_t, size_t>> moves;
+  plan_hoists(p, ir::Phase::Forward, inputs, moves);
+  plan_hoists(p, ir::Phase::Backward, inputs, moves);
+  if (moves.empty()) return false;
+  hoist(p, moves);
+  return true;
 }
 
 }  // namespace loom::passes

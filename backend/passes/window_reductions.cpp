@@ -29,41 +29,48 @@ bool completes(const Instr& in, const Instr& launch, const std::set<int>& chain_
 
 bool window_reductions(ir::Program& p, const PassInputs& inputs) {
   if (inputs.reductions_in_flight < 1) return false;
-  std::vector<Instr> out;
-  std::deque<std::vector<Instr>> pending;  // completions of reductions in flight, oldest first
-  std::set<int> pending_handles;           // the handles those completions produce
+  // The new order, as indices into p.instrs; the instructions move only once it is known.
+  std::vector<size_t> order;
+  order.reserve(p.instrs.size());
+  std::deque<std::vector<size_t>> pending;  // completions of reductions in flight, oldest first
+  std::vector<char> pending_handle(static_cast<size_t>(std::max(p.next_handle, 0)), 0);  // handles those completions produce
   auto complete_oldest = [&] {
-    for (const Instr& in : pending.front()) {
-      out.push_back(in);
-      if (in.kind != OpKind::Wait) pending_handles.erase(in.handle);
+    for (size_t k : pending.front()) {
+      order.push_back(k);
+      if (p.instrs[k].kind != OpKind::Wait && p.instrs[k].handle >= 0) pending_handle[p.instrs[k].handle] = 0;
     }
     pending.pop_front();
   };
+  auto is_pending = [&](int handle) { return handle >= 0 && handle < static_cast<int>(pending_handle.size()) && pending_handle[handle]; };
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& in = p.instrs[i];
     // What the step's tail reads, or a wait on something still pending, needs the pending completed.
-    bool needs = in.phase == ir::Phase::Step || (in.kind == OpKind::Wait && pending_handles.count(in.handle));
+    bool needs = in.phase == ir::Phase::Step || (in.kind == OpKind::Wait && is_pending(in.handle));
     while (needs && !pending.empty()) complete_oldest();
-    out.push_back(in);
+    order.push_back(i);
     if (!launches_reduction(in)) continue;
-    std::vector<Instr> completion;
+    std::vector<size_t> completion;
     std::set<int> chain_handles;
     while (i + 1 < p.instrs.size() && completes(p.instrs[i + 1], in, chain_handles)) {
       const Instr& next = p.instrs[++i];
       if (next.kind != OpKind::Wait && next.handle >= 0) chain_handles.insert(next.handle);
-      completion.push_back(next);
+      completion.push_back(i);
     }
     if (completion.empty()) continue;
-    pending.push_back(completion);
-    pending_handles.insert(chain_handles.begin(), chain_handles.end());
+    pending.push_back(std::move(completion));
+    for (int h : chain_handles)
+      if (h < static_cast<int>(pending_handle.size())) pending_handle[h] = 1;
     if (pending.size() > static_cast<size_t>(inputs.reductions_in_flight)) complete_oldest();
   }
   while (!pending.empty()) complete_oldest();
-  bool changed = !std::equal(out.begin(), out.end(), p.instrs.begin(), [](const Instr& a, const Instr& b) {
-    return a.kind == b.kind && a.handle == b.handle && a.params == b.params && a.phase == b.phase;
-  });
+  bool changed = false;
+  for (size_t k = 0; k < order.size() && !changed; ++k) changed = order[k] != k;
+  if (!changed) return false;
+  std::vector<Instr> out;
+  out.reserve(order.size());
+  for (size_t k : order) out.push_back(std::move(p.instrs[k]));
   p.instrs = std::move(out);
-  return changed;
+  return true;
 }
 
 }  // namespace loom::passes

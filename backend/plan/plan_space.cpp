@@ -120,16 +120,21 @@ std::string replace_directives(const ModuleTree& tree, const std::string& impl) 
 
 }  // namespace
 
-std::string plan_schedule_text(const ModuleTree& tree, const PlanPoint& p, const std::string& attention) {
-  std::string text;
-  if (!attention.empty()) text += replace_directives(tree, attention);
-  if (p.tp > 1 || p.pp > 1) text += "sch.mesh(tp=" + std::to_string(p.tp) + ", pp=" + std::to_string(p.pp) + ")\n";
-  if (p.tp > 1) text += tensor_parallel_directives(tree, p.tp);
-  text += "sch.shard_states(params=" + std::to_string(p.params) + ", grads=" + std::to_string(p.grads) +
-          ", optim=" + std::to_string(p.optim) + ")\n";
-  if (p.checkpoint) text += "sch.blocks().checkpoint()\n";
-  if (p.params > 1) text += "sch.blocks().prefetch()\n";
+PlanText plan_schedule_parts(const ModuleTree& tree, const PlanPoint& p, const std::string& attention) {
+  PlanText text;
+  if (!attention.empty()) text.structure += replace_directives(tree, attention);
+  if (p.tp > 1 || p.pp > 1) text.structure += "sch.mesh(tp=" + std::to_string(p.tp) + ", pp=" + std::to_string(p.pp) + ")\n";
+  if (p.tp > 1) text.structure += tensor_parallel_directives(tree, p.tp);
+  text.own += "sch.shard_states(params=" + std::to_string(p.params) + ", grads=" + std::to_string(p.grads) +
+              ", optim=" + std::to_string(p.optim) + ")\n";
+  if (p.checkpoint) text.own += "sch.blocks().checkpoint()\n";
+  if (p.params > 1) text.own += "sch.blocks().prefetch()\n";
   return text;
+}
+
+std::string plan_schedule_text(const ModuleTree& tree, const PlanPoint& p, const std::string& attention) {
+  PlanText text = plan_schedule_parts(tree, p, attention);
+  return text.structure + text.own;
 }
 
 }  // namespace loom

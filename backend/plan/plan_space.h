@@ -31,11 +31,20 @@ struct PlanSpaceOptions {
 // a pipeline up to the blocks there are.
 std::vector<PlanPoint> enumerate_plan_space(const ModuleTree& tree, const PlanSpaceOptions& options);
 
-// The schedule of `point` for `tree`, as a .sched file's text (without a header). Every
-// attention module runs `attention` (a registered replace() implementation; "" keeps the
-// model's own), and with sharded parameters (s_p > 1) each block's gathers are prefetched
-// during the block before it, as the runtimes Lins compares overlap them (lins.txt §VI-A.4).
+// The schedule of `point` for `tree`, as a .sched file's text (without a header): its
+// structure's lines, then its own. Every attention module runs `attention` (a registered
+// replace() implementation; "" keeps the model's own), and with sharded parameters (s_p > 1)
+// each block's gathers are prefetched during the block before it, as the runtimes Lins compares
+// overlap them (lins.txt §VI-A.4).
 std::string plan_schedule_text(const ModuleTree& tree, const PlanPoint& point, const std::string& attention = "");
+
+// plan_schedule_text in two parts: the lines every point of its mesh shares (the attention's
+// replace(), the mesh and its Megatron split), and the point's own (its sharding, recomputation
+// and prefetch), which follow them.
+struct PlanText {
+  std::string structure, own;
+};
+PlanText plan_schedule_parts(const ModuleTree& tree, const PlanPoint& point, const std::string& attention = "");
 
 // The modules of `tree` that implementation `impl` replaces (ReplacementRegistry), each to run it:
 // what the trace of a plan that replaces them is taken with.

@@ -20,12 +20,10 @@
 namespace loom {
 namespace {
 
-// The schedule's runtime plan; throws UserError where the language or lowering refuses it. The
-// parse holds `parser` (ANTLR's shared caches are not known to be thread-safe); the evaluation,
-// on a schedule of its own, does not.
-RuntimePlan runtime_plan_of(std::shared_ptr<const ModuleTree> tree, const std::string& text, const PlannerOptions& o,
-                            std::mutex& parser) {
-  Schedule sch(std::move(tree), ScheduleContext{o.world, o.local_world});
+// Evaluates `text` on `sch`; throws UserError where the language refuses it. The parse holds
+// `parser` (ANTLR's shared caches are not known to be thread-safe); the evaluation, on a schedule
+// of its own, does not.
+void evaluate_text(Schedule& sch, const std::string& text, std::mutex& parser) {
   SourceManager sources;
   const SourceFile& file = sources.add("plan.sched", text);
   std::shared_ptr<const ast::Program> program;
@@ -36,9 +34,13 @@ RuntimePlan runtime_plan_of(std::shared_ptr<const ModuleTree> tree, const std::s
   InterpreterOptions io;
   io.print_to = nullptr;
   Interpreter(sch, sources, io).run_program(program);
-  check_schedule_rules(sch);
-  return lower_schedule(sch);
 }
+
+// A plan structure's lines (plan_schedule_parts), evaluated once for all the points of its mesh.
+struct EvaluatedStructure {
+  std::unique_ptr<Schedule> schedule;  // null when the language refused it
+  std::string refusal;
+};
 
 // The model's FLOPs in one step over every rank: forward and backward (twice the forward) of
 // each replica's micro-batches; recomputation is not counted (Megatron-LM's MFU).
@@ -114,10 +116,11 @@ class PlanEvaluator {
       out.what = PointOutcome::OverMemory;
       return out;
     }
-    PlannedStep step{p, plan_schedule_text(*tree_, p, o_.attention)};
+    PlanText text = plan_schedule_parts(*tree_, p, o_.attention);
+    PlannedStep step{p, text.structure + text.own};
     RuntimePlan plan;
     try {
-      plan = runtime_plan_of(tree_, step.schedule, o_, parser_);
+      plan = runtime_plan_of(p, text);
     } catch (const UserError& e) {
       out.refusal = e.diagnostic().message;
       return out;
@@ -146,6 +149,35 @@ class PlanEvaluator {
     out.what = PointOutcome::Simulated;
     out.step = std::move(step);
     return out;
+  }
+
+  // The point's runtime plan: its own lines evaluated on a copy of its structure's schedule, then
+  // the whole schedule's rules and its lowering; throws UserError where they refuse it.
+  RuntimePlan runtime_plan_of(const PlanPoint& p, const PlanText& text) {
+    std::shared_ptr<const EvaluatedStructure> structure = structure_of(p, text.structure);
+    if (!structure->schedule) throw UserError(SourceRange{}, structure->refusal, "");
+    std::unique_ptr<Schedule> sch = structure->schedule->clone();
+    evaluate_text(*sch, text.own, parser_);
+    check_schedule_rules(*sch);
+    return lower_schedule(*sch);
+  }
+
+  std::shared_ptr<const EvaluatedStructure> structure_of(const PlanPoint& p, const std::string& text) {
+    auto key = std::make_pair(p.tp, p.pp);
+    {
+      std::lock_guard<std::mutex> lock(structures_mutex_);
+      if (auto known = structures_.find(key); known != structures_.end()) return known->second;
+    }
+    auto evaluated = std::make_shared<EvaluatedStructure>();
+    evaluated->schedule = std::make_unique<Schedule>(tree_, ScheduleContext{o_.world, o_.local_world});
+    try {
+      evaluate_text(*evaluated->schedule, text, parser_);
+    } catch (const UserError& e) {
+      evaluated->schedule.reset();
+      evaluated->refusal = e.diagnostic().message;
+    }
+    std::lock_guard<std::mutex> lock(structures_mutex_);
+    return structures_.emplace(key, std::move(evaluated)).first->second;  // a thread that evaluated it first wins
   }
 
   // One program per stage, as lower_stage_programs lowers them, from the initial programs of the
@@ -194,7 +226,8 @@ class PlanEvaluator {
   std::atomic<size_t> next_{0};
   std::mutex language_;  // the progress callback and the first failure
   std::mutex parser_;
-  std::mutex initial_mutex_;
+  std::mutex initial_mutex_, structures_mutex_;
+  std::map<std::pair<int, int>, std::shared_ptr<const EvaluatedStructure>> structures_;  // (tp, pp)
   std::map<std::tuple<int, int, bool, int>, std::shared_ptr<const std::vector<ir::Program>>> initial_;  // (tp, pp, checkpoint, s_os)
   size_t done_ = 0;
   std::exception_ptr failure_;

@@ -162,3 +162,22 @@ TEST_CASE("docs/primitives.md documents every built-in primitive with its exact 
     CHECK(doc.find("### `" + signature(spec) + "`") != std::string::npos);
   }
 }
+
+TEST_CASE("a clone records on its own: the original keeps its directives, states and warnings") {
+  Schedule sch(fixture_tree("gpt2"), {8, 0});
+  sch.mesh(2, 1);
+  sch["h.0"].checkpoint();
+  std::unique_ptr<Schedule> copy = sch.clone();
+  CHECK(trace_to_sched(*copy) == trace_to_sched(sch));
+  CHECK(copy->mesh_state().tp == 2);
+  CHECK(copy->dp() == 4);
+  copy->shard_states(2, 2, 4);
+  (*copy)["h.0"].checkpoint();  // twice: the clone knows the first one, and warns
+  CHECK(copy->trace().size() == 4);
+  CHECK(sch.trace().size() == 2);
+  CHECK(copy->sharding().params == 2);
+  CHECK(sch.sharding().params == 1);
+  CHECK(copy->warnings().size() == sch.warnings().size() + 1);
+  CHECK(copy->directives_on("h.0", "checkpoint").size() == 2);
+  CHECK(sch.directives_on("h.0", "checkpoint").size() == 1);
+}
