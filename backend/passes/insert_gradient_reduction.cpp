@@ -63,28 +63,30 @@ bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
         Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {"dp", s.dp}, bytes);
         ar.runs_in = Last;
         pending.push_back(wait_for(ar.handle, ir::Phase::Backward, Last));
-        out.push_back(ar);
+        out.push_back(std::move(ar));
         continue;
       }
       int64_t shard_bytes = bytes / s.params;
       if (s.params > 1) {
         Instr rs = collective(p, OpKind::ReduceScatter, ir::Phase::Backward, q, {"params", s.params}, bytes);
-        out.push_back(rs);
-        out.push_back(wait_for(rs.handle, ir::Phase::Backward));
+        int handle = rs.handle;
+        out.push_back(std::move(rs));
+        out.push_back(wait_for(handle, ir::Phase::Backward));
       }
       // Accumulating, select & drop needs only the s_g / s_p gradient peers' sum.
       if (s.grads > s.params && p.micro_batches > 1) {
         Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {"grads", s.grads / s.params}, shard_bytes);
         ar.runs_in = AllButLast;
-        out.push_back(ar);
-        out.push_back(wait_for(ar.handle, ir::Phase::Backward, AllButLast));
+        int handle = ar.handle;
+        out.push_back(std::move(ar));
+        out.push_back(wait_for(handle, ir::Phase::Backward, AllButLast));
         out.push_back(select_drop(q, s, AllButLast));
       }
       if (s.dp / s.params > 1) {
         Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {"replicas", s.dp / s.params}, shard_bytes);
         ar.runs_in = Last;
         pending.push_back(wait_for(ar.handle, ir::Phase::Backward, Last));
-        out.push_back(ar);
+        out.push_back(std::move(ar));
       }
       if (s.grads > s.params) pending.push_back(select_drop(q, s, Last));
     }

@@ -17,7 +17,7 @@ bool insert_parameter_broadcast(ir::Program& p, const PassInputs&) {
       ir::Instr b = ir::collective(p, ir::OpKind::Broadcast, ir::Phase::Step, param, {"optim", s.optim / s.params},
                                    ir::param_bytes(p, param) / s.params);
       handles.push_back(b.handle);
-      out.push_back(b);
+      out.push_back(std::move(b));
     }
     for (int h : handles) out.push_back(ir::wait_for(h, ir::Phase::Step));
   }
