@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "backend/sim/svg_text.h"
+
 namespace loom::tune {
 namespace {
 
@@ -53,12 +55,6 @@ std::string short_number(double v) {
   else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.3gk", v / 1e3);
   else std::snprintf(buf, sizeof buf, "%.3g", v);
   return buf;
-}
-
-std::string escaped(const std::string& text) {
-  std::string out;
-  for (char c : text) out += c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : std::string(1, c);
-  return out;
 }
 
 // The grid of cells: the two axes' values and what the trials say of each pair.
@@ -139,14 +135,14 @@ void draw_axes(Canvas& k, const Grid& g, const HeatmapAxes& axes) {
   double bottom = k.top + k.ch * g.ys.size();
   for (size_t c = 0; c < g.xs.size(); ++c)
     k.add("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", k.x(c) + k.cw / 2, bottom + 16,
-          escaped(g.xs[c].to_source()).c_str());
+          svg_escaped(g.xs[c].to_source()).c_str());
   for (size_t r = 0; r < g.ys.size(); ++r)
-    k.add("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", k.left - 6, k.y(r) + k.ch / 2 + 4, escaped(g.ys[r].to_source()).c_str());
+    k.add("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", k.left - 6, k.y(r) + k.ch / 2 + 4, svg_escaped(g.ys[r].to_source()).c_str());
   k.add("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"13\">%s</text>\n", k.left + k.cw * g.xs.size() / 2, bottom + 40,
-        escaped(axes.x).c_str());
+        svg_escaped(axes.x).c_str());
   double middle = k.top + k.ch * g.ys.size() / 2;
   k.add("<text x=\"20\" y=\"%.1f\" font-size=\"13\" transform=\"rotate(-90 20 %.1f)\" text-anchor=\"middle\">%s</text>\n", middle, middle,
-        escaped(axes.y).c_str());
+        svg_escaped(axes.y).c_str());
 }
 
 // The colour scale's ends, then what the marks mean.
@@ -173,7 +169,7 @@ std::string tune_heatmap_svg(const std::vector<Trial>& trials, const std::vector
         "<defs><pattern id=\"pruned\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\"><path d=\"M0,6 L6,0\" stroke=\"#bbb\"/>"
         "</pattern></defs>\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
         k.left + k.cw * g.xs.size() + 230, k.top + k.ch * g.ys.size() + 60);
-  k.svg += "<text x=\"" + std::to_string(static_cast<int>(k.left)) + "\" y=\"24\" font-size=\"14\">" + escaped(axes.title) + "</text>\n";
+  k.svg += "<text x=\"" + std::to_string(static_cast<int>(k.left)) + "\" y=\"24\" font-size=\"14\">" + svg_escaped(axes.title) + "</text>\n";
   for (size_t r = 0; r < g.ys.size(); ++r)
     for (size_t c = 0; c < g.xs.size(); ++c) draw_cell(k, g, r, c);
   if (g.best)

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <map>
-#include <tuple>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <tuple>
 
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
@@ -34,6 +34,19 @@ void evaluate_text(Schedule& sch, const std::string& text, std::mutex& parser) {
   InterpreterOptions io;
   io.print_to = nullptr;
   Interpreter(sch, sources, io).run_program(program);
+}
+
+// The value `cache` holds for `key`, made by `make` (outside the lock, so threads making others
+// go on) when it holds none; when two threads make the same one, the first kept wins.
+template <class Cache, class Make>
+typename Cache::mapped_type remembered(std::mutex& mutex, Cache& cache, const typename Cache::key_type& key, Make make) {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto known = cache.find(key); known != cache.end()) return known->second;
+  }
+  typename Cache::mapped_type made = make();
+  std::lock_guard<std::mutex> lock(mutex);
+  return cache.emplace(key, std::move(made)).first->second;
 }
 
 // A plan structure's lines (plan_schedule_parts), evaluated once for all the points of its mesh.
@@ -163,21 +176,17 @@ class PlanEvaluator {
   }
 
   std::shared_ptr<const EvaluatedStructure> structure_of(const PlanPoint& p, const std::string& text) {
-    auto key = std::make_pair(p.tp, p.pp);
-    {
-      std::lock_guard<std::mutex> lock(structures_mutex_);
-      if (auto known = structures_.find(key); known != structures_.end()) return known->second;
-    }
-    auto evaluated = std::make_shared<EvaluatedStructure>();
-    evaluated->schedule = std::make_unique<Schedule>(tree_, ScheduleContext{o_.world, o_.local_world});
-    try {
-      evaluate_text(*evaluated->schedule, text, parser_);
-    } catch (const UserError& e) {
-      evaluated->schedule.reset();
-      evaluated->refusal = e.diagnostic().message;
-    }
-    std::lock_guard<std::mutex> lock(structures_mutex_);
-    return structures_.emplace(key, std::move(evaluated)).first->second;  // a thread that evaluated it first wins
+    return remembered(structures_mutex_, structures_, {p.tp, p.pp}, [&]() -> std::shared_ptr<const EvaluatedStructure> {
+      auto evaluated = std::make_shared<EvaluatedStructure>();
+      evaluated->schedule = std::make_unique<Schedule>(tree_, ScheduleContext{o_.world, o_.local_world});
+      try {
+        evaluate_text(*evaluated->schedule, text, parser_);
+      } catch (const UserError& e) {
+        evaluated->schedule.reset();
+        evaluated->refusal = e.diagnostic().message;
+      }
+      return evaluated;
+    });
   }
 
   // One program per stage, as lower_stage_programs lowers them, from the initial programs of the
@@ -202,18 +211,14 @@ class PlanEvaluator {
   }
 
   std::shared_ptr<const std::vector<ir::Program>> initial_programs(const PlanPoint& p, const RuntimePlan& plan, StepOptions options) {
-    auto key = std::make_tuple(p.tp, p.pp, p.checkpoint, p.optim);
-    {
-      std::lock_guard<std::mutex> lock(initial_mutex_);
-      if (auto known = initial_.find(key); known != initial_.end()) return known->second;
-    }
-    auto programs = std::make_shared<std::vector<ir::Program>>();
-    for (int s = 0; s < plan.pp; ++s) {
-      options.rank = stage_rank(plan, o_.world, s);
-      programs->push_back(initial_step_program(plan, trace_, options));
-    }
-    std::lock_guard<std::mutex> lock(initial_mutex_);
-    return initial_.emplace(key, std::move(programs)).first->second;  // a thread that lowered it first wins
+    return remembered(initial_mutex_, initial_, {p.tp, p.pp, p.checkpoint, p.optim}, [&]() -> std::shared_ptr<const std::vector<ir::Program>> {
+      auto programs = std::make_shared<std::vector<ir::Program>>();
+      for (int s = 0; s < plan.pp; ++s) {
+        options.rank = stage_rank(plan, o_.world, s);
+        programs->push_back(initial_step_program(plan, trace_, options));
+      }
+      return programs;
+    });
   }
 
   std::shared_ptr<const ModuleTree> tree_;

@@ -3,18 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "backend/sim/svg_text.h"
 #include "lang/value.h"
 
 namespace loom {
-
-namespace {
-// `text` as SVG character data.
-std::string escaped(const std::string& text) {
-  std::string out;
-  for (char c : text) out += c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : std::string(1, c);
-  return out;
-}
-}  // namespace
 
 std::string memory_plot_svg(const SimResult& r, const std::string& title) {
   const double width = 800, height = 360, left = 90, right = 20, top = 40, bottom = 50;
@@ -26,7 +18,7 @@ std::string memory_plot_svg(const SimResult& r, const std::string& title) {
   char buf[256];
   std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"800\" height=\"360\" font-family=\"sans-serif\" font-size=\"12\">\n";
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"" + std::to_string(left) + "\" y=\"22\" font-size=\"14\">" +
-         escaped(title) + "</text>\n";
+         svg_escaped(title) + "</text>\n";
   std::snprintf(buf, sizeof buf, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", left, height - bottom,
                 width - right, height - bottom);
   svg += buf;
