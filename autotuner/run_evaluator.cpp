@@ -89,6 +89,8 @@ Trial RunEvaluator::evaluate(const Point& point) {
   args.insert(args.end(), s_.run_args.begin(), s_.run_args.end());
   args.insert(args.end(), {"--steps", std::to_string(s_.steps), "--metrics", base + ".jsonl", "--no-verify"});
   for (const std::string& setting : point_settings(point)) args.insert(args.end(), {"--set", setting});
+  // The auto passes plan within the limit the point is judged by.
+  if (s_.memory_limit > 0) args.insert(args.end(), {"--memory-limit", std::to_string(s_.memory_limit)});
   int code = 0;
   Exit exit = run_trial_process(args, base + ".log", s_.timeout_s, stop_, code);
   t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

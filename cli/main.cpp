@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "lang/diagnostics.h"
 #include "lang/module_tree.h"
+#include "lang/value.h"
 
 namespace loom::cli {
 namespace {
@@ -51,6 +52,18 @@ CLI::Validator at_least(double min) {
       "at least " + bound);
 }
 
+CLI::Validator byte_size() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (text == "0") return "";  // none
+        int64_t bytes = parse_size(text);
+        if (bytes <= 0) return "expects a size such as 600MiB, 2GiB or a number of bytes, got '" + text + "'";
+        text = std::to_string(bytes);
+        return "";
+      },
+      "SIZE");
+}
+
 void add_step_options(CLI::App* c, TrainOptions& t) {
   t.stdlib = LOOM_STDLIB_DIR;
   c->add_option("file", t.schedule_file, "the .sched file (optional: none means plain data parallelism)");
@@ -71,6 +84,10 @@ void add_step_options(CLI::App* c, TrainOptions& t) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   c->add_option("--set", t.sets, "fix a tune() knob: --set micro_batch=4 (repeatable)");
   c->add_option("--stdlib", t.stdlib, "directory of the standard schedules");
+  c->add_option("--memory-limit", t.memory_limit,
+                "bytes per rank, e.g. 600MiB: prefetch(budget=auto) and unshard(auto) plan within it (docs/passes.md); "
+                "0: none (auto then prefetches one block ahead and unshards nothing)")
+      ->transform(byte_size());
   c->add_option("--timeout", t.timeout_s, "seconds a rank waits for the rendezvous or a collective before failing");
 }
 namespace {

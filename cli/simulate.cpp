@@ -41,6 +41,7 @@ struct SimulateOptions {
   std::string trace;
   std::string memory_plot;
   std::string save_cluster;
+  int64_t memory_limit = 0;
   std::string stdlib = LOOM_STDLIB_DIR;
 };
 
@@ -60,13 +61,23 @@ std::optional<Cluster> chosen_cluster(const SimulateOptions& o, int& local_world
   return cluster;
 }
 
-std::unique_ptr<InstructionCost> cost_model(const SimulateOptions& o, std::optional<Cluster> cluster, int local_world,
+// The cost model: the cluster's, or the profile's for the programs it prices.
+std::shared_ptr<InstructionCost> cost_model(const SimulateOptions& o, std::shared_ptr<ClusterCost> cluster_cost,
                                             const std::vector<ir::Program>& stages) {
-  if (cluster)
-    return std::make_unique<ClusterCost>(std::move(*cluster), o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, local_world);
+  if (cluster_cost) return cluster_cost;
   Profile profile = load_profile(o.profile);
   check_profile_fits(profile, o.profile, {o.model, "", o.nproc, 0, o.micro_batch, o.seq, o.accum});
-  return std::make_unique<ProfileCost>(stages, profile, o.profile);
+  return std::make_shared<ProfileCost>(stages, profile, o.profile);
+}
+
+// What prefetch(budget=auto) and unshard(auto) plan with: the limit, and the collective times
+// of the cluster or the profile.
+MemoryPlanning memory_planning(const SimulateOptions& o, const std::shared_ptr<ClusterCost>& cluster_cost) {
+  if (!cluster_cost) return profiled_memory_planning(o.memory_limit, o.profile);
+  MemoryPlanning m;
+  m.limit = o.memory_limit;
+  m.collective_seconds = [cluster_cost](const ir::Program& p, const ir::Instr& in) { return cluster_cost->seconds(p, in); };
+  return m;
 }
 
 // --save-cluster: this machine as a cluster file, from the profile (one node of the profiled
@@ -110,12 +121,20 @@ int simulate_schedule(const SimulateOptions& given) {
     RuntimePlan plan = lower_schedule(*sch);
     o.micro_batch = plan.micro_batch_or(o.micro_batch);
     o.accum = plan.accum_or(o.accum);
+    std::shared_ptr<ClusterCost> cluster_cost;
+    if (cluster)
+      cluster_cost = std::make_shared<ClusterCost>(std::move(*cluster), o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, local_world);
     StepOptions step_options;
     step_options.grad_norm = o.clip > 0;
     step_options.accum = o.accum;
+    step_options.memory = memory_planning(o, cluster_cost);
     std::vector<ir::Program> stages =
         lower_stage_programs(plan, trace_model(o.model, {o.micro_batch, o.seq}, plan.replacements), o.nproc, step_options);
-    SimResult r = simulate(stages, *cost_model(o, std::move(cluster), local_world, stages));
+    SimResult r = simulate(stages, *cost_model(o, cluster_cost, stages));
+    if (o.memory_limit > 0 && r.peak_bytes > o.memory_limit)
+      std::fprintf(stderr, "loom simulate: warning: the simulated peak %s is above --memory-limit %s: the schedule's base "
+                   "placement does not fit (prefetch(budget=auto) and unshard(auto) only add where memory allows)\n",
+                   format_size(r.peak_bytes).c_str(), format_size(o.memory_limit).c_str());
     if (!o.save_cluster.empty()) save_machine_cluster(o, stages[0]);
     // A replica's tokens are shared by its tp x pp ranks.
     double tokens_per_rank = static_cast<double>(o.micro_batch * o.seq * o.accum) / (plan.tp * plan.pp);
@@ -173,6 +192,8 @@ void add_simulate(CLI::App& app, std::function<int()>& run) {
   c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE` (measured on this machine)");
   c->add_option("--precision", o->precision, "the compute precision priced on a cluster's device")->check(CLI::IsMember({"bf16", "fp32"}));
   c->add_flag("--json", o->json, "print {\"step_s\", \"compute_s\", \"exposed_comm_s\", \"peak_bytes\", ...} as JSON");
+  c->add_option("--memory-limit", o->memory_limit, "bytes per rank, e.g. 600MiB: prefetch(budget=auto) and unshard(auto) plan within it")
+      ->transform(byte_size());
   c->add_option("--trace", o->trace, "write the simulated timeline in Chrome trace format (open it beside `loom run --trace`'s)");
   c->add_option("--memory-plot", o->memory_plot, "draw the simulated memory timeline as an SVG file");
   c->add_option("--save-cluster", o->save_cluster,

@@ -47,7 +47,7 @@ struct RuntimePlan {
   std::vector<std::string> checkpoint;  // module paths whose forward is recomputed in backward
   ir::Sharding factors;                 // dp, and the Lins factors from shard_states (all 1: plain data parallelism)
   std::vector<PrefetchRequest> prefetch;
-  std::vector<std::string> unshard;     // unshard(true): modules whose parameters stay gathered for backward
+  std::vector<UnshardRequest> unshard;  // unshard(true|auto): modules whose parameters stay gathered for backward
   std::vector<InjectedFault> faults;    // test-only primitives
   std::vector<std::string> buckets;     // bucket(): modules whose parameters communicate as one
   std::vector<CompressRequest> compress;

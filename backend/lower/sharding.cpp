@@ -1,5 +1,5 @@
 // Sharding's directives (lins.txt §IV): shard_states() (and zero() and fsdp(), which record
-// it) sets the factors; prefetch() and unshard(true) steer the gathers of sharded parameters.
+// it) sets the factors; prefetch() and unshard() steer the gathers of sharded parameters.
 #include "backend/lower/directive_lowering.h"
 
 namespace loom::lowering {
@@ -20,10 +20,9 @@ void prefetch(const Directive& d, const Schedule&, RuntimePlan& plan) {
 
 void unshard(const Directive& d, const Schedule&, RuntimePlan& plan) {
   // With s_p = 1 parameters are always resident and the unshard pass has nothing to keep (the primitive warned).
-  if (!d.arg("keep")->is(ValueKind::Bool))
-    unsupported(d, "unshard(auto) needs the memory-aware selection of deepcompile.txt §4.3, which is not implemented",
-                "write unshard(true) to keep this module's parameters gathered, or remove it");
-  plan.unshard.push_back(d.target);
+  // unshard(auto) keeps what fits under the run's memory limit (selective_unshard).
+  // (keep=false was refused by the primitive.)
+  plan.unshard.push_back({d.target, !d.arg("keep")->is(ValueKind::Bool)});
 }
 
 }  // namespace loom::lowering

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "backend/cost/memory_model.h"
 #include "backend/ir/ir.h"
 
 namespace loom {
@@ -21,7 +23,29 @@ struct CompressRequest {
 // prefetch(): gather the parameters of the blocks after `module` ahead of their use.
 struct PrefetchRequest {
   std::string module;  // a block, e.g. "h.3"
-  int64_t budget = 0;  // bytes gathered ahead; 0 means auto (one block ahead)
+  int64_t budget = 0;  // bytes gathered ahead; 0 means auto (proactive_prefetch under a memory limit, else one block ahead)
+};
+
+// unshard(): keep a module's parameters gathered from forward to backward; `automatic`
+// (unshard(auto)) keeps those of them that selective_unshard finds room for under the limit.
+struct UnshardRequest {
+  std::string module;
+  bool automatic = false;
+};
+
+// What the memory-aware passes (prefetch(budget=auto), unshard(auto)) plan with
+// (deepcompile.txt §4.2-4.3, Table 1).
+struct MemoryPlanning {
+  int64_t limit = 0;  // M: bytes per rank (--memory-limit); 0: none, and the auto passes fall back
+  StateBytes state_bytes = StateBytes::loom_adamw();
+  // T_c: the seconds of a collective instruction of a program, from a profile's fits or a
+  // cluster's model; empty where none is known (then nothing is fused, and unsharding ranks
+  // by size: for any cost alpha + beta * B, T_c(B)/B is highest for the smallest B).
+  std::function<double(const ir::Program&, const ir::Instr&)> collective_seconds;
+  double fusion_alpha = 1.5;  // fuse two all-gathers when T_c(V1) + T_c(V2) > alpha * T_c(V1 + V2) (§4.2)
+  // M_prefetch: bytes gathered ahead of their use at any point. DeepSpeed's DeepCompile uses
+  // 4e9 (MAX_BUFFERED_SIZE); under a smaller limit M governs.
+  int64_t prefetch_group_bytes = 4'000'000'000;
 };
 
 }  // namespace loom
@@ -31,12 +55,13 @@ namespace loom::passes {
 struct PassInputs {
   std::vector<PrefetchRequest> prefetch;
   std::vector<std::string> buckets;  // bucket() targets: module paths
-  std::vector<std::string> unshard;  // unshard(true) targets: module paths
+  std::vector<UnshardRequest> unshard;
   std::vector<CompressRequest> compress;
   int64_t data_parallel_bucket_bytes = 1 << 20;  // DDP's bucket size (the run's bucket_bytes)
   bool offload = false;        // offload("optimizer"): optimizer states on the host
   int64_t offload_budget = 0;  // bytes of states that may stay on the device
   int reductions_in_flight = 2;  // backward reduce-scatters overlapping compute (window_reductions; 0: as placed)
+  MemoryPlanning memory;
 };
 
 // A pass rewrites the program and says whether it changed anything.

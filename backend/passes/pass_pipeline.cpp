@@ -14,6 +14,8 @@
 #include "backend/passes/insert_parameter_broadcast.h"
 #include "backend/passes/offload_optimizer.h"
 #include "backend/passes/prefetch.h"
+#include "backend/passes/proactive_prefetch.h"
+#include "backend/passes/selective_unshard.h"
 #include "backend/passes/unshard.h"
 #include "backend/passes/window_reductions.h"
 
@@ -28,7 +30,9 @@ const std::vector<std::pair<std::string, passes::Pass>>& pipeline_passes() {
       {"unshard", passes::unshard},                                       // DeepCompile §4.3: keep gathered for backward
       {"bucket", passes::bucket},                                         // SimpleFSDP §3.2: one collective per bucket
       {"bucket_data_parallel", passes::bucket_data_parallel},             // DDP: gradient all-reduces in size-capped buckets
-      {"prefetch", passes::prefetch},                                     // gathers of the next block, ahead
+      {"prefetch", passes::prefetch},                                     // budget=BYTES: gathers of the next blocks, ahead
+      {"proactive_prefetch", passes::proactive_prefetch},                 // DeepCompile Alg. 1: budget=auto under a memory limit
+      {"selective_unshard", passes::selective_unshard},                   // DeepCompile §4.3: unshard(auto) under a memory limit
       {"offload_optimizer", passes::offload_optimizer},                   // DeepCompile §4.4: states on the host
       {"window_reductions", passes::window_reductions},                   // SimpleFSDP §3.1: reductions in flight
   };

@@ -14,7 +14,7 @@ using ir::OpKind;
 // found among the module's ancestors, by path, rather than by comparing every request.
 class BlockFinder {
  public:
-  explicit BlockFinder(const PassInputs& in) : requests_(in.prefetch) {
+  explicit BlockFinder(const std::vector<PrefetchRequest>& requests) : requests_(requests) {
     for (size_t i = 0; i < requests_.size(); ++i) first_.try_emplace(requests_[i].module, i);
   }
   const PrefetchRequest* block_of(const std::string& module) const {
@@ -34,7 +34,8 @@ class BlockFinder {
 };
 
 // The gathers of `phase` to move ahead, as (insert before this index, gather index).
-void plan_hoists(const ir::Program& p, ir::Phase phase, const PassInputs& inputs, std::vector<std::pair<size_t, size_t>>& moves) {
+void plan_hoists(const ir::Program& p, ir::Phase phase, const std::vector<PrefetchRequest>& requests,
+                 std::vector<std::pair<size_t, size_t>>& moves) {
   // Segment the phase into runs of instructions belonging to one block (by the compute ops).
   struct Block {
     const PrefetchRequest* request = nullptr;
@@ -43,7 +44,7 @@ void plan_hoists(const ir::Program& p, ir::Phase phase, const PassInputs& inputs
   };
   std::vector<Block> blocks;
   std::vector<size_t> loose_gathers;
-  BlockFinder finder(inputs);
+  BlockFinder finder(requests);
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& in = p.instrs[i];
     if (in.phase != phase) continue;
@@ -97,10 +98,14 @@ void hoist(ir::Program& p, std::vector<std::pair<size_t, size_t>>& moves) {
 }  // namespace
 
 bool prefetch(ir::Program& p, const PassInputs& inputs) {
-  if (p.sharding.params <= 1 || inputs.prefetch.empty()) return false;
+  // Under a memory limit, budget=auto is proactive_prefetch's.
+  std::vector<PrefetchRequest> requests;
+  for (const PrefetchRequest& r : inputs.prefetch)
+    if (r.budget > 0 || inputs.memory.limit <= 0) requests.push_back(r);
+  if (p.sharding.params <= 1 || requests.empty()) return false;
   std::vector<std::pair<size_t, size_t>> moves;
-  plan_hoists(p, ir::Phase::Forward, inputs, moves);
-  plan_hoists(p, ir::Phase::Backward, inputs, moves);
+  plan_hoists(p, ir::Phase::Forward, requests, moves);
+  plan_hoists(p, ir::Phase::Backward, requests, moves);
   if (moves.empty()) return false;
   hoist(p, moves);
   return true;

@@ -1,7 +1,7 @@
-// A first meaning for prefetch(budget=...): the all-gathers of the next prefetched block are
-// issued before the current block computes (their waits stay just before first use), as many
-// blocks ahead as fit in the budget; auto means one block ahead, as FSDP2 does. The
-// memory-aware placement of deepcompile.txt Algorithm 1 replaces this pass later.
+// prefetch(budget=BYTES): the all-gathers of the next prefetched block are issued before the
+// current block computes (their waits stay just before first use), as many blocks ahead as fit
+// in the budget. budget=auto without a memory limit means one block ahead, as FSDP2 does; under
+// a limit it is proactive_prefetch's (deepcompile.txt Algorithm 1).
 #pragma once
 
 #include "backend/passes/pass.h"

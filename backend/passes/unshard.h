@@ -1,13 +1,20 @@
 // unshard(true): selective unsharding (deepcompile.txt §4.3). The module's parameters stay
 // gathered from their forward gather until their last backward use: the forward release and
 // the backward all-gather (and its wait) go, so the backward needs no communication for them.
-// Parameters stay sharded between steps, and every rank does the same.
+// Parameters stay sharded between steps, and every rank does the same. unshard(auto) is
+// selective_unshard's (the same rewrite, for the parameters that fit under the memory limit).
 #pragma once
+
+#include <vector>
 
 #include "backend/passes/pass.h"
 
 namespace loom::passes {
 
 bool unshard(ir::Program& program, const PassInputs& inputs);
+
+// Keeps the parameters `kept` marks (by index) gathered from forward to backward: drops them
+// from the forward releases and the backward all-gathers, and the waits of gathers left empty.
+void keep_gathered(ir::Program& program, const std::vector<bool>& kept);
 
 }  // namespace loom::passes

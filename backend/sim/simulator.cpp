@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/sim/memory_walk.h"
 #include "lang/diagnostics.h"
 
 namespace loom {
@@ -13,58 +14,7 @@ namespace {
 using ir::Instr;
 using ir::OpKind;
 using ir::Phase;
-
-// One run of an instruction in a step: the body once per micro-batch (as its runs_in says),
-// then the step's tail.
-struct Run {
-  size_t instr = 0;
-  int micro_batch = -1;
-};
-
-std::vector<Run> runs_of(const ir::Program& p) {
-  std::vector<Run> runs;
-  for (int64_t mb = 0; mb < p.micro_batches; ++mb) {
-    bool last = mb == p.micro_batches - 1;
-    for (size_t i = 0; i < p.instrs.size(); ++i) {
-      const Instr& in = p.instrs[i];
-      if (in.phase == Phase::Step) continue;
-      bool runs_now = in.runs_in == ir::MicroBatches::All || (in.runs_in == ir::MicroBatches::Last && last) ||
-                      (in.runs_in == ir::MicroBatches::AllButLast && !last);
-      if (runs_now) runs.push_back({i, static_cast<int>(mb)});
-    }
-  }
-  for (size_t i = 0; i < p.instrs.size(); ++i)
-    if (p.instrs[i].phase == Phase::Step) runs.push_back({i, -1});
-  return runs;
-}
-
-// Bytes a gather of `in`'s parameters adds beyond their shards (and its release frees).
-int64_t gathered_bytes(const ir::Program& p, const Instr& in) {
-  int64_t bytes = 0;
-  for (int q : in.params) bytes += ir::param_bytes(p, q) - ir::param_bytes(p, q) / p.sharding.params;
-  return bytes;
-}
-
-// The bytes of optimizer states the program keeps on the host (offload("optimizer")): those of
-// the parameters its offload instruction names.
-double host_held_states(const ir::Program& p, const StateBytes& state_bytes) {
-  double elements = 0;
-  for (const Instr& in : p.instrs)
-    if (in.kind == OpKind::Offload)
-      for (int q : in.params) elements += static_cast<double>(p.params[static_cast<size_t>(q)].numel);
-  return elements * state_bytes.optim / p.sharding.optim;
-}
-
-// The data-parallel reducer's buckets (unsharded states: backend/exec/gradient_reducer.cpp):
-// it keeps a flat buffer for each gradient all-reduce of the backward, for the whole run.
-int64_t reduction_buffer_bytes(const ir::Program& p) {
-  if (p.sharding.optim > 1) return 0;  // the sharded executor reduces each gradient where it is
-  int64_t bytes = 0;
-  for (const Instr& in : p.instrs)
-    if (in.kind == OpKind::AllReduce && in.phase == Phase::Backward && in.group.role == "dp" && ir::issued_collective(in))
-      bytes += in.bytes;
-  return bytes;
-}
+using memory::Run;
 
 // A collective over ranks of several stages, or a pipeline transfer: it starts when every
 // participant has issued it.
@@ -96,16 +46,11 @@ class Simulator {
       Rank r;
       r.stage = static_cast<int>(s);
       r.program = &stages[s];
-      r.runs = runs_of(stages[s]);
+      r.runs = memory::runs_of(stages[s]);
       int handles = stages[s].next_handle;
       for (const Instr& in : stages[s].instrs) handles = std::max(handles, in.handle + 1);
       r.handle_end.assign(static_cast<size_t>(handles), -1);
-      double elements = 0;
-      for (const ir::TracedParam& q : stages[s].params) elements += static_cast<double>(q.numel);
-      const ir::Sharding& f = stages[s].sharding;
-      r.memory = static_cast<int64_t>(model_state_bytes(elements, state_bytes, f.params, f.grads, f.optim) -
-                                      host_held_states(stages[s], state_bytes)) +
-                 reduction_buffer_bytes(stages[s]);
+      r.memory = memory::resident_bytes(stages[s], state_bytes);
       ranks_.push_back(std::move(r));
       note_memory(ranks_.back(), 0);
     }
@@ -148,7 +93,7 @@ class Simulator {
         break;
       }
       case OpKind::Release:
-        r.memory -= gathered_bytes(p, in);
+        r.memory += memory::effect_of(p, in, &cost_).change;
         note_memory(r, run.instr);
         break;
       case OpKind::Compute:
@@ -159,13 +104,13 @@ class Simulator {
         r.host = r.compute_free = start + seconds;
         r.compute_s += seconds;
         record(r, run, "compute", start, r.host);
-        if (int64_t workspace = cost_.workspace_bytes(p, in)) {  // held while it runs
-          r.memory += workspace;
+        memory::Effect effect = memory::effect_of(p, in, &cost_);
+        if (effect.transient) {  // held while it runs
+          r.memory += effect.transient;
           note_memory(r, run.instr);
-          r.memory -= workspace;
+          r.memory -= effect.transient;
         }
-        if (in.kind == OpKind::Compute && in.phase == Phase::Backward) r.memory -= in.activation_bytes;
-        else r.memory += in.activation_bytes;
+        r.memory += effect.change;
         note_memory(r, run.instr);
         break;
       }
@@ -187,7 +132,7 @@ class Simulator {
         r.handle_end[static_cast<size_t>(in.handle)] = r.collective_free;
         record(r, run, "collective", start, r.collective_free);
         if (in.kind == OpKind::AllGather) {
-          r.memory += gathered_bytes(p, in);
+          r.memory += memory::effect_of(p, in, &cost_).change;
           note_memory(r, run.instr);
         }
     }

@@ -288,6 +288,7 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   step_options.grad_norm = measures_grad_norm(o);
   step_options.accum = o.accum;
   step_options.rank = r.env.rank;
+  step_options.memory.limit = o.memory_limit;
   r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
   // checkpoint(): the modules the program recomputes (on a pipeline stage, its own).
   std::set<std::string> recomputed;

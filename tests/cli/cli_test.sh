@@ -75,8 +75,14 @@ expect "the replaced attention's compute instruction saves less" 0 "h.1.attn.c_a
   "h.2.attn.c_attn                          83.9 MFLOP  saves 2.0 MiB" -- "$loom" explain tests/cli/replace.sched --model gpt:tiny --nproc 2 --seq 128
 expect "zero(stage=3) at dp 1 beside a pipeline is plain data parallelism" 0 "ok (" -- "$loom" check tests/cli/pipeline_zero3.sched --model gpt:tiny --world 2
 expect "shard_states(1, 1, 1) beside a mesh" 0 "ok (" -- "$loom" check tests/cli/mesh_plain_dp.sched --model gpt:tiny --world 2
-expect "check refuses unshard(auto)" 1 "error: unshard is not yet supported at runtime: unshard(auto) needs the memory-aware selection" \
-  "hint: write unshard(true)" -- "$loom" check tests/cli/unshard_auto.sched --model gpt2 --world 2
+expect "check accepts unshard(auto)" 0 "ok (" -- "$loom" check tests/cli/unshard_auto.sched --model gpt2 --world 2
+expect "the auto passes act under --memory-limit" 0 "#   proactive_prefetch: changed" "#   selective_unshard: changed" \
+  -- "$loom" explain tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2 --memory-limit 1GiB
+expect "without a limit they leave the program to prefetch's one block ahead" 0 "#   proactive_prefetch: unchanged" \
+  "#   selective_unshard: unchanged" "#   prefetch: changed" -- "$loom" explain tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2
+expect "a memory limit that is not a size" 2 "--memory-limit: expects a size such as 600MiB, 2GiB or a number of bytes, got 'lots'" \
+  -- "$loom" explain tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2 --memory-limit lots
+expect "run takes the limit too" 2 "expects a size such as 600MiB" -- "$loom" run --model gpt:tiny --memory-limit 6XB
 expect "unknown knob lists the declared ones" 1 "--set names knob 'nosuch', which the schedule never declares" \
   'hint: declared knobs: ["micro_batch", "ckpt_ratio"]' -- "$loom" run tests/cli/knobs.sched --model gpt:tiny --set nosuch=1 --steps 1
 expect "a knob set for a schedule without knobs" 1 "hint: the schedule declares no knobs; remove --set bs" \

@@ -218,7 +218,7 @@ grep -q '"grad_norm":[0-9]' "$tmp/noclip.jsonl" && ok || bad "grad_norm with --c
 # recorded and the sweep goes on; a trial past its time limit is killed; Ctrl-C stops the
 # running trial's ranks, keeps the database whole, and --resume goes on from it.
 printf '%s\n' 'let mode = tune("mode", ["plain", "refused"])' 'if mode == "refused" {' \
-  '    sch["h.0"].unshard(auto)' '}' > "$tmp/tune_fail.sched"
+  '    sch["h.0"].compress(ratio=4)' '}' > "$tmp/tune_fail.sched"
 tune_run="tune --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --evaluator run --strategy exhaustive"
 "$loom" $tune_run "$tmp/tune_fail.sched" --steps 3 --json > "$tmp/tune.json" 2> "$tmp/err"
 if [ $? -eq 0 ] && python3 -c "
@@ -226,7 +226,7 @@ import json, sys
 d = json.load(open('$tmp/tune.json'))
 s = {t['knobs']['mode']: t for t in d['trials']}
 sys.exit(not (s['plain']['status'] == 'ok' and s['plain']['objective'] > 0 and s['refused']['status'] == 'failed'
-              and 'unshard is not yet supported at runtime' in s['refused']['message'] and d['best']['knobs'] == {'mode': 'plain'}))"
+              and 'compress is not yet supported at runtime' in s['refused']['message'] and d['best']['knobs'] == {'mode': 'plain'}))"
 then ok; else bad "a failing trial is recorded and the sweep goes on"; fi
 "$loom" $tune_run "$tmp/tune_fail.sched" --steps 3 --trial-timeout 1 --json > "$tmp/tune.json" 2> "$tmp/err"
 if [ $? -eq 1 ] && python3 -c "

@@ -416,11 +416,20 @@ TEST_CASE("unshard(true) keeps a module's gathered parameters for backward: no b
   CHECK(base["reduce_scatter"] == unsharded["reduce_scatter"]);
   CHECK(max_difference(saved_parameters(scratch() / "zero3_base" / "step-000010"),
                        saved_parameters(scratch() / "zero3_unshard" / "step-000010")) < 1e-6);
-  // keep=auto needs the memory-aware selection, which does not exist yet: refused by name.
-  std::ofstream(scratch() / "unshard_auto.sched") << "import \"stdlib/zero3.sched\"\nsch[\"wte\"].unshard()\n";
-  CHECK(run_loom("run " + (scratch() / "unshard_auto.sched").string() + kCommon + " --nproc 2") == 1);
-  CHECK(last_log().find("unshard_auto.sched:2:1: error: unshard is not yet supported at runtime: unshard(auto) needs the "
-                        "memory-aware selection") != std::string::npos);
+  // unshard(auto) under a limit with room for every buffer keeps what unshard(true) keeps, and
+  // zero3.sched's prefetch(budget=auto) gathers ahead as far as the limit allows: same numbers.
+  std::ofstream(scratch() / "zero3_unshard_auto.sched") << "import \"stdlib/zero3.sched\"\nsch[\"h.*.mlp\"].unshard()\n";
+  REQUIRE(run_loom("run " + (scratch() / "zero3_unshard_auto.sched").string() + kCommon + " --nproc 2 --micro-batch 2 " +
+                   "--memory-limit 1GiB --save " + (scratch() / "zero3_unshard_auto").string() + " --trace " +
+                   (scratch() / "zero3_unshard_auto.json").string()) == 0);
+  auto automatic = collectives(scratch() / "zero3_unshard_auto.json");
+  CHECK(automatic["all_gather"] == unsharded["all_gather"]);
+  CHECK(max_difference(saved_parameters(scratch() / "zero3_base" / "step-000010"),
+                       saved_parameters(scratch() / "zero3_unshard_auto" / "step-000010")) < 1e-6);
+  // Without a limit unshard(auto) keeps nothing.
+  REQUIRE(run_loom("run " + (scratch() / "zero3_unshard_auto.sched").string() + kCommon + " --nproc 2 --micro-batch 2 --trace " +
+                   (scratch() / "zero3_unshard_none.json").string()) == 0);
+  CHECK(collectives(scratch() / "zero3_unshard_none.json")["all_gather"] == base["all_gather"]);
 }
 
 TEST_CASE("offload(\"optimizer\") steps host copies of the optimizer slices: the same parameters, and a checkpoint that resumes") {
@@ -461,9 +470,9 @@ TEST_CASE("TAGC compress() trains and resumes exactly: its error-feedback accumu
 }
 
 TEST_CASE("directives without a runtime effect stop loom run before training, naming the directive") {
-  std::ofstream(scratch() / "unshard_auto.sched") << "sch[\"h.0\"].unshard(auto)\n";
-  CHECK(run_loom("run " + (scratch() / "unshard_auto.sched").string() + " --model gpt:tiny --steps 1") == 1);
-  CHECK(last_log().find("unshard_auto.sched:1:1: error: unshard is not yet supported at runtime") != std::string::npos);
+  std::ofstream(scratch() / "compress_unsharded.sched") << "sch[\"h.0\"].compress(ratio=4)\n";
+  CHECK(run_loom("run " + (scratch() / "compress_unsharded.sched").string() + " --model gpt:tiny --nproc 2 --steps 1") == 1);
+  CHECK(last_log().find("compress_unsharded.sched:1:1: error: compress is not yet supported at runtime") != std::string::npos);
 }
 
 std::string read_text(const fs::path& path) {

@@ -308,7 +308,7 @@ TEST_CASE("the step's tail: the gradient norm (an all-reduce where optimizer sta
 TEST_CASE("unshard keeps a module's parameters gathered from the forward gather to the last backward use") {
   ir::OpTrace t = two_blocks();
   passes::PassInputs in;
-  in.unshard = {"h.0.proj"};
+  in.unshard = {{"h.0.proj"}};
   ir::Program plain = run(t, {2, 2, 2, 2});
   ir::Program kept = run(t, {2, 2, 2, 2}, in);
   auto F = ir::Phase::Forward, B = ir::Phase::Backward;

@@ -41,7 +41,7 @@ std::map<std::string, GoldenCase> golden_cases() {
   compress.compress = {{"h.0.fc", 10}};
   cases["compress"] = {zero3, compress, "ZeRO-3 at dp 2, h.0.fc compressed at ratio 10"};
   passes::PassInputs unshard;
-  unshard.unshard = {"h.0.proj"};
+  unshard.unshard = {{"h.0.proj"}};
   cases["unshard"] = {zero3, unshard, "ZeRO-3 at dp 2, h.0.proj unsharded"};
   passes::PassInputs bucket;
   bucket.buckets = {"h.0"};
@@ -52,6 +52,15 @@ std::map<std::string, GoldenCase> golden_cases() {
   passes::PassInputs prefetch;
   prefetch.prefetch = {{"h.0", 0}, {"h.1", 0}};
   cases["prefetch"] = {zero3, prefetch, "ZeRO-3 at dp 2, h.0 and h.1 prefetched (auto)"};
+  // Model states of 70 elements at (2, 2, 2): 560 bytes; gathers add 80 (wte) and 20 bytes.
+  passes::PassInputs proactive;
+  proactive.prefetch = {{"h.0", 0}, {"h.1", 0}};
+  proactive.memory.limit = 560 + 80 + 40;
+  cases["proactive_prefetch"] = {zero3, proactive, "ZeRO-3 at dp 2, h.0 and h.1 prefetched (auto) under a 680-byte limit"};
+  passes::PassInputs selective;
+  selective.unshard = {{"h.0", true}};
+  selective.memory.limit = 560 + 80 + 40;  // room for one of h.0's two 20-byte buffers beside wte's
+  cases["selective_unshard"] = {zero3, selective, "ZeRO-3 at dp 2, h.0 unsharded (auto) under a 680-byte limit"};
   passes::PassInputs offload;
   offload.offload = true;
   offload.offload_budget = 8 * 30;  // the states of the slices of wte (20 elements), h.0.fc.w and h.0.proj.w (5 each) fit

@@ -1,0 +1,151 @@
+#include "backend/passes/proactive_prefetch.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <unordered_map>
+
+#include "backend/sim/memory_walk.h"
+
+namespace loom::passes {
+namespace {
+
+using ir::Instr;
+using ir::OpKind;
+
+// Whether every parameter of `in` lies in a module prefetch(budget=auto) names.
+bool automatically_prefetched(const ir::Program& p, const Instr& in, const std::vector<bool>& selected) {
+  return !in.params.empty() && std::all_of(in.params.begin(), in.params.end(), [&](int q) { return selected[static_cast<size_t>(q)]; });
+}
+
+std::vector<bool> selected_params(const ir::Program& p, const PassInputs& inputs) {
+  std::vector<bool> selected(p.params.size(), false);
+  for (const PrefetchRequest& r : inputs.prefetch)
+    if (r.budget == 0)
+      for (size_t q = 0; q < p.params.size(); ++q)
+        if (!selected[q] && ir::within(p.params[q].name, r.module)) selected[q] = true;
+  return selected;
+}
+
+// Whether `other` touches one of `gather`'s parameters in a way the gather may not pass: another
+// gather or a release of it (a tied weight gathered twice in a phase).
+bool blocks(const Instr& gather, const Instr& other) {
+  if (other.kind != OpKind::AllGather && other.kind != OpKind::Release) return false;
+  for (int q : other.params)
+    if (std::find(gather.params.begin(), gather.params.end(), q) != gather.params.end()) return true;
+  return false;
+}
+
+// A gather moved to `before` (an index into the program: it is issued just before that instruction).
+struct Move {
+  size_t before = 0;
+  size_t gather = 0;
+};
+
+// Plans the moves of one phase's gathers: `around` is the memory around each instruction
+// (memory_walk), raised by each move over the instructions its buffer now lives across.
+void plan_phase(const ir::Program& p, ir::Phase phase, const std::vector<bool>& selected, const MemoryPlanning& m,
+                std::vector<int64_t>& around, std::vector<Move>& moves) {
+  std::vector<size_t> order;  // the phase's instructions, in program order
+  for (size_t i = 0; i < p.instrs.size(); ++i)
+    if (p.instrs[i].phase == phase) order.push_back(i);
+  std::vector<int64_t> ahead(p.instrs.size(), 0);  // bytes gathered ahead of their use, around each instruction
+  int64_t group_limit = m.prefetch_group_bytes > 0 ? m.prefetch_group_bytes : std::numeric_limits<int64_t>::max();
+  // No gather goes above an earlier one (the collective stream is first in, first out): one
+  // that stays bounds the next from below; one that moved lets the next land beside it, after it.
+  size_t floor = 0;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const Instr& g = p.instrs[order[k]];
+    if (g.kind != OpKind::AllGather) continue;
+    if (!automatically_prefetched(p, g, selected)) {
+      floor = k + 1;
+      continue;
+    }
+    int64_t buffer = memory::gathered_bytes(p, g);
+    size_t to = k;
+    while (to > floor) {
+      size_t above = order[to - 1];
+      if (blocks(g, p.instrs[above])) break;
+      if (around[above] + buffer > m.limit || ahead[above] + buffer > group_limit) break;
+      --to;
+    }
+    if (to == k) {
+      floor = k + 1;
+      continue;
+    }
+    floor = to;
+    for (size_t j = to; j < k; ++j) {
+      around[order[j]] += buffer;
+      ahead[order[j]] += buffer;
+    }
+    moves.push_back({order[to], order[k]});
+  }
+}
+
+// Whether fusing a gather of `bytes` into one of `fused` bytes pays (deepcompile.txt §4.2):
+// T_c(V1) + T_c(V2) > alpha * T_c(V1 + V2). Priced as instructions of the program, on the gather's group.
+bool fusion_pays(const ir::Program& p, const Instr& fused, const Instr& next, const MemoryPlanning& m) {
+  if (!m.collective_seconds || fused.group.role != next.group.role || fused.runs_in != next.runs_in) return false;
+  Instr both = fused;
+  both.bytes += next.bytes;
+  both.params.insert(both.params.end(), next.params.begin(), next.params.end());
+  return m.collective_seconds(p, fused) + m.collective_seconds(p, next) > m.fusion_alpha * m.collective_seconds(p, both);
+}
+
+// Rebuilds the program with the gathers at their new places, fusing those that land at one
+// place where fusing pays; a fused gather's waits but the first go (they wait for the fused one).
+void apply(ir::Program& p, std::vector<Move>& moves, const MemoryPlanning& m) {
+  std::stable_sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) { return a.before < b.before; });
+  std::vector<bool> moved(p.instrs.size(), false);
+  for (const Move& mv : moves) moved[mv.gather] = true;
+  std::unordered_map<int, int> fused_into;  // a fused gather's handle -> the handle of the one it joined
+  std::vector<Instr> out;
+  out.reserve(p.instrs.size());
+  auto next = moves.begin();
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    size_t first_here = out.size();
+    for (; next != moves.end() && next->before == i; ++next) {
+      Instr& g = p.instrs[next->gather];
+      if (out.size() > first_here && fusion_pays(p, out.back(), g, m)) {
+        fused_into[g.handle] = out.back().handle;
+        out.back().bytes += g.bytes;
+        out.back().params.insert(out.back().params.end(), g.params.begin(), g.params.end());
+      } else {
+        out.push_back(std::move(g));
+      }
+    }
+    if (!moved[i]) out.push_back(std::move(p.instrs[i]));
+  }
+  if (!fused_into.empty()) {
+    std::set<int> waited;
+    std::vector<Instr> kept;
+    kept.reserve(out.size());
+    for (Instr& in : out) {
+      if (in.kind == OpKind::Wait) {
+        if (auto f = fused_into.find(in.handle); f != fused_into.end()) in.handle = f->second;
+        if (!waited.insert(in.handle).second) continue;
+      }
+      kept.push_back(std::move(in));
+    }
+    out = std::move(kept);
+  }
+  p.instrs = std::move(out);
+}
+
+}  // namespace
+
+bool proactive_prefetch(ir::Program& p, const PassInputs& inputs) {
+  const MemoryPlanning& m = inputs.memory;
+  if (p.sharding.params <= 1 || m.limit <= 0) return false;
+  std::vector<bool> selected = selected_params(p, inputs);
+  if (std::none_of(selected.begin(), selected.end(), [](bool s) { return s; })) return false;
+  std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, nullptr);
+  std::vector<Move> moves;
+  plan_phase(p, ir::Phase::Forward, selected, m, around, moves);
+  plan_phase(p, ir::Phase::Backward, selected, m, around, moves);
+  if (moves.empty()) return false;
+  apply(p, moves, m);
+  return true;
+}
+
+}  // namespace loom::passes

@@ -1,0 +1,98 @@
+#include "backend/sim/memory_walk.h"
+
+#include <algorithm>
+
+namespace loom::memory {
+
+using ir::Instr;
+using ir::OpKind;
+using ir::Phase;
+
+std::vector<Run> runs_of(const ir::Program& p) {
+  std::vector<Run> runs;
+  for (int64_t mb = 0; mb < p.micro_batches; ++mb) {
+    bool last = mb == p.micro_batches - 1;
+    for (size_t i = 0; i < p.instrs.size(); ++i) {
+      const Instr& in = p.instrs[i];
+      if (in.phase == Phase::Step) continue;
+      bool runs_now = in.runs_in == ir::MicroBatches::All || (in.runs_in == ir::MicroBatches::Last && last) ||
+                      (in.runs_in == ir::MicroBatches::AllButLast && !last);
+      if (runs_now) runs.push_back({i, static_cast<int>(mb)});
+    }
+  }
+  for (size_t i = 0; i < p.instrs.size(); ++i)
+    if (p.instrs[i].phase == Phase::Step) runs.push_back({i, -1});
+  return runs;
+}
+
+namespace {
+
+// The bytes of optimizer states the program keeps on the host (offload("optimizer")): those of
+// the parameters its offload instruction names.
+double host_held_states(const ir::Program& p, const StateBytes& state_bytes) {
+  double elements = 0;
+  for (const Instr& in : p.instrs)
+    if (in.kind == OpKind::Offload)
+      for (int q : in.params) elements += static_cast<double>(p.params[static_cast<size_t>(q)].numel);
+  return elements * state_bytes.optim / p.sharding.optim;
+}
+
+// The data-parallel reducer's buckets (unsharded states: backend/exec/gradient_reducer.cpp):
+// it keeps a flat buffer for each gradient all-reduce of the backward, for the whole run.
+int64_t reduction_buffer_bytes(const ir::Program& p) {
+  if (p.sharding.optim > 1) return 0;  // the sharded executor reduces each gradient where it is
+  int64_t bytes = 0;
+  for (const Instr& in : p.instrs)
+    if (in.kind == OpKind::AllReduce && in.phase == Phase::Backward && in.group.role == "dp" && ir::issued_collective(in))
+      bytes += in.bytes;
+  return bytes;
+}
+
+}  // namespace
+
+int64_t resident_bytes(const ir::Program& p, const StateBytes& state_bytes) {
+  double elements = 0;
+  for (const ir::TracedParam& q : p.params) elements += static_cast<double>(q.numel);
+  const ir::Sharding& f = p.sharding;
+  return static_cast<int64_t>(model_state_bytes(elements, state_bytes, f.params, f.grads, f.optim) - host_held_states(p, state_bytes)) +
+         reduction_buffer_bytes(p);
+}
+
+int64_t gathered_bytes(const ir::Program& p, const Instr& in) {
+  int64_t bytes = 0;
+  for (int q : in.params) bytes += ir::param_bytes(p, q) - ir::param_bytes(p, q) / p.sharding.params;
+  return bytes;
+}
+
+Effect effect_of(const ir::Program& p, const Instr& in, const InstructionCost* cost) {
+  switch (in.kind) {
+    case OpKind::Release:
+      return {0, -gathered_bytes(p, in)};
+    case OpKind::AllGather:
+      return {0, ir::issued_collective(in) ? gathered_bytes(p, in) : 0};
+    case OpKind::Compute:
+    case OpKind::Recompute:
+    case OpKind::OptimizerStep:
+    case OpKind::SelectDrop: {
+      int64_t workspace = cost ? cost->workspace_bytes(p, in) : 0;
+      bool frees = in.kind == OpKind::Compute && in.phase == Phase::Backward;  // backward frees what forward saved
+      return {workspace, frees ? -in.activation_bytes : in.activation_bytes};
+    }
+    default:
+      return {};
+  }
+}
+
+std::vector<int64_t> memory_around_each(const ir::Program& p, const StateBytes& state_bytes, const InstructionCost* cost) {
+  std::vector<int64_t> around(p.instrs.size(), 0);
+  int64_t in_use = resident_bytes(p, state_bytes);
+  for (const Run& run : runs_of(p)) {
+    Effect e = effect_of(p, p.instrs[run.instr], cost);
+    int64_t high = std::max({in_use, in_use + e.transient, in_use + e.change});
+    around[run.instr] = std::max(around[run.instr], high);
+    in_use += e.change;
+  }
+  return around;
+}
+
+}  // namespace loom::memory

@@ -1,0 +1,46 @@
+// The memory model of one rank's step, instruction by instruction, without time: what the
+// simulator's memory timeline follows (simulator.h) and what the memory-aware passes plan with
+// (deepcompile.txt's P_mem: proactive_prefetch, selective_unshard). Resident: the model states
+// (less the optimizer states an offload keeps on the host) and the data-parallel reducer's
+// buckets; a gathered parameter from its all-gather to its release; a saved activation from its
+// forward (or recompute) to its backward; an instruction's workspace while it runs. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/cost/instruction_cost.h"
+#include "backend/ir/ir.h"
+
+namespace loom::memory {
+
+// One run of an instruction in a step: the body once per micro-batch (as its runs_in says),
+// then the step's tail (micro_batch -1).
+struct Run {
+  size_t instr = 0;
+  int micro_batch = -1;
+};
+std::vector<Run> runs_of(const ir::Program& p);
+
+// Bytes held for the whole step: the rank's model states on the device and the reducer's buckets.
+int64_t resident_bytes(const ir::Program& p, const StateBytes& state_bytes);
+
+// Bytes an all-gather of `in`'s parameters adds beyond their shards (and their release frees).
+int64_t gathered_bytes(const ir::Program& p, const ir::Instr& in);
+
+// How running `in` changes the memory in use: `transient` bytes held while it runs only (its
+// workspace), then `change` bytes from its end on (negative: freed).
+struct Effect {
+  int64_t transient = 0;
+  int64_t change = 0;
+};
+// `cost` may be null (no workspace known).
+Effect effect_of(const ir::Program& p, const ir::Instr& in, const InstructionCost* cost);
+
+// Per instruction, the most memory in use from just before it until its end, over every run of
+// it in the step: what an all-gather moved above it would add to (DeepCompile's P_mem, taken as
+// the peak around the operator rather than only before it, so a moved buffer that lives across
+// a release or a backward's workspace is counted where it is high).
+std::vector<int64_t> memory_around_each(const ir::Program& p, const StateBytes& state_bytes, const InstructionCost* cost);
+
+}  // namespace loom::memory

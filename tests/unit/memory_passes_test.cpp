@@ -1,0 +1,186 @@
+// The memory-aware passes (issue #17) on hand-built programs whose right answer is worked out
+// by hand: proactive_prefetch (deepcompile.txt Algorithm 1, Fig. 6), selective_unshard (§4.3),
+// and the memory walk they plan with.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include <algorithm>
+
+#include "backend/cost/cluster.h"
+#include "backend/ir/verifier.h"
+#include "backend/lower/step_program.h"
+#include "backend/passes/pass_pipeline.h"
+#include "backend/sim/memory_walk.h"
+#include "backend/sim/simulator.h"
+
+using namespace loom;
+using ir::OpKind;
+
+namespace {
+
+// Three layers of one 100-element fp32 weight each: at s_p = 2 a gather adds 200 bytes. The
+// model states of 300 elements at (2, 2, 2) take 300 x (4/2 + 4/2 + 8/2) = 2,400 bytes.
+ir::OpTrace three_layers(int64_t activation_bytes = 0) {
+  ir::OpTrace t;
+  t.model = "three";
+  t.params = {{"l0.w", 100, 4}, {"l1.w", 100, 4}, {"l2.w", 100, 4}};
+  t.forward = {{"l0", {"l0.w"}}, {"l1", {"l1.w"}}, {"l2", {"l2.w"}}};
+  for (ir::TracedOp& op : t.forward) op.activation_bytes = activation_bytes;
+  return t;
+}
+constexpr int64_t kStates = 2400, kBuffer = 200;
+const ir::Sharding kZero3{2, 2, 2, 2};
+
+ir::Program lowered(const ir::OpTrace& t, const passes::PassInputs& in) {
+  PipelineDebug each;
+  each.verify_each_pass = true;
+  return run_passes(ir::lower(t, kZero3), in, pipeline_passes(), nullptr, each);
+}
+
+// The program's instructions of `phase`, one word each: "ag(l0.w)", "wait", "c(l0)", "rel(l0.w)".
+std::vector<std::string> words(const ir::Program& p, ir::Phase phase) {
+  std::vector<std::string> out;
+  for (const ir::Instr& in : p.instrs) {
+    if (in.phase != phase) continue;
+    std::string params;
+    for (int q : in.params) params += (params.empty() ? "" : ",") + p.params[static_cast<size_t>(q)].name;
+    switch (in.kind) {
+      case OpKind::AllGather: out.push_back("ag(" + params + ")"); break;
+      case OpKind::Wait: if (phase == ir::Phase::Forward) out.push_back("wait"); break;
+      case OpKind::Release: out.push_back("rel(" + params + ")"); break;
+      case OpKind::Compute: out.push_back("c(" + in.module + ")"); break;
+      default: break;  // backward reductions: not what these tests are about
+    }
+  }
+  return out;
+}
+
+passes::PassInputs auto_prefetch(int64_t limit) {
+  passes::PassInputs in;
+  in.prefetch = {{"l0", 0}, {"l1", 0}, {"l2", 0}};
+  in.memory.limit = limit;
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("the memory walk: model states, gathered buffers from gather to release, activations from forward to backward") {
+  ir::Program p = lowered(three_layers(50), {});
+  std::vector<int64_t> around = memory::memory_around_each(p, StateBytes::loom_adamw(), nullptr);
+  auto at = [&](OpKind kind, ir::Phase phase, size_t nth) {
+    for (size_t i = 0; i < p.instrs.size(); ++i)
+      if (p.instrs[i].kind == kind && p.instrs[i].phase == phase && nth-- == 0) return around[i];
+    return int64_t{-1};
+  };
+  CHECK(memory::resident_bytes(p, StateBytes::loom_adamw()) == kStates);
+  CHECK(at(OpKind::AllGather, ir::Phase::Forward, 0) == kStates + kBuffer);
+  CHECK(at(OpKind::Compute, ir::Phase::Forward, 0) == kStates + kBuffer + 50);  // its saved activation at its end
+  CHECK(at(OpKind::Release, ir::Phase::Forward, 0) == kStates + kBuffer + 50);  // the peak around it: before it frees
+  CHECK(at(OpKind::Compute, ir::Phase::Forward, 2) == kStates + kBuffer + 150);
+  // The simulator's peak is the walk's.
+  ClusterCost cost(load_cluster("dgx-a100", cluster_dirs()), Precision::Bf16, 8);
+  SimResult r = simulate({p}, cost);
+  CHECK(r.peak_bytes == *std::max_element(around.begin(), around.end()));
+}
+
+TEST_CASE("proactive prefetch places Fig. 6's gathers: two at the start, the third after the first release") {
+  // Room for two gathered buffers beside the states, not three.
+  ir::Program p = lowered(three_layers(), auto_prefetch(kStates + 2 * kBuffer + 100));
+  CHECK(words(p, ir::Phase::Forward) == std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "wait", "c(l0)", "rel(l0.w)", "ag(l2.w)",
+                                                                  "wait", "c(l1)", "rel(l1.w)", "wait", "c(l2)", "rel(l2.w)"});
+  // The backward, in its own order (l2, l1, l0), alike.
+  std::vector<std::string> backward = words(p, ir::Phase::Backward);
+  REQUIRE(backward.size() >= 3);
+  CHECK(backward[0] == "ag(l2.w)");
+  CHECK(backward[1] == "ag(l1.w)");
+  // The placed program never holds more than the limit.
+  std::vector<int64_t> around = memory::memory_around_each(p, StateBytes::loom_adamw(), nullptr);
+  CHECK(*std::max_element(around.begin(), around.end()) <= kStates + 2 * kBuffer + 100);
+  CHECK(ir::verify_complete(p) == "");
+}
+
+TEST_CASE("proactive prefetch: room for one buffer moves nothing, room for all moves every gather to the start") {
+  ir::Program tight = lowered(three_layers(), auto_prefetch(kStates + kBuffer + 100));
+  CHECK(words(tight, ir::Phase::Forward) == words(lowered(three_layers(), {}), ir::Phase::Forward));
+  ir::Program roomy = lowered(three_layers(), auto_prefetch(kStates + 3 * kBuffer));
+  std::vector<std::string> forward = words(roomy, ir::Phase::Forward);
+  CHECK(std::vector<std::string>(forward.begin(), forward.begin() + 3) ==
+        std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "ag(l2.w)"});
+  // Activations count: with 150 bytes saved per layer and 100 bytes more room, the third gather
+  // fits from l0's release on (states, a buffer, l0's activation and two buffers ahead: 3,150
+  // bytes around that release), not above it.
+  ir::Program saving = lowered(three_layers(150), auto_prefetch(kStates + 3 * kBuffer + 100));
+  CHECK(words(saving, ir::Phase::Forward) == std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "wait", "c(l0)", "rel(l0.w)",
+                                                                       "ag(l2.w)", "wait", "c(l1)", "rel(l1.w)", "wait", "c(l2)",
+                                                                       "rel(l2.w)"});
+  // M_prefetch bounds the bytes gathered ahead: one buffer ahead at a time.
+  passes::PassInputs grouped = auto_prefetch(kStates + 3 * kBuffer);
+  grouped.memory.prefetch_group_bytes = kBuffer;
+  CHECK(words(lowered(three_layers(), grouped), ir::Phase::Forward) ==
+        std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "wait", "c(l0)", "rel(l0.w)", "ag(l2.w)", "wait", "c(l1)", "rel(l1.w)",
+                                 "wait", "c(l2)", "rel(l2.w)"});
+}
+
+TEST_CASE("proactive prefetch fuses gathers that land together when T_c(V1) + T_c(V2) > 1.5 T_c(V1 + V2)") {
+  passes::PassInputs in = auto_prefetch(kStates + 3 * kBuffer);
+  double alpha = 1.0, beta = 0.001;  // seconds, seconds per byte
+  in.memory.collective_seconds = [&](const ir::Program&, const ir::Instr& g) { return alpha + beta * static_cast<double>(g.bytes); };
+  // Latency-bound: 2 x (1 + 0.4) = 2.8 > 1.5 x (1 + 0.8) = 2.7: the two moved gathers become one.
+  ir::Program fused = lowered(three_layers(), in);
+  std::vector<std::string> forward = words(fused, ir::Phase::Forward);
+  CHECK(std::vector<std::string>(forward.begin(), forward.begin() + 3) ==
+        std::vector<std::string>{"ag(l0.w)", "ag(l1.w,l2.w)", "wait"});
+  CHECK(ir::verify_complete(fused) == "");
+  // Bandwidth-bound: 2 x (1 + 4) = 10 < 1.5 x (1 + 8) = 13.5: left separate.
+  beta = 0.01;
+  forward = words(lowered(three_layers(), in), ir::Phase::Forward);
+  CHECK(std::vector<std::string>(forward.begin(), forward.begin() + 3) ==
+        std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "ag(l2.w)"});
+}
+
+TEST_CASE("prefetch(budget=auto) without a memory limit is one block ahead; budget=BYTES is unchanged by a limit") {
+  passes::PassInputs unlimited = auto_prefetch(0);
+  std::vector<std::string> forward = words(lowered(three_layers(), unlimited), ir::Phase::Forward);
+  CHECK(std::vector<std::string>(forward.begin(), forward.begin() + 3) == std::vector<std::string>{"ag(l0.w)", "wait", "ag(l1.w)"});
+  passes::PassInputs bytes;
+  bytes.prefetch = {{"l0", 400}, {"l1", 400}, {"l2", 400}};
+  std::vector<std::string> without = words(lowered(three_layers(), bytes), ir::Phase::Forward);
+  bytes.memory.limit = kStates + 3 * kBuffer;
+  CHECK(words(lowered(three_layers(), bytes), ir::Phase::Forward) == without);
+}
+
+TEST_CASE("selective unsharding keeps the parameters with the highest T_c(B)/B that fit under the limit") {
+  // l0.w 100, l1.w 50, l2.w 25 elements: gathered buffers of 200, 100 and 50 bytes.
+  ir::OpTrace t = three_layers(100);
+  t.params = {{"l0.w", 100, 4}, {"l1.w", 50, 4}, {"l2.w", 25, 4}};
+  int64_t states = 175 * 8;
+  passes::PassInputs in;
+  in.unshard = {{"l0", true}, {"l1", true}, {"l2", true}};
+  // Unsharding l2.w (50) and l1.w (100) raises the backward's start, the step's peak (states,
+  // three activations and l2.w's backward gather: states + 300 + 50), to states + 300 + 150; l0.w's
+  // 200 more do not fit.
+  in.memory.limit = states + 300 + 150 + 199;
+  ir::Program kept = lowered(t, in);
+  CHECK(words(kept, ir::Phase::Forward) == std::vector<std::string>{"ag(l0.w)", "wait", "c(l0)", "rel(l0.w)", "ag(l1.w)", "wait",
+                                                                     "c(l1)", "ag(l2.w)", "wait", "c(l2)"});
+  std::vector<std::string> backward = words(kept, ir::Phase::Backward);
+  CHECK(std::count(backward.begin(), backward.end(), "ag(l0.w)") == 1);
+  CHECK(std::count(backward.begin(), backward.end(), "ag(l1.w)") == 0);
+  CHECK(std::count(backward.begin(), backward.end(), "ag(l2.w)") == 0);
+  std::vector<int64_t> around = memory::memory_around_each(kept, StateBytes::loom_adamw(), nullptr);
+  CHECK(*std::max_element(around.begin(), around.end()) <= in.memory.limit);
+  CHECK(ir::verify_complete(kept) == "");
+  // With collective times where a large buffer saves more per byte (a cost that falls with
+  // size, as no real link has, but it shows the ranking is T_c(B)/B): l0.w is kept first.
+  in.memory.collective_seconds = [](const ir::Program& p, const ir::Instr& g) { return static_cast<double>(g.bytes * g.bytes); };
+  in.memory.limit = states + 300 + 50 + 200;
+  std::vector<std::string> by_time = words(lowered(t, in), ir::Phase::Backward);
+  CHECK(std::count(by_time.begin(), by_time.end(), "ag(l0.w)") == 0);
+  CHECK(std::count(by_time.begin(), by_time.end(), "ag(l1.w)") == 1);
+  // No limit: nothing is kept.
+  in.memory.limit = 0;
+  std::vector<std::string> none = words(lowered(t, in), ir::Phase::Backward);
+  CHECK(std::count(none.begin(), none.end(), "ag(l0.w)") == 1);
+}
