@@ -11,7 +11,6 @@
 #include "backend/cost/cluster.h"
 #include "backend/cost/profile.h"
 #include "backend/ir/op_trace.h"
-#include "backend/passes/pass.h"
 #include "backend/train/launcher.h"
 #include "backend/train/trainer.h"
 
@@ -87,9 +86,6 @@ int64_t memory_limit_bytes(const std::string& text);
 CLI::Validator at_least(double min);
 // A size as the language writes it (600MiB, 2GiB, or bytes), turned into bytes; an error names the forms.
 CLI::Validator byte_size();
-// What prefetch(budget=auto) and unshard(auto) plan with: `limit`, and the collective times of
-// the profile at `profile_path` (none: nothing is fused).
-MemoryPlanning profiled_memory_planning(int64_t limit, const std::string& profile_path);
 
 // The options `loom run` and `loom profile` share: the model, the data and its shapes, the
 // device and precision, threads, knobs, the stdlib and the timeout.

@@ -52,18 +52,6 @@ std::unique_ptr<Schedule> planned_schedule(const std::string& file, const std::s
   return sch;
 }
 
-MemoryPlanning profiled_memory_planning(int64_t limit, const std::string& profile_path) {
-  MemoryPlanning m;
-  m.limit = limit;
-  if (limit <= 0 || profile_path.empty()) return m;
-  auto profile = std::make_shared<const Profile>(load_profile(profile_path));
-  m.collective_seconds = [profile](const ir::Program&, const ir::Instr& in) {
-    double ms = profiled_collective_ms(*profile, in);
-    return ms < 0 ? 0.0 : ms / 1e3;
-  };
-  return m;
-}
-
 namespace {
 
 int explain(const ExplainOptions& given) {
@@ -82,7 +70,8 @@ int explain(const ExplainOptions& given) {
     step_options.grad_norm = o.clip > 0;
     step_options.accum = o.accum;
     step_options.rank = o.rank;
-    step_options.memory = profiled_memory_planning(o.memory_limit, o.profile);
+    // As `loom run` plans: by the limit, without collective times (so nothing is fused).
+    step_options.memory.limit = o.memory_limit;
     ir::Program program = lower_step(plan, trace_model(o.model, {o.micro_batch, o.seq}, plan.replacements), &records, PipelineDebug::from_environment(std::cerr), step_options);
     // Every rank runs this same program (SPMD) outside a mesh; in one, each stage and
     // tensor-parallel rank its own.
@@ -148,8 +137,8 @@ void add_explain(CLI::App& app, std::function<int()>& run) {
   c->add_flag("--json", o->json, "print the IR as JSON (with \"rank\")");
   c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE`: prices each instruction");
   c->add_option("--memory-limit", o->memory_limit,
-                "bytes per rank, e.g. 600MiB: prefetch(budget=auto) and unshard(auto) plan within it (with --profile, "
-                "fusing gathers by its collective times)")
+                "bytes per rank, e.g. 600MiB: prefetch(budget=auto) and unshard(auto) plan within it, as `loom run "
+                "--memory-limit` does")
       ->transform(byte_size());
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules");
   c->callback([&run, o] { run = [o] { return explain(*o); }; });

@@ -70,13 +70,14 @@ std::shared_ptr<InstructionCost> cost_model(const SimulateOptions& o, std::share
   return std::make_shared<ProfileCost>(stages, profile, o.profile);
 }
 
-// What prefetch(budget=auto) and unshard(auto) plan with: the limit, and the collective times
-// of the cluster or the profile.
+// What prefetch(budget=auto) and unshard(auto) plan with: the limit and, on a cluster, its
+// collective times (gathers fused where it pays). On a profile, as `loom run` plans: without
+// collective times, so the simulated program is the one the run executes.
 MemoryPlanning memory_planning(const SimulateOptions& o, const std::shared_ptr<ClusterCost>& cluster_cost) {
-  if (!cluster_cost) return profiled_memory_planning(o.memory_limit, o.profile);
   MemoryPlanning m;
   m.limit = o.memory_limit;
-  m.collective_seconds = [cluster_cost](const ir::Program& p, const ir::Instr& in) { return cluster_cost->seconds(p, in); };
+  if (cluster_cost)
+    m.collective_seconds = [cluster_cost](const ir::Program& p, const ir::Instr& in) { return cluster_cost->seconds(p, in); };
   return m;
 }
 

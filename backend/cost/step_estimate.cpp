@@ -70,12 +70,6 @@ std::map<std::string, std::vector<size_t>> match_forward_ops(const ir::Program& 
 
 }  // namespace
 
-double profiled_collective_ms(const Profile& profile, const ir::Instr& in) {
-  const char* name = ir::issued_collective(in);
-  const CollectiveProfile* c = name ? measured(profile, name, in.group.role, /*beside_compute=*/true) : nullptr;
-  return c ? c->predict_ms(in.bytes) : -1;
-}
-
 StepEstimate estimate_step(const ir::Program& program, const Profile& profile, const std::string& origin) {
   std::map<std::string, std::vector<size_t>> ops_of = match_forward_ops(program, profile, origin);
   std::vector<bool> contended = contended_collectives(program);

@@ -30,8 +30,4 @@ struct StepEstimate {
 // schedule); `origin` names the profile in the message.
 StepEstimate estimate_step(const ir::Program& program, const Profile& profile, const std::string& origin);
 
-// The profile's time for collective `in` on its role's group, as timed beside compute (a
-// prefetched gather runs while the rank computes); -1 where the profile did not time it.
-double profiled_collective_ms(const Profile& profile, const ir::Instr& in);
-
 }  // namespace loom

@@ -82,6 +82,28 @@ expect "without a limit they leave the program to prefetch's one block ahead" 0 
   "#   selective_unshard: unchanged" "#   prefetch: changed" -- "$loom" explain tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2
 expect "a memory limit that is not a size" 2 "--memory-limit: expects a size such as 600MiB, 2GiB or a number of bytes, got 'lots'" \
   -- "$loom" explain tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2 --memory-limit lots
+expect "the auto passes keep the simulated peak within each limit, unsharding more as it grows" 0 "within" \
+  -- python3 -c "
+import json, subprocess
+def run(*extra):
+    out = subprocess.run(['$loom', 'simulate', 'tests/cli/unshard_auto.sched', '--model', 'gpt:tiny', '--nproc', '2', '--cluster',
+                          'dgx-a100', '--json', *extra], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+def backward_gathers(*extra):
+    out = subprocess.run(['$loom', 'explain', 'tests/cli/unshard_auto.sched', '--model', 'gpt:tiny', '--nproc', '2', *extra],
+                         capture_output=True, text=True, check=True).stdout
+    return out.count('bwd  all_gather')
+base = run()['peak_bytes']
+kept = []
+for mib in (27.8, 28, 28.5, 29):
+    limit = int(mib * 2**20)
+    assert base < limit, (base, limit)
+    assert run('--memory-limit', str(limit))['peak_bytes'] <= limit, mib
+    kept.append(backward_gathers('--memory-limit', str(limit)))
+assert kept == sorted(kept, reverse=True) and kept[0] > kept[-1], kept
+print('within')"
+expect "a limit the base placement exceeds is said with the numbers" 0 "warning: the simulated peak 27.7 MiB is above --memory-limit 20.0 MiB" \
+  -- "$loom" simulate tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2 --cluster dgx-a100 --memory-limit 20MiB
 expect "run takes the limit too" 2 "expects a size such as 600MiB" -- "$loom" run --model gpt:tiny --memory-limit 6XB
 expect "unknown knob lists the declared ones" 1 "--set names knob 'nosuch', which the schedule never declares" \
   'hint: declared knobs: ["micro_batch", "ckpt_ratio"]' -- "$loom" run tests/cli/knobs.sched --model gpt:tiny --set nosuch=1 --steps 1

@@ -74,6 +74,26 @@ expect "pipeline_zero1_checkpoint (pp 2, ZeRO-1, every block checkpointed) at wo
   -- "$loom" verify tests/verify/pipeline_zero1_checkpoint.sched $small --nproc 4
 expect "tp_pp_zero3 (tp 2 x pp 2 x dp 2, ZeRO-3, prefetch, a block checkpointed) at world 8" 0 "equivalent (" \
   -- "$loom" verify tests/verify/tp_pp_zero3.sched --model gpt:tiny --seq 32 --micro-batch 1 --threads 1 --nproc 8
+# The memory-aware passes (docs/passes.md) under limits where they choose part of what they may:
+# alone and together, at world 2 and 4, with and without accumulation.
+printf 'sch.zero(stage=3)\nsch.blocks().prefetch()\n' > "$tmp/prefetch_auto.sched"
+printf 'sch.zero(stage=3)\nsch["h.*.mlp"].unshard()\n' > "$tmp/unshard_auto.sched"
+expect "prefetch(budget=auto) under a 9.2 MiB limit at world 2" 0 "equivalent (" \
+  -- "$loom" verify "$tmp/prefetch_auto.sched" $small --nproc 2 --memory-limit 9.2MiB
+expect "unshard(auto) under a 9.2 MiB limit at world 2" 0 "equivalent (" \
+  -- "$loom" verify "$tmp/unshard_auto.sched" $small --nproc 2 --memory-limit 9.2MiB
+for accum in 1 2; do
+  expect "memory_auto under 9.2 MiB at world 2, accum $accum" 0 "equivalent (" \
+    -- "$loom" verify tests/verify/memory_auto.sched $small --nproc 2 --accum $accum --memory-limit 9.2MiB
+  expect "memory_auto under 6.2 MiB at world 4, accum $accum" 0 "equivalent (" \
+    -- "$loom" verify tests/verify/memory_auto.sched $small --nproc 4 --accum $accum --memory-limit 6.2MiB
+done
+# ... and the scheduled run verify starts plans within the limit (its log, kept, shows the passes act).
+expect "verify passes --memory-limit to the scheduled run" 0 "both passes acted" -- bash -c "
+  kept=\$(LOOM_DEBUG=1 '$loom' verify tests/verify/memory_auto.sched $small --nproc 2 --memory-limit 9.2MiB --keep --json |
+         python3 -c 'import json, sys; print(json.load(sys.stdin)[\"kept\"])')
+  grep -q 'pass proactive_prefetch: changed' \"\$kept/scheduled.log\" && grep -q 'pass selective_unshard: changed' \"\$kept/scheduled.log\" &&
+    echo 'both passes acted'; rm -rf \"\$kept\""
 # A sync that is missing is no rule's business: verify catches it by the numbers.
 expect "tp: missing forward sync" 1 "first divergence: the output of h.0.mlp.c_proj on rank 0" "diverging module: h.0.mlp.c_proj" \
   'sch["h.0.mlp.c_proj"].shard(params="weight", axis=1) at tests/verify/tp_missing_sync.sched:6:1' \

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Benchmark (not a test): what the memory-aware passes buy (issue #17 §5). In one invocation,
+# gpt:50m trains 8 steps at world N (default 2) under data parallelism, ZeRO-3's base placement,
+# ZeRO-3 with prefetch(budget=auto), and with unshard(auto) too, every run under --memory-limit
+# (default 600MiB); `loom simulate` prices each on a profile measured in the same invocation.
+# The table gives the median step (steps 3-8), its ratio to ZeRO-3's and to data parallelism's,
+# the measured peak against the limit, and the simulated step and peak against the measured.
+# `--link` (as root, with iproute2 and tc) runs everything in a network namespace whose loopback
+# is shaped to 1 Gbit/s, as benchmarks/sim_accuracy.sh does.
+#   bash benchmarks/memory_passes.sh [WORLD] [--link] [--limit 600MiB]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+loom=$PWD/${LOOM:-build/loom}
+world=2 link=loopback limit=600MiB
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --link) link=1gbit ;;
+    --limit) limit=$2; shift ;;
+    *) world=$1 ;;
+  esac
+  shift
+done
+out=$(mktemp -d)
+trap 'ip netns del loom_mem 2>/dev/null || true; rm -rf "$out"' EXIT
+in_net=()
+if [ "$link" = 1gbit ]; then
+  ip netns add loom_mem
+  ip -n loom_mem link set lo up
+  ip netns exec loom_mem tc qdisc add dev lo root tbf rate 1gbit burst 1mb latency 50ms
+  in_net=(ip netns exec loom_mem)
+fi
+: > "$out/ddp.sched"
+printf 'sch.zero(stage=3)\n' > "$out/zero3.sched"
+printf 'sch.zero(stage=3)\nsch["h.*"].prefetch(budget=auto)\n' > "$out/zero3_prefetch.sched"
+printf 'sch.zero(stage=3)\nsch["h.*"].prefetch(budget=auto)\nsch["h.*"].unshard(auto)\n' > "$out/zero3_prefetch_unshard.sched"
+schedules="ddp zero3 zero3_prefetch zero3_prefetch_unshard"
+shape="--model gpt:50m --micro-batch 2 --seq 64"
+for sched in $schedules; do
+  echo "memory_passes: $sched" >&2
+  "${in_net[@]}" "$loom" profile "$out/$sched.sched" $shape --threads 1 --nproc "$world" --steps 4 --memory-limit "$limit" \
+    --cache-dir "$out/cache" --out "$out/$sched.profile.json" > /dev/null
+  "${in_net[@]}" "$loom" simulate "$out/$sched.sched" $shape --nproc "$world" --profile "$out/$sched.profile.json" \
+    --memory-limit "$limit" --json > "$out/$sched.sim.json"
+  "${in_net[@]}" "$loom" run "$out/$sched.sched" $shape --threads 1 --nproc "$world" --steps 8 --data synthetic \
+    --memory-limit "$limit" --metrics "$out/$sched.jsonl" > /dev/null
+done
+/usr/bin/python3 - "$out" "$world" "$link" "$limit" $schedules <<'PY'
+import json, sys
+d, world, link, limit, schedules = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+over = "loopback" if link == "loopback" else "a loopback shaped to 1 Gbit/s"
+print(f"gpt:50m at world {world} over {over}, micro-batch 2 x 64 tokens, 1 thread per rank, --memory-limit {limit}")
+step, peak, sim = {}, {}, {}
+for s in schedules:
+    rows = [json.loads(l) for l in open(f"{d}/{s}.jsonl")][2:]
+    step[s] = sorted(x["step_ms"] for x in rows)[len(rows) // 2]
+    peak[s] = max(x["peak_mem_bytes"] for x in rows)
+    sim[s] = json.load(open(f"{d}/{s}.sim.json"))
+units = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+limit_bytes = next((float(limit[:-3]) * v for u, v in units.items() if limit.endswith(u)), None) or float(limit)
+print(f"{'schedule':<24}{'step ms':>9}{'x zero3':>9}{'x ddp':>8}{'peak':>10}{'/limit':>8}{'sim ms':>9}{'sim/run':>9}{'sim peak':>10}{'sim/run':>9}")
+for s in schedules:
+    r = sim[s]
+    print(f"{s:<24}{step[s]:>9.0f}{step['zero3'] / step[s]:>9.2f}{step['ddp'] / step[s]:>8.2f}{peak[s] / 2**20:>9.0f}M"
+          f"{peak[s] / limit_bytes:>8.2f}{r['step_s'] * 1e3:>9.0f}{r['step_s'] * 1e3 / step[s]:>9.2f}"
+          f"{r['peak_bytes'] / 2**20:>9.0f}M{r['peak_bytes'] / peak[s]:>9.2f}")
+print("x zero3, x ddp: that schedule's speed-up over ZeRO-3's base placement and over data parallelism (above 1: faster)")
+PY
