@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #ifdef LOOM_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -45,6 +46,9 @@ int64_t cuda_current_bytes(int device) {
   auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
   return stats.allocated_bytes[0].current;
 }
+int64_t cuda_total_bytes(int device) {
+  return static_cast<int64_t>(at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device))->totalGlobalMem);
+}
 
 c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                               std::chrono::milliseconds timeout) {
@@ -60,6 +64,7 @@ void cuda_synchronize() {}
 int64_t cuda_peak_bytes(int) { return 0; }
 void cuda_reset_peak(int) {}
 int64_t cuda_current_bytes(int) { return 0; }
+int64_t cuda_total_bytes(int) { return 0; }
 struct CudaEvent {};
 std::shared_ptr<CudaEvent> cuda_record_event() { throw std::runtime_error("this loom was built without CUDA"); }
 double cuda_elapsed_ms(const std::shared_ptr<CudaEvent>&, const std::shared_ptr<CudaEvent>&) {

@@ -53,6 +53,8 @@ std::shared_ptr<CudaEvent> cuda_record_event();
 double cuda_elapsed_ms(const std::shared_ptr<CudaEvent>& start, const std::shared_ptr<CudaEvent>& end);
 // The CUDA caching allocator's allocated bytes on `device` now.
 int64_t cuda_current_bytes(int device);
+// The memory of GPU `device` in bytes (0 without CUDA).
+int64_t cuda_total_bytes(int device);
 
 // An NCCL process group (CUDA builds only; throws otherwise).
 c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

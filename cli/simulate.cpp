@@ -73,11 +73,14 @@ std::shared_ptr<InstructionCost> cost_model(const SimulateOptions& o, std::share
 // What prefetch(budget=auto) and unshard(auto) plan with: the limit and, on a cluster, its
 // collective times (gathers fused where it pays). On a profile, as `loom run` plans: without
 // collective times, so the simulated program is the one the run executes.
+// Without --memory-limit, a cluster's GPUs plan within their memory less 10%, as `loom run` on
+// a GPU does.
 MemoryPlanning memory_planning(const SimulateOptions& o, const std::shared_ptr<ClusterCost>& cluster_cost) {
   MemoryPlanning m;
   m.limit = o.memory_limit;
-  if (cluster_cost)
-    m.collective_seconds = [cluster_cost](const ir::Program& p, const ir::Instr& in) { return cluster_cost->seconds(p, in); };
+  if (!cluster_cost) return m;
+  if (m.limit <= 0) m.limit = cluster_cost->cluster().device.memory_bytes / 10 * 9;
+  m.instruction_seconds = [cluster_cost](const ir::Program& p, const ir::Instr& in) { return cluster_cost->seconds(p, in); };
   return m;
 }
 
@@ -193,7 +196,9 @@ void add_simulate(CLI::App& app, std::function<int()>& run) {
   c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE` (measured on this machine)");
   c->add_option("--precision", o->precision, "the compute precision priced on a cluster's device")->check(CLI::IsMember({"bf16", "fp32"}));
   c->add_flag("--json", o->json, "print {\"step_s\", \"compute_s\", \"exposed_comm_s\", \"peak_bytes\", ...} as JSON");
-  c->add_option("--memory-limit", o->memory_limit, "bytes per rank, e.g. 600MiB: prefetch(budget=auto) and unshard(auto) plan within it")
+  c->add_option("--memory-limit", o->memory_limit,
+                "bytes per rank, e.g. 600MiB: prefetch(budget=auto), unshard(auto) and bucket(size=auto) plan within it "
+                "(default on a cluster: 90% of its device's memory, as a GPU run; on a profile: none)")
       ->transform(byte_size());
   c->add_option("--trace", o->trace, "write the simulated timeline in Chrome trace format (open it beside `loom run --trace`'s)");
   c->add_option("--memory-plot", o->memory_plot, "draw the simulated memory timeline as an SVG file");

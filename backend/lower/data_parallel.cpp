@@ -5,7 +5,12 @@
 
 namespace loom::lowering {
 
-void bucket(const Directive& d, const Schedule&, RuntimePlan& plan) { plan.buckets.push_back(d.target); }
+void bucket(const Directive& d, const Schedule&, RuntimePlan& plan) {
+  const Value& size = *d.arg("size");
+  if (size.is(ValueKind::Auto)) plan.sized_buckets.push_back({d.target, 0, true});
+  else if (size.as_int() > 0) plan.sized_buckets.push_back({d.target, size.as_int(), false});
+  else plan.buckets.push_back(d.target);  // the whole module
+}
 
 void batch(const Directive& d, const Schedule&, RuntimePlan& plan) {
   if (int64_t micro = d.arg("micro")->as_int()) plan.micro_batch = micro;

@@ -28,6 +28,7 @@ ir::Program finish_step_program(ir::Program initial, const RuntimePlan& plan, co
   passes::PassInputs inputs;
   inputs.prefetch = plan.prefetch;
   inputs.buckets = plan.buckets;
+  inputs.sized_buckets = plan.sized_buckets;
   inputs.unshard = plan.unshard;
   inputs.compress = plan.compress;
   inputs.data_parallel_bucket_bytes = options.bucket_bytes;

@@ -50,6 +50,7 @@ struct RuntimePlan {
   std::vector<UnshardRequest> unshard;  // unshard(true|auto): modules whose parameters stay gathered for backward
   std::vector<InjectedFault> faults;    // test-only primitives
   std::vector<std::string> buckets;     // bucket(): modules whose parameters communicate as one
+  std::vector<BucketRequest> sized_buckets;  // bucket(size=BYTES|auto): modules whose collectives go in sized buckets
   std::vector<CompressRequest> compress;
   bool offload = false;        // offload("optimizer"): optimizer states on the host
   int64_t offload_budget = 0;  // bytes of states allowed to stay on the device (auto: 0)

@@ -10,10 +10,6 @@ namespace {
 using ir::Instr;
 using ir::OpKind;
 
-bool in_bucket(const std::string& param, const std::string& module) {
-  return ir::within(param, module);
-}
-
 // The collectives one bucket merges: one kind, in one phase, on one group, in the same micro-batches.
 struct Family {
   ir::Phase phase;
@@ -25,10 +21,10 @@ struct Family {
   }
 };
 
-// Merges the collectives of `family` whose parameters all lie in `module` into one: into the
+// Merges the collectives of `family` whose parameters are all members into one: into the
 // first (gathers) or the last (reductions). Of their waits the first one after the merged
 // collective stays, waiting for it; the others go.
-bool merge(ir::Program& p, const std::string& module, const Family& family, bool into_first) {
+bool merge(ir::Program& p, const std::function<bool(int)>& member, const Family& family, bool into_first) {
   std::vector<size_t> found;
   std::set<int> seen;
   for (size_t i = 0; i < p.instrs.size(); ++i) {
@@ -36,7 +32,7 @@ bool merge(ir::Program& p, const std::string& module, const Family& family, bool
     if (in.phase != family.phase || in.kind != family.kind || in.group.role != family.role ||
         in.runs_in != family.runs_in || in.params.empty())
       continue;
-    bool inside = std::all_of(in.params.begin(), in.params.end(), [&](int q) { return in_bucket(p.params[q].name, module); });
+    bool inside = std::all_of(in.params.begin(), in.params.end(), member);
     if (!inside) continue;
     for (int q : in.params)
       if (!seen.insert(q).second) return false;  // a member twice in this phase: left alone
@@ -74,16 +70,23 @@ bool merge(ir::Program& p, const std::string& module, const Family& family, bool
 
 }  // namespace
 
-bool bucket(ir::Program& p, const PassInputs& inputs) {
+bool merge_collectives(ir::Program& p, const std::function<bool(int)>& member, const ir::Phase* phase) {
   std::set<Family> families;
   for (const Instr& in : p.instrs) {
+    if (phase && in.phase != *phase) continue;
     bool gather = in.kind == OpKind::AllGather && in.phase != ir::Phase::Step;
     bool reduction = (in.kind == OpKind::ReduceScatter || in.kind == OpKind::AllReduce) && in.phase == ir::Phase::Backward;
     if (gather || reduction) families.insert({in.phase, in.kind, in.group.role, in.runs_in});
   }
   bool changed = false;
+  for (const Family& family : families) changed |= merge(p, member, family, family.kind == OpKind::AllGather);
+  return changed;
+}
+
+bool bucket(ir::Program& p, const PassInputs& inputs) {
+  bool changed = false;
   for (const std::string& module : inputs.buckets)
-    for (const Family& family : families) changed |= merge(p, module, family, family.kind == OpKind::AllGather);
+    changed |= merge_collectives(p, [&](int q) { return ir::within(p.params[static_cast<size_t>(q)].name, module); });
   return changed;
 }
 

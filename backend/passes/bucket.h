@@ -5,10 +5,17 @@
 // phase where a member is gathered or reduced more than once is left as it is.
 #pragma once
 
+#include <functional>
+
 #include "backend/passes/pass.h"
 
 namespace loom::passes {
 
 bool bucket(ir::Program& program, const PassInputs& inputs);
+
+// Merges the collectives of the parameters `member` accepts, one per family (kind, group,
+// micro-batches) of `phase` (every phase but the step's when null), as bucket() does; false
+// when nothing merged.
+bool merge_collectives(ir::Program& program, const std::function<bool(int)>& member, const ir::Phase* phase = nullptr);
 
 }  // namespace loom::passes

@@ -20,6 +20,15 @@ struct CompressRequest {
   double sparsity = 0.9875;  // sparsity=auto resolved by Table 1
 };
 
+// bucket(size=...): the module's gathers (and their reductions) in buckets: of at most `size`
+// bytes each, or, `automatic`, as SimpleFSDP's auto-wrapping sizes them (auto_bucket).
+// bucket() without a size is one bucket of the whole module (PassInputs::buckets).
+struct BucketRequest {
+  std::string module;
+  int64_t size = 0;
+  bool automatic = false;
+};
+
 // prefetch(): gather the parameters of the blocks after `module` ahead of their use.
 struct PrefetchRequest {
   std::string module;  // a block, e.g. "h.3"
@@ -38,10 +47,11 @@ struct UnshardRequest {
 struct MemoryPlanning {
   int64_t limit = 0;  // M: bytes per rank (--memory-limit); 0: none, and the auto passes fall back
   StateBytes state_bytes = StateBytes::loom_adamw();
-  // T_c: the seconds of a collective instruction of a program, from a profile's fits or a
-  // cluster's model; empty where none is known (then nothing is fused, and unsharding ranks
-  // by size: for any cost alpha + beta * B, T_c(B)/B is highest for the smallest B).
-  std::function<double(const ir::Program&, const ir::Instr&)> collective_seconds;
+  // The seconds one run of an instruction of a program takes (a collective's T_c, a compute's
+  // T_c in SimpleFSDP's sense), from a cluster's model; empty where none is known: then no
+  // gathers are fused, unsharding ranks by size (for any cost alpha + beta * B, T_c(B)/B is
+  // highest for the smallest B), and bucket(size=auto) buckets each module whole.
+  std::function<double(const ir::Program&, const ir::Instr&)> instruction_seconds;
   double fusion_alpha = 1.5;  // fuse two all-gathers when T_c(V1) + T_c(V2) > alpha * T_c(V1 + V2) (§4.2)
   // M_prefetch: bytes gathered ahead of their use at any point. DeepSpeed's DeepCompile uses
   // 4e9 (MAX_BUFFERED_SIZE); under a smaller limit M governs.
@@ -55,6 +65,7 @@ namespace loom::passes {
 struct PassInputs {
   std::vector<PrefetchRequest> prefetch;
   std::vector<std::string> buckets;  // bucket() targets: module paths
+  std::vector<BucketRequest> sized_buckets;  // bucket(size=BYTES|auto)
   std::vector<UnshardRequest> unshard;
   std::vector<CompressRequest> compress;
   int64_t data_parallel_bucket_bytes = 1 << 20;  // DDP's bucket size (the run's bucket_bytes)

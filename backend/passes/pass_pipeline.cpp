@@ -6,6 +6,7 @@
 
 #include "backend/ir/verifier.h"
 #include "lang/diagnostics.h"
+#include "backend/passes/auto_bucket.h"
 #include "backend/passes/bucket.h"
 #include "backend/passes/bucket_data_parallel.h"
 #include "backend/passes/compress.h"
@@ -29,6 +30,7 @@ const std::vector<std::pair<std::string, passes::Pass>>& pipeline_passes() {
       {"compress", passes::compress},                                     // TAGC: a compressed reduce-scatter
       {"unshard", passes::unshard},                                       // DeepCompile §4.3: keep gathered for backward
       {"bucket", passes::bucket},                                         // SimpleFSDP §3.2: one collective per bucket
+      {"auto_bucket", passes::auto_bucket},                               // SimpleFSDP §3.3.2: bucket(size=BYTES|auto), reordered
       {"bucket_data_parallel", passes::bucket_data_parallel},             // DDP: gradient all-reduces in size-capped buckets
       {"prefetch", passes::prefetch},                                     // budget=BYTES: gathers of the next blocks, ahead
       {"proactive_prefetch", passes::proactive_prefetch},                 // DeepCompile Alg. 1: budget=auto under a memory limit

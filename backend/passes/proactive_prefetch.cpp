@@ -85,11 +85,11 @@ void plan_phase(const ir::Program& p, ir::Phase phase, const std::vector<bool>& 
 // Whether fusing a gather of `bytes` into one of `fused` bytes pays (deepcompile.txt §4.2):
 // T_c(V1) + T_c(V2) > alpha * T_c(V1 + V2). Priced as instructions of the program, on the gather's group.
 bool fusion_pays(const ir::Program& p, const Instr& fused, const Instr& next, const MemoryPlanning& m) {
-  if (!m.collective_seconds || fused.group.role != next.group.role || fused.runs_in != next.runs_in) return false;
+  if (!m.instruction_seconds || fused.group.role != next.group.role || fused.runs_in != next.runs_in) return false;
   Instr both = fused;
   both.bytes += next.bytes;
   both.params.insert(both.params.end(), next.params.begin(), next.params.end());
-  return m.collective_seconds(p, fused) + m.collective_seconds(p, next) > m.fusion_alpha * m.collective_seconds(p, both);
+  return m.instruction_seconds(p, fused) + m.instruction_seconds(p, next) > m.fusion_alpha * m.instruction_seconds(p, both);
 }
 
 // Rebuilds the program with the gathers at their new places, fusing those that land at one

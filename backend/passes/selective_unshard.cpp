@@ -57,7 +57,7 @@ void rank_by_saving(const ir::Program& p, const MemoryPlanning& m, std::vector<C
     alone.params = {c.param};
     alone.bytes = ir::param_bytes(p, c.param);
     c.buffer = memory::gathered_bytes(p, alone);
-    double seconds = m.collective_seconds ? m.collective_seconds(p, alone) : 1.0;
+    double seconds = m.instruction_seconds ? m.instruction_seconds(p, alone) : 1.0;
     c.saved_per_byte = c.buffer > 0 ? seconds / static_cast<double>(c.buffer) : 0;
   }
   std::stable_sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) { return a.saved_per_byte > b.saved_per_byte; });

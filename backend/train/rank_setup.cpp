@@ -288,7 +288,9 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   step_options.grad_norm = measures_grad_norm(o);
   step_options.accum = o.accum;
   step_options.rank = r.env.rank;
-  step_options.memory.limit = o.memory_limit;
+  // On a GPU the auto passes plan within its memory when no limit is given, less DeepSpeed
+  // DeepCompile's 10% margin (allocator fragmentation, library workspaces).
+  step_options.memory.limit = o.memory_limit > 0 || !r.cuda ? o.memory_limit : compat::cuda_total_bytes(r.gpu) / 10 * 9;
   r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
   // checkpoint(): the modules the program recomputes (on a pipeline stage, its own).
   std::set<std::string> recomputed;

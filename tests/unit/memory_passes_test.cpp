@@ -126,7 +126,7 @@ TEST_CASE("proactive prefetch: room for one buffer moves nothing, room for all m
 TEST_CASE("proactive prefetch fuses gathers that land together when T_c(V1) + T_c(V2) > 1.5 T_c(V1 + V2)") {
   passes::PassInputs in = auto_prefetch(kStates + 3 * kBuffer);
   double alpha = 1.0, beta = 0.001;  // seconds, seconds per byte
-  in.memory.collective_seconds = [&](const ir::Program&, const ir::Instr& g) { return alpha + beta * static_cast<double>(g.bytes); };
+  in.memory.instruction_seconds = [&](const ir::Program&, const ir::Instr& g) { return alpha + beta * static_cast<double>(g.bytes); };
   // Latency-bound: 2 x (1 + 0.4) = 2.8 > 1.5 x (1 + 0.8) = 2.7: the two moved gathers become one.
   ir::Program fused = lowered(three_layers(), in);
   std::vector<std::string> forward = words(fused, ir::Phase::Forward);
@@ -174,7 +174,7 @@ TEST_CASE("selective unsharding keeps the parameters with the highest T_c(B)/B t
   CHECK(ir::verify_complete(kept) == "");
   // With collective times where a large buffer saves more per byte (a cost that falls with
   // size, as no real link has, but it shows the ranking is T_c(B)/B): l0.w is kept first.
-  in.memory.collective_seconds = [](const ir::Program& p, const ir::Instr& g) { return static_cast<double>(g.bytes * g.bytes); };
+  in.memory.instruction_seconds = [](const ir::Program& p, const ir::Instr& g) { return static_cast<double>(g.bytes * g.bytes); };
   in.memory.limit = states + 300 + 50 + 200;
   std::vector<std::string> by_time = words(lowered(t, in), ir::Phase::Backward);
   CHECK(std::count(by_time.begin(), by_time.end(), "ag(l0.w)") == 0);
@@ -183,4 +183,82 @@ TEST_CASE("selective unsharding keeps the parameters with the highest T_c(B)/B t
   in.memory.limit = 0;
   std::vector<std::string> none = words(lowered(t, in), ir::Phase::Backward);
   CHECK(std::count(none.begin(), none.end(), "ag(l0.w)") == 1);
+}
+
+namespace {
+
+// Four layers of one 100-element weight: gathers of 400 bytes (a 200-byte buffer at s_p = 2),
+// model states of 400 x 8 = 3,200 bytes.
+ir::OpTrace four_layers() {
+  ir::OpTrace t;
+  t.model = "four";
+  t.params = {{"l0.w", 100, 4}, {"l1.w", 100, 4}, {"l2.w", 100, 4}, {"l3.w", 100, 4}};
+  t.forward = {{"l0", {"l0.w"}}, {"l1", {"l1.w"}}, {"l2", {"l2.w"}}, {"l3", {"l3.w"}}};
+  return t;
+}
+
+// Synthetic times: a forward op 1 s, a backward op 2 s, an all-gather 0.3 s + 0.5 ms a byte, a
+// reduce-scatter 0.1 s + 0.5 ms a byte.
+double synthetic_seconds(const ir::Program&, const ir::Instr& in) {
+  switch (in.kind) {
+    case OpKind::Compute: return in.phase == ir::Phase::Forward ? 1.0 : 2.0;
+    case OpKind::AllGather: return 0.3 + 0.0005 * static_cast<double>(in.bytes);
+    case OpKind::ReduceScatter: return 0.1 + 0.0005 * static_cast<double>(in.bytes);
+    default: return 0;
+  }
+}
+
+passes::PassInputs auto_buckets(int64_t limit) {
+  passes::PassInputs in;
+  in.sized_buckets = {{"l0", 0, true}, {"l1", 0, true}, {"l2", 0, true}, {"l3", 0, true}};
+  in.memory.limit = limit;
+  in.memory.instruction_seconds = synthetic_seconds;
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("bucket(size=auto) grows a bucket while its gather hides behind the previous bucket's compute (SimpleFSDP Alg. 1)") {
+  // Forward: the first bucket keeps l0 (nothing before it to hide behind); the next takes l1 and
+  // l2 (0.3 + 0.4 s <= l0's 1 s) and l3 (0.3 + 0.6 s <= 1 s). Backward likewise, with the previous
+  // bucket's reduce-scatter (0.3 s) added: l3; then l2, l1 (0.3 + 0.7 <= 2 s) and l0 (0.3 + 0.9).
+  ir::Program p = lowered(four_layers(), auto_buckets(0));
+  CHECK(words(p, ir::Phase::Forward) == std::vector<std::string>{"ag(l0.w)", "ag(l1.w,l2.w,l3.w)", "wait", "c(l0)", "rel(l0.w)",
+                                                                  "wait", "c(l1)", "rel(l1.w)", "c(l2)", "rel(l2.w)", "c(l3)",
+                                                                  "rel(l3.w)"});
+  std::vector<std::string> backward = words(p, ir::Phase::Backward);
+  CHECK(std::count(backward.begin(), backward.end(), "ag(l2.w,l1.w,l0.w)") == 1);
+  CHECK(backward[0] == "ag(l3.w)");
+  CHECK(backward[1] == "ag(l2.w,l1.w,l0.w)");  // reordered before l3's wait (the backward's waits are not listed)
+  CHECK(ir::verify_complete(p) == "");
+}
+
+TEST_CASE("bucket(size=auto): the memory constraint closes a bucket, and the next is prefetched one bucket ahead") {
+  // 3,900 bytes: the previous bucket's 3,400 around its compute leave room for two buffers, not three.
+  ir::Program p = lowered(four_layers(), auto_buckets(3900));
+  CHECK(words(p, ir::Phase::Forward) == std::vector<std::string>{"ag(l0.w)", "ag(l1.w,l2.w)", "wait", "c(l0)", "rel(l0.w)",
+                                                                  "ag(l3.w)", "wait", "c(l1)", "rel(l1.w)", "c(l2)", "rel(l2.w)",
+                                                                  "wait", "c(l3)", "rel(l3.w)"});
+  std::vector<std::string> backward = words(p, ir::Phase::Backward);
+  CHECK(std::count(backward.begin(), backward.end(), "ag(l2.w,l1.w)") == 1);
+  CHECK(std::count(backward.begin(), backward.end(), "ag(l0.w)") == 1);
+  std::vector<int64_t> around = memory::memory_around_each(p, StateBytes::loom_adamw(), nullptr);
+  CHECK(*std::max_element(around.begin(), around.end()) <= 3900);
+  CHECK(ir::verify_complete(p) == "");
+}
+
+TEST_CASE("bucket(size=BYTES) caps each bucket; bucket(size=auto) without times buckets each module whole") {
+  passes::PassInputs capped;
+  capped.sized_buckets = {{"l0", 800, false}, {"l1", 800, false}, {"l2", 800, false}, {"l3", 800, false}};
+  ir::Program p = lowered(four_layers(), capped);
+  CHECK(words(p, ir::Phase::Forward) == std::vector<std::string>{"ag(l0.w,l1.w)", "ag(l2.w,l3.w)", "wait", "c(l0)", "rel(l0.w)",
+                                                                  "c(l1)", "rel(l1.w)", "wait", "c(l2)", "rel(l2.w)", "c(l3)",
+                                                                  "rel(l3.w)"});
+  CHECK(ir::verify_complete(p) == "");
+  passes::PassInputs untimed = auto_buckets(0);
+  untimed.memory.instruction_seconds = nullptr;
+  untimed.sized_buckets = {{"l0", 0, true}, {"l1", 0, true}};  // l2, l3 outside the selection end the run
+  CHECK(words(lowered(four_layers(), untimed), ir::Phase::Forward) ==
+        std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "wait", "c(l0)", "rel(l0.w)", "wait", "c(l1)", "rel(l1.w)", "ag(l2.w)",
+                                 "wait", "c(l2)", "rel(l2.w)", "ag(l3.w)", "wait", "c(l3)", "rel(l3.w)"});
 }

@@ -46,6 +46,9 @@ std::map<std::string, GoldenCase> golden_cases() {
   passes::PassInputs bucket;
   bucket.buckets = {"h.0"};
   cases["bucket"] = {zero3, bucket, "ZeRO-3 at dp 2, h.0 bucketed"};
+  passes::PassInputs sized;
+  sized.sized_buckets = {{"h.0", 80, false}, {"h.1", 80, false}};
+  cases["auto_bucket"] = {zero3, sized, "ZeRO-3 at dp 2, h.0 and h.1 in buckets of at most 80 bytes"};
   passes::PassInputs ddp;
   ddp.data_parallel_bucket_bytes = 80;
   cases["bucket_data_parallel"] = {{2, 1, 1, 1}, ddp, "plain data parallelism at dp 2, 80-byte buckets"};

@@ -78,6 +78,10 @@ expect "tp_pp_zero3 (tp 2 x pp 2 x dp 2, ZeRO-3, prefetch, a block checkpointed)
 # alone and together, at world 2 and 4, with and without accumulation.
 printf 'sch.zero(stage=3)\nsch.blocks().prefetch()\n' > "$tmp/prefetch_auto.sched"
 printf 'sch.zero(stage=3)\nsch["h.*.mlp"].unshard()\n' > "$tmp/unshard_auto.sched"
+printf 'sch.zero(stage=3)\nsch.blocks().bucket(size=auto)\n' > "$tmp/bucket_auto.sched"
+printf 'sch.zero(stage=3)\nsch.blocks().bucket(size=64KiB)\n' > "$tmp/bucket_64k.sched"
+expect "bucket(size=auto) at world 2" 0 "equivalent (" -- "$loom" verify "$tmp/bucket_auto.sched" $small --nproc 2 --memory-limit 9.2MiB
+expect "bucket(size=64KiB) at world 2, accum 2" 0 "equivalent (" -- "$loom" verify "$tmp/bucket_64k.sched" $small --nproc 2 --accum 2
 expect "prefetch(budget=auto) under a 9.2 MiB limit at world 2" 0 "equivalent (" \
   -- "$loom" verify "$tmp/prefetch_auto.sched" $small --nproc 2 --memory-limit 9.2MiB
 expect "unshard(auto) under a 9.2 MiB limit at world 2" 0 "equivalent (" \

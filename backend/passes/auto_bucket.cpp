@@ -1,0 +1,215 @@
+#include "backend/passes/auto_bucket.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "backend/passes/bucket.h"
+#include "backend/sim/memory_walk.h"
+
+namespace loom::passes {
+namespace {
+
+using ir::Instr;
+using ir::OpKind;
+
+// A gather of the selection, and the compute that follows it until the next gather.
+struct Candidate {
+  size_t gather = 0;  // its index in the program
+  const BucketRequest* request = nullptr;
+  double compute_s = 0;  // the compute between it and the next gather of the phase
+  size_t span_end = 0;   // where that compute ends: the next gather of the phase, or past the phase's last instruction
+  bool starts_run = false;  // the phase's first, or after a gather outside the selection
+};
+
+// The sized bucket request each parameter lies in (the first that names it), or null.
+std::vector<const BucketRequest*> requests_of(const ir::Program& p, const PassInputs& inputs) {
+  std::vector<const BucketRequest*> of(p.params.size(), nullptr);
+  for (const BucketRequest& r : inputs.sized_buckets)
+    for (size_t q = 0; q < p.params.size(); ++q)
+      if (!of[q] && ir::within(p.params[q].name, r.module)) of[q] = &r;
+  return of;
+}
+
+// The request a gather's parameters share, or null.
+const BucketRequest* request_of(const Instr& g, const std::vector<const BucketRequest*>& of) {
+  if (g.params.empty() || g.runs_in != ir::MicroBatches::All) return nullptr;
+  const BucketRequest* r = of[static_cast<size_t>(g.params[0])];
+  for (int q : g.params)
+    if (of[static_cast<size_t>(q)] != r) return nullptr;
+  return r;
+}
+
+std::vector<Candidate> candidates(const ir::Program& p, ir::Phase phase, const std::vector<const BucketRequest*>& of,
+                                  const MemoryPlanning& m) {
+  std::vector<Candidate> found;
+  bool run_broken = true;
+  long open = -1;  // the candidate whose compute is being summed
+  size_t phase_end = 0;
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    const Instr& in = p.instrs[i];
+    if (in.phase != phase) continue;
+    phase_end = i + 1;
+    if (in.kind == OpKind::AllGather) {
+      if (open >= 0) found[static_cast<size_t>(open)].span_end = i;
+      const BucketRequest* r = request_of(in, of);
+      if (!r) {
+        run_broken = true;
+        open = -1;
+        continue;
+      }
+      found.push_back({i, r, 0, 0, run_broken});
+      run_broken = false;
+      open = static_cast<long>(found.size()) - 1;
+    } else if (ir::runs_module(in.kind) && open >= 0 && m.instruction_seconds) {
+      found[static_cast<size_t>(open)].compute_s += m.instruction_seconds(p, in);
+    }
+  }
+  if (open >= 0) found[static_cast<size_t>(open)].span_end = phase_end;
+  return found;
+}
+
+// Decides the buckets of one phase, as lists of candidate indices.
+class BucketPlanner {
+ public:
+  BucketPlanner(const ir::Program& p, ir::Phase phase, const MemoryPlanning& m, const std::vector<Candidate>& c)
+      : p_(p), phase_(phase), m_(m), c_(c) {
+    if (m.limit > 0) around_ = memory::memory_around_each(p, m.state_bytes, nullptr);
+    for (size_t i = 0; i < p.instrs.size(); ++i)
+      if (p.instrs[i].kind == OpKind::ReduceScatter && p.instrs[i].phase == ir::Phase::Backward)
+        for (int q : p.instrs[i].params) reduction_of_.try_emplace(q, i);
+  }
+
+  std::vector<std::vector<size_t>> buckets() const {
+    std::vector<std::vector<size_t>> out;
+    for (size_t i = 0; i < c_.size(); ++i) {
+      const std::vector<size_t>* previous = out.size() >= 2 ? &out[out.size() - 2] : nullptr;
+      if (!out.empty() && joins(out.back(), previous, i)) out.back().push_back(i);
+      else out.push_back({i});
+    }
+    return out;
+  }
+
+ private:
+  bool joins(const std::vector<size_t>& bucket, const std::vector<size_t>* previous, size_t i) const {
+    const BucketRequest& r = *c_[i].request;
+    const BucketRequest& first = *c_[bucket[0]].request;
+    if (c_[i].starts_run || r.automatic != first.automatic || r.size != first.size) return false;
+    std::vector<size_t> with = bucket;
+    with.push_back(i);
+    if (!r.automatic) return merged(with, false).bytes <= r.size;
+    if (!m_.instruction_seconds) return r.module == first.module;  // whole modules
+    // The first bucket of a run has nothing before it to hide behind; the others, the one before them.
+    if (c_[bucket[0]].starts_run || !previous) return false;
+    double compute = 0;
+    for (size_t j : *previous) compute += c_[j].compute_s;
+    double comm = m_.instruction_seconds(p_, merged(with, false));
+    if (phase_ == ir::Phase::Backward) {
+      Instr reduction = merged(*previous, true);
+      if (!reduction.params.empty()) comm += m_.instruction_seconds(p_, reduction);
+    }
+    if (comm > compute) return false;
+    if (m_.limit <= 0) return true;
+    int64_t high = 0;
+    for (size_t k = c_[previous->front()].gather; k < c_[previous->back()].span_end; ++k) high = std::max(high, around_[k]);
+    return high + memory::gathered_bytes(p_, merged(with, false)) <= m_.limit;
+  }
+
+  // The members' gathers (or, `reductions`, their backward reduce-scatters) as one instruction.
+  Instr merged(const std::vector<size_t>& members, bool reductions) const {
+    Instr all;
+    bool first = true;
+    for (size_t j : members) {
+      const Instr& g = p_.instrs[c_[j].gather];
+      if (!reductions) {
+        if (first) all = g, all.params.clear(), all.bytes = 0, first = false;
+        all.params.insert(all.params.end(), g.params.begin(), g.params.end());
+        all.bytes += g.bytes;
+        continue;
+      }
+      for (int q : g.params) {
+        auto at = reduction_of_.find(q);
+        if (at == reduction_of_.end()) continue;
+        const Instr& rs = p_.instrs[at->second];
+        if (first) all = rs, all.params.clear(), all.bytes = 0, first = false;
+        all.params.push_back(q);
+        all.bytes += rs.bytes / static_cast<int64_t>(rs.params.size());
+      }
+    }
+    return all;
+  }
+
+  const ir::Program& p_;
+  ir::Phase phase_;
+  const MemoryPlanning& m_;
+  const std::vector<Candidate>& c_;
+  std::vector<int64_t> around_;
+  std::unordered_map<int, size_t> reduction_of_;
+};
+
+// The index of `phase`'s all-gather that holds parameter q, from `from` on; size() when none.
+size_t gather_of(const ir::Program& p, ir::Phase phase, int q, size_t from = 0) {
+  for (size_t i = from; i < p.instrs.size(); ++i) {
+    const Instr& in = p.instrs[i];
+    if (in.phase == phase && in.kind == OpKind::AllGather && std::find(in.params.begin(), in.params.end(), q) != in.params.end())
+      return i;
+  }
+  return p.instrs.size();
+}
+
+// Moves bucket k's gather to just before the wait of bucket k-1's (simplefsdp.txt §3.2.2), unless
+// a release or gather of one of its parameters lies between.
+void reorder(ir::Program& p, ir::Phase phase, const std::vector<std::vector<int>>& params, const std::vector<bool>& starts_run) {
+  for (size_t k = 1; k < params.size(); ++k) {
+    if (starts_run[k]) continue;
+    size_t before = gather_of(p, phase, params[k - 1][0]), g = gather_of(p, phase, params[k][0]);
+    if (before >= p.instrs.size() || g >= p.instrs.size()) continue;
+    size_t wait = before + 1;
+    while (wait < g && !(p.instrs[wait].kind == OpKind::Wait && p.instrs[wait].handle == p.instrs[before].handle)) ++wait;
+    if (wait >= g) continue;
+    const Instr& gather = p.instrs[g];
+    bool blocked = false;
+    for (size_t j = wait; j < g && !blocked; ++j)
+      if (p.instrs[j].kind == OpKind::Release || p.instrs[j].kind == OpKind::AllGather)
+        for (int q : p.instrs[j].params) blocked |= std::find(gather.params.begin(), gather.params.end(), q) != gather.params.end();
+    if (blocked) continue;
+    Instr moved = std::move(p.instrs[g]);
+    p.instrs.erase(p.instrs.begin() + static_cast<long>(g));
+    p.instrs.insert(p.instrs.begin() + static_cast<long>(wait), std::move(moved));
+  }
+}
+
+bool bucket_phase(ir::Program& p, ir::Phase phase, const std::vector<const BucketRequest*>& of, const MemoryPlanning& m) {
+  std::vector<Candidate> c = candidates(p, phase, of, m);
+  if (c.size() < 2) return false;
+  std::vector<std::vector<size_t>> buckets = BucketPlanner(p, phase, m, c).buckets();
+  std::vector<std::vector<int>> params;
+  std::vector<bool> starts_run;
+  for (const std::vector<size_t>& b : buckets) {
+    params.emplace_back();
+    for (size_t j : b) {
+      const Instr& g = p.instrs[c[j].gather];
+      params.back().insert(params.back().end(), g.params.begin(), g.params.end());
+    }
+    starts_run.push_back(c[b[0]].starts_run);
+  }
+  for (const std::vector<int>& members : params) {
+    if (members.size() < 2) continue;
+    std::unordered_set<int> set(members.begin(), members.end());
+    merge_collectives(p, [&](int q) { return set.count(q) > 0; }, &phase);
+  }
+  reorder(p, phase, params, starts_run);
+  return true;
+}
+
+}  // namespace
+
+bool auto_bucket(ir::Program& p, const PassInputs& inputs) {
+  if (p.sharding.params <= 1 || inputs.sized_buckets.empty()) return false;
+  std::vector<const BucketRequest*> of = requests_of(p, inputs);
+  bool forward = bucket_phase(p, ir::Phase::Forward, of, inputs.memory);
+  bool backward = bucket_phase(p, ir::Phase::Backward, of, inputs.memory);
+  return forward || backward;
+}
+
+}  // namespace loom::passes
