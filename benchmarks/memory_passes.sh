@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): what the memory-aware passes buy (issue #17 §5). In one invocation,
 # gpt:50m trains 8 steps at world N (default 2) under data parallelism, ZeRO-3's base placement,
-# ZeRO-3 with prefetch(budget=auto), and with unshard(auto) too, every run under --memory-limit
-# (default 600MiB); `loom simulate` prices each on a profile measured in the same invocation.
+# ZeRO-3 with prefetch(budget=auto), with unshard(auto) too, and with bucket(size=auto) as well,
+# every run under --memory-limit (default 600MiB); `loom simulate` prices each on a profile
+# measured in the same invocation.
 # The table gives the median step (steps 3-8), its ratio to ZeRO-3's and to data parallelism's,
 # the measured peak against the limit, and the simulated step and peak against the measured.
 # `--link` (as root, with iproute2 and tc) runs everything in a network namespace whose loopback
@@ -22,18 +23,14 @@ while [ $# -gt 0 ]; do
 done
 out=$(mktemp -d)
 trap 'ip netns del loom_mem 2>/dev/null || true; rm -rf "$out"' EXIT
-in_net=()
-if [ "$link" = 1gbit ]; then
-  ip netns add loom_mem
-  ip -n loom_mem link set lo up
-  ip netns exec loom_mem tc qdisc add dev lo root tbf rate 1gbit burst 1mb latency 50ms
-  in_net=(ip netns exec loom_mem)
-fi
+LINK=$link NETNS=loom_mem source benchmarks/slow_link.sh
 : > "$out/ddp.sched"
 printf 'sch.zero(stage=3)\n' > "$out/zero3.sched"
 printf 'sch.zero(stage=3)\nsch["h.*"].prefetch(budget=auto)\n' > "$out/zero3_prefetch.sched"
 printf 'sch.zero(stage=3)\nsch["h.*"].prefetch(budget=auto)\nsch["h.*"].unshard(auto)\n' > "$out/zero3_prefetch_unshard.sched"
-schedules="ddp zero3 zero3_prefetch zero3_prefetch_unshard"
+printf 'sch.zero(stage=3)\nsch["h.*"].prefetch(budget=auto)\nsch["h.*"].unshard(auto)\nsch["h.*"].bucket(size=auto)\n' \
+  > "$out/zero3_all_auto.sched"
+schedules="ddp zero3 zero3_prefetch zero3_prefetch_unshard zero3_all_auto"
 shape="--model gpt:50m --micro-batch 2 --seq 64"
 for sched in $schedules; do
   echo "memory_passes: $sched" >&2

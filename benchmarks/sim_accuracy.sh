@@ -20,13 +20,7 @@ for arg in "$@"; do
 done
 out=$(mktemp -d)
 trap 'ip netns del loom_sim 2>/dev/null || true; rm -rf "$out"' EXIT
-in_net=()
-if [ "$link" = 1gbit ]; then
-  ip netns add loom_sim
-  ip -n loom_sim link set lo up
-  ip netns exec loom_sim tc qdisc add dev lo root tbf rate 1gbit burst 1mb latency 50ms
-  in_net=(ip netns exec loom_sim)
-fi
+LINK=$link NETNS=loom_sim source benchmarks/slow_link.sh
 printf 'sch.zero(stage=3)\nsch["h.*"].prefetch(budget=auto)\n' > "$out/zero3_prefetch.sched"
 printf 'sch.zero(stage=3)\nsch["h.*"].bucket()\n' > "$out/zero3_bucket.sched"
 cat > "$out/tp.sched" <<'SCHED'

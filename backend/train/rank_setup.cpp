@@ -25,6 +25,7 @@
 #include <torch/torch.h>
 
 #include "backend/exec/activation_checkpoint.h"
+#include "backend/sim/memory_walk.h"
 #include "backend/build_info.h"
 #include "backend/train/checkpoint_io.h"
 #include "backend/instrument/collective_profiler.h"
@@ -55,6 +56,7 @@
 #include "backend/torch_compat.h"
 #include "lang/interpreter.h"
 #include "lang/trace.h"
+#include "lang/value.h"
 #include "verifier/schedule_rules.h"
 #include "models/zoo.h"
 #include "models/zoo_torch.h"
@@ -274,6 +276,19 @@ void build_rank_model(RankRun& r) {
   if (r.stages) keep_stage_parameters(*r.stages, r.layout.stage, r.params, r.param_names);
 }
 
+// The auto passes only spend memory the limit leaves: a program whose predicted peak (the memory
+// walk the passes plan with) is above the limit does not fit in its base placement. Rank 0 says
+// so with the numbers; the run goes on (the model is a prediction).
+void warn_if_over_limit(const ir::Program& step, const MemoryPlanning& memory, int rank) {
+  if (memory.limit <= 0 || rank != 0) return;
+  std::vector<int64_t> around = memory::memory_around_each(step, memory.state_bytes, nullptr);
+  int64_t peak = around.empty() ? 0 : *std::max_element(around.begin(), around.end());
+  if (peak > memory.limit)
+    std::cerr << "loom run: warning: the step's predicted peak " << format_size(peak) << " is above --memory-limit "
+              << format_size(memory.limit) << ": its base placement (model states, activations, the gathers the schedule "
+              << "places) does not fit, so prefetch(budget=auto), unshard(auto) and bucket(size=auto) add nothing\n";
+}
+
 // The interceptors around every module call, innermost first: checkpointing, the op profiler,
 // the sharded executor, tensor parallelism, the step recorder, the pipeline stage.
 void install_executors(RankRun& r, const std::vector<std::string>& unreduced, torch::Dtype reduce_dtype) {
@@ -292,6 +307,7 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   // DeepCompile's 10% margin (allocator fragmentation, library workspaces).
   step_options.memory.limit = o.memory_limit > 0 || !r.cuda ? o.memory_limit : compat::cuda_total_bytes(r.gpu) / 10 * 9;
   r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
+  warn_if_over_limit(*r.step, step_options.memory, r.env.rank);
   // checkpoint(): the modules the program recomputes (on a pipeline stage, its own).
   std::set<std::string> recomputed;
   for (const ir::Instr& in : r.step->instrs)

@@ -104,6 +104,9 @@ assert kept == sorted(kept, reverse=True) and kept[0] > kept[-1], kept
 print('within')"
 expect "a limit the base placement exceeds is said with the numbers" 0 "warning: the simulated peak 27.7 MiB is above --memory-limit 20.0 MiB" \
   -- "$loom" simulate tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2 --cluster dgx-a100 --memory-limit 20MiB
+expect "run warns when the base placement is over the limit, with the numbers" 0 "loom run: warning: the step's predicted peak" \
+  "is above --memory-limit 1.0 MiB: its base placement" -- "$loom" run tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2 \
+  --seq 32 --micro-batch 2 --steps 1 --threads 1 --memory-limit 1MiB
 expect "run takes the limit too" 2 "expects a size such as 600MiB" -- "$loom" run --model gpt:tiny --memory-limit 6XB
 expect "unknown knob lists the declared ones" 1 "--set names knob 'nosuch', which the schedule never declares" \
   'hint: declared knobs: ["micro_batch", "ckpt_ratio"]' -- "$loom" run tests/cli/knobs.sched --model gpt:tiny --set nosuch=1 --steps 1
