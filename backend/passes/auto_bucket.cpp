@@ -97,10 +97,21 @@ class BucketPlanner {
     if (c_[i].starts_run || r.automatic != first.automatic || r.size != first.size) return false;
     std::vector<size_t> with = bucket;
     with.push_back(i);
-    if (!r.automatic) return merged(with, false).bytes <= r.size;
-    if (!m_.instruction_seconds) return r.module == first.module;  // whole modules
-    // The first bucket of a run has nothing before it to hide behind; the others, the one before them.
-    if (c_[bucket[0]].starts_run || !previous) return false;
+    if (!r.automatic) {
+      if (merged(with, false).bytes > r.size) return false;
+    } else if (!m_.instruction_seconds) {
+      if (r.module != first.module) return false;  // whole modules
+    } else if (!hides(with, previous)) {
+      return false;
+    }
+    return fits(with, previous);
+  }
+
+  // SimpleFSDP's time constraint: the bucket's all-gather (and, backward, the previous bucket's
+  // reduce-scatter) within the previous bucket's compute. The first bucket of a run has nothing
+  // before it to hide behind.
+  bool hides(const std::vector<size_t>& with, const std::vector<size_t>* previous) const {
+    if (c_[with[0]].starts_run || !previous) return false;
     double compute = 0;
     for (size_t j : *previous) compute += c_[j].compute_s;
     double comm = m_.instruction_seconds(p_, merged(with, false));
@@ -108,10 +119,16 @@ class BucketPlanner {
       Instr reduction = merged(*previous, true);
       if (!reduction.params.empty()) comm += m_.instruction_seconds(p_, reduction);
     }
-    if (comm > compute) return false;
+    return comm <= compute;
+  }
+
+  // The memory constraint: the bucket's buffers, gathered while the previous bucket computes (and
+  // all at its first member's place), within the limit over both buckets' instructions.
+  bool fits(const std::vector<size_t>& with, const std::vector<size_t>* previous) const {
     if (m_.limit <= 0) return true;
     int64_t high = 0;
-    for (size_t k = c_[previous->front()].gather; k < c_[previous->back()].span_end; ++k) high = std::max(high, around_[k]);
+    size_t from = c_[previous ? previous->front() : with.front()].gather;
+    for (size_t k = from; k < c_[with.back()].span_end; ++k) high = std::max(high, around_[k]);
     return high + memory::gathered_bytes(p_, merged(with, false)) <= m_.limit;
   }
 
@@ -158,8 +175,10 @@ size_t gather_of(const ir::Program& p, ir::Phase phase, int q, size_t from = 0) 
 }
 
 // Moves bucket k's gather to just before the wait of bucket k-1's (simplefsdp.txt §3.2.2), unless
-// a release or gather of one of its parameters lies between.
-void reorder(ir::Program& p, ir::Phase phase, const std::vector<std::vector<int>>& params, const std::vector<bool>& starts_run) {
+// a release or gather of one of its parameters lies between, or its buffer would not fit under
+// the limit over the instructions it moves above.
+void reorder(ir::Program& p, ir::Phase phase, const std::vector<std::vector<int>>& params, const std::vector<bool>& starts_run,
+             const MemoryPlanning& m) {
   for (size_t k = 1; k < params.size(); ++k) {
     if (starts_run[k]) continue;
     size_t before = gather_of(p, phase, params[k - 1][0]), g = gather_of(p, phase, params[k][0]);
@@ -173,6 +192,11 @@ void reorder(ir::Program& p, ir::Phase phase, const std::vector<std::vector<int>
       if (p.instrs[j].kind == OpKind::Release || p.instrs[j].kind == OpKind::AllGather)
         for (int q : p.instrs[j].params) blocked |= std::find(gather.params.begin(), gather.params.end(), q) != gather.params.end();
     if (blocked) continue;
+    if (m.limit > 0) {
+      std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, nullptr);
+      int64_t high = *std::max_element(around.begin() + static_cast<long>(wait), around.begin() + static_cast<long>(g));
+      if (high + memory::gathered_bytes(p, gather) > m.limit) continue;
+    }
     Instr moved = std::move(p.instrs[g]);
     p.instrs.erase(p.instrs.begin() + static_cast<long>(g));
     p.instrs.insert(p.instrs.begin() + static_cast<long>(wait), std::move(moved));
@@ -198,7 +222,7 @@ bool bucket_phase(ir::Program& p, ir::Phase phase, const std::vector<const Bucke
     std::unordered_set<int> set(members.begin(), members.end());
     merge_collectives(p, [&](int q) { return set.count(q) > 0; }, &phase);
   }
-  reorder(p, phase, params, starts_run);
+  reorder(p, phase, params, starts_run, m);
   return true;
 }
 

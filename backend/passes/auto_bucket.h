@@ -8,8 +8,10 @@
 // SimpleFSDP's Algorithm 1) when
 //   time:   T_AG(bucket + gather) <= T_c(previous bucket's compute)          (forward)
 //           T_RS(previous bucket) + T_AG(bucket + gather) <= T_c(...)        (backward)
-//   memory: the memory around the previous bucket's instructions (memory_walk), plus the
-//           bucket's gathered buffers, stays within the limit M (none without a limit).
+//   memory: the memory around the previous bucket's and this bucket's instructions
+//           (memory_walk), plus the bucket's gathered buffers, stays within the limit M (none
+//           without a limit); this holds for size=BYTES and the whole-module fallback too, and
+//           a bucket's gather is moved ahead only where its buffer fits.
 // The first bucket of a run has no compute before it to hide behind, so it keeps one gather.
 // Without instruction times (loom run has none yet) auto buckets each selected module whole,
 // with the same reordering. A gather of parameters outside the selection ends a run. Torch-free.

@@ -32,11 +32,12 @@ const std::vector<std::pair<std::string, passes::Pass>>& pipeline_passes() {
       {"bucket", passes::bucket},                                         // SimpleFSDP §3.2: one collective per bucket
       {"auto_bucket", passes::auto_bucket},                               // SimpleFSDP §3.3.2: bucket(size=BYTES|auto), reordered
       {"bucket_data_parallel", passes::bucket_data_parallel},             // DDP: gradient all-reduces in size-capped buckets
+      // Before the memory-aware passes: how long gradients wait for their reductions is memory they plan with.
+      {"window_reductions", passes::window_reductions},                   // SimpleFSDP §3.1: reductions in flight
       {"prefetch", passes::prefetch},                                     // budget=BYTES: gathers of the next blocks, ahead
       {"proactive_prefetch", passes::proactive_prefetch},                 // DeepCompile Alg. 1: budget=auto under a memory limit
       {"selective_unshard", passes::selective_unshard},                   // DeepCompile §4.3: unshard(auto) under a memory limit
       {"offload_optimizer", passes::offload_optimizer},                   // DeepCompile §4.4: states on the host
-      {"window_reductions", passes::window_reductions},                   // SimpleFSDP §3.1: reductions in flight
   };
   return list;
 }

@@ -83,11 +83,60 @@ Effect effect_of(const ir::Program& p, const Instr& in, const InstructionCost* c
   }
 }
 
+GradientBuffers::GradientBuffers(const ir::Program& p) : p_(p), active_(p.sharding.grads > 1 && p.sharding.optim > 1) {
+  if (!active_) return;
+  held_.assign(p.params.size(), false);
+  int handles = p.next_handle;
+  for (const Instr& in : p.instrs) handles = std::max(handles, in.handle + 1);
+  reduced_by_.resize(static_cast<size_t>(std::max(handles, 0)));
+  wire_by_.assign(reduced_by_.size(), 0);
+  for (const Instr& in : p.instrs) {
+    bool reduction = in.phase == Phase::Backward && (in.kind == OpKind::ReduceScatter || in.kind == OpKind::Compress);
+    if (!reduction || in.handle < 0) continue;
+    reduced_by_[static_cast<size_t>(in.handle)] = in.params;
+    if (in.params.size() > 1)
+      for (int q : in.params) wire_by_[static_cast<size_t>(in.handle)] += full_bytes(q);
+  }
+}
+
+int64_t GradientBuffers::full_bytes(int q) const {
+  const ir::TracedParam& t = p_.params[static_cast<size_t>(q)];
+  int64_t padded = (t.numel + p_.sharding.optim - 1) / p_.sharding.optim * p_.sharding.optim;
+  return padded * t.element_bytes;
+}
+
+int64_t GradientBuffers::change(const Instr& in) {
+  if (!active_) return 0;
+  int64_t bytes = 0;
+  if (in.kind == OpKind::Compute && in.phase == Phase::Backward) {
+    for (int q : in.params)
+      if (!held_[static_cast<size_t>(q)]) {
+        held_[static_cast<size_t>(q)] = true;
+        bytes += full_bytes(q);
+      }
+  } else if (in.handle >= 0 && static_cast<size_t>(in.handle) < reduced_by_.size()) {
+    size_t h = static_cast<size_t>(in.handle);
+    if (in.kind == OpKind::Wait) {
+      for (int q : reduced_by_[h])
+        if (held_[static_cast<size_t>(q)]) {
+          held_[static_cast<size_t>(q)] = false;
+          bytes -= full_bytes(q);
+        }
+      if (!reduced_by_[h].empty()) bytes -= wire_by_[h];
+    } else if (!reduced_by_[h].empty()) {
+      bytes += wire_by_[h];  // the reduction's launch
+    }
+  }
+  return bytes;
+}
+
 std::vector<int64_t> memory_around_each(const ir::Program& p, const StateBytes& state_bytes, const InstructionCost* cost) {
   std::vector<int64_t> around(p.instrs.size(), 0);
   int64_t in_use = resident_bytes(p, state_bytes);
+  GradientBuffers gradients(p);
   for (const Run& run : runs_of(p)) {
     Effect e = effect_of(p, p.instrs[run.instr], cost);
+    e.change += gradients.change(p.instrs[run.instr]);
     int64_t high = std::max({in_use, in_use + e.transient, in_use + e.change});
     around[run.instr] = std::max(around[run.instr], high);
     in_use += e.change;

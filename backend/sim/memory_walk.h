@@ -37,6 +37,26 @@ struct Effect {
 // `cost` may be null (no workspace known).
 Effect effect_of(const ir::Program& p, const ir::Instr& in, const InstructionCost* cost);
 
+// The sharded executor's full-size gradient buffers (backend/exec/sharded_executor.cpp), where
+// gradients are sharded (s_g > 1, so the model states count only a 1/s_g shard of them): a
+// parameter's padded full gradient from the first backward compute that hands it one until the
+// wait of the reduction that consumes it, and a reduction of several parameters' concatenated
+// copy from its launch to that wait. Stateful: feed it a step's runs in order.
+class GradientBuffers {
+ public:
+  explicit GradientBuffers(const ir::Program& p);
+  // Bytes `in` allocates (positive) or frees (negative) for gradients, in this run of it.
+  int64_t change(const ir::Instr& in);
+
+ private:
+  const ir::Program& p_;
+  bool active_ = false;
+  std::vector<bool> held_;                    // by parameter: its full gradient is allocated
+  std::vector<std::vector<int>> reduced_by_;  // by handle: the parameters a reduction consumes
+  std::vector<int64_t> wire_by_;              // by handle: its concatenated copy's bytes (0: none)
+  int64_t full_bytes(int q) const;
+};
+
 // Per instruction, the most memory in use from just before it until its end, over every run of
 // it in the step: what an all-gather moved above it would add to (DeepCompile's P_mem, taken as
 // the peak around the operator rather than only before it, so a moved buffer that lives across

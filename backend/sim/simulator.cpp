@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -34,6 +35,7 @@ struct Rank {
   std::map<std::string, int> seen;  // how many of each meeting kind this rank has issued
   std::string meeting;              // the meeting its current instruction waits in, once issued
   int64_t memory = 0;
+  std::shared_ptr<memory::GradientBuffers> gradients;  // the executor's full-size gradient buffers
   bool done() const { return cursor >= runs.size(); }
 };
 
@@ -51,6 +53,7 @@ class Simulator {
       for (const Instr& in : stages[s].instrs) handles = std::max(handles, in.handle + 1);
       r.handle_end.assign(static_cast<size_t>(handles), -1);
       r.memory = memory::resident_bytes(stages[s], state_bytes);
+      r.gradients = std::make_shared<memory::GradientBuffers>(stages[s]);
       ranks_.push_back(std::move(r));
       note_memory(ranks_.back(), 0);
     }
@@ -90,6 +93,10 @@ class Simulator {
     switch (in.kind) {
       case OpKind::Wait: {
         if (in.handle >= 0) r.host = std::max(r.host, r.handle_end[static_cast<size_t>(in.handle)]);
+        if (int64_t freed = r.gradients->change(in)) {  // a reduction's gradients, consumed
+          r.memory += freed;
+          note_memory(r, run.instr);
+        }
         break;
       }
       case OpKind::Release:
@@ -110,7 +117,7 @@ class Simulator {
           note_memory(r, run.instr);
           r.memory -= effect.transient;
         }
-        r.memory += effect.change;
+        r.memory += effect.change + r.gradients->change(in);
         note_memory(r, run.instr);
         break;
       }
@@ -133,6 +140,9 @@ class Simulator {
         record(r, run, "collective", start, r.collective_free);
         if (in.kind == OpKind::AllGather) {
           r.memory += memory::effect_of(p, in, &cost_).change;
+          note_memory(r, run.instr);
+        } else if (int64_t wire = r.gradients->change(in)) {  // a bucketed reduction's concatenated copy
+          r.memory += wire;
           note_memory(r, run.instr);
         }
     }
