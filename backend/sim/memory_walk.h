@@ -1,9 +1,10 @@
 // The memory model of one rank's step, instruction by instruction, without time: what the
 // simulator's memory timeline follows (simulator.h) and what the memory-aware passes plan with
-// (deepcompile.txt's P_mem: proactive_prefetch, selective_unshard). Resident: the model states
-// (less the optimizer states an offload keeps on the host) and the data-parallel reducer's
-// buckets; a gathered parameter from its all-gather to its release; a saved activation from its
-// forward (or recompute) to its backward; an instruction's workspace while it runs. Torch-free.
+// (deepcompile.txt's P_mem: proactive_prefetch, selective_unshard, auto_bucket). Resident: the
+// model states (less the optimizer states an offload keeps on the host) and the data-parallel
+// reducer's buckets; a gathered parameter from its all-gather to its release; a saved activation
+// from its forward (or recompute) to its backward; a sharded gradient's full-size buffer until
+// reduced (GradientBuffers); an instruction's workspace while it runs. Torch-free.
 #pragma once
 
 #include <cstdint>

@@ -9,8 +9,8 @@
 // it. The memory timeline follows the IR: the rank's model states (less the optimizer states an
 // offload keeps on the host) and the data-parallel reducer's bucket buffers, gathered parameters
 // from their all-gather to their release, saved activations from their forward (or recompute) to
-// their backward, and each instruction's workspace (InstructionCost::workspace_bytes) while it
-// runs. Torch-free.
+// their backward, sharded gradients' full-size buffers until reduced, and each instruction's
+// workspace (InstructionCost::workspace_bytes) while it runs (memory_walk.h). Torch-free.
 #pragma once
 
 #include <cstdint>
