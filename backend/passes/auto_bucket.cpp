@@ -135,22 +135,25 @@ class BucketPlanner {
   // The members' gathers (or, `reductions`, their backward reduce-scatters) as one instruction.
   Instr merged(const std::vector<size_t>& members, bool reductions) const {
     Instr all;
-    bool first = true;
+    auto add = [&all](const Instr& from, int q, int64_t bytes) {
+      if (all.params.empty()) {
+        all = from;  // its kind, phase and group
+        all.params.clear();
+        all.bytes = 0;
+      }
+      all.params.push_back(q);
+      all.bytes += bytes;
+    };
     for (size_t j : members) {
       const Instr& g = p_.instrs[c_[j].gather];
-      if (!reductions) {
-        if (first) all = g, all.params.clear(), all.bytes = 0, first = false;
-        all.params.insert(all.params.end(), g.params.begin(), g.params.end());
-        all.bytes += g.bytes;
-        continue;
-      }
-      for (int q : g.params) {
-        auto at = reduction_of_.find(q);
-        if (at == reduction_of_.end()) continue;
-        const Instr& rs = p_.instrs[at->second];
-        if (first) all = rs, all.params.clear(), all.bytes = 0, first = false;
-        all.params.push_back(q);
-        all.bytes += rs.bytes / static_cast<int64_t>(rs.params.size());
+      for (size_t k = 0; k < g.params.size(); ++k) {
+        int q = g.params[k];
+        if (!reductions) {
+          add(g, q, k == 0 ? g.bytes : 0);  // a gather's bytes, whole, with its first parameter
+        } else if (auto at = reduction_of_.find(q); at != reduction_of_.end()) {
+          const Instr& rs = p_.instrs[at->second];
+          add(rs, q, rs.bytes / static_cast<int64_t>(rs.params.size()));
+        }
       }
     }
     return all;
