@@ -153,6 +153,7 @@ int report_text(const VerifyOptions& o, const Outcome& r) {
   if (r.cmp.recorded_by_one_run)
     std::printf("  (%lld quantities recorded by one run only: inside a checkpoint()ed module gradients exist only in the recomputation)\n",
                 static_cast<long long>(r.cmp.recorded_by_one_run));
+  if (!r.kept.empty()) std::printf("  records, metrics and logs kept in %s\n", r.kept.string().c_str());
   if (r.cmp.equivalent()) {
     std::printf("equivalent (%d runs, %.1f s)\n", r.runs, r.seconds);
     return kOk;

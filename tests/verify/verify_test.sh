@@ -92,6 +92,9 @@ for accum in 1 2; do
   expect "memory_auto under 6.2 MiB at world 4, accum $accum" 0 "equivalent (" \
     -- "$loom" verify tests/verify/memory_auto.sched $small --nproc 4 --accum $accum --memory-limit 6.2MiB
 done
+expect "verify --keep says where it kept the runs" 0 "records, metrics and logs kept in /tmp/loom-verify-" \
+  -- bash -c "out=\$('$loom' verify stdlib_schedules/zero3.sched $small --nproc 2 --keep); echo \"\$out\";
+              rm -rf \"\$(echo \"\$out\" | sed -n 's/.*kept in //p')\""
 # ... and the scheduled run verify starts plans within the limit (its log, kept, shows the passes act).
 expect "verify passes --memory-limit to the scheduled run" 0 "both passes acted" -- bash -c "
   kept=\$(LOOM_DEBUG=1 '$loom' verify tests/verify/memory_auto.sched $small --nproc 2 --memory-limit 9.2MiB --keep --json |
