@@ -70,16 +70,14 @@ std::shared_ptr<InstructionCost> cost_model(const SimulateOptions& o, std::share
   return std::make_shared<ProfileCost>(stages, profile, o.profile);
 }
 
-// What prefetch(budget=auto) and unshard(auto) plan with: the limit and, on a cluster, its
-// collective times (gathers fused where it pays). On a profile, as `loom run` plans: without
-// collective times, so the simulated program is the one the run executes.
-// Without --memory-limit, a cluster's GPUs plan within their memory less 10%, as `loom run` on
-// a GPU does.
+// What the memory-aware passes plan with. On a cluster: the limit (by default its device's, as
+// `loom run` on a GPU takes) and its instruction times. On a profile, as `loom run` plans: the
+// limit alone, so the simulated program is the one the run executes.
 MemoryPlanning memory_planning(const SimulateOptions& o, const std::shared_ptr<ClusterCost>& cluster_cost) {
   MemoryPlanning m;
   m.limit = o.memory_limit;
   if (!cluster_cost) return m;
-  if (m.limit <= 0) m.limit = cluster_cost->cluster().device.memory_bytes / 10 * 9;
+  if (m.limit <= 0) m.limit = MemoryPlanning::device_default(cluster_cost->cluster().device.memory_bytes);
   m.instruction_seconds = [cluster_cost](const ir::Program& p, const ir::Instr& in) { return cluster_cost->seconds(p, in); };
   return m;
 }
@@ -137,7 +135,8 @@ int simulate_schedule(const SimulateOptions& given) {
     SimResult r = simulate(stages, *cost_model(o, cluster_cost, stages));
     if (o.memory_limit > 0 && r.peak_bytes > o.memory_limit)
       std::fprintf(stderr, "loom simulate: warning: the simulated peak %s is above --memory-limit %s: the schedule's base "
-                   "placement does not fit (prefetch(budget=auto) and unshard(auto) only add where memory allows)\n",
+                   "placement does not fit (prefetch(budget=auto), unshard(auto) and bucket(size=auto) only add where "
+                   "memory allows)\n",
                    format_size(r.peak_bytes).c_str(), format_size(o.memory_limit).c_str());
     if (!o.save_cluster.empty()) save_machine_cluster(o, stages[0]);
     // A replica's tokens are shared by its tp x pp ranks.

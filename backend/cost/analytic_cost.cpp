@@ -45,7 +45,7 @@ double compute_seconds(const DeviceSpec& device, double flops, int64_t bytes_mov
   return std::max(matrix, memory);
 }
 
-double instruction_seconds(const Cluster& cluster, const std::string& op, int64_t bytes, GroupSpan span) {
+double collective_seconds(const Cluster& cluster, const std::string& op, int64_t bytes, GroupSpan span) {
   double b = static_cast<double>(bytes);
   const LinkSpec &intra = cluster.intra_node, &inter = cluster.inter_node;
   int k = span.per_node, m = span.nodes;

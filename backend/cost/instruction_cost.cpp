@@ -75,7 +75,7 @@ double ClusterCost::seconds(const ir::Program& p, const ir::Instr& in) const {
   }
   const char* op = ir::issued_collective(in);
   if (!op) return 0;
-  return instruction_seconds(cluster_, op, in.bytes, span(p, in));
+  return collective_seconds(cluster_, op, in.bytes, span(p, in));
 }
 
 ProfileCost::ProfileCost(const std::vector<ir::Program>& stages, const Profile& profile, const std::string& origin) {

@@ -19,7 +19,7 @@ struct StepOptions {
   bool grad_norm = true;           // clipping, or metrics that report it, need the global gradient norm
   int64_t accum = 1;               // micro-batches per step
   int rank = 0;                    // under a mesh, whose program: its stage and tensor-parallel slices
-  MemoryPlanning memory;   // the memory limit (and collective times) prefetch(auto) and unshard(auto) plan with
+  MemoryPlanning memory;           // the limit (and instruction times) the memory-aware passes plan with
 };
 
 // The step program of a plan (lower_schedule) on a traced model. The IR is verified after

@@ -56,6 +56,10 @@ struct MemoryPlanning {
   // M_prefetch: bytes gathered ahead of their use at any point. DeepSpeed's DeepCompile uses
   // 4e9 (MAX_BUFFERED_SIZE); under a smaller limit M governs.
   int64_t prefetch_group_bytes = 4'000'000'000;
+
+  // The limit on a device of `device_bytes` when none is given: its memory less DeepSpeed
+  // DeepCompile's 10% margin (allocator fragmentation, library workspaces).
+  static int64_t device_default(int64_t device_bytes) { return device_bytes / 10 * 9; }
 };
 
 }  // namespace loom

@@ -14,7 +14,7 @@ using ir::Instr;
 using ir::OpKind;
 
 // Whether every parameter of `in` lies in a module prefetch(budget=auto) names.
-bool automatically_prefetched(const ir::Program& p, const Instr& in, const std::vector<bool>& selected) {
+bool automatically_prefetched(const Instr& in, const std::vector<bool>& selected) {
   return !in.params.empty() && std::all_of(in.params.begin(), in.params.end(), [&](int q) { return selected[static_cast<size_t>(q)]; });
 }
 
@@ -57,7 +57,7 @@ void plan_phase(const ir::Program& p, ir::Phase phase, const std::vector<bool>& 
   for (size_t k = 0; k < order.size(); ++k) {
     const Instr& g = p.instrs[order[k]];
     if (g.kind != OpKind::AllGather) continue;
-    if (!automatically_prefetched(p, g, selected)) {
+    if (!automatically_prefetched(g, selected)) {
       floor = k + 1;
       continue;
     }

@@ -35,7 +35,7 @@ struct Rank {
   std::map<std::string, int> seen;  // how many of each meeting kind this rank has issued
   std::string meeting;              // the meeting its current instruction waits in, once issued
   int64_t memory = 0;
-  std::shared_ptr<memory::GradientBuffers> gradients;  // the executor's full-size gradient buffers
+  std::unique_ptr<memory::GradientBuffers> gradients;  // the executor's full-size gradient buffers
   bool done() const { return cursor >= runs.size(); }
 };
 
@@ -53,7 +53,7 @@ class Simulator {
       for (const Instr& in : stages[s].instrs) handles = std::max(handles, in.handle + 1);
       r.handle_end.assign(static_cast<size_t>(handles), -1);
       r.memory = memory::resident_bytes(stages[s], state_bytes);
-      r.gradients = std::make_shared<memory::GradientBuffers>(stages[s]);
+      r.gradients = std::make_unique<memory::GradientBuffers>(stages[s]);
       ranks_.push_back(std::move(r));
       note_memory(ranks_.back(), 0);
     }

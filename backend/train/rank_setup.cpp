@@ -303,9 +303,9 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   step_options.grad_norm = measures_grad_norm(o);
   step_options.accum = o.accum;
   step_options.rank = r.env.rank;
-  // On a GPU the auto passes plan within its memory when no limit is given, less DeepSpeed
-  // DeepCompile's 10% margin (allocator fragmentation, library workspaces).
-  step_options.memory.limit = o.memory_limit > 0 || !r.cuda ? o.memory_limit : compat::cuda_total_bytes(r.gpu) / 10 * 9;
+  // On a GPU the auto passes plan within its memory when no limit is given.
+  step_options.memory.limit =
+      o.memory_limit > 0 || !r.cuda ? o.memory_limit : MemoryPlanning::device_default(compat::cuda_total_bytes(r.gpu));
   r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
   warn_if_over_limit(*r.step, step_options.memory, r.env.rank);
   // checkpoint(): the modules the program recomputes (on a pipeline stage, its own).

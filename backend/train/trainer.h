@@ -39,7 +39,7 @@ struct TrainOptions {
   std::string metrics;                // JSON lines, one per step (rank 0)
   std::string trace;                  // Chrome trace of the executed timeline (all ranks, merged by rank 0)
   int timeout_s = 300;                // store and collective timeout
-  int64_t memory_limit = 0;           // bytes per rank prefetch(budget=auto) and unshard(auto) plan within; 0: none
+  int64_t memory_limit = 0;           // bytes per rank the memory-aware passes plan within (docs/passes.md); 0: none
   int64_t bucket_bytes = 1 << 20;     // gradient bucket size
   std::vector<std::string> sets;      // --set knob=value
   // Profiling (loom profile) instead of training: the first profile_warmup steps are not

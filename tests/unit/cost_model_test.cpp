@@ -69,11 +69,11 @@ TEST_CASE("compute: a roofline of matrix and memory time, each at its efficiency
 TEST_CASE("collectives inside a node: ring factors (n-1)/n and 2(n-1)/n, a latency per step") {
   Cluster c = shipped("dgx-a100");
   double link = 300e9 * 0.6;
-  CHECK(instruction_seconds(c, "all_reduce", 1000000000, {8, 1}) == doctest::Approx(14 * 1e-6 + 2.0 * 7 / 8 * 1e9 / link));
-  CHECK(instruction_seconds(c, "all_gather", 1000000000, {8, 1}) == doctest::Approx(7 * 1e-6 + 7.0 / 8 * 1e9 / link));
-  CHECK(instruction_seconds(c, "reduce_scatter", 1000000000, {8, 1}) == instruction_seconds(c, "all_gather", 1000000000, {8, 1}));
-  CHECK(instruction_seconds(c, "broadcast", 1000000000, {4, 1}) == doctest::Approx(3 * 1e-6 + 1e9 / link));
-  CHECK(instruction_seconds(c, "all_reduce", 1000000000, {1, 1}) == 0);  // a group of one communicates nothing
+  CHECK(collective_seconds(c, "all_reduce", 1000000000, {8, 1}) == doctest::Approx(14 * 1e-6 + 2.0 * 7 / 8 * 1e9 / link));
+  CHECK(collective_seconds(c, "all_gather", 1000000000, {8, 1}) == doctest::Approx(7 * 1e-6 + 7.0 / 8 * 1e9 / link));
+  CHECK(collective_seconds(c, "reduce_scatter", 1000000000, {8, 1}) == collective_seconds(c, "all_gather", 1000000000, {8, 1}));
+  CHECK(collective_seconds(c, "broadcast", 1000000000, {4, 1}) == doctest::Approx(3 * 1e-6 + 1e9 / link));
+  CHECK(collective_seconds(c, "all_reduce", 1000000000, {1, 1}) == 0);  // a group of one communicates nothing
 }
 
 TEST_CASE("collectives across nodes: inside each node on NVLink, across on 1/per_node of the data") {
@@ -81,14 +81,14 @@ TEST_CASE("collectives across nodes: inside each node on NVLink, across on 1/per
   double nvlink = 300e9 * 0.6, nic = 25e9 * 0.9;
   double rs_inside = 7 * 1e-6 + 7.0 / 8 * 1e9 / nvlink;
   double ar_across = 2 * 2e-6 + 2.0 * 1 / 2 * 1.25e8 / nic;  // 2 nodes, 1 GB / 8 per device
-  CHECK(instruction_seconds(c, "all_reduce", 1000000000, {8, 2}) == doctest::Approx(rs_inside + ar_across + rs_inside));
+  CHECK(collective_seconds(c, "all_reduce", 1000000000, {8, 2}) == doctest::Approx(rs_inside + ar_across + rs_inside));
   double ag_across = 1 * 2e-6 + 1.0 / 2 * 1.25e8 / nic;
-  CHECK(instruction_seconds(c, "all_gather", 1000000000, {8, 2}) == doctest::Approx(ag_across + rs_inside));
+  CHECK(collective_seconds(c, "all_gather", 1000000000, {8, 2}) == doctest::Approx(ag_across + rs_inside));
   // One rank per node: the whole buffer crosses.
-  CHECK(instruction_seconds(c, "all_reduce", 1000000000, {1, 4}) == doctest::Approx(6 * 2e-6 + 2.0 * 3 / 4 * 1e9 / nic));
+  CHECK(collective_seconds(c, "all_reduce", 1000000000, {1, 4}) == doctest::Approx(6 * 2e-6 + 2.0 * 3 / 4 * 1e9 / nic));
   // A scale penalty lowers the efficiency across nodes.
   c.inter_node_scale = EfficiencyTable{{{1, 1.0}, {4, 0.5}}};
-  CHECK(instruction_seconds(c, "all_reduce", 1000000000, {1, 4}) == doctest::Approx(6 * 2e-6 + 2.0 * 3 / 4 * 1e9 / (nic * 0.5)));
+  CHECK(collective_seconds(c, "all_reduce", 1000000000, {1, 4}) == doctest::Approx(6 * 2e-6 + 2.0 * 3 / 4 * 1e9 / (nic * 0.5)));
 }
 
 TEST_CASE("where a group's ranks sit, point-to-point and host copies") {
