@@ -1,6 +1,7 @@
 // loom explain: print the instruction IR a schedule lowers to, and the per-pass log, without training.
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
 #include "backend/cost/profile.h"
+#include "backend/cost/profile_times.h"
 #include "backend/cost/step_estimate.h"
 #include "cli/commands.h"
 #include "lang/interpreter.h"
@@ -70,8 +72,12 @@ int explain(const ExplainOptions& given) {
     step_options.grad_norm = o.clip > 0;
     step_options.accum = o.accum;
     step_options.rank = o.rank;
-    // As `loom run` plans: by the limit, without collective times (so nothing is fused).
+    // As `loom run` plans: by the limit, without instruction times (so nothing is fused); with a
+    // profile, with its measured times, as a run's re-plan (--replan-at) settles on.
     step_options.memory.limit = o.memory_limit;
+    std::optional<Profile> profile;
+    if (!o.profile.empty()) profile = load_profile(o.profile);
+    if (profile) step_options.memory.instruction_seconds = profile_instruction_seconds(*profile);
     ir::Program program = lower_step(plan, trace_model(o.model, {o.micro_batch, o.seq}, plan.replacements), &records, PipelineDebug::from_environment(std::cerr), step_options);
     // Every rank runs this same program (SPMD) outside a mesh; in one, each stage and
     // tensor-parallel rank its own.
@@ -94,7 +100,7 @@ int explain(const ExplainOptions& given) {
       std::cout << program.to_text();
       return kOk;
     }
-    StepEstimate estimate = estimate_step(program, load_profile(o.profile), o.profile);
+    StepEstimate estimate = estimate_step(program, *profile, o.profile);
     // The IR's text, one instruction per line after its header, each with its estimate.
     std::istringstream lines(program.to_text());
     std::string line;
@@ -135,7 +141,8 @@ void add_explain(CLI::App& app, std::function<int()>& run) {
       ->check(at_least(1));
   c->add_option("--clip", o->clip, "the run's --clip: 0 plans no gradient-norm all-reduce (a run with --metrics still measures the norm; plan it with --clip 1)");
   c->add_flag("--json", o->json, "print the IR as JSON (with \"rank\")");
-  c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE`: prices each instruction");
+  c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE`: the passes plan with its measured times (the program a run's "
+                  "--replan-at settles on) and each instruction is priced");
   c->add_option("--memory-limit", o->memory_limit,
                 "bytes per rank, e.g. 600MiB: prefetch(budget=auto) and unshard(auto) plan within it, as `loom run "
                 "--memory-limit` does")

@@ -68,7 +68,9 @@ double ClusterCost::seconds(const ir::Program& p, const ir::Instr& in) const {
       return compute_seconds(cluster_.device, 0, static_cast<int64_t>(2 * elements * per_element), precision_);
     }
     case OpKind::Offload:
-    case OpKind::Reload: return host_copy_seconds(cluster_, in.bytes);
+    case OpKind::Reload:
+    case OpKind::OffloadStates:
+    case OpKind::ReloadStates: return host_copy_seconds(cluster_, in.bytes);
     case OpKind::Send:
     case OpKind::Recv: return point_to_point_seconds(cluster_, in.bytes, span(p, in).nodes > 1);
     default: break;

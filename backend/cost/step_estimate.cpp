@@ -7,17 +7,15 @@
 #include "lang/diagnostics.h"
 
 namespace loom {
-namespace {
-
-// The profile's measurement of a collective on an IR group role: the role's own where the
-// profile timed it (tp, dp, model, pipeline, stage_pair under a mesh), else the process group
-// that plays it without a mesh (the world is the data-parallel group).
-const CollectiveProfile* measured(const Profile& profile, const char* collective, const std::string& role, bool beside_compute) {
+const CollectiveProfile* measured_collective(const Profile& profile, const char* collective, const std::string& role,
+                                             bool beside_compute) {
   if (const CollectiveProfile* own = profile.collective(collective, role, beside_compute)) return own;
   static const std::map<std::string, std::string> roles{{"dp", "world"}, {"grads", "grad_peers"}, {"optim", "optim_peers"}};
   auto it = roles.find(role);
   return it == roles.end() ? nullptr : profile.collective(collective, it->second, beside_compute);
 }
+
+namespace {
 
 // Whether each instruction is a collective that shares the cores with other work: another
 // collective is still in flight when it is issued, or the rank issues something (compute, or
@@ -101,7 +99,7 @@ StepEstimate estimate_step(const ir::Program& program, const Profile& profile, c
       ms = profile.optimizer_step_ms;
       e.optimizer_ms += times * ms;
     } else if (const char* name = ir::issued_collective(in)) {
-      if (const CollectiveProfile* c = measured(profile, name, in.group.role, contended[e.instruction_ms.size()])) {
+      if (const CollectiveProfile* c = measured_collective(profile, name, in.group.role, contended[e.instruction_ms.size()])) {
         ms = c->predict_ms(in.bytes);
         e.collective_ms += times * ms;
       }

@@ -26,6 +26,12 @@ struct StepEstimate {
   double optimizer_ms = 0;
 };
 
+// The profile's measurement of a collective on an IR group role: the role's own where the
+// profile timed it (tp, dp, model, pipeline, stage_pair under a mesh), else the process group
+// that plays it without a mesh (the world is the data-parallel group); null where it has none.
+const CollectiveProfile* measured_collective(const Profile& profile, const char* collective, const std::string& role,
+                                             bool beside_compute);
+
 // Throws UserError when the profile was measured for other compute ops (another model or
 // schedule); `origin` names the profile in the message.
 StepEstimate estimate_step(const ir::Program& program, const Profile& profile, const std::string& origin);

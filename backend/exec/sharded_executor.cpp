@@ -10,29 +10,12 @@
 #include <unordered_set>
 
 #include "backend/exec/sharded_grad_clip.h"
+#include "backend/exec/state_copier.h"
+#include "backend/exec/storage_release.h"
 #include "lang/diagnostics.h"
 #include "models/zoo_torch.h"
 
 namespace loom {
-
-namespace {
-
-// A gathered parameter's storage is freed after its last use and refilled before the next
-// (ENVIRONMENT.md: autograd's saved tensors keep their identity, so gradients are unchanged).
-// Through the storage's own allocator, so it works on any device (and CPU stays counted).
-void free_storage(const torch::Tensor& t) {
-  c10::StorageImpl* storage = t.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, t.device()));
-  storage->set_nbytes(0);
-}
-void refill_storage(const torch::Tensor& t) {
-  c10::StorageImpl* storage = t.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
-  size_t bytes = static_cast<size_t>(t.numel() * t.element_size());
-  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
-  storage->set_nbytes(bytes);
-}
-
-}  // namespace
 
 struct ShardedExecutor::State {
   // One all-gather in flight: of one parameter, or of a bucket's members as one collective.
@@ -100,6 +83,9 @@ struct ShardedExecutor::State {
   size_t backward_cursor = 0;          // next backward instruction to execute
   bool in_backward = false;            // module calls now are recomputations (checkpoint())
   bool last_micro_batch = true;        // this backward ends the step's accumulation
+  int64_t micro_batch = 0, micro_batches = 1;  // which micro-batch of the step runs
+  StateCopier* copier = nullptr;       // adaptive offloading's copies (attach_state_copier)
+  std::unordered_set<int> copy_handles;  // the handles of the program's state copies
   std::deque<Reduction> in_flight;     // reductions launched and not yet completed, in launch order
   std::vector<std::vector<size_t>> reduce_units;  // parameters reduced together (a bucket, or one), in reduction order
   // Where the program completes each unit (its reduce-scatter's wait; for s_p = 1 its first
@@ -109,6 +95,34 @@ struct ShardedExecutor::State {
   size_t next_reduce = 0;              // the next unit of reduce_units to launch
   std::map<int, std::vector<int>> gathers_by_handle;
   std::unordered_set<size_t> unreduced, released_early;  // test-only faults (inject_faults)
+
+  // What the executor derives from its program (at construction and at replace_program,
+  // between steps): the phases' instructions, the gathers and copies by handle, the reduction
+  // units and where each gradient is complete.
+  void follow_program() {
+    forward_instrs.clear();
+    backward_instrs.clear();
+    gathers_by_handle.clear();
+    copy_handles.clear();
+    completed_by.clear();
+    std::vector<int> deliveries = ir::gradient_deliveries(program);
+    for (size_t i = 0; i < params.size(); ++i) params[i].deliveries = deliveries[i];
+    for (size_t i = 0; i < program.instrs.size(); ++i) {
+      const ir::Instr& in = program.instrs[i];
+      if (in.phase == ir::Phase::Forward) forward_instrs.push_back(i);
+      if (in.phase == ir::Phase::Backward) backward_instrs.push_back(i);
+      if (in.kind == ir::OpKind::AllGather) gathers_by_handle[in.handle] = in.params;
+      if (in.kind == ir::OpKind::OffloadStates || in.kind == ir::OpKind::ReloadStates) copy_handles.insert(in.handle);
+    }
+    plan_reductions();
+    // A parameter's gradient is complete after its last backward compute.
+    std::unordered_map<int, size_t> last_backward_use;
+    for (size_t i : backward_instrs)
+      if (program.instrs[i].kind == ir::OpKind::Compute)
+        for (int p : program.instrs[i].params) last_backward_use[p] = i;
+    for (auto& [p, i] : last_backward_use) completed_by[i].push_back(static_cast<size_t>(p));
+    for (auto& [i, ps] : completed_by) std::sort(ps.begin(), ps.end());
+  }
 
   // One all-gather of the given parameters' shards (those not resident or in flight already;
   // every rank skips the same ones).
@@ -179,7 +193,11 @@ struct ShardedExecutor::State {
           launch_gather(as_indices(in.params));
           break;
         case ir::OpKind::Wait:
-          wait_handle(in.handle);
+          wait_for(in);
+          break;
+        case ir::OpKind::OffloadStates:
+        case ir::OpKind::ReloadStates:
+          copy_states(in);
           break;
         case ir::OpKind::Release:
           for (int p : in.params) release(p);
@@ -238,7 +256,9 @@ struct ShardedExecutor::State {
       } else if (in.kind == ir::OpKind::AllGather) {
         launch_gather(as_indices(in.params));
       } else if (in.kind == ir::OpKind::Wait) {
-        wait_handle(in.handle);
+        wait_for(in);
+      } else if (in.kind == ir::OpKind::OffloadStates || in.kind == ir::OpKind::ReloadStates) {
+        copy_states(in);
       } else if (in.kind == ir::OpKind::Compute && backward_cursor < last) {
         auto it = completed_by.find(index);
         if (it == completed_by.end()) continue;
@@ -248,10 +268,24 @@ struct ShardedExecutor::State {
     }
   }
 
-  void wait_handle(int handle) {
-    auto it = gathers_by_handle.find(handle);
+  void wait_for(const ir::Instr& wait) {
+    if (copy_handles.count(wait.handle)) {
+      if (!ir::runs_in_micro_batch(wait.runs_in, micro_batch, micro_batches)) return;
+      if (!copier) throw InternalError("sharded executor: the program moves optimizer states, but no state copier is attached");
+      copier->wait(wait.handle);
+      return;
+    }
+    auto it = gathers_by_handle.find(wait.handle);
     if (it == gathers_by_handle.end()) return;
     for (int p : it->second) finish_gather(p);
+  }
+
+  // An offload_states or reload_states, in the micro-batches it runs in.
+  void copy_states(const ir::Instr& in) {
+    if (!ir::runs_in_micro_batch(in.runs_in, micro_batch, micro_batches)) return;
+    if (!copier) throw InternalError("sharded executor: the program moves optimizer states, but no state copier is attached");
+    if (in.kind == ir::OpKind::OffloadStates) copier->offload(in.handle, in.params);
+    else copier->reload(in.handle, in.params);
   }
 
   void on_grad(size_t p, const torch::Tensor& grad) {
@@ -548,22 +582,16 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
       return grad;
     });
   }
-  std::vector<int> deliveries = ir::gradient_deliveries(s.program);
-  for (size_t i = 0; i < s.params.size(); ++i) s.params[i].deliveries = deliveries[i];
-  for (size_t i = 0; i < s.program.instrs.size(); ++i) {
-    const ir::Instr& in = s.program.instrs[i];
-    if (in.phase == ir::Phase::Forward) s.forward_instrs.push_back(i);
-    if (in.phase == ir::Phase::Backward) s.backward_instrs.push_back(i);
-    if (in.kind == ir::OpKind::AllGather) s.gathers_by_handle[in.handle] = in.params;
-  }
-  s.plan_reductions();
-  // A parameter's gradient is complete after its last backward compute.
-  std::unordered_map<int, size_t> last_backward_use;
-  for (size_t i : s.backward_instrs)
-    if (s.program.instrs[i].kind == ir::OpKind::Compute)
-      for (int p : s.program.instrs[i].params) last_backward_use[p] = i;
-  for (auto& [p, i] : last_backward_use) s.completed_by[i].push_back(static_cast<size_t>(p));
-  for (auto& [i, ps] : s.completed_by) std::sort(ps.begin(), ps.end());
+  s.follow_program();
+}
+
+void ShardedExecutor::replace_program(ir::Program program) {
+  State& s = *s_;
+  if (program.params.size() != s.program.params.size() || program.sharding.optim != s.program.sharding.optim ||
+      program.sharding.params != s.program.sharding.params)
+    throw InternalError("sharded executor: a replacing program must have the same parameters and sharding");
+  s.program = std::move(program);
+  s.follow_program();
 }
 
 ShardedExecutor::~ShardedExecutor() = default;
@@ -592,8 +620,14 @@ void ShardedExecutor::release_all() {
   for (size_t p = 0; p < s_->params.size(); ++p) s_->release(p);
 }
 
-void ShardedExecutor::begin_forward(bool last_micro_batch) {
-  s_->last_micro_batch = last_micro_batch;
+void ShardedExecutor::attach_state_copier(StateCopier* copier) { s_->copier = copier; }
+
+bool ShardedExecutor::moves_optimizer_states() const { return !s_->copy_handles.empty(); }
+
+void ShardedExecutor::begin_forward(int64_t micro_batch, int64_t micro_batches) {
+  s_->micro_batch = micro_batch;
+  s_->micro_batches = micro_batches;
+  s_->last_micro_batch = micro_batch == micro_batches - 1;
   s_->cursor = 0;
   s_->backward_cursor = 0;
   s_->next_reduce = 0;

@@ -36,6 +36,8 @@
 
 namespace loom {
 
+class StateCopier;
+
 class ShardedExecutor : public nn::CallInterceptor {
  public:
   // The program must be the step planned for this model and sharding (lower_step). `inner`
@@ -52,8 +54,17 @@ class ShardedExecutor : public nn::CallInterceptor {
   // The process groups it runs its collectives on.
   const ShardGroups& groups() const;
 
-  // Before each micro-batch's forward; the last one ends the step's accumulation.
-  void begin_forward(bool last_micro_batch);
+  // Before each micro-batch's forward (`micro_batch` of `micro_batches`); the last one ends the
+  // step's accumulation.
+  void begin_forward(int64_t micro_batch, int64_t micro_batches);
+  // Adaptive offloading: the program's offload_states and reload_states run through `copier`
+  // (which must outlive the executor's steps).
+  void attach_state_copier(StateCopier* copier);
+  // Between steps (every parameter released, no reduction in flight): follow `program` from the
+  // next step on, a re-plan of the same parameters and sharding (backend/train/replan.h).
+  void replace_program(ir::Program program);
+  // Whether its program has state copies (offload_states / reload_states) for a copier to run.
+  bool moves_optimizer_states() const;
   // After the forward returned: runs the IR's remaining forward instructions (final releases).
   void finish_forward();
   // After backward: completes the gradient reductions still in flight (during backward each

@@ -22,6 +22,8 @@ const char* op_name(OpKind k) {
     case OpKind::OptimizerStep: return "optimizer_step";
     case OpKind::Offload: return "offload";
     case OpKind::Reload: return "reload";
+    case OpKind::OffloadStates: return "offload_states";
+    case OpKind::ReloadStates: return "reload_states";
     case OpKind::Compress: return "compress";
     case OpKind::CompressIndex: return "compress_index";
     case OpKind::CompressBound: return "compress_bound";
@@ -60,9 +62,22 @@ const char* micro_batches_name(MicroBatches m) {
     case MicroBatches::All: return "all";
     case MicroBatches::Last: return "last";
     case MicroBatches::AllButLast: return "all_but_last";
+    case MicroBatches::First: return "first";
   }
   return "?";
 }
+
+bool runs_in_micro_batch(MicroBatches m, int64_t index, int64_t count) {
+  switch (m) {
+    case MicroBatches::All: return true;
+    case MicroBatches::Last: return index == count - 1;
+    case MicroBatches::AllButLast: return index != count - 1;
+    case MicroBatches::First: return index == 0;
+  }
+  return false;
+}
+
+bool issues_handle(OpKind k) { return collective_op(k) != nullptr || k == OpKind::OffloadStates || k == OpKind::ReloadStates; }
 
 int64_t times_per_step(const Program& p, const Instr& in) {
   if (in.phase == Phase::Step) return 1;
@@ -70,6 +85,7 @@ int64_t times_per_step(const Program& p, const Instr& in) {
     case MicroBatches::All: return p.micro_batches;
     case MicroBatches::Last: return 1;
     case MicroBatches::AllButLast: return p.micro_batches - 1;
+    case MicroBatches::First: return 1;
   }
   return 0;
 }
@@ -131,7 +147,11 @@ std::string Program::to_text() const {
       extra += (in.phase == Phase::Forward || in.kind == OpKind::Recompute ? "saves " : "frees ") + format_size(in.activation_bytes) + "  ";
     if (in.handle >= 0 && in.kind != OpKind::Wait) extra += "-> %" + std::to_string(in.handle);
     if (micro_batches > 1 && in.phase != Phase::Step && in.runs_in != MicroBatches::All)
-      extra += std::string("  [") + (in.runs_in == MicroBatches::Last ? "last micro-batch" : "all but the last micro-batch") + "]";
+      extra += std::string("  [") +
+               (in.runs_in == MicroBatches::Last    ? "last micro-batch"
+                : in.runs_in == MicroBatches::First ? "first micro-batch"
+                                                    : "all but the last micro-batch") +
+               "]";
     std::snprintf(line, sizeof line, "%5zu %-4s %-15s %-40s %s\n", i, phase_name(in.phase), op_name(in.kind), what.c_str(),
                   extra.c_str());
     out += line;

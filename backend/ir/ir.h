@@ -25,6 +25,10 @@ enum class OpKind {
   OptimizerStep,  // update this rank's shard of parameters and states
   Offload,        // copy the gradients of host-held optimizer slices to the host (before the step)
   Reload,         // copy their updated values back to the device (after the step)
+  OffloadStates,  // start copying the optimizer states of `params`' slices to the host (async, copy
+                  // stream); its Wait frees them on the device
+  ReloadStates,   // allocate those states on the device again, start copying them back (async); its
+                  // Wait: they are there
   Compress,       // reduce a gradient to its shard owners with TAGC (a compressed reduce-scatter of its sketch)
   CompressIndex,  // TAGC: OR the index of a gradient's kept entries over the parameter group (all-reduce)
   CompressBound,  // TAGC: agree on the compression's error bound and estimated entries (all-reduce)
@@ -49,13 +53,18 @@ const char* op_name(OpKind k);
 // instructions that are not collectives. Lins' broadcast of updated slices runs as one
 // all_gather; TAGC's compress as a reduce_scatter of its sketch.
 const char* collective_op(OpKind k);
+// Instructions that start work another instruction waits for (a Wait on their handle):
+// collectives, and the optimizer-state copies (OffloadStates, ReloadStates).
+bool issues_handle(OpKind k);
 const char* phase_name(Phase p);
 
 // The micro-batches of a step an instruction of the forward and backward body runs in: the
 // body runs once per micro-batch (gradient accumulation), the step's tail once. Gradients
 // are reduced across data-parallel replicas in the last micro-batch only, as DDP's no_sync.
-enum class MicroBatches { All, Last, AllButLast };
-const char* micro_batches_name(MicroBatches m);  // "all", "last", "all_but_last"
+enum class MicroBatches { All, Last, AllButLast, First };
+const char* micro_batches_name(MicroBatches m);  // "all", "last", "all_but_last", "first"
+// Whether an instruction that runs in `m` runs in micro-batch `index` of `count`.
+bool runs_in_micro_batch(MicroBatches m, int64_t index, int64_t count);
 
 // A process group as the IR sees it: a role and a size.
 struct GroupRef {

@@ -38,6 +38,9 @@ std::string verify(const Program& p) {
       for (int q : in.params)
         if (q >= 0 && q < static_cast<int>(n_params) && !is_updated[q]) is_updated[q] = true, updated.push_back(q);
   std::vector<bool> on_host(n_params, false);  // offloaded, not yet reloaded
+  // Optimizer states moved by OffloadStates / ReloadStates (adaptive offloading).
+  enum class States { Device, Leaving, Host, Returning };
+  std::vector<States> states(n_params, States::Device);
   size_t offloaded = 0;
   // A gradient is complete after its parameter's last backward compute: no reduction before it.
   std::vector<long> last_backward_use(n_params, kNone);
@@ -49,9 +52,9 @@ std::string verify(const Program& p) {
     const Instr& in = p.instrs[i];
     for (int q : in.params)
       if (q < 0 || q >= static_cast<int>(n_params)) return at(i, p, "refers to parameter " + std::to_string(q) + ", which does not exist");
-    if (is_collective(in.kind)) {
+    if (issues_handle(in.kind)) {
       if (in.handle < 0 || in.handle >= static_cast<int>(issued.size()) || issued[in.handle] != kNone)
-        return at(i, p, "a collective needs a fresh handle");
+        return at(i, p, "an asynchronous instruction (a collective or a copy) needs a fresh handle");
       issued[in.handle] = static_cast<long>(i);
     }
     switch (in.kind) {
@@ -85,6 +88,27 @@ std::string verify(const Program& p) {
           return at(i, p, "waits for %" + std::to_string(in.handle) + " in other micro-batches than it runs in");
         if (collective.kind == OpKind::AllGather)
           for (int q : collective.params) state[q] = State::Resident;
+        if (collective.kind == OpKind::OffloadStates || collective.kind == OpKind::ReloadStates)
+          for (int q : collective.params) states[q] = collective.kind == OpKind::OffloadStates ? States::Host : States::Device;
+        break;
+      }
+      case OpKind::OffloadStates:
+      case OpKind::ReloadStates: {
+        bool out = in.kind == OpKind::OffloadStates;
+        // Once a step each way: out in the first micro-batch, back in the last.
+        MicroBatches once = out ? MicroBatches::First : MicroBatches::Last;
+        if (p.micro_batches > 1 && in.runs_in != once)
+          return at(i, p, std::string("moves optimizer states in other micro-batches than the ") + (out ? "first" : "last") +
+                              " (once a step each way)");
+        if (in.phase == Phase::Step) return at(i, p, "copies optimizer states in the step's tail, where the optimizer needs them");
+        for (int q : in.params) {
+          if (!is_updated[q]) return at(i, p, "moves the optimizer states of " + p.params[q].name + ", which this rank's optimizer does not update");
+          if (states[q] != (out ? States::Device : States::Host))
+            return at(i, p, (out ? "offloads the optimizer states of " + p.params[q].name + ", which are not on the device"
+                                 : "reloads the optimizer states of " + p.params[q].name +
+                                       ", which are not on the host (their offload must be waited first)"));
+          states[q] = out ? States::Leaving : States::Returning;
+        }
         break;
       }
       case OpKind::Release:
@@ -119,6 +143,10 @@ std::string verify(const Program& p) {
                            : in.kind == OpKind::Offload ? "copies gradients to the host"
                                                         : "updates parameters";
         stepped = stepped || in.kind == OpKind::OptimizerStep;
+        if (in.kind == OpKind::OptimizerStep)
+          for (int q : updated)
+            if (states[q] != States::Device)
+              return at(i, p, "updates " + p.params[q].name + " while its optimizer states are not back on the device (wait for their reload)");
         if (p.sharding.dp > 1 && p.reductions_placed) {
           for (int q : updated)
             if (!reduced[q]) return at(i, p, what + " before the gradient of " + p.params[q].name + " is reduced");
@@ -137,8 +165,12 @@ std::string verify(const Program& p) {
       default: break;
     }
   }
-  for (size_t h = 0; h < issued.size(); ++h)
-    if (issued[h] != kNone && !waited[h]) return at(static_cast<size_t>(issued[h]), p, "collective %" + std::to_string(h) + " is never waited");
+  for (size_t h = 0; h < issued.size(); ++h) {
+    if (issued[h] == kNone || waited[h]) continue;
+    size_t launch = static_cast<size_t>(issued[h]);
+    std::string what = is_collective(p.instrs[launch].kind) ? "collective %" : "copy %";
+    return at(launch, p, what + std::to_string(h) + " is never waited");
+  }
   for (size_t q = 0; q < n_params; ++q)
     if (sharded && p.gathers_placed && state[q] != State::Sharded) return "end of step: " + p.params[q].name + " is still gathered";
   for (size_t q = 0; q < n_params && offloaded > 0; ++q)

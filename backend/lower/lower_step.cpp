@@ -34,6 +34,7 @@ ir::Program finish_step_program(ir::Program initial, const RuntimePlan& plan, co
   inputs.data_parallel_bucket_bytes = options.bucket_bytes;
   inputs.offload = plan.offload;
   inputs.offload_budget = plan.offload_budget;
+  inputs.offload_automatic = plan.offload_automatic;
   inputs.memory = options.memory;
   ir::Program program = run_passes(std::move(initial), inputs, pipeline_passes(), records, debug);
   std::string problem = ir::verify_complete(program);

@@ -54,6 +54,7 @@ struct RuntimePlan {
   std::vector<CompressRequest> compress;
   bool offload = false;        // offload("optimizer"): optimizer states on the host
   int64_t offload_budget = 0;  // bytes of states allowed to stay on the device (auto: 0)
+  bool offload_automatic = false;  // budget=auto: adaptive offloading under a memory limit
   int tp = 1, pp = 1;          // mesh(): dp = world / (tp * pp)
   std::vector<TensorShard> shards;
   std::vector<SyncRequest> syncs;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "backend/passes/adaptive_offload.h"
+
 namespace loom::passes {
 namespace {
 
@@ -15,7 +17,7 @@ int64_t slice_elements(const ir::Program& p, int q) {
 }  // namespace
 
 bool offload_optimizer(ir::Program& p, const PassInputs& inputs) {
-  if (!inputs.offload) return false;
+  if (!inputs.offload || (offload_is_adaptive(inputs) && p.sharding.optim > 1)) return false;
   auto step = std::find_if(p.instrs.begin(), p.instrs.end(), [](const ir::Instr& in) { return in.kind == ir::OpKind::OptimizerStep; });
   if (step == p.instrs.end()) return false;
   ir::Instr to_host, to_device;

@@ -75,6 +75,7 @@ struct PassInputs {
   int64_t data_parallel_bucket_bytes = 1 << 20;  // DDP's bucket size (the run's bucket_bytes)
   bool offload = false;        // offload("optimizer"): optimizer states on the host
   int64_t offload_budget = 0;  // bytes of states that may stay on the device
+  bool offload_automatic = false;  // budget=auto: under a memory limit, adaptive_offload decides (else all offloaded)
   int reductions_in_flight = 2;  // backward reduce-scatters overlapping compute (window_reductions; 0: as placed)
   MemoryPlanning memory;
 };

@@ -6,6 +6,7 @@
 
 #include "backend/ir/verifier.h"
 #include "lang/diagnostics.h"
+#include "backend/passes/adaptive_offload.h"
 #include "backend/passes/auto_bucket.h"
 #include "backend/passes/bucket.h"
 #include "backend/passes/bucket_data_parallel.h"
@@ -37,7 +38,8 @@ const std::vector<std::pair<std::string, passes::Pass>>& pipeline_passes() {
       {"prefetch", passes::prefetch},                                     // budget=BYTES: gathers of the next blocks, ahead
       {"proactive_prefetch", passes::proactive_prefetch},                 // DeepCompile Alg. 1: budget=auto under a memory limit
       {"selective_unshard", passes::selective_unshard},                   // DeepCompile §4.3: unshard(auto) under a memory limit
-      {"offload_optimizer", passes::offload_optimizer},                   // DeepCompile §4.4: states on the host
+      {"adaptive_offload", passes::adaptive_offload},                     // DeepCompile Alg. 2: budget=auto under a memory limit
+      {"offload_optimizer", passes::offload_optimizer},                   // DeepCompile §4.4, static: states and the step on the host
   };
   return list;
 }

@@ -11,13 +11,10 @@ using ir::Phase;
 std::vector<Run> runs_of(const ir::Program& p) {
   std::vector<Run> runs;
   for (int64_t mb = 0; mb < p.micro_batches; ++mb) {
-    bool last = mb == p.micro_batches - 1;
     for (size_t i = 0; i < p.instrs.size(); ++i) {
       const Instr& in = p.instrs[i];
       if (in.phase == Phase::Step) continue;
-      bool runs_now = in.runs_in == ir::MicroBatches::All || (in.runs_in == ir::MicroBatches::Last && last) ||
-                      (in.runs_in == ir::MicroBatches::AllButLast && !last);
-      if (runs_now) runs.push_back({i, static_cast<int>(mb)});
+      if (ir::runs_in_micro_batch(in.runs_in, mb, p.micro_batches)) runs.push_back({i, static_cast<int>(mb)});
     }
   }
   for (size_t i = 0; i < p.instrs.size(); ++i)
@@ -130,13 +127,29 @@ int64_t GradientBuffers::change(const Instr& in) {
   return bytes;
 }
 
+StateCopies::StateCopies(const ir::Program& p) {
+  for (const Instr& in : p.instrs) {
+    if (in.kind != OpKind::OffloadStates || in.handle < 0) continue;
+    if (static_cast<size_t>(in.handle) >= freed_by_wait_.size()) freed_by_wait_.resize(static_cast<size_t>(in.handle) + 1, 0);
+    freed_by_wait_[static_cast<size_t>(in.handle)] = in.bytes;
+  }
+}
+
+int64_t StateCopies::change(const Instr& in) const {
+  if (in.kind == OpKind::ReloadStates) return in.bytes;
+  if (in.kind == OpKind::Wait && in.handle >= 0 && static_cast<size_t>(in.handle) < freed_by_wait_.size())
+    return -freed_by_wait_[static_cast<size_t>(in.handle)];
+  return 0;
+}
+
 std::vector<int64_t> memory_around_each(const ir::Program& p, const StateBytes& state_bytes, const InstructionCost* cost) {
   std::vector<int64_t> around(p.instrs.size(), 0);
   int64_t in_use = resident_bytes(p, state_bytes);
   GradientBuffers gradients(p);
+  StateCopies states(p);
   for (const Run& run : runs_of(p)) {
     Effect e = effect_of(p, p.instrs[run.instr], cost);
-    e.change += gradients.change(p.instrs[run.instr]);
+    e.change += gradients.change(p.instrs[run.instr]) + states.change(p.instrs[run.instr]);
     int64_t high = std::max({in_use, in_use + e.transient, in_use + e.change});
     around[run.instr] = std::max(around[run.instr], high);
     in_use += e.change;

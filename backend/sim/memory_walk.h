@@ -58,6 +58,18 @@ class GradientBuffers {
   int64_t full_bytes(int q) const;
 };
 
+// Optimizer states on the move (adaptive offloading, OffloadStates / ReloadStates): the wait of
+// an offload frees its states on the device; a reload allocates them again at its launch.
+class StateCopies {
+ public:
+  explicit StateCopies(const ir::Program& p);
+  // Bytes `in` allocates (positive) or frees (negative) for optimizer states.
+  int64_t change(const ir::Instr& in) const;
+
+ private:
+  std::vector<int64_t> freed_by_wait_;  // by handle: the bytes an offload's wait frees
+};
+
 // Per instruction, the most memory in use from just before it until its end, over every run of
 // it in the step: what an all-gather moved above it would add to (DeepCompile's P_mem, taken as
 // the peak around the operator rather than only before it, so a moved buffer that lives across

@@ -36,6 +36,7 @@ struct Rank {
   std::string meeting;              // the meeting its current instruction waits in, once issued
   int64_t memory = 0;
   std::unique_ptr<memory::GradientBuffers> gradients;  // the executor's full-size gradient buffers
+  std::unique_ptr<memory::StateCopies> states;         // optimizer states offloaded and reloaded
   bool done() const { return cursor >= runs.size(); }
 };
 
@@ -54,6 +55,7 @@ class Simulator {
       r.handle_end.assign(static_cast<size_t>(handles), -1);
       r.memory = memory::resident_bytes(stages[s], state_bytes);
       r.gradients = std::make_unique<memory::GradientBuffers>(stages[s]);
+      r.states = std::make_unique<memory::StateCopies>(stages[s]);
       ranks_.push_back(std::move(r));
       note_memory(ranks_.back(), 0);
     }
@@ -93,7 +95,7 @@ class Simulator {
     switch (in.kind) {
       case OpKind::Wait: {
         if (in.handle >= 0) r.host = std::max(r.host, r.handle_end[static_cast<size_t>(in.handle)]);
-        if (int64_t freed = r.gradients->change(in)) {  // a reduction's gradients, consumed
+        if (int64_t freed = r.gradients->change(in) + r.states->change(in)) {  // a reduction's gradients consumed, offloaded states freed
           r.memory += freed;
           note_memory(r, run.instr);
         }
@@ -126,6 +128,18 @@ class Simulator {
         double start = std::max(r.host, r.copy_free);
         r.host = r.copy_free = start + cost_.seconds(p, in);
         record(r, run, "copy", start, r.host);
+        break;
+      }
+      case OpKind::OffloadStates:
+      case OpKind::ReloadStates: {  // on the copy stream, while the host goes on
+        double start = std::max(r.host, r.copy_free);
+        r.copy_free = start + cost_.seconds(p, in);
+        r.handle_end[static_cast<size_t>(in.handle)] = r.copy_free;
+        record(r, run, "copy", start, r.copy_free);
+        if (int64_t allocated = r.states->change(in)) {  // a reload's states, on the device again
+          r.memory += allocated;
+          note_memory(r, run.instr);
+        }
         break;
       }
       default:

@@ -18,11 +18,13 @@
 #include "backend/exec/activation_checkpoint.h"
 #include "backend/exec/gradient_reducer.h"
 #include "backend/exec/optimizer_offload.h"
+#include "backend/exec/state_copier.h"
 #include "backend/exec/pipeline_stage.h"
 #include "backend/exec/sharded_executor.h"
 #include "backend/exec/tensor_parallel.h"
 #include "backend/instrument/op_profiler.h"
 #include "backend/ir/ir.h"
+#include "backend/lower/lower_step.h"
 #include "backend/lower/mesh_layout.h"
 #include "backend/lower/pipeline_stages.h"
 #include "backend/train/optimizer_checkpoint.h"
@@ -62,6 +64,7 @@ struct RankRun {
   std::unique_ptr<ActivationCheckpointer> checkpointer;
   ir::OpTrace trace;                 // the model's compute ops (the op profiler keeps a reference)
   std::optional<ir::Program> step;  // this rank's step program
+  StepOptions step_options;         // what it was lowered with (a re-plan lowers again, with times)
   std::unique_ptr<OpProfiler> profiler;
   std::unique_ptr<ShardedExecutor> sharded;
   std::unique_ptr<StepRecorder> recorder;
@@ -71,6 +74,7 @@ struct RankRun {
   std::vector<OptimizedRange> ranges;        // the optimized tensors as ranges (records, faults)
   std::unique_ptr<OptimizerOffload> offload;
   std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<StateCopier> state_copier;  // adaptive offloading's copies of the optimizer's states
   std::unique_ptr<GradientReducer> reducer;
   std::unique_ptr<TimelineObserver> observer;
   std::ofstream metrics;
@@ -93,6 +97,9 @@ std::unique_ptr<RankRun> set_up_rank(const TrainOptions& options, const RankEnv&
 StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result);
 // After the last step: interceptors off, the profile and the timeline written (step_loop.cpp).
 void finish_rank(RankRun& r);
+// Adaptive offloading: AdamW's states created now and a state copier attached to the sharded
+// executor (rank_setup.cpp; a re-plan that starts moving states calls it too).
+void attach_state_copier(RankRun& r);
 // 1234567 -> "1,234,567".
 std::string with_commas(int64_t n);
 

@@ -48,6 +48,7 @@
 #include "backend/comm/shard_groups.h"
 #include "backend/exec/sharded_grad_clip.h"
 #include "backend/exec/sharded_executor.h"
+#include "backend/exec/state_copier.h"
 #include "models/replacements.h"
 #include "verifier/differential/step_record.h"
 #include "backend/exec/tensor_parallel.h"
@@ -103,6 +104,13 @@ void check_options(const TrainOptions& o) {
   positive(o.seq, "--seq");
   positive(o.steps, "--steps");
   positive(o.accum, "--accum");
+  if (o.replan_at != 0 && (o.replan_at < 2 || o.replan_at >= o.steps))
+    throw UserError(SourceRange{}, "--replan-at " + std::to_string(o.replan_at) + ": the re-plan needs a measured step after the first and a step after it to run on (--steps " + std::to_string(o.steps) + ")",
+                    "give --replan-at between 2 and --steps - 1, e.g. --replan-at 3");
+  if (o.replan_at > 0 && !o.resume.empty())
+    throw UserError(SourceRange{}, "--replan-at with --resume: a resumed run does not re-plan yet", "drop --replan-at, or start the run afresh");
+  if (o.replan_at > 0 && !o.profile_out.empty())
+    throw UserError(SourceRange{}, "loom profile does not re-plan: it measures the program as planned", "drop --replan-at");
   if (!(o.lr > 0)) throw UserError(SourceRange{}, "--lr must be positive", "e.g. --lr 3e-3");
   if (o.reduce_dtype == "bf16" && !(resolved_device(o) == "cuda" && o.backend != "gloo"))
     throw UserError(SourceRange{}, "--reduce-dtype bf16 needs NCCL (gloo in LibTorch 1.13 has no bf16 reductions)",
@@ -286,19 +294,20 @@ void warn_if_over_limit(const ir::Program& step, const MemoryPlanning& memory, i
   if (peak > memory.limit)
     std::cerr << "loom run: warning: the step's predicted peak " << format_size(peak) << " is above --memory-limit "
               << format_size(memory.limit) << ": its base placement (model states, activations, the gathers the schedule "
-              << "places) does not fit, so prefetch(budget=auto), unshard(auto) and bucket(size=auto) add nothing\n";
+              << "places, less what offload(\"optimizer\", budget=auto) moves to the host) does not fit, so "
+              << "prefetch(budget=auto), unshard(auto) and bucket(size=auto) add nothing\n";
 }
 
 // The interceptors around every module call, innermost first: checkpointing, the op profiler,
 // the sharded executor, tensor parallelism, the step recorder, the pipeline stage.
 void install_executors(RankRun& r, const std::vector<std::string>& unreduced, torch::Dtype reduce_dtype) {
   const TrainOptions& o = r.o;
-  bool profiling = !o.profile_out.empty();
+  bool profiling = !o.profile_out.empty() || o.replan_at > 0;  // a re-plan measures the run's ops
   ir::OpTrace& trace = r.trace;
   trace = trace_model(o.model, {o.micro_batch, o.seq}, r.plan.replacements);
   // The step's program, as `loom explain --rank` shows it for this rank: the sharded executor
   // follows it, the data-parallel reducer takes its buckets from it, the step's tail runs it.
-  StepOptions step_options;
+  StepOptions& step_options = r.step_options;
   step_options.bucket_bytes = o.bucket_bytes;
   step_options.grad_norm = measures_grad_norm(o);
   step_options.accum = o.accum;
@@ -420,6 +429,7 @@ void create_optimizer(RankRun& r) {
   if (r.offload)
     for (size_t i = 0; i < r.state_ranges.size(); ++i) r.state_ranges[i].tensor = r.offload->optimized()[i];
   if (!r.resume_dir.empty()) load_optimizer_ranges(r.resume_dir, r.state_ranges, *r.optimizer);
+  if (r.sharded && r.sharded->moves_optimizer_states()) attach_state_copier(r);
 }
 
 // The run's first lines on rank 0: what trains, on what, in which shape.
@@ -444,6 +454,15 @@ void print_header(const RankRun& r) {
     std::cout << "offload: the optimizer states of " << r.offload->offloaded_count() << " of " << r.optimized.size()
               << " tensors (" << r.offload->offloaded_elements() << " elements per rank) live in host memory\n"
               << std::flush;
+  if (r.state_copier) {
+    int64_t fragments = 0, bytes = 0;
+    for (const ir::Instr& in : r.step->instrs)
+      if (in.kind == ir::OpKind::OffloadStates) ++fragments, bytes += in.bytes;
+    std::cout << "offload: adaptive (deepcompile.txt Algorithm 2): the optimizer states of " << fragments << " of "
+              << r.optimized.size() << " tensors (" << format_size(bytes)
+              << " per rank) go to the host during each step's forward and come back in its backward; the step runs on the device\n"
+              << std::flush;
+  }
 }
 
 }  // namespace
@@ -517,6 +536,20 @@ RankRun::~RankRun() {
 }
 
 // Everything before the first step.
+// Adaptive offloading (offload_states / reload_states in the program): the states exist from the
+// start, as AdamW makes them at its first step (zeros, step 0), so the first forward can offload
+// them; the executor moves them through a copier over the optimizer's states.
+void attach_state_copier(RankRun& r) {
+  for (const torch::Tensor& t : r.optimized) compat::adamw_state(*r.optimizer, t);
+  torch::optim::AdamW* optimizer = r.optimizer.get();
+  std::vector<torch::Tensor> optimized = r.optimized;  // by the program's parameter index
+  r.state_copier = std::make_unique<StateCopier>([optimizer, optimized](int q) {
+    torch::optim::AdamWParamState& s = compat::adamw_state(*optimizer, optimized.at(static_cast<size_t>(q)));
+    return std::vector<torch::Tensor>{s.exp_avg(), s.exp_avg_sq()};
+  });
+  r.sharded->attach_state_copier(r.state_copier.get());
+}
+
 std::unique_ptr<RankRun> set_up_rank(const TrainOptions& o, const RankEnv& env) {
   auto r = std::make_unique<RankRun>(o, env);
   r->threads = resolved_threads(o, env.local_world);

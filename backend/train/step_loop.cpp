@@ -37,6 +37,7 @@
 #include "backend/instrument/op_profiler.h"
 #include "backend/train/optimizer_checkpoint.h"
 #include "backend/exec/optimizer_offload.h"
+#include "backend/train/replan.h"
 #include "backend/train/output_paths.h"
 #include "backend/comm/mesh_groups.h"
 #include "backend/train/mesh_model.h"
@@ -112,8 +113,8 @@ double train_micro_batch(RankRun& r, int64_t step, int64_t micro, bool recording
                    r.tokens.data() + i * (o.seq + 1));
   torch::Tensor batch = torch::from_blob(r.tokens.data(), {o.micro_batch, o.seq + 1}, torch::kLong).to(r.device);
   torch::Tensor x = batch.narrow(1, 0, o.seq), y = batch.narrow(1, 1, o.seq).contiguous();
-  if (r.sharded) r.sharded->begin_forward(micro == o.accum - 1);
-  if (r.profiler) r.profiler->begin_forward(step >= o.profile_warmup);
+  if (r.sharded) r.sharded->begin_forward(micro, o.accum);
+  if (r.profiler) r.profiler->begin_forward(measures_step(o, step));
   torch::Tensor logits;
   bool handed_on = false;  // a pipeline stage before the last: its activation went to the next stage
   {
@@ -324,7 +325,7 @@ void finish_rank(RankRun& r) {
   const TrainOptions& o = r.o;
   nn::set_call_interceptor(nullptr);
   nn::set_call_observer(nullptr);
-  if (r.profiler) write_profile(o, *r.profiler, *r.world, r.sharded ? &r.sharded->groups() : nullptr, r.mesh.get(), r.device, r.env);
+  if (r.profiler && !o.profile_out.empty()) write_profile(o, *r.profiler, *r.world, r.sharded ? &r.sharded->groups() : nullptr, r.mesh.get(), r.device, r.env);
   if (!o.trace.empty()) {
     // Each rank writes its events; rank 0 merges them (ranks of one node share the file system).
     timeline::write_rank_events(o.trace + ".rank" + std::to_string(r.env.rank));

@@ -11,6 +11,7 @@
 #include <torch/types.h>
 
 #include "backend/comm/communicator.h"
+#include "backend/train/replan.h"
 #include "backend/instrument/memory_counter.h"
 #include "backend/torch_compat.h"
 #include "backend/train/lr_schedule.h"
@@ -95,6 +96,7 @@ TrainResult run_training(const TrainOptions& o, const RankEnv& env) {
     StepMetrics measured = train_step(*r, step, result);
     if (r->lead()) progress.update(measured.step, measured.loss, measured.tokens_per_s, measured.step_ms, measured.peak_bytes);
     result.steps.push_back(measured);
+    if (step + 1 == o.replan_at) replan(*r, step + 1, result);
   }
   finish_rank(*r);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
@@ -104,7 +106,8 @@ TrainResult run_training(const TrainOptions& o, const RankEnv& env) {
 int train(const TrainOptions& o, const RankEnv& env) {
   try {
     TrainResult result = run_training(o, env);
-    if (env.rank == 0 && o.profile_out.empty() && o.record.empty()) std::cout << describe_summary(o, result) << std::flush;
+    if (env.rank == 0 && o.profile_out.empty() && o.record.empty())
+      std::cout << describe_summary(o, result) << describe_replan_outcome(o, result) << std::flush;
     return 0;
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), nullptr);

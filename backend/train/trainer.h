@@ -39,6 +39,7 @@ struct TrainOptions {
   std::string metrics;                // JSON lines, one per step (rank 0)
   std::string trace;                  // Chrome trace of the executed timeline (all ranks, merged by rank 0)
   int timeout_s = 300;                // store and collective timeout
+  int64_t replan_at = 0;              // the two-level loop (backend/train/replan.h): re-plan after this step; 0: never
   int64_t memory_limit = 0;           // bytes per rank the memory-aware passes plan within (docs/passes.md); 0: none
   int64_t bucket_bytes = 1 << 20;     // gradient bucket size
   std::vector<std::string> sets;      // --set knob=value

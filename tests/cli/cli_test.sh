@@ -107,6 +107,15 @@ expect "a limit the base placement exceeds is said with the numbers" 0 "warning:
 expect "run warns when the base placement is over the limit, with the numbers" 0 "loom run: warning: the step's predicted peak" \
   "is above --memory-limit 1.0 MiB: its base placement" -- "$loom" run tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2 \
   --seq 32 --micro-batch 2 --steps 1 --threads 1 --memory-limit 1MiB
+# --replan-at (the two-level loop, docs/passes.md): its bounds, and what it does not combine with.
+expect "a re-plan at step 1 has no measured step" 1 "error: --replan-at 1: the re-plan needs a measured step after the first and a step after it to run on (--steps 4)" \
+  "hint: give --replan-at between 2 and --steps - 1, e.g. --replan-at 3" -- "$loom" run --model gpt:tiny --steps 4 --replan-at 1
+expect "a re-plan at the last step has no step to run on" 1 "error: --replan-at 4: the re-plan needs a measured step after the first" \
+  -- "$loom" run --model gpt:tiny --steps 4 --replan-at 4
+expect "a resumed run does not re-plan" 1 "error: --replan-at with --resume: a resumed run does not re-plan yet" \
+  "hint: drop --replan-at, or start the run afresh" -- "$loom" run --model gpt:tiny --steps 4 --replan-at 2 --resume "$tmp"
+expect "data parallelism has nothing to re-plan, and says so" 0 "loom run: --replan-at: nothing to re-plan: the memory-aware passes act on sharded runs only" \
+  -- "$loom" run --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --steps 3 --threads 1 --replan-at 2
 expect "run takes the limit too" 2 "expects a size such as 600MiB" -- "$loom" run --model gpt:tiny --memory-limit 6XB
 expect "unknown knob lists the declared ones" 1 "--set names knob 'nosuch', which the schedule never declares" \
   'hint: declared knobs: ["micro_batch", "ckpt_ratio"]' -- "$loom" run tests/cli/knobs.sched --model gpt:tiny --set nosuch=1 --steps 1
@@ -158,6 +167,13 @@ prof="profile --model gpt:tiny --nproc 2 --steps 1 --seq 32 --micro-batch 2 --th
 expect "profile" 0 "collectives (alpha-beta fit" -- "$loom" $prof stdlib_schedules/zero3.sched --out "$tmp/profile.json"
 expect "profile cached" 0 "loom profile: reusing $tmp/cache/gpt-tiny-w2-" -- "$loom" $prof stdlib_schedules/zero3.sched
 expect "explain --profile" 0 "# estimate from $tmp/profile.json (serial sums" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --profile "$tmp/profile.json"
+# ... and the passes plan with its times: bucket(size=auto) sizes buckets for overlap (the program
+# a run's --replan-at settles on) where without times it buckets each block whole.
+printf 'import "stdlib/zero3.sched"\nsch.blocks().bucket(size=auto)\n' > "$tmp/bucket_auto.sched"
+expect "explain --profile plans with the measured times" 0 "the buckets differ" -- bash -c "
+  a=\$(\"$loom\" explain \"$tmp/bucket_auto.sched\" --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --memory-limit 1GiB | grep -c all_gather)
+  b=\$(\"$loom\" explain \"$tmp/bucket_auto.sched\" --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --memory-limit 1GiB --profile \"$tmp/profile.json\" | grep -c all_gather)
+  echo \"all_gathers without times \$a, with \$b\"; [ \"\$a\" != \"\$b\" ] && echo 'the buckets differ'"
 expect "explain --profile other model" 2 "error: $tmp/profile.json was measured for other compute ops: the step's op 0 is \`embed_tokens\`, the profile's is \`wpe\`" -- "$loom" explain --model llama:tiny --nproc 2 --profile "$tmp/profile.json"
 expect "explain --profile missing" 2 "error: cannot read the profile '$tmp/none.json'" -- "$loom" explain --model gpt:tiny --nproc 2 --profile "$tmp/none.json"
 expect "explain --profile not a profile" 2 "is not a readable Loom profile" -- "$loom" explain --model gpt:tiny --nproc 2 --profile stdlib_schedules/zero3.sched

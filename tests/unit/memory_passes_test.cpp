@@ -3,6 +3,7 @@
 // and the memory walk they plan with.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -294,4 +295,150 @@ TEST_CASE("bucket(size=BYTES) caps each bucket; bucket(size=auto) without times 
   CHECK(words(lowered(four_layers(), untimed), ir::Phase::Forward) ==
         std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "wait", "c(l0)", "rel(l0.w)", "wait", "c(l1)", "rel(l1.w)", "ag(l2.w)",
                                  "wait", "c(l2)", "rel(l2.w)", "ag(l3.w)", "wait", "c(l3)", "rel(l3.w)"});
+}
+
+namespace {
+
+passes::PassInputs adaptive_offload_under(int64_t limit) {
+  passes::PassInputs in;
+  in.offload = in.offload_automatic = true;
+  in.memory.limit = limit;
+  return in;
+}
+
+// The program's instructions of `phase` as words, the state copies and their waits named:
+// "off(l0.w)", "wait off(l0.w)", "re(l0.w)", "wait re(l0.w)"; other waits "wait".
+std::vector<std::string> copy_words(const ir::Program& p, ir::Phase phase) {
+  std::map<int, std::string> copy_of;
+  std::vector<std::string> out;
+  for (const ir::Instr& in : p.instrs) {
+    std::string name = in.params.empty() ? "" : p.params[static_cast<size_t>(in.params[0])].name;
+    if (in.kind == OpKind::OffloadStates) copy_of[in.handle] = "off(" + name + ")";
+    if (in.kind == OpKind::ReloadStates) copy_of[in.handle] = "re(" + name + ")";
+    if (in.phase != phase) continue;
+    switch (in.kind) {
+      case OpKind::OffloadStates:
+      case OpKind::ReloadStates: out.push_back(copy_of[in.handle]); break;
+      case OpKind::Wait: out.push_back(copy_of.count(in.handle) ? "wait " + copy_of[in.handle] : "wait"); break;
+      case OpKind::AllGather: out.push_back("ag(" + name + ")"); break;
+      case OpKind::Release: out.push_back("rel(" + name + ")"); break;
+      case OpKind::ReduceScatter: out.push_back("rs(" + name + ")"); break;
+      case OpKind::Compute: out.push_back("c(" + in.module + ")"); break;
+      default: out.push_back(ir::op_name(in.kind)); break;
+    }
+  }
+  return out;
+}
+
+int64_t walk_peak(const ir::Program& p) {
+  std::vector<int64_t> around = memory::memory_around_each(p, StateBytes::loom_adamw(), nullptr);
+  return *std::max_element(around.begin(), around.end());
+}
+
+}  // namespace
+
+TEST_CASE("adaptive offloading (Algorithm 2): the fragments over the limit leave in forward, wait where memory needs it, come back in backward") {
+  // Three layers saving 50 bytes each: the walk peaks at 3,800 bytes at l0's backward (states
+  // 2,400, l0's buffer 200, its activation 50 less, three full gradients of 400). A fragment is
+  // a slice's AdamW states, 50 elements x 8 = 400 bytes. Under M = 3,300: 3,800 - 400 > M, so
+  // l0.w's and l1.w's fragments are offloaded (3,000 <= M).
+  ir::Program base = lowered(three_layers(50), {});
+  REQUIRE(walk_peak(base) == 3800);
+  ir::Program p = lowered(three_layers(50), adaptive_offload_under(3300));
+  std::vector<std::string> forward = copy_words(p, ir::Phase::Forward);
+  CHECK(std::vector<std::string>(forward.begin(), forward.begin() + 3) == std::vector<std::string>{"off(l0.w)", "off(l1.w)", "ag(l0.w)"});
+  // Waits: l1's backward peaks at 3,450 > M, so l0.w's offload is waited (its states freed) just
+  // before it; l0's backward at 3,800 - 400 > M takes l1.w's. Reloads, from the memory with the
+  // offloads (l0's backward 3,000, the last reduction's wait 3,000, l0's release 2,600 before
+  // it, 2,800 with l0.w's states back): l0.w's states fit from l0.w's release on (2,600 + 400),
+  // l1.w's from the wait after it (2,800 + 400 <= M; 3,000 + 400 before it is not). The step
+  // waits for both at the end of the backward.
+  CHECK(copy_words(p, ir::Phase::Backward) ==
+        std::vector<std::string>{"ag(l2.w)", "wait", "c(l2)", "rs(l2.w)", "rel(l2.w)", "ag(l1.w)", "wait", "wait off(l0.w)", "c(l1)",
+                                 "rs(l1.w)", "rel(l1.w)", "ag(l0.w)", "wait", "wait off(l1.w)", "c(l0)", "rs(l0.w)", "wait",
+                                 "re(l0.w)", "rel(l0.w)", "re(l1.w)", "wait", "wait", "wait re(l0.w)", "wait re(l1.w)"});
+  CHECK(walk_peak(p) == 3200);  // l1.w's reload: 2,800 + 400, under M
+  CHECK(ir::verify_complete(p) == "");
+  // The simulator sees the copies: its peak is the walk's, and the copy stream carries them.
+  ClusterCost cost(load_cluster("dgx-a100", cluster_dirs()), Precision::Bf16, 8);
+  SimResult r = simulate({p}, cost);
+  CHECK(r.peak_bytes == 3200);
+}
+
+TEST_CASE("adaptive offloading: a fitting peak moves nothing; without a limit budget=auto offloads every state with a host step") {
+  ir::Program roomy = lowered(three_layers(50), adaptive_offload_under(3800));
+  for (const ir::Instr& in : roomy.instrs) CHECK((in.kind != OpKind::OffloadStates && in.kind != OpKind::Offload));
+  passes::PassInputs unlimited = adaptive_offload_under(0);
+  ir::Program all = lowered(three_layers(50), unlimited);
+  int offloads = 0, state_copies = 0;
+  for (const ir::Instr& in : all.instrs) {
+    if (in.kind == OpKind::Offload) offloads += static_cast<int>(in.params.size());
+    if (in.kind == OpKind::OffloadStates) ++state_copies;
+  }
+  CHECK(offloads == 3);
+  CHECK(state_copies == 0);
+  // Under a limit no offload meets, every fragment goes, and the walk says by how much it is over.
+  ir::Program tight = lowered(three_layers(50), adaptive_offload_under(2000));
+  int fragments = 0;
+  for (const ir::Instr& in : tight.instrs) fragments += in.kind == OpKind::OffloadStates;
+  CHECK(fragments == 3);
+  CHECK(walk_peak(tight) > 2000);
+  CHECK(ir::verify_complete(tight) == "");
+}
+
+TEST_CASE("adaptive offloading with accumulation: offloads in the first micro-batch, reloads in the last") {
+  ir::OpTrace t = three_layers(50);
+  PipelineDebug each;
+  each.verify_each_pass = true;
+  ir::Program p = run_passes(ir::lower(t, kZero3, true, 2), adaptive_offload_under(3300), pipeline_passes(), nullptr, each);
+  std::map<int, OpKind> launcher;
+  for (const ir::Instr& in : p.instrs) {
+    if (in.kind == OpKind::OffloadStates || in.kind == OpKind::ReloadStates) launcher[in.handle] = in.kind;
+    if (!launcher.count(in.handle)) continue;  // not a copy nor a copy's wait
+    CHECK(in.runs_in == (launcher[in.handle] == OpKind::OffloadStates ? ir::MicroBatches::First : ir::MicroBatches::Last));
+  }
+  CHECK(launcher.size() >= 2);
+  CHECK(p.to_text().find("[first micro-batch]") != std::string::npos);
+  CHECK(ir::verify_complete(p) == "");
+}
+
+TEST_CASE("the IR verifier checks the state copies: reloaded after the offload's wait, back before the optimizer step") {
+  ir::Program p = lowered(three_layers(50), adaptive_offload_under(3300));
+  auto position = [&](OpKind kind, const std::string& param) {
+    for (size_t i = 0; i < p.instrs.size(); ++i)
+      if (p.instrs[i].kind == kind && p.params[static_cast<size_t>(p.instrs[i].params.at(0))].name == param) return i;
+    return p.instrs.size();
+  };
+  auto wait_of = [&](size_t launch) {
+    for (size_t i = 0; i < p.instrs.size(); ++i)
+      if (p.instrs[i].kind == OpKind::Wait && p.instrs[i].handle == p.instrs[launch].handle) return i;
+    return p.instrs.size();
+  };
+  SUBCASE("a reload never waited") {
+    p.instrs.erase(p.instrs.begin() + static_cast<long>(wait_of(position(OpKind::ReloadStates, "l1.w"))));
+    CHECK(ir::verify(p).find("updates l1.w while its optimizer states are not back on the device (wait for their reload)") != std::string::npos);
+  }
+  SUBCASE("a reload before its offload's wait") {
+    ir::Instr reload = p.instrs[position(OpKind::ReloadStates, "l0.w")];
+    p.instrs.erase(p.instrs.begin() + static_cast<long>(position(OpKind::ReloadStates, "l0.w")));
+    p.instrs.insert(p.instrs.begin() + static_cast<long>(wait_of(position(OpKind::OffloadStates, "l0.w"))), reload);
+    CHECK(ir::verify(p).find("reloads the optimizer states of l0.w, which are not on the host (their offload must be waited first)") !=
+          std::string::npos);
+  }
+  SUBCASE("a copy in the step's tail") {
+    p.instrs[position(OpKind::OffloadStates, "l0.w")].phase = ir::Phase::Step;
+    CHECK(ir::verify(p).find("copies optimizer states in the step's tail, where the optimizer needs them") != std::string::npos);
+  }
+}
+
+TEST_CASE("the IR verifier: with accumulation, states leave in the first micro-batch and come back in the last only") {
+  ir::OpTrace t = three_layers(50);
+  ir::Program p = run_passes(ir::lower(t, kZero3, true, 2), adaptive_offload_under(3300), pipeline_passes(), nullptr, {});
+  REQUIRE(ir::verify(p) == "");
+  for (ir::Instr& in : p.instrs)
+    if (in.kind == OpKind::OffloadStates) {
+      in.runs_in = ir::MicroBatches::All;  // would leave again from the second micro-batch, freed already
+      break;
+    }
+  CHECK(ir::verify(p).find("moves optimizer states in other micro-batches than the first (once a step each way)") != std::string::npos);
 }

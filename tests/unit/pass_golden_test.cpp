@@ -68,6 +68,10 @@ std::map<std::string, GoldenCase> golden_cases() {
   offload.offload = true;
   offload.offload_budget = 8 * 30;  // the states of the slices of wte (20 elements), h.0.fc.w and h.0.proj.w (5 each) fit
   cases["offload_optimizer"] = {zero3, offload, "ZeRO-3 at dp 2, optimizer states offloaded beyond a 240-byte budget"};
+  passes::PassInputs adaptive;
+  adaptive.offload = adaptive.offload_automatic = true;
+  adaptive.memory.limit = 700;
+  cases["adaptive_offload"] = {zero3, adaptive, "ZeRO-3 at dp 2, offload(\"optimizer\", budget=auto) under a 700-byte limit"};
   passes::PassInputs window;
   window.reductions_in_flight = 2;
   cases["window_reductions"] = {zero3, window, "ZeRO-3 at dp 2, two reductions in flight"};

@@ -1,0 +1,154 @@
+#include "backend/train/replan.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+
+#include <torch/csrc/autograd/generated/variable_factories.h>
+
+#include "backend/cost/instruction_cost.h"
+#include "backend/cost/profile_times.h"
+#include "backend/exec/sharded_executor.h"
+#include "backend/instrument/collective_profiler.h"
+#include "backend/instrument/op_profiler.h"
+#include "backend/lower/lower_step.h"
+#include "backend/passes/pass_pipeline.h"
+#include "backend/sim/simulator.h"
+#include "lang/diagnostics.h"
+#include "lang/value.h"
+
+namespace loom {
+namespace {
+
+// The measurements of this run so far, the same on every rank: the op profiler's figures are
+// reduced over the ranks, and the collectives are timed now, on the run's own process groups.
+Profile measured_profile(RankRun& r) {
+  Profile profile;
+  profile.device = r.cuda ? "cuda" : "cpu";
+  profile.measured_steps = static_cast<int>(r.o.replan_at - 1);
+  profile.ops = r.profiler->result(*r.world);
+  profile.optimizer_step_ms = r.profiler->optimizer_step_ms(*r.world);
+  CollectiveSweep sweep;
+  sweep.repeats = 5;  // a re-plan's sweep: short, its line only has to rank the passes' choices
+  profile.collectives = profile_collectives(*r.world, &r.sharded->groups(), nullptr, r.device, sweep);
+  return profile;
+}
+
+// Every rank must switch to the same program, or their collectives would not match.
+void check_same_on_every_rank(RankRun& r, const ir::Program& program) {
+  int64_t hash = static_cast<int64_t>(std::hash<std::string>{}(program.to_json()) >> 1);
+  torch::Tensor high = torch::tensor({hash}, torch::dtype(torch::kLong)).to(r.device), low = high.clone();
+  comm::all_reduce(*r.world, high, {comm::ReduceOp::Max}).wait();
+  comm::all_reduce(*r.world, low, {comm::ReduceOp::Min}).wait();
+  if (high.item<int64_t>() != low.item<int64_t>())
+    throw InternalError("re-plan: the ranks planned different programs from the same measurements");
+}
+
+std::map<std::string, int> collectives_of(const ir::Program& p) {
+  std::map<std::string, int> n;
+  for (const ir::Instr& in : p.instrs)
+    if (ir::issued_collective(in)) ++n[ir::op_name(in.kind)];
+  return n;
+}
+
+double median_step_ms(const TrainResult& result, size_t from, size_t to) {
+  std::vector<double> ms;
+  for (size_t i = from; i < std::min(to, result.steps.size()); ++i) ms.push_back(result.steps[i].step_ms);
+  if (ms.empty()) return 0;
+  std::nth_element(ms.begin(), ms.begin() + static_cast<long>(ms.size() / 2), ms.end());
+  return ms[ms.size() / 2];
+}
+
+int64_t peak_of(const TrainResult& result, size_t from, size_t to) {
+  int64_t peak = 0;
+  for (size_t i = from; i < std::min(to, result.steps.size()); ++i) peak = std::max(peak, result.steps[i].peak_bytes);
+  return peak;
+}
+
+// The re-plan's prediction: both programs simulated on the run's measurements.
+struct Prediction {
+  SimResult current, next;
+};
+
+Prediction predict(const RankRun& r, const ir::Program& next, const Profile& profile) {
+  // A profile's cost prices the very programs it was built over: one vector each, kept.
+  std::vector<ir::Program> current_stages{*r.step}, next_stages{next};
+  return {simulate(current_stages, ProfileCost(current_stages, profile, "the run's measurements")),
+          simulate(next_stages, ProfileCost(next_stages, profile, "the run's measurements"))};
+}
+
+void log_replan(const RankRun& r, const ir::Program& next, const std::vector<PassRecord>& records, const Prediction* predicted,
+                bool switching, int64_t steps_done, const TrainResult& result) {
+  std::string acted;
+  for (const PassRecord& p : records)
+    if (p.changed) acted += (acted.empty() ? "" : ", ") + p.pass;
+  std::cout << "loom run: re-plan after step " << steps_done << " on this run's measurements (ops and optimizer step of steps 2-"
+            << steps_done << ", collectives timed on its process groups)\n  passes that changed the program: " << acted << "\n";
+  if (!predicted) {
+    std::cout << "  the measured times keep the program (" << next.instrs.size() << " instructions): no switch\n" << std::flush;
+    return;
+  }
+  std::map<std::string, int> before = collectives_of(*r.step), after = collectives_of(next);
+  std::cout << "  program: " << r.step->instrs.size() << " -> " << next.instrs.size() << " instructions;";
+  for (const auto& [op, n] : before)
+    if (after[op] != n) std::cout << " " << op << " " << n << " -> " << after[op] << ";";
+  std::printf("\n  predicted (simulated on the measurements): step %.1f -> %.1f ms, peak %s -> %s", predicted->current.step_s * 1e3,
+              predicted->next.step_s * 1e3, format_size(predicted->current.peak_bytes).c_str(),
+              format_size(predicted->next.peak_bytes).c_str());
+  if (r.step_options.memory.limit > 0) std::printf(" (limit %s)", format_size(r.step_options.memory.limit).c_str());
+  size_t done = static_cast<size_t>(steps_done);
+  std::printf("\n  measured so far: step %.1f ms (median of steps 2-%lld, under the op profiler), peak %s\n",
+              median_step_ms(result, 1, done), static_cast<long long>(steps_done), format_size(peak_of(result, 1, done)).c_str());
+  if (switching) std::printf("  every rank follows it from step %lld\n", static_cast<long long>(steps_done + 1));
+  else std::printf("  it is predicted no faster: the run keeps its program\n");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+bool measures_step(const TrainOptions& o, int64_t step) {
+  if (!o.profile_out.empty()) return step >= o.profile_warmup;
+  return o.replan_at > 0 && step >= 1 && step < o.replan_at;
+}
+
+void replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
+  if (!r.sharded || r.mesh) {
+    if (r.lead())
+      std::cout << "loom run: --replan-at: nothing to re-plan: " << (r.mesh ? "meshes are not re-planned yet" : "the memory-aware passes act on sharded runs only")
+                << "\n" << std::flush;
+    return;
+  }
+  Profile profile = measured_profile(r);
+  StepOptions options = r.step_options;
+  options.memory.instruction_seconds = profile_instruction_seconds(profile);
+  std::vector<PassRecord> records;
+  ir::Program next = lower_step(r.plan, r.trace, &records, PipelineDebug::from_environment(std::cerr), options);
+  check_same_on_every_rank(r, next);
+  // Switch only to a program the measurements predict faster: every rank predicts alike.
+  std::optional<Prediction> predicted;
+  if (!(next == *r.step)) predicted = predict(r, next, profile);
+  // LOOM_REPLAN_SWITCH=always (tests): switch to any changed program, to exercise the switch.
+  const char* forced = std::getenv("LOOM_REPLAN_SWITCH");
+  bool always = forced && std::string(forced) == "always";
+  bool switching = predicted && (always || predicted->next.step_s < predicted->current.step_s);
+  if (r.lead()) log_replan(r, next, records, predicted ? &*predicted : nullptr, switching, steps_done, result);
+  if (!switching) return;
+  r.sharded->replace_program(next);
+  r.step = std::move(next);
+  if (r.sharded->moves_optimizer_states() && !r.state_copier) attach_state_copier(r);
+}
+
+std::string describe_replan_outcome(const TrainOptions& o, const TrainResult& result) {
+  if (o.replan_at <= 0 || static_cast<int64_t>(result.steps.size()) <= o.replan_at) return "";
+  size_t k = static_cast<size_t>(o.replan_at), n = result.steps.size();
+  char line[256];
+  std::snprintf(line, sizeof line, "  re-plan: step %.1f ms (median of steps 2-%zu, profiled) before it, %.1f ms (steps %zu-%zu) after; peak %s -> %s\n",
+                median_step_ms(result, 1, k), k, median_step_ms(result, k, n), k + 1, n, format_size(peak_of(result, 1, k)).c_str(),
+                format_size(peak_of(result, k, n)).c_str());
+  return line;
+}
+
+}  // namespace loom

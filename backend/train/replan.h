@@ -1,0 +1,32 @@
+// The two-level loop of deepcompile.txt §3 (Fig. 3) inside `loom run --replan-at K`: the run
+// starts on the program planned without instruction times (the base placement, the memory-aware
+// passes planning by sizes alone), measures its ops and optimizer step in steps 2..K (after the
+// first, when the optimizer's states exist, as DeepCompile waits for), times the collectives of
+// its own process groups, and lowers the step again with those times (profile_times.h): buckets
+// sized for overlap, gathers fused where a fused one is cheaper. Every rank plans from the same
+// measurements (reduced over the ranks) and checks that it got the same program; the executor
+// switches to it between steps, on every rank at the same step, when the simulator, on those
+// measurements, predicts it faster than the program it runs (LOOM_REPLAN_SWITCH=always, for
+// tests: whenever it changed). Rank 0 logs what moved and the predicted and measured step time
+// and peak.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/train/rank_run.h"
+
+namespace loom {
+
+// After `steps_done` steps (the step index K - 1 has just run). `result` holds the steps so far.
+void replan(RankRun& r, int64_t steps_done, const TrainResult& result);
+
+// Rank 0's last word on a re-planned run: the measured step time and peak after the switch
+// against before it; "" when the run did not re-plan.
+std::string describe_replan_outcome(const TrainOptions& o, const TrainResult& result);
+
+// Whether the op profiler measures this step (0-based): `loom profile`'s steps after its
+// warm-up; a re-planning run's steps 2..K.
+bool measures_step(const TrainOptions& o, int64_t step);
+
+}  // namespace loom
