@@ -89,10 +89,6 @@ void add_step_options(CLI::App* c, TrainOptions& t) {
                 "(docs/passes.md); 0: none (auto then prefetches one block ahead and unshards nothing; on a GPU: 90% of "
                 "its memory)")
       ->transform(byte_size());
-  c->add_option("--replan-at", t.replan_at,
-                "re-plan after this step from the run's own measurements (deepcompile.txt's two-level loop, docs/passes.md): "
-                "ops timed in steps 2..STEP, collectives on the run's groups, the step lowered again with those times and "
-                "followed from the next step on every rank; 0: never");
   c->add_option("--timeout", t.timeout_s, "seconds a rank waits for the rendezvous or a collective before failing");
 }
 namespace {

@@ -65,6 +65,10 @@ void add_run(CLI::App& app, std::function<int()>& run_fn) {
   TrainOptions& t = o->train;
   CLI::App* c = app.add_subcommand("run", "Train a model under a schedule on N ranks (see docs/running.md)");
   add_step_options(c, t);
+  c->add_option("--replan-at", t.replan_at,
+                "re-plan after this step from the run's own measurements (deepcompile.txt's two-level loop, docs/passes.md): "
+                "ops timed in steps 2..STEP, collectives on the run's groups, the step lowered again with those times and "
+                "followed from the next step on every rank; 0: never");
   c->add_option("--nproc", o->nproc, "ranks to start on this node")->check(at_least(1));
   c->add_option("--nnodes", o->nnodes, "number of nodes (multi-node: run loom run on each)")->check(at_least(1));
   c->add_option("--node-rank", o->node_rank, "this node's index, 0..nnodes-1")->check(at_least(0));

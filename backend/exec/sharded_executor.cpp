@@ -587,9 +587,17 @@ ShardedExecutor::ShardedExecutor(torch::nn::Module& model, ir::Program program, 
 
 void ShardedExecutor::replace_program(ir::Program program) {
   State& s = *s_;
-  if (program.params.size() != s.program.params.size() || program.sharding.optim != s.program.sharding.optim ||
-      program.sharding.params != s.program.sharding.params)
+  const ir::Sharding &now = s.program.sharding, &then = program.sharding;
+  bool same_sharding = now.dp == then.dp && now.params == then.params && now.grads == then.grads && now.optim == then.optim;
+  bool same_params = program.params.size() == s.program.params.size() &&
+                     std::equal(program.params.begin(), program.params.end(), s.program.params.begin(),
+                                [](const ir::TracedParam& a, const ir::TracedParam& b) { return a.name == b.name && a.numel == b.numel; });
+  if (!same_sharding || !same_params)
     throw InternalError("sharded executor: a replacing program must have the same parameters and sharding");
+  bool idle = s.in_flight.empty() && std::none_of(s.params.begin(), s.params.end(), [&](const State::Param& q) {
+                return q.gathering || (q.resident && s.s_p > 1);
+              });
+  if (!idle) throw InternalError("sharded executor: the program is replaced while a gather or reduction is under way");
   s.program = std::move(program);
   s.follow_program();
 }

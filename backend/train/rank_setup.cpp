@@ -105,10 +105,13 @@ void check_options(const TrainOptions& o) {
   positive(o.steps, "--steps");
   positive(o.accum, "--accum");
   if (o.replan_at != 0 && (o.replan_at < 2 || o.replan_at >= o.steps))
-    throw UserError(SourceRange{}, "--replan-at " + std::to_string(o.replan_at) + ": the re-plan needs a measured step after the first and a step after it to run on (--steps " + std::to_string(o.steps) + ")",
+    throw UserError(SourceRange{},
+                    "--replan-at " + std::to_string(o.replan_at) + ": the re-plan needs a measured step after the first and a step " +
+                        "after it to run on (--steps " + std::to_string(o.steps) + ")",
                     "give --replan-at between 2 and --steps - 1, e.g. --replan-at 3");
   if (o.replan_at > 0 && !o.resume.empty())
-    throw UserError(SourceRange{}, "--replan-at with --resume: a resumed run does not re-plan yet", "drop --replan-at, or start the run afresh");
+    throw UserError(SourceRange{}, "--replan-at with --resume: a resumed run does not re-plan yet",
+                    "drop --replan-at, or start the run afresh");
   if (o.replan_at > 0 && !o.profile_out.empty())
     throw UserError(SourceRange{}, "loom profile does not re-plan: it measures the program as planned", "drop --replan-at");
   if (!(o.lr > 0)) throw UserError(SourceRange{}, "--lr must be positive", "e.g. --lr 3e-3");
@@ -302,7 +305,8 @@ void warn_if_over_limit(const ir::Program& step, const MemoryPlanning& memory, i
 // the sharded executor, tensor parallelism, the step recorder, the pipeline stage.
 void install_executors(RankRun& r, const std::vector<std::string>& unreduced, torch::Dtype reduce_dtype) {
   const TrainOptions& o = r.o;
-  bool profiling = !o.profile_out.empty() || o.replan_at > 0;  // a re-plan measures the run's ops
+  // A re-plan measures the run's ops, where it can act: a sharded run without a mesh.
+  bool profiling = !o.profile_out.empty() || (o.replan_at > 0 && r.plan.factors.optim > 1 && !r.plan.model_parallel());
   ir::OpTrace& trace = r.trace;
   trace = trace_model(o.model, {o.micro_batch, o.seq}, r.plan.replacements);
   // The step's program, as `loom explain --rank` shows it for this rank: the sharded executor
@@ -535,7 +539,6 @@ RankRun::~RankRun() {
   if (bf16) compat::set_bf16_autocast(false);
 }
 
-// Everything before the first step.
 // Adaptive offloading (offload_states / reload_states in the program): the states exist from the
 // start, as AdamW makes them at its first step (zeros, step 0), so the first forward can offload
 // them; the executor moves them through a copier over the optimizer's states.
@@ -550,6 +553,7 @@ void attach_state_copier(RankRun& r) {
   r.sharded->attach_state_copier(r.state_copier.get());
 }
 
+// Everything before the first step.
 std::unique_ptr<RankRun> set_up_rank(const TrainOptions& o, const RankEnv& env) {
   auto r = std::make_unique<RankRun>(o, env);
   r->threads = resolved_threads(o, env.local_world);

@@ -114,12 +114,12 @@ bool measures_step(const TrainOptions& o, int64_t step) {
   return o.replan_at > 0 && step >= 1 && step < o.replan_at;
 }
 
-void replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
+bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
   if (!r.sharded || r.mesh) {
     if (r.lead())
       std::cout << "loom run: --replan-at: nothing to re-plan: " << (r.mesh ? "meshes are not re-planned yet" : "the memory-aware passes act on sharded runs only")
                 << "\n" << std::flush;
-    return;
+    return false;
   }
   Profile profile = measured_profile(r);
   StepOptions options = r.step_options;
@@ -129,20 +129,28 @@ void replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
   check_same_on_every_rank(r, next);
   // Switch only to a program the measurements predict faster: every rank predicts alike.
   std::optional<Prediction> predicted;
-  if (!(next == *r.step)) predicted = predict(r, next, profile);
+  if (!(next == *r.step)) {
+    try {
+      predicted = predict(r, next, profile);
+    } catch (const UserError& e) {  // the measurements do not price a program: keep the one that runs
+      if (r.lead()) std::cout << "loom run: re-plan after step " << steps_done << " not applied: " << e.what() << "\n" << std::flush;
+      return false;
+    }
+  }
   // LOOM_REPLAN_SWITCH=always (tests): switch to any changed program, to exercise the switch.
   const char* forced = std::getenv("LOOM_REPLAN_SWITCH");
   bool always = forced && std::string(forced) == "always";
   bool switching = predicted && (always || predicted->next.step_s < predicted->current.step_s);
   if (r.lead()) log_replan(r, next, records, predicted ? &*predicted : nullptr, switching, steps_done, result);
-  if (!switching) return;
+  if (!switching) return false;
   r.sharded->replace_program(next);
   r.step = std::move(next);
   if (r.sharded->moves_optimizer_states() && !r.state_copier) attach_state_copier(r);
+  return true;
 }
 
 std::string describe_replan_outcome(const TrainOptions& o, const TrainResult& result) {
-  if (o.replan_at <= 0 || static_cast<int64_t>(result.steps.size()) <= o.replan_at) return "";
+  if (result.replanned_at <= 0 || static_cast<int64_t>(result.steps.size()) <= o.replan_at) return "";
   size_t k = static_cast<size_t>(o.replan_at), n = result.steps.size();
   char line[256];
   std::snprintf(line, sizeof line, "  re-plan: step %.1f ms (median of steps 2-%zu, profiled) before it, %.1f ms (steps %zu-%zu) after; peak %s -> %s\n",

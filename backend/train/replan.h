@@ -19,10 +19,11 @@
 namespace loom {
 
 // After `steps_done` steps (the step index K - 1 has just run). `result` holds the steps so far.
-void replan(RankRun& r, int64_t steps_done, const TrainResult& result);
+// Returns whether every rank switched to a new program.
+bool replan(RankRun& r, int64_t steps_done, const TrainResult& result);
 
 // Rank 0's last word on a re-planned run: the measured step time and peak after the switch
-// against before it; "" when the run did not re-plan.
+// against before it; "" when the run did not switch programs (result.replanned_at).
 std::string describe_replan_outcome(const TrainOptions& o, const TrainResult& result);
 
 // Whether the op profiler measures this step (0-based): `loom profile`'s steps after its

@@ -197,6 +197,7 @@ void record_parameters(RankRun& r) {
 // losses until it is reduced) and the gradient norm (NaN when not measured).
 struct StepTail {
   double loss = 0;
+  bool timed = false;  // the op profiler measures this step: the optimizer step is timed too
   double grad_norm = std::numeric_limits<double>::quiet_NaN();
 };
 
@@ -238,7 +239,7 @@ void run_step_tail(RankRun& r, const ir::Program& program, StepTail& tail, const
       case ir::OpKind::GradNorm: tail.grad_norm = clip_gradients(r); break;
       case ir::OpKind::Offload: r.offload->gradients_to_host(); break;
       case ir::OpKind::OptimizerStep:
-        if (r.profiler) {
+        if (tail.timed) {
           if (r.cuda) compat::cuda_synchronize();
           auto start = std::chrono::steady_clock::now();
           r.optimizer->step();
@@ -285,6 +286,7 @@ StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
     if (micro == 0 && o.accum > 1 && !r.cuda) between_micro_batches = memory::current_bytes();
   }
   StepTail tail{loss_sum};
+  tail.timed = r.profiler && measures_step(o, step);
   {
     timeline::Span optimizer_span("optimizer", "phase");
     if (r.sharded) r.sharded->average_gradients();

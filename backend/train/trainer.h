@@ -91,6 +91,7 @@ struct TrainResult {
   int64_t peak_bytes = 0;          // the largest step peak on this rank
   int64_t startup_rss_bytes = 0;   // the peak resident size once set up, the largest over the ranks
   std::string checkpoint;          // the last checkpoint written, if any
+  int64_t replanned_at = 0;        // --replan-at: the step after which every rank switched programs; 0: none
   // NaN when no step ran (a resume at or past --steps).
   double final_loss() const { return steps.empty() ? std::nan("") : steps.back().loss; }
 };

@@ -114,6 +114,8 @@ expect "a re-plan at the last step has no step to run on" 1 "error: --replan-at 
   -- "$loom" run --model gpt:tiny --steps 4 --replan-at 4
 expect "a resumed run does not re-plan" 1 "error: --replan-at with --resume: a resumed run does not re-plan yet" \
   "hint: drop --replan-at, or start the run afresh" -- "$loom" run --model gpt:tiny --steps 4 --replan-at 2 --resume "$tmp"
+expect "verify does not re-plan (it compares one step)" 2 "The following arguments were not expected: 2 --replan-at" \
+  -- "$loom" verify stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --replan-at 2
 expect "data parallelism has nothing to re-plan, and says so" 0 "loom run: --replan-at: nothing to re-plan: the memory-aware passes act on sharded runs only" \
   -- "$loom" run --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --steps 3 --threads 1 --replan-at 2
 expect "run takes the limit too" 2 "expects a size such as 600MiB" -- "$loom" run --model gpt:tiny --memory-limit 6XB
