@@ -270,9 +270,7 @@ struct ShardedExecutor::State {
 
   void wait_for(const ir::Instr& wait) {
     if (copy_handles.count(wait.handle)) {
-      if (!ir::runs_in_micro_batch(wait.runs_in, micro_batch, micro_batches)) return;
-      if (!copier) throw InternalError("sharded executor: the program moves optimizer states, but no state copier is attached");
-      copier->wait(wait.handle);
+      if (ir::runs_in_micro_batch(wait.runs_in, micro_batch, micro_batches)) attached_copier().wait(wait.handle);
       return;
     }
     auto it = gathers_by_handle.find(wait.handle);
@@ -283,9 +281,13 @@ struct ShardedExecutor::State {
   // An offload_states or reload_states, in the micro-batches it runs in.
   void copy_states(const ir::Instr& in) {
     if (!ir::runs_in_micro_batch(in.runs_in, micro_batch, micro_batches)) return;
+    if (in.kind == ir::OpKind::OffloadStates) attached_copier().offload(in.handle, in.params);
+    else attached_copier().reload(in.handle, in.params);
+  }
+
+  StateCopier& attached_copier() {
     if (!copier) throw InternalError("sharded executor: the program moves optimizer states, but no state copier is attached");
-    if (in.kind == ir::OpKind::OffloadStates) copier->offload(in.handle, in.params);
-    else copier->reload(in.handle, in.params);
+    return *copier;
   }
 
   void on_grad(size_t p, const torch::Tensor& grad) {

@@ -201,6 +201,11 @@ bool Program::operator==(const Program& o) const { return to_json() == o.to_json
 
 int64_t param_bytes(const Program& p, int q) { return p.params[q].numel * p.params[q].element_bytes; }
 
+int64_t optimizer_slice_elements(const Program& p, int q) {
+  int64_t n = p.params[static_cast<size_t>(q)].numel, s = p.sharding.optim;
+  return (n + s - 1) / s;
+}
+
 Instr collective(Program& p, OpKind kind, Phase phase, int q, GroupRef group, int64_t bytes) {
   Instr in;
   in.kind = kind;

@@ -128,6 +128,9 @@ struct Program {
 // The instructions passes insert, built in one place.
 // The whole size of parameter `q` in bytes.
 int64_t param_bytes(const Program& program, int q);
+// The elements of parameter `q` one rank's optimizer updates: its 1/s_os slice, rounded up as
+// the sharded executor pads.
+int64_t optimizer_slice_elements(const Program& program, int q);
 // A collective of one parameter on `group`, with a new handle of `program`.
 Instr collective(Program& program, OpKind kind, Phase phase, int q, GroupRef group, int64_t bytes);
 // A collective of no parameter (a scalar of the step: the gradient norm, the loss) on `group`.

@@ -23,10 +23,7 @@ std::vector<Fragment> fragments_of(const ir::Program& p, const StateBytes& state
   std::vector<Fragment> found;
   for (const Instr& in : p.instrs)
     if (in.kind == OpKind::OptimizerStep)
-      for (int q : in.params) {
-        int64_t slice = (p.params[static_cast<size_t>(q)].numel + p.sharding.optim - 1) / p.sharding.optim;
-        found.push_back({q, slice * static_cast<int64_t>(state_bytes.optim)});
-      }
+      for (int q : in.params) found.push_back({q, ir::optimizer_slice_elements(p, q) * static_cast<int64_t>(state_bytes.optim)});
   return found;
 }
 

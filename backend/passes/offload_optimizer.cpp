@@ -5,16 +5,6 @@
 #include "backend/passes/adaptive_offload.h"
 
 namespace loom::passes {
-namespace {
-
-// The elements of parameter q this rank's optimizer updates: its 1/s_os slice, rounded up as
-// the executor pads.
-int64_t slice_elements(const ir::Program& p, int q) {
-  int64_t n = p.params[q].numel, s = p.sharding.optim;
-  return (n + s - 1) / s;
-}
-
-}  // namespace
 
 bool offload_optimizer(ir::Program& p, const PassInputs& inputs) {
   if (!inputs.offload || (offload_is_adaptive(inputs) && p.sharding.optim > 1)) return false;
@@ -27,7 +17,7 @@ bool offload_optimizer(ir::Program& p, const PassInputs& inputs) {
   int64_t kept = 0;
   bool offloading = false;
   for (int q = 0; q < static_cast<int>(p.params.size()); ++q) {
-    int64_t elements = slice_elements(p, q);
+    int64_t elements = ir::optimizer_slice_elements(p, q);
     offloading = offloading || kept + 8 * elements > inputs.offload_budget;
     if (!offloading) {
       kept += 8 * elements;
