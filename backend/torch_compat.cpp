@@ -12,6 +12,7 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -42,6 +43,21 @@ double cuda_elapsed_ms(const std::shared_ptr<CudaEvent>& start, const std::share
   end->event.synchronize();
   return start->event.elapsed_time(end->event);
 }
+std::shared_ptr<CudaEvent> cuda_copy_on_side_stream(const std::vector<std::pair<at::Tensor, at::Tensor>>& pairs) {
+  static const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  at::cuda::CUDAEvent queued;  // what the current stream did so far: the states' last writer, a refill
+  queued.record(c10::cuda::getCurrentCUDAStream());
+  queued.block(side);
+  {
+    c10::cuda::CUDAStreamGuard on_side(side);
+    for (const auto& [to, from] : pairs) to.copy_(from, /*non_blocking=*/true);
+  }
+  auto done = std::make_shared<CudaEvent>();
+  done->event.record(side);
+  return done;
+}
+void cuda_stream_wait(const std::shared_ptr<CudaEvent>& done) { done->event.block(c10::cuda::getCurrentCUDAStream()); }
+void cuda_host_wait(const std::shared_ptr<CudaEvent>& done) { done->event.synchronize(); }
 int64_t cuda_current_bytes(int device) {
   auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
   return stats.allocated_bytes[0].current;
@@ -70,6 +86,11 @@ std::shared_ptr<CudaEvent> cuda_record_event() { throw std::runtime_error("this 
 double cuda_elapsed_ms(const std::shared_ptr<CudaEvent>&, const std::shared_ptr<CudaEvent>&) {
   throw std::runtime_error("this loom was built without CUDA");
 }
+std::shared_ptr<CudaEvent> cuda_copy_on_side_stream(const std::vector<std::pair<at::Tensor, at::Tensor>>&) {
+  throw std::runtime_error("this loom was built without CUDA");
+}
+void cuda_stream_wait(const std::shared_ptr<CudaEvent>&) { throw std::runtime_error("this loom was built without CUDA"); }
+void cuda_host_wait(const std::shared_ptr<CudaEvent>&) { throw std::runtime_error("this loom was built without CUDA"); }
 c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds) {
   throw std::runtime_error("this loom was built without CUDA; rebuild with -DLOOM_WITH_CUDA=ON against a CUDA LibTorch");
 }

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <memory>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include <torch/version.h>
 
@@ -51,6 +53,14 @@ struct CudaEvent;
 std::shared_ptr<CudaEvent> cuda_record_event();
 // Milliseconds from `start` to `end`; waits until `end` has happened.
 double cuda_elapsed_ms(const std::shared_ptr<CudaEvent>& start, const std::shared_ptr<CudaEvent>& end);
+// Copies each (to, from) pair on the side stream of the copies (one per process), after the
+// work queued on the current stream so far; returns the event recorded when they are done.
+// Adaptive offloading's host <-> device copies (backend/exec/state_copier.h) overlap compute so.
+std::shared_ptr<CudaEvent> cuda_copy_on_side_stream(const std::vector<std::pair<at::Tensor, at::Tensor>>& pairs);
+// Makes the current stream wait for `done` (the host does not wait).
+void cuda_stream_wait(const std::shared_ptr<CudaEvent>& done);
+// The host waits for `done`.
+void cuda_host_wait(const std::shared_ptr<CudaEvent>& done);
 // The CUDA caching allocator's allocated bytes on `device` now.
 int64_t cuda_current_bytes(int device);
 // The memory of GPU `device` in bytes (0 without CUDA).

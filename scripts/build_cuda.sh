@@ -2,7 +2,8 @@
 # Builds Loom's CUDA path against another LibTorch (e.g. PyTorch 2.x's, found through
 # python3) on a machine that cannot install Debian packages: Debian .deb files of the
 # other dependencies are unpacked from DEPS_DIR, and the parser, generated on a machine
-# with antlr4, is taken from DEPS_DIR/parser. Usage: bash scripts/build_cuda.sh DEPS_DIR
+# with antlr4, is taken from DEPS_DIR/parser (scripts/cuda_deps.sh DEPS_DIR gathers both).
+# Usage: bash scripts/build_cuda.sh DEPS_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deps=$(realpath "$1")

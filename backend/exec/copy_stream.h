@@ -1,8 +1,7 @@
 // The copy stream of a run: a background thread that runs host <-> device copies in the order
 // they are submitted, while the step goes on (adaptive offloading's offload_states and
-// reload_states; deepcompile.txt §4.4). On a CPU run it is what overlaps the copies with
-// compute; on a CUDA run its copies are synchronous in that thread (the default stream), which
-// is correct but does not overlap with the device's compute yet.
+// reload_states; deepcompile.txt §4.4) on a CPU run, where it is what overlaps the copies with
+// compute. A CUDA run copies on a side CUDA stream instead (backend/exec/state_copier.h).
 #pragma once
 
 #include <condition_variable>

@@ -24,6 +24,7 @@ struct ShardedExecutor::State {
     std::vector<int64_t> offsets;  // of each member's shard in the concatenated send buffer
     int64_t length = 0;            // the concatenated shards' length
     torch::Tensor send, buffer;    // buffer: s_p blocks of `length`, in rank order
+    bool direct = false;           // one unpadded member gathered straight into its own storage
     comm::Work work;
     bool done = false;
   };
@@ -139,7 +140,16 @@ struct ShardedExecutor::State {
     }
     if (g->members.empty()) return;
     g->send = shards.size() == 1 ? shards[0] : torch::cat(shards);
-    g->buffer = torch::empty({g->length * s_p}, g->send.options());
+    // One member whose shards tile it exactly is gathered into its own storage: no second
+    // full-size buffer and no copy.
+    Param& first = params[g->members[0]];
+    g->direct = g->members.size() == 1 && first.padded == first.numel && !released_early.count(g->members[0]);
+    if (g->direct) {
+      refill_storage(first.full);
+      g->buffer = first.full.data().view({-1});
+    } else {
+      g->buffer = torch::empty({g->length * s_p}, g->send.options());
+    }
     g->work = comm::all_gather(*groups.params, g->send, g->buffer);
     for (size_t p : g->members) {
       params[p].gathering = true;
@@ -157,14 +167,16 @@ struct ShardedExecutor::State {
       g.done = true;
     }
     size_t k = std::find(g.members.begin(), g.members.end(), p) - g.members.begin();
-    refill_storage(q.full);
     torch::NoGradGuard no_grad;
-    if (in_backward && released_early.count(p)) {
-      q.full.data().zero_();  // a test-only fault
-    } else {
-      // Rank r's block holds every member's shard r; this member's padded tensor is its shards in rank order.
-      torch::Tensor padded = g.buffer.view({s_p, g.length}).narrow(1, g.offsets[k], q.chunk).reshape({-1});
-      q.full.data().view({-1}).copy_(padded.narrow(0, 0, q.numel));
+    if (!g.direct) {  // a direct gather wrote the parameter's own storage already
+      refill_storage(q.full);
+      if (in_backward && released_early.count(p)) {
+        q.full.data().zero_();  // a test-only fault
+      } else {
+        // Rank r's block holds every member's shard r; this member's padded tensor is its shards in rank order.
+        torch::Tensor padded = g.buffer.view({s_p, g.length}).narrow(1, g.offsets[k], q.chunk).reshape({-1});
+        q.full.data().view({-1}).copy_(padded.narrow(0, 0, q.numel));
+      }
     }
     q.gather.reset();
     q.gathering = false;

@@ -65,10 +65,15 @@ void StateCopier::reload(int handle, const std::vector<int>& params) {
 }
 
 void StateCopier::start(int handle, Copy c, std::vector<std::pair<torch::Tensor, torch::Tensor>> pairs) {
-  c.done = stream_.submit([pairs = std::move(pairs)] {
+  if (!pairs.empty() && (pairs.front().first.is_cuda() || pairs.front().second.is_cuda())) {
     torch::NoGradGuard no_grad;
-    for (const auto& [to, from] : pairs) to.copy_(from);
-  });
+    c.cuda_done = compat::cuda_copy_on_side_stream(pairs);
+  } else {
+    c.done = stream_.submit([pairs = std::move(pairs)] {
+      torch::NoGradGuard no_grad;
+      for (const auto& [to, from] : pairs) to.copy_(from);
+    });
+  }
   if (!in_flight_.emplace(handle, std::move(c)).second)
     throw InternalError("adaptive offloading: copy %" + std::to_string(handle) + " started twice");
 }
@@ -76,7 +81,9 @@ void StateCopier::start(int handle, Copy c, std::vector<std::pair<torch::Tensor,
 void StateCopier::wait(int handle) {
   auto it = in_flight_.find(handle);
   if (it == in_flight_.end()) throw InternalError("adaptive offloading: no copy %" + std::to_string(handle) + " in flight");
-  it->second.done.get();
+  if (it->second.cuda_done && it->second.offload) compat::cuda_host_wait(it->second.cuda_done);  // then free
+  else if (it->second.cuda_done) compat::cuda_stream_wait(it->second.cuda_done);
+  else it->second.done.get();
   if (it->second.offload)
     for (const torch::Tensor& t : it->second.device) free_storage(t);
   in_flight_.erase(it);

@@ -5,7 +5,10 @@
 // reload allocates them on the device again and copies them back; its wait makes them usable,
 // so the optimizer steps on the device. The host buffers are allocated outside LibTorch's
 // allocator (pinned on a CUDA run), so the device's memory accounting, on CPU the counting
-// allocator, does not see them, as a GPU's would not.
+// allocator, does not see them, as a GPU's would not. On CPU the copies run on the copy
+// stream's thread; on CUDA on a side CUDA stream (compat::cuda_copy_on_side_stream), ordered
+// after the compute queued before them: an offload's wait blocks the host until its copy is
+// done, then frees; a reload's wait only makes the compute stream wait for it.
 #pragma once
 
 #include <functional>
@@ -17,6 +20,7 @@
 #include <torch/types.h>
 
 #include "backend/exec/copy_stream.h"
+#include "backend/torch_compat.h"
 
 namespace loom {
 
@@ -36,7 +40,8 @@ class StateCopier {
   struct Copy {
     bool offload = true;
     std::vector<torch::Tensor> device;
-    std::future<void> done;
+    std::future<void> done;                           // CPU: the copy stream's task
+    std::shared_ptr<compat::CudaEvent> cuda_done;     // CUDA: the side stream's event
   };
   // Queues the copies (to, from) on the copy stream as copy `handle`.
   void start(int handle, Copy c, std::vector<std::pair<torch::Tensor, torch::Tensor>> pairs);

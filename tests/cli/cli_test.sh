@@ -80,6 +80,10 @@ expect "the auto passes act under --memory-limit" 0 "#   proactive_prefetch: cha
   -- "$loom" explain tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2 --memory-limit 1GiB
 expect "without a limit they leave the program to prefetch's one block ahead" 0 "#   proactive_prefetch: unchanged" \
   "#   selective_unshard: unchanged" "#   prefetch: changed" -- "$loom" explain tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2
+# offload(budget=0) keeps every optimizer state on the host, whatever the limit: not adaptive.
+printf 'sch.zero(stage=3)\nsch.offload("optimizer", budget=0)\n' > "$tmp/offload_all.sched"
+expect "offload(budget=0) under a limit offloads every state" 0 "#   adaptive_offload: unchanged" "#   offload_optimizer: changed" \
+  -- "$loom" explain "$tmp/offload_all.sched" --model gpt:tiny --nproc 2 --memory-limit 7MiB
 expect "a memory limit that is not a size" 2 "--memory-limit: expects a size such as 600MiB, 2GiB or a number of bytes, got 'lots'" \
   -- "$loom" explain tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2 --memory-limit lots
 expect "the auto passes keep the simulated peak within each limit, unsharding more as it grows" 0 "within" \
