@@ -88,6 +88,7 @@ struct ShardedExecutor::State {
   StateCopier* copier = nullptr;       // adaptive offloading's copies (attach_state_copier)
   std::unordered_set<int> copy_handles;  // the handles of the program's state copies
   std::deque<Reduction> in_flight;     // reductions launched and not yet completed, in launch order
+  std::vector<size_t> stored_by_autograd;  // parameters whose complete gradient autograd stores in .grad
   std::vector<std::vector<size_t>> reduce_units;  // parameters reduced together (a bucket, or one), in reduction order
   // Where the program completes each unit (its reduce-scatter's wait; for s_p = 1 its first
   // all-reduce): backward instruction index -> unit. The window of reductions in flight is the
@@ -228,6 +229,7 @@ struct ShardedExecutor::State {
   // where the IR expects it, nothing is skipped past: its parameters are gathered at need,
   // which every rank does alike.
   void run_backward_until(const std::string& module) {
+    drop_autograd_gradients();
     size_t target = find_compute(backward_instrs, backward_cursor, module);
     if (target < backward_instrs.size()) run_backward_through(target);
   }
@@ -311,9 +313,17 @@ struct ShardedExecutor::State {
     add_gradient(p, grad);
     if (++q.arrived < q.deliveries) return;  // a recomputation still hands it more
     complete_gradient(p);
+    stored_by_autograd.push_back(p);
     // Its gradient is complete, so no backward op needs the gathered weight any more.
     release(p);
     launch_reductions();
+  }
+
+  // Autograd stores each full gradient the hook returns in the parameter's .grad, beside the
+  // copy in grad_flat; by the next op's backward it has, and the copy is all the reduction needs.
+  void drop_autograd_gradients() {
+    for (size_t p : stored_by_autograd) params[p].full.mutable_grad() = torch::Tensor();
+    stored_by_autograd.clear();
   }
 
   // Adds `grad` (undefined: nothing, a zero gradient) to parameter p's padded flat gradient.
@@ -686,6 +696,7 @@ torch::Tensor ShardedExecutor::intercept(torch::nn::Module& module, const std::v
 
 void ShardedExecutor::finish_backward() {
   State& s = *s_;
+  s.drop_autograd_gradients();
   // The backward ops after the last one that ran did not run here: their zeros, in IR order.
   if (!s.backward_instrs.empty()) s.run_backward_through(s.backward_instrs.size() - 1);
   // Parameters that received no gradient contribute zeros, in the same order on every rank.

@@ -1,7 +1,6 @@
 #include "backend/passes/adaptive_offload.h"
 
 #include <algorithm>
-#include <deque>
 
 #include "backend/sim/memory_walk.h"
 
@@ -50,6 +49,27 @@ size_t end_of_phase(const ir::Program& p, Phase phase) {
   return end;
 }
 
+// The executor runs a backward op's releases and reduction launches inside the op (its
+// gradient hooks), so no copy or wait can run between them: whether instruction i is one.
+bool inside_backward_op(const ir::Program& p, size_t i) {
+  const Instr& in = p.instrs[i];
+  if (in.phase != Phase::Backward) return false;
+  bool launch = in.handle >= 0 && (in.kind == OpKind::ReduceScatter || in.kind == OpKind::AllReduce || in.kind == OpKind::Compress);
+  return in.kind == OpKind::Release || launch;
+}
+// Where to place something needed before instruction i: before the op that i runs inside of.
+size_t before_op_of(const ir::Program& p, size_t i) {
+  size_t at = i;
+  while (at > 0 && inside_backward_op(p, at)) --at;
+  return at < i && p.instrs[at].kind == OpKind::Compute ? at : i;
+}
+// Where to place something from instruction i on: after the op that i runs inside of.
+size_t after_op_of(const ir::Program& p, size_t i) {
+  if (i == 0 || !inside_backward_op(p, i) || before_op_of(p, i) == i) return i;
+  while (i < p.instrs.size() && inside_backward_op(p, i)) ++i;
+  return i;
+}
+
 // Algorithm 2, forward: the offloads at the start, each wait before the first instruction whose
 // memory, less what was freed before it, is above the limit.
 void offload_in_forward(ir::Program& p, std::vector<Fragment>& offloaded, const std::vector<int64_t>& around, int64_t limit) {
@@ -58,21 +78,22 @@ void offload_in_forward(ir::Program& p, std::vector<Fragment>& offloaded, const 
     out.push_back(state_copy(p, OpKind::OffloadStates, f, Phase::Forward, ir::MicroBatches::First));
     f.handle = out.back().handle;
   }
-  std::deque<const Fragment*> pending;
-  for (const Fragment& f : offloaded) pending.push_back(&f);
-  int64_t freed = 0;  // M^-
+  // Where each wait goes (before that instruction); left over only where rounding kept one from
+  // the loop: every copy is waited regardless, at the end of the backward.
   size_t last_body = first_of_phase(p, Phase::Step);
-  for (size_t i = 0; i < p.instrs.size(); ++i) {
-    const Instr& in = p.instrs[i];
-    while (i < last_body && !pending.empty() && around[i] - freed > limit) {
-      out.push_back(ir::wait_for(pending.front()->handle, in.phase, ir::MicroBatches::First));
-      freed += pending.front()->bytes;
-      pending.pop_front();
+  std::vector<size_t> wait_at;
+  int64_t freed = 0;  // M^-
+  for (size_t i = 0; i < last_body && wait_at.size() < offloaded.size(); ++i)
+    while (wait_at.size() < offloaded.size() && around[i] - freed > limit) {
+      wait_at.push_back(before_op_of(p, i));
+      freed += offloaded[wait_at.size() - 1].bytes;
     }
-    // Left over only where rounding kept one from the loop above: every copy is waited regardless.
-    for (; i == last_body && !pending.empty(); pending.pop_front())
-      out.push_back(ir::wait_for(pending.front()->handle, Phase::Backward, ir::MicroBatches::First));
-    out.push_back(in);
+  while (wait_at.size() < offloaded.size()) wait_at.push_back(last_body);
+  size_t next = 0;
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    for (; next < wait_at.size() && wait_at[next] == i; ++next)
+      out.push_back(ir::wait_for(offloaded[next].handle, i < last_body ? p.instrs[i].phase : Phase::Backward, ir::MicroBatches::First));
+    out.push_back(p.instrs[i]);
   }
   p.instrs = std::move(out);
 }
@@ -97,6 +118,7 @@ void reload_in_backward(ir::Program& p, const std::vector<Fragment>& offloaded, 
       highest_after = std::max(highest_after, around[i]);
       if (i < end && highest_after + f.bytes <= m.limit) at = i;
     }
+    at = std::min(after_op_of(p, at), end);
     Instr reload = state_copy(p, OpKind::ReloadStates, f, Phase::Backward, ir::MicroBatches::Last);
     reload_handles.push_back(reload.handle);
     p.instrs.insert(p.instrs.begin() + static_cast<long>(at), reload);

@@ -123,13 +123,23 @@ class BucketPlanner {
   }
 
   // The memory constraint: the bucket's buffers, gathered while the previous bucket computes (and
-  // all at its first member's place), within the limit over both buckets' instructions.
+  // all at its first member's place), within the limit over both buckets' instructions; in
+  // backward also its one reduction's buffers, with every member's full gradient held until it
+  // completes (memory::reduction_launch_bytes).
   bool fits(const std::vector<size_t>& with, const std::vector<size_t>* previous) const {
     if (m_.limit <= 0) return true;
     int64_t high = 0;
     size_t from = c_[previous ? previous->front() : with.front()].gather;
     for (size_t k = from; k < c_[with.back()].span_end; ++k) high = std::max(high, around_[k]);
-    return high + memory::gathered_bytes(p_, merged(with, false)) <= m_.limit;
+    int64_t extra = memory::gather_peak_bytes(p_, merged(with, false));
+    if (phase_ == ir::Phase::Backward) {
+      Instr reduction = merged(with, true);
+      if (reduction.params.size() > 1) {
+        extra += memory::reduction_launch_bytes(p_, reduction);
+        for (int q : reduction.params) extra += memory::padded_bytes(p_, q);
+      }
+    }
+    return high + extra <= m_.limit;
   }
 
   // The members' gathers (or, `reductions`, their backward reduce-scatters) as one instruction.
@@ -198,7 +208,7 @@ void reorder(ir::Program& p, ir::Phase phase, const std::vector<std::vector<int>
     if (m.limit > 0) {
       std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, nullptr);
       int64_t high = *std::max_element(around.begin() + static_cast<long>(wait), around.begin() + static_cast<long>(g));
-      if (high + memory::gathered_bytes(p, gather) > m.limit) continue;
+      if (high + memory::gather_peak_bytes(p, gather) > m.limit) continue;
     }
     Instr moved = std::move(p.instrs[g]);
     p.instrs.erase(p.instrs.begin() + static_cast<long>(g));

@@ -61,7 +61,7 @@ void plan_phase(const ir::Program& p, ir::Phase phase, const std::vector<bool>& 
       floor = k + 1;
       continue;
     }
-    int64_t buffer = memory::gathered_bytes(p, g);
+    int64_t buffer = memory::gather_launch_bytes(p, g);
     size_t to = k;
     while (to > floor) {
       size_t above = order[to - 1];
@@ -84,17 +84,41 @@ void plan_phase(const ir::Program& p, ir::Phase phase, const std::vector<bool>& 
 
 // Whether fusing a gather of `bytes` into one of `fused` bytes pays (deepcompile.txt §4.2):
 // T_c(V1) + T_c(V2) > alpha * T_c(V1 + V2). Priced as instructions of the program, on the gather's group.
-bool fusion_pays(const ir::Program& p, const Instr& fused, const Instr& next, const MemoryPlanning& m) {
-  if (!m.instruction_seconds || fused.group.role != next.group.role || fused.runs_in != next.runs_in) return false;
+Instr fused_with(const Instr& fused, const Instr& next) {
   Instr both = fused;
   both.bytes += next.bytes;
   both.params.insert(both.params.end(), next.params.begin(), next.params.end());
+  return both;
+}
+bool fusion_pays(const ir::Program& p, const Instr& fused, const Instr& next, const MemoryPlanning& m) {
+  if (!m.instruction_seconds || fused.group.role != next.group.role || fused.runs_in != next.runs_in) return false;
+  Instr both = fused_with(fused, next);
   return m.instruction_seconds(p, fused) + m.instruction_seconds(p, next) > m.fusion_alpha * m.instruction_seconds(p, both);
 }
 
+// Whether the fused gather `both`, landing before instruction `from`, stays within the limit:
+// where the separate gathers each held their output (already in `around`), the fused one also
+// holds the shards' concatenated copy and, at its wait, every member's full storage beside its
+// output (memory::gather_peak_bytes), so over the instructions from its landing to its wait.
+bool fusion_fits(const ir::Program& p, const Instr& both, size_t from, const std::vector<int64_t>& around, const MemoryPlanning& m) {
+  int64_t separate = 0;
+  for (int q : both.params) {
+    Instr alone = both;
+    alone.params = {q};
+    separate += memory::gather_launch_bytes(p, alone);
+  }
+  int64_t extra = memory::gather_peak_bytes(p, both) - separate;
+  for (size_t i = from; i < p.instrs.size(); ++i) {
+    if (around[i] + extra > m.limit) return false;
+    if (p.instrs[i].kind == OpKind::Wait && p.instrs[i].handle == both.handle) break;
+  }
+  return true;
+}
+
 // Rebuilds the program with the gathers at their new places, fusing those that land at one
-// place where fusing pays; a fused gather's waits but the first go (they wait for the fused one).
-void apply(ir::Program& p, std::vector<Move>& moves, const MemoryPlanning& m) {
+// place where fusing pays and fits; a fused gather's waits but the first go (they wait for the
+// fused one).
+void apply(ir::Program& p, std::vector<Move>& moves, const std::vector<int64_t>& around, const MemoryPlanning& m) {
   std::stable_sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) { return a.before < b.before; });
   std::vector<bool> moved(p.instrs.size(), false);
   for (const Move& mv : moves) moved[mv.gather] = true;
@@ -106,7 +130,7 @@ void apply(ir::Program& p, std::vector<Move>& moves, const MemoryPlanning& m) {
     size_t first_here = out.size();
     for (; next != moves.end() && next->before == i; ++next) {
       Instr& g = p.instrs[next->gather];
-      if (out.size() > first_here && fusion_pays(p, out.back(), g, m)) {
+      if (out.size() > first_here && fusion_pays(p, out.back(), g, m) && fusion_fits(p, fused_with(out.back(), g), i, around, m)) {
         fused_into[g.handle] = out.back().handle;
         out.back().bytes += g.bytes;
         out.back().params.insert(out.back().params.end(), g.params.begin(), g.params.end());
@@ -144,7 +168,7 @@ bool proactive_prefetch(ir::Program& p, const PassInputs& inputs) {
   plan_phase(p, ir::Phase::Forward, selected, m, around, moves);
   plan_phase(p, ir::Phase::Backward, selected, m, around, moves);
   if (moves.empty()) return false;
-  apply(p, moves, m);
+  apply(p, moves, around, m);
   return true;
 }
 

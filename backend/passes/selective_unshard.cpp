@@ -56,7 +56,7 @@ void rank_by_saving(const ir::Program& p, const MemoryPlanning& m, std::vector<C
     Instr alone = p.instrs[c.backward_gather];
     alone.params = {c.param};
     alone.bytes = ir::param_bytes(p, c.param);
-    c.buffer = memory::gathered_bytes(p, alone);
+    c.buffer = alone.bytes;  // what staying gathered holds: the parameter's full storage
     double seconds = m.instruction_seconds ? m.instruction_seconds(p, alone) : 1.0;
     c.saved_per_byte = c.buffer > 0 ? seconds / static_cast<double>(c.buffer) : 0;
   }

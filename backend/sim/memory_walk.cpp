@@ -51,77 +51,170 @@ int64_t resident_bytes(const ir::Program& p, const StateBytes& state_bytes) {
   double elements = 0;
   for (const ir::TracedParam& q : p.params) elements += static_cast<double>(q.numel);
   const ir::Sharding& f = p.sharding;
-  return static_cast<int64_t>(model_state_bytes(elements, state_bytes, f.params, f.grads, f.optim) - host_held_states(p, state_bytes)) +
+  double gradients = GradientBuffers::sharded(p) ? elements * state_bytes.grad / f.grads : 0;  // held from their reductions on
+  return static_cast<int64_t>(model_state_bytes(elements, state_bytes, f.params, f.grads, f.optim) - gradients -
+                              host_held_states(p, state_bytes)) +
          reduction_buffer_bytes(p);
 }
 
-int64_t gathered_bytes(const ir::Program& p, const Instr& in) {
+int64_t padded_bytes(const ir::Program& p, int q) {
+  const ir::TracedParam& t = p.params[static_cast<size_t>(q)];
+  int64_t padded = (t.numel + p.sharding.optim - 1) / p.sharding.optim * p.sharding.optim;
+  return padded * t.element_bytes;
+}
+
+int64_t gather_launch_bytes(const ir::Program& p, const Instr& in) {
+  int64_t output = 0;
+  for (int q : in.params) output += padded_bytes(p, q);
+  int64_t sent = in.params.size() > 1 ? output / p.sharding.params : 0;  // the shards' concatenated copy
+  return 2 * output + sent;  // the process group's flat output too (comm::all_gather's list form)
+}
+
+int64_t reduction_launch_bytes(const ir::Program& p, const Instr& in) {
+  int64_t full = 0;
+  for (int q : in.params) full += padded_bytes(p, q);
+  return full / p.sharding.params + full + (in.params.size() > 1 ? full : 0);
+}
+
+namespace {
+
+int64_t full_bytes(const ir::Program& p, const std::vector<int>& params) {
   int64_t bytes = 0;
-  for (int q : in.params) bytes += ir::param_bytes(p, q) - ir::param_bytes(p, q) / p.sharding.params;
+  for (int q : params) bytes += ir::param_bytes(p, q);
   return bytes;
 }
 
-Effect effect_of(const ir::Program& p, const Instr& in, const InstructionCost* cost) {
+// Whether the executor gathers `in` straight into its one member's storage.
+bool gathers_in_place(const ir::Program& p, const Instr& in) {
+  return in.params.size() == 1 && ir::param_bytes(p, in.params[0]) == padded_bytes(p, in.params[0]);
+}
+
+}  // namespace
+
+int64_t gather_peak_bytes(const ir::Program& p, const Instr& in) {
+  return gather_launch_bytes(p, in) + (gathers_in_place(p, in) ? 0 : full_bytes(p, in.params));
+}
+
+namespace {
+
+// A compute's saved activations (allocated in forward, freed by its backward) and workspace.
+Effect compute_effect(const ir::Program& p, const Instr& in, const InstructionCost* cost) {
+  bool backward = in.kind == OpKind::Compute && in.phase == Phase::Backward;  // frees what forward saved
+  int64_t workspace = cost ? cost->workspace_bytes(p, in) : 0;
+  return {workspace, backward ? -in.activation_bytes : in.activation_bytes};
+}
+
+}  // namespace
+
+GatherBuffers::GatherBuffers(const ir::Program& p) : p_(p) {
+  for (const Instr& in : p.instrs) {
+    if (in.kind != OpKind::AllGather || in.handle < 0 || !ir::issued_collective(in)) continue;
+    if (static_cast<size_t>(in.handle) >= by_handle_.size()) by_handle_.resize(static_cast<size_t>(in.handle) + 1);
+    Gather& g = by_handle_[static_cast<size_t>(in.handle)];
+    g.launch = gather_launch_bytes(p, in);
+    g.full = full_bytes(p, in.params);
+    g.direct = gathers_in_place(p, in);
+  }
+}
+
+Effect GatherBuffers::effect(const Instr& in) const {
+  bool gathered = in.handle >= 0 && static_cast<size_t>(in.handle) < by_handle_.size() && by_handle_[static_cast<size_t>(in.handle)].launch > 0;
+  if (in.kind == OpKind::AllGather && gathered) return {0, by_handle_[static_cast<size_t>(in.handle)].launch};
+  if (in.kind == OpKind::Wait && gathered) {
+    const Gather& g = by_handle_[static_cast<size_t>(in.handle)];
+    return g.direct ? Effect{0, g.full - g.launch} : Effect{g.full, g.full - g.launch};
+  }
+  if (in.kind == OpKind::Release && p_.sharding.params > 1) return {0, -full_bytes(p_, in.params)};  // replicated parameters stay
+  return {};
+}
+
+StepMemory::StepMemory(const ir::Program& p, const InstructionCost* cost)
+    : p_(p), cost_(cost), gathers_(p), gradients_(p), states_(p) {}
+
+Effect StepMemory::effect(const Instr& in) {
+  Effect e = gathers_.effect(in);
   switch (in.kind) {
-    case OpKind::Release:
-      return {0, -gathered_bytes(p, in)};
-    case OpKind::AllGather:
-      return {0, ir::issued_collective(in) ? gathered_bytes(p, in) : 0};
     case OpKind::Compute:
     case OpKind::Recompute:
     case OpKind::OptimizerStep:
     case OpKind::SelectDrop: {
-      int64_t workspace = cost ? cost->workspace_bytes(p, in) : 0;
-      bool frees = in.kind == OpKind::Compute && in.phase == Phase::Backward;  // backward frees what forward saved
-      return {workspace, frees ? -in.activation_bytes : in.activation_bytes};
+      Effect c = compute_effect(p_, in, cost_);
+      e.transient += c.transient;
+      e.change += c.change;
+      break;
     }
     default:
-      return {};
+      break;
   }
+  e.change += gradients_.change(in) + states_.change(in);
+  return e;
 }
 
-GradientBuffers::GradientBuffers(const ir::Program& p) : p_(p), active_(p.sharding.grads > 1 && p.sharding.optim > 1) {
+bool GradientBuffers::sharded(const ir::Program& p) { return p.sharding.grads > 1 && p.sharding.optim > 1; }
+
+GradientBuffers::GradientBuffers(const ir::Program& p) : p_(p), active_(sharded(p)) {
   if (!active_) return;
   held_.assign(p.params.size(), false);
+  kept_.assign(p.params.size(), false);
   int handles = p.next_handle;
   for (const Instr& in : p.instrs) handles = std::max(handles, in.handle + 1);
-  reduced_by_.resize(static_cast<size_t>(std::max(handles, 0)));
-  wire_by_.assign(reduced_by_.size(), 0);
+  by_handle_.resize(static_cast<size_t>(std::max(handles, 0)));
   for (const Instr& in : p.instrs) {
     bool reduction = in.phase == Phase::Backward && (in.kind == OpKind::ReduceScatter || in.kind == OpKind::Compress);
     if (!reduction || in.handle < 0) continue;
-    reduced_by_[static_cast<size_t>(in.handle)] = in.params;
-    if (in.params.size() > 1)
-      for (int q : in.params) wire_by_[static_cast<size_t>(in.handle)] += full_bytes(q);
+    Reduction& r = by_handle_[static_cast<size_t>(in.handle)];
+    r.params = in.params;
+    r.launch = reduction_launch_bytes(p, in);
   }
 }
 
-int64_t GradientBuffers::full_bytes(int q) const {
-  const ir::TracedParam& t = p_.params[static_cast<size_t>(q)];
-  int64_t padded = (t.numel + p_.sharding.optim - 1) / p_.sharding.optim * p_.sharding.optim;
-  return padded * t.element_bytes;
+int64_t GradientBuffers::kept_bytes(int q) const { return padded_bytes(p_, q) / p_.sharding.grads; }
+
+int64_t GradientBuffers::drop_autograd() {
+  int64_t bytes = 0;
+  for (int q : autograd_) bytes -= ir::param_bytes(p_, q);
+  autograd_.clear();
+  return bytes;
+}
+
+bool GradientBuffers::launches_reduction(const Instr& in) const {
+  return in.kind != OpKind::Wait && in.handle >= 0 && static_cast<size_t>(in.handle) < by_handle_.size() &&
+         !by_handle_[static_cast<size_t>(in.handle)].params.empty();
 }
 
 int64_t GradientBuffers::change(const Instr& in) {
   if (!active_) return 0;
   int64_t bytes = 0;
-  if (in.kind == OpKind::Compute && in.phase == Phase::Backward) {
-    for (int q : in.params)
+  bool compute = in.kind == OpKind::Compute && in.phase == Phase::Backward;
+  if (compute || !launches_reduction(in)) bytes += drop_autograd();  // the op's reductions launch inside it
+  if (compute) {
+    for (int q : in.params) {
       if (!held_[static_cast<size_t>(q)]) {
         held_[static_cast<size_t>(q)] = true;
-        bytes += full_bytes(q);
+        bytes += padded_bytes(p_, q);
       }
-  } else if (in.handle >= 0 && static_cast<size_t>(in.handle) < reduced_by_.size()) {
-    size_t h = static_cast<size_t>(in.handle);
-    if (in.kind == OpKind::Wait) {
-      for (int q : reduced_by_[h])
-        if (held_[static_cast<size_t>(q)]) {
-          held_[static_cast<size_t>(q)] = false;
-          bytes -= full_bytes(q);
-        }
-      if (!reduced_by_[h].empty()) bytes -= wire_by_[h];
-    } else if (!reduced_by_[h].empty()) {
-      bytes += wire_by_[h];  // the reduction's launch
+      autograd_.push_back(q);
+      bytes += ir::param_bytes(p_, q);
+    }
+  } else if (in.kind == OpKind::OptimizerStep) {
+    for (size_t q = 0; q < kept_.size(); ++q)
+      if (kept_[q]) {
+        kept_[q] = false;
+        bytes -= kept_bytes(static_cast<int>(q));
+      }
+  } else if (in.handle >= 0 && static_cast<size_t>(in.handle) < by_handle_.size() && !by_handle_[static_cast<size_t>(in.handle)].params.empty()) {
+    const Reduction& r = by_handle_[static_cast<size_t>(in.handle)];
+    if (in.kind != OpKind::Wait) return r.launch;
+    bytes -= r.launch;
+    for (int q : r.params) {
+      if (held_[static_cast<size_t>(q)]) {
+        held_[static_cast<size_t>(q)] = false;
+        bytes -= padded_bytes(p_, q);
+      }
+      if (!kept_[static_cast<size_t>(q)]) {
+        kept_[static_cast<size_t>(q)] = true;
+        bytes += kept_bytes(q);
+      }
     }
   }
   return bytes;
@@ -145,11 +238,9 @@ int64_t StateCopies::change(const Instr& in) const {
 std::vector<int64_t> memory_around_each(const ir::Program& p, const StateBytes& state_bytes, const InstructionCost* cost) {
   std::vector<int64_t> around(p.instrs.size(), 0);
   int64_t in_use = resident_bytes(p, state_bytes);
-  GradientBuffers gradients(p);
-  StateCopies states(p);
+  StepMemory memory(p, cost);
   for (const Run& run : runs_of(p)) {
-    Effect e = effect_of(p, p.instrs[run.instr], cost);
-    e.change += gradients.change(p.instrs[run.instr]) + states.change(p.instrs[run.instr]);
+    Effect e = memory.effect(p.instrs[run.instr]);
     int64_t high = std::max({in_use, in_use + e.transient, in_use + e.change});
     around[run.instr] = std::max(around[run.instr], high);
     in_use += e.change;

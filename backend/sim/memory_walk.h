@@ -2,7 +2,8 @@
 // simulator's memory timeline follows (simulator.h) and what the memory-aware passes plan with
 // (deepcompile.txt's P_mem: proactive_prefetch, selective_unshard, auto_bucket). Resident: the
 // model states (less the optimizer states an offload keeps on the host) and the data-parallel
-// reducer's buckets; a gathered parameter from its all-gather to its release; a saved activation
+// reducer's buckets; a gathered parameter from its all-gather to its release (GatherBuffers:
+// with the executor's output buffer and copies where it makes them); a saved activation
 // from its forward (or recompute) to its backward; a sharded gradient's full-size buffer until
 // reduced (GradientBuffers); an instruction's workspace while it runs. Torch-free.
 #pragma once
@@ -26,8 +27,22 @@ std::vector<Run> runs_of(const ir::Program& p);
 // Bytes held for the whole step: the rank's model states on the device and the reducer's buckets.
 int64_t resident_bytes(const ir::Program& p, const StateBytes& state_bytes);
 
-// Bytes an all-gather of `in`'s parameters adds beyond their shards (and their release frees).
-int64_t gathered_bytes(const ir::Program& p, const ir::Instr& in);
+// Parameter q's bytes padded to a multiple of s_os elements: its gathered output, and its
+// full-size gradient buffer, in the sharded executor.
+int64_t padded_bytes(const ir::Program& p, int q);
+
+// The bytes an all-gather of `in`'s parameters holds from its launch: its output (their padded
+// full sizes) and, with several members, their shards' concatenated copy it sends. A gathered
+// parameter holds its full size from the gather's wait to its release.
+int64_t gather_launch_bytes(const ir::Program& p, const ir::Instr& in);
+// The most such a gather holds at once: at its wait, with several members (or a padded one),
+// its output and the members' full storage; otherwise its launch bytes.
+int64_t gather_peak_bytes(const ir::Program& p, const ir::Instr& in);
+
+// The bytes a gradient reduce-scatter of `in`'s parameters holds from its launch to its wait:
+// its output (their 1/s_p shards), the full-size buffer comm::reduce_scatter's all-to-all
+// receives into and, with several members, their gradients' concatenated copy.
+int64_t reduction_launch_bytes(const ir::Program& p, const ir::Instr& in);
 
 // How running `in` changes the memory in use: `transient` bytes held while it runs only (its
 // workspace), then `change` bytes from its end on (negative: freed).
@@ -35,27 +50,38 @@ struct Effect {
   int64_t transient = 0;
   int64_t change = 0;
 };
-// `cost` may be null (no workspace known).
-Effect effect_of(const ir::Program& p, const ir::Instr& in, const InstructionCost* cost);
 
-// The sharded executor's full-size gradient buffers (backend/exec/sharded_executor.cpp), where
-// gradients are sharded (s_g > 1, so the model states count only a 1/s_g shard of them): a
-// parameter's padded full gradient from the first backward compute that hands it one until the
-// wait of the reduction that consumes it, and a reduction of several parameters' concatenated
-// copy from its launch to that wait. Stateful: feed it a step's runs in order.
+// The sharded executor's gradients (backend/exec/sharded_executor.cpp), where they are sharded
+// (s_g > 1): a parameter's padded full gradient from the first backward compute that hands it
+// one until the wait of the reduction that consumes it; a reduction's output (its members'
+// 1/s_p shards) and, with several members, their concatenated copy from its launch to that
+// wait, where the output becomes the kept 1/s_g gradient shards, held until the optimizer step.
+// So the model states hold no gradients between steps (resident_bytes). Autograd also stores
+// each full gradient in the parameter's .grad, from its op's backward until the next op's (the
+// executor drops it there): held through the reductions the op launches. Stateful: feed it a
+// step's runs in order.
 class GradientBuffers {
  public:
   explicit GradientBuffers(const ir::Program& p);
+  // Whether the program's gradients are the executor's sharded ones.
+  static bool sharded(const ir::Program& p);
   // Bytes `in` allocates (positive) or frees (negative) for gradients, in this run of it.
   int64_t change(const ir::Instr& in);
 
  private:
+  struct Reduction {
+    std::vector<int> params;
+    int64_t launch = 0;  // its output, and with several members their concatenated copy
+  };
   const ir::Program& p_;
   bool active_ = false;
-  std::vector<bool> held_;                    // by parameter: its full gradient is allocated
-  std::vector<std::vector<int>> reduced_by_;  // by handle: the parameters a reduction consumes
-  std::vector<int64_t> wire_by_;              // by handle: its concatenated copy's bytes (0: none)
-  int64_t full_bytes(int q) const;
+  std::vector<bool> held_;        // by parameter: its full gradient is allocated
+  std::vector<bool> kept_;        // by parameter: its gradient shard is kept until the optimizer step
+  std::vector<Reduction> by_handle_;
+  std::vector<int> autograd_;     // parameters whose full gradient autograd holds in .grad
+  int64_t kept_bytes(int q) const;
+  int64_t drop_autograd();        // frees those (negative bytes)
+  bool launches_reduction(const ir::Instr& in) const;
 };
 
 // Optimizer states on the move (adaptive offloading, OffloadStates / ReloadStates): the wait of
@@ -68,6 +94,43 @@ class StateCopies {
 
  private:
   std::vector<int64_t> freed_by_wait_;  // by handle: the bytes an offload's wait frees
+};
+
+// The sharded executor's gathered parameters (backend/exec/sharded_executor.cpp): an all-gather
+// allocates its output at its launch. One member whose shards tile it exactly is gathered into
+// its own storage, so its wait changes nothing; otherwise the wait refills every member's full
+// storage while the output is still held (the transient), then frees the output and the sent
+// copy. A release frees the full storage.
+class GatherBuffers {
+ public:
+  explicit GatherBuffers(const ir::Program& p);
+  Effect effect(const ir::Instr& in) const;
+
+ private:
+  struct Gather {
+    int64_t launch = 0;  // gather_launch_bytes
+    int64_t full = 0;    // its members' full sizes
+    bool direct = false;
+  };
+  const ir::Program& p_;
+  std::vector<Gather> by_handle_;
+};
+
+// Everything a step allocates and frees, run by run: gathered parameters, saved activations
+// and workspaces, gradient buffers and offloaded states. What the simulator and the memory walk
+// both follow. Stateful: feed it a step's runs in order.
+class StepMemory {
+ public:
+  // `cost` may be null (no workspace known).
+  StepMemory(const ir::Program& p, const InstructionCost* cost);
+  Effect effect(const ir::Instr& in);
+
+ private:
+  const ir::Program& p_;
+  const InstructionCost* cost_;
+  GatherBuffers gathers_;
+  GradientBuffers gradients_;
+  StateCopies states_;
 };
 
 // Per instruction, the most memory in use from just before it until its end, over every run of

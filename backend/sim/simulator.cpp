@@ -35,8 +35,7 @@ struct Rank {
   std::map<std::string, int> seen;  // how many of each meeting kind this rank has issued
   std::string meeting;              // the meeting its current instruction waits in, once issued
   int64_t memory = 0;
-  std::unique_ptr<memory::GradientBuffers> gradients;  // the executor's full-size gradient buffers
-  std::unique_ptr<memory::StateCopies> states;         // optimizer states offloaded and reloaded
+  std::unique_ptr<memory::StepMemory> allocations;  // what each run allocates and frees
   bool done() const { return cursor >= runs.size(); }
 };
 
@@ -54,8 +53,7 @@ class Simulator {
       for (const Instr& in : stages[s].instrs) handles = std::max(handles, in.handle + 1);
       r.handle_end.assign(static_cast<size_t>(handles), -1);
       r.memory = memory::resident_bytes(stages[s], state_bytes);
-      r.gradients = std::make_unique<memory::GradientBuffers>(stages[s]);
-      r.states = std::make_unique<memory::StateCopies>(stages[s]);
+      r.allocations = std::make_unique<memory::StepMemory>(stages[s], &cost_);
       ranks_.push_back(std::move(r));
       note_memory(ranks_.back(), 0);
     }
@@ -95,16 +93,8 @@ class Simulator {
     switch (in.kind) {
       case OpKind::Wait: {
         if (in.handle >= 0) r.host = std::max(r.host, r.handle_end[static_cast<size_t>(in.handle)]);
-        if (int64_t freed = r.gradients->change(in) + r.states->change(in)) {  // a reduction's gradients consumed, offloaded states freed
-          r.memory += freed;
-          note_memory(r, run.instr);
-        }
         break;
       }
-      case OpKind::Release:
-        r.memory += memory::effect_of(p, in, &cost_).change;
-        note_memory(r, run.instr);
-        break;
       case OpKind::Compute:
       case OpKind::Recompute:
       case OpKind::OptimizerStep:
@@ -113,14 +103,6 @@ class Simulator {
         r.host = r.compute_free = start + seconds;
         r.compute_s += seconds;
         record(r, run, "compute", start, r.host);
-        memory::Effect effect = memory::effect_of(p, in, &cost_);
-        if (effect.transient) {  // held while it runs
-          r.memory += effect.transient;
-          note_memory(r, run.instr);
-          r.memory -= effect.transient;
-        }
-        r.memory += effect.change + r.gradients->change(in);
-        note_memory(r, run.instr);
         break;
       }
       case OpKind::Offload:
@@ -136,10 +118,6 @@ class Simulator {
         r.copy_free = start + cost_.seconds(p, in);
         r.handle_end[static_cast<size_t>(in.handle)] = r.copy_free;
         record(r, run, "copy", start, r.copy_free);
-        if (int64_t allocated = r.states->change(in)) {  // a reload's states, on the device again
-          r.memory += allocated;
-          note_memory(r, run.instr);
-        }
         break;
       }
       default:
@@ -152,16 +130,24 @@ class Simulator {
         r.collective_free = start + cost_.seconds(p, in);
         r.handle_end[static_cast<size_t>(in.handle)] = r.collective_free;
         record(r, run, "collective", start, r.collective_free);
-        if (in.kind == OpKind::AllGather) {
-          r.memory += memory::effect_of(p, in, &cost_).change;
-          note_memory(r, run.instr);
-        } else if (int64_t wire = r.gradients->change(in)) {  // a bucketed reduction's concatenated copy
-          r.memory += wire;
-          note_memory(r, run.instr);
-        }
     }
+    account_memory(r, run);
     ++r.cursor;
     return true;
+  }
+
+  // What the run allocates and frees (memory::StepMemory), as of the rank's clock after it.
+  void account_memory(Rank& r, const Run& run) {
+    memory::Effect e = r.allocations->effect(r.program->instrs[run.instr]);
+    if (e.transient) {  // held while it runs
+      r.memory += e.transient;
+      note_memory(r, run.instr);
+      r.memory -= e.transient;
+    }
+    if (e.transient || e.change) {
+      r.memory += e.change;
+      note_memory(r, run.instr);
+    }
   }
 
   // The meeting `in` belongs to, or "" for a collective among ranks of this stage alone
@@ -206,6 +192,7 @@ class Simulator {
     r.handle_end[static_cast<size_t>(in.handle)] = m.end;
     record(r, run, "collective", m.start, m.end);
     r.meeting.clear();
+    account_memory(r, run);
     ++r.cursor;
     return true;
   }

@@ -99,14 +99,14 @@ def backward_gathers(*extra):
     return out.count('bwd  all_gather')
 base = run('--memory-limit', '1')['peak_bytes']  # room for nothing: the base placement
 kept = []
-for mib in (27.8, 28, 28.5, 29):
+for mib in (26.5, 27, 28, 30):
     limit = int(mib * 2**20)
     assert base < limit, (base, limit)
     assert run('--memory-limit', str(limit))['peak_bytes'] <= limit, mib
     kept.append(backward_gathers('--memory-limit', str(limit)))
 assert kept == sorted(kept, reverse=True) and kept[0] > kept[-1], kept
 print('within')"
-expect "a limit the base placement exceeds is said with the numbers" 0 "warning: the simulated peak 27.7 MiB is above --memory-limit 20.0 MiB" \
+expect "a limit the base placement exceeds is said with the numbers" 0 "warning: the simulated peak 26.3 MiB is above --memory-limit 20.0 MiB" \
   -- "$loom" simulate tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2 --cluster dgx-a100 --memory-limit 20MiB
 expect "run warns when the base placement is over the limit, with the numbers" 0 "loom run: warning: the step's predicted peak" \
   "is above --memory-limit 1.0 MiB: its base placement" -- "$loom" run tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2 \
@@ -174,11 +174,16 @@ expect "profile" 0 "collectives (alpha-beta fit" -- "$loom" $prof stdlib_schedul
 expect "profile cached" 0 "loom profile: reusing $tmp/cache/gpt-tiny-w2-" -- "$loom" $prof stdlib_schedules/zero3.sched
 expect "explain --profile" 0 "# estimate from $tmp/profile.json (serial sums" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --profile "$tmp/profile.json"
 # ... and the passes plan with its times: bucket(size=auto) sizes buckets for overlap (the program
-# a run's --replan-at settles on) where without times it buckets each block whole.
+# a run's --replan-at settles on) where without times it buckets each block whole. The measured
+# compute is scaled down 1000x so that the overlap constraint binds whatever load this machine
+# measured under (with the measured times alone, a loaded machine can land on whole blocks too).
 printf 'import "stdlib/zero3.sched"\nsch.blocks().bucket(size=auto)\n' > "$tmp/bucket_auto.sched"
+/usr/bin/python3 -c "import json, sys; p = json.load(open(sys.argv[1]))
+for op in p['ops']: op['forward_ms'] /= 1000; op['backward_ms'] /= 1000
+json.dump(p, open(sys.argv[2], 'w'))" "$tmp/profile.json" "$tmp/fast_compute.json"
 expect "explain --profile plans with the measured times" 0 "the buckets differ" -- bash -c "
   a=\$(\"$loom\" explain \"$tmp/bucket_auto.sched\" --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --memory-limit 1GiB | grep -c all_gather)
-  b=\$(\"$loom\" explain \"$tmp/bucket_auto.sched\" --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --memory-limit 1GiB --profile \"$tmp/profile.json\" | grep -c all_gather)
+  b=\$(\"$loom\" explain \"$tmp/bucket_auto.sched\" --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --memory-limit 1GiB --profile \"$tmp/fast_compute.json\" | grep -c all_gather)
   echo \"all_gathers without times \$a, with \$b\"; [ \"\$a\" != \"\$b\" ] && echo 'the buckets differ'"
 expect "explain --profile other model" 2 "error: $tmp/profile.json was measured for other compute ops: the step's op 0 is \`embed_tokens\`, the profile's is \`wpe\`" -- "$loom" explain --model llama:tiny --nproc 2 --profile "$tmp/profile.json"
 expect "explain --profile missing" 2 "error: cannot read the profile '$tmp/none.json'" -- "$loom" explain --model gpt:tiny --nproc 2 --profile "$tmp/none.json"

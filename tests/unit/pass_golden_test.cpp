@@ -55,23 +55,24 @@ std::map<std::string, GoldenCase> golden_cases() {
   passes::PassInputs prefetch;
   prefetch.prefetch = {{"h.0", 0}, {"h.1", 0}};
   cases["prefetch"] = {zero3, prefetch, "ZeRO-3 at dp 2, h.0 and h.1 prefetched (auto)"};
-  // Model states of 70 elements at (2, 2, 2): 560 bytes; gathers add 80 (wte) and 20 bytes.
+  // The step starts with 70 elements at (2, 2, 2): 420 bytes (parameter shards and optimizer
+  // slices); a gather in flight holds twice its parameter: 320 bytes (wte), 80 (the others).
   passes::PassInputs proactive;
   proactive.prefetch = {{"h.0", 0}, {"h.1", 0}};
-  proactive.memory.limit = 560 + 80 + 40;
-  cases["proactive_prefetch"] = {zero3, proactive, "ZeRO-3 at dp 2, h.0 and h.1 prefetched (auto) under a 680-byte limit"};
+  proactive.memory.limit = 420 + 320 + 160;
+  cases["proactive_prefetch"] = {zero3, proactive, "ZeRO-3 at dp 2, h.0 and h.1 prefetched (auto) under a 900-byte limit"};
   passes::PassInputs selective;
   selective.unshard = {{"h.0", true}};
-  selective.memory.limit = 900;  // room for one of h.0's two 20-byte buffers where backward holds its full gradients
-  cases["selective_unshard"] = {zero3, selective, "ZeRO-3 at dp 2, h.0 unsharded (auto) under a 900-byte limit"};
+  selective.memory.limit = 1000;  // room for one of h.0's two 40-byte parameters kept (both need 1,060)
+  cases["selective_unshard"] = {zero3, selective, "ZeRO-3 at dp 2, h.0 unsharded (auto) under a 1000-byte limit"};
   passes::PassInputs offload;
   offload.offload = true;
   offload.offload_budget = 8 * 30;  // the states of the slices of wte (20 elements), h.0.fc.w and h.0.proj.w (5 each) fit
   cases["offload_optimizer"] = {zero3, offload, "ZeRO-3 at dp 2, optimizer states offloaded beyond a 240-byte budget"};
   passes::PassInputs adaptive;
   adaptive.offload = adaptive.offload_automatic = true;
-  adaptive.memory.limit = 700;
-  cases["adaptive_offload"] = {zero3, adaptive, "ZeRO-3 at dp 2, offload(\"optimizer\", budget=auto) under a 700-byte limit"};
+  adaptive.memory.limit = 1200;  // the walk peaks at 1,360 bytes
+  cases["adaptive_offload"] = {zero3, adaptive, "ZeRO-3 at dp 2, offload(\"optimizer\", budget=auto) under a 1200-byte limit"};
   passes::PassInputs window;
   window.reductions_in_flight = 2;
   cases["window_reductions"] = {zero3, window, "ZeRO-3 at dp 2, two reductions in flight"};

@@ -111,11 +111,17 @@ TEST_CASE("the memory timeline: model states, a gathered parameter until its rel
   ir::Program p = one_param({instr(OpKind::AllGather, Phase::Forward, "", 0), wait(0), forward,
                              instr(OpKind::Release, Phase::Forward), backward});
   SimResult r = simulate({p}, cost);
-  // 1000 elements x (4/2 + 4/2 + 8/2) = 8000; the gather adds the other half (2000 bytes).
-  CHECK(r.memory[0].front().bytes == 8000);
-  CHECK(r.peak_bytes == 10500);
-  CHECK(r.peak_instr == 2);
-  CHECK(r.memory[0].back().bytes == 8000);
+  // The step starts with 1000 elements x (4/2 + 8/2) = 6000 (parameter shard and optimizer
+  // slice; gradient shards come with their reductions). The gather holds 8000 until its wait
+  // (the 4000-byte parameter, gathered in place, and the process group's flat output), then the
+  // parameter's 4000 until its release; the forward saves 500 until the backward.
+  CHECK(r.memory[0].front().bytes == 6000);
+  CHECK(r.peak_bytes == 14000);
+  CHECK(r.peak_instr == 0);
+  std::vector<int64_t> after;
+  for (const auto& point : r.memory[0]) after.push_back(point.bytes);
+  CHECK(after == std::vector<int64_t>{6000, 14000, 10000, 10500, 6500, 6000});
+  CHECK(r.memory[0].back().bytes == 6000);
 }
 
 TEST_CASE("memory: an instruction's workspace is held while it runs; the data-parallel reducer keeps a buffer per bucket") {
@@ -188,7 +194,7 @@ TEST_CASE("offload: copies hold the host on the copy stream, and the offloaded s
   CHECK(r.step_s == doctest::Approx(5));
   CHECK(r.events[0].stream == "copy");  // the recompute takes no time here: no event
   CHECK(r.compute_s == doctest::Approx(1));
-  // 1000 x (4/2 + 4/2 + 8/2) less the 4000 bytes of optimizer states on the host; the recompute saves 300.
-  CHECK(r.memory[0].front().bytes == 4000);
-  CHECK(r.peak_bytes == 4300);
+  // 1000 x (4/2 + 8/2) less the 4000 bytes of optimizer states on the host; the recompute saves 300.
+  CHECK(r.memory[0].front().bytes == 2000);
+  CHECK(r.peak_bytes == 2300);
 }
