@@ -58,7 +58,9 @@ int verify_schedule(const VerifyOptions& options);
 const std::vector<std::string>& original_arguments();
 // When this process was started as one rank of a run (by a launcher, torchrun, srun or mpirun):
 // trains (or profiles) as that rank and returns the exit code. Otherwise nullopt.
-std::optional<int> train_if_rank(const TrainOptions& options);
+// `requested_world`, when not 0, is the world the command line asked for (--nproc x --nnodes):
+// a launcher that started another number of ranks is a user error.
+std::optional<int> train_if_rank(const TrainOptions& options, int requested_world = 0);
 // A launch of `nproc` local ranks, each running this same command line.
 LaunchSpec relaunch_as_ranks(int nproc);
 

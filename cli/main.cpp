@@ -20,10 +20,14 @@ std::vector<std::string> arguments;
 }
 const std::vector<std::string>& original_arguments() { return arguments; }
 
-std::optional<int> train_if_rank(const TrainOptions& options) {
+std::optional<int> train_if_rank(const TrainOptions& options, int requested_world) {
   std::optional<RankEnv> env;
   try {
     env = rank_env_from_process();
+    if (env && requested_world != 0 && requested_world != env->world)
+      throw UserError(SourceRange{}, "the command line asks for " + std::to_string(requested_world) + " ranks (--nproc x --nnodes), but " +
+                                         env->source + " started " + std::to_string(env->world),
+                      "under a launcher the launcher sets the world: drop --nproc and --nnodes, or make them match it");
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), nullptr);
     return kUsageError;

@@ -21,10 +21,12 @@ struct RunOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
   bool no_verify = false;  // set by loom verify for its own runs
+  bool world_given = false;  // --nproc or --nnodes on the command line
 };
 
 int run(const RunOptions& o) {
-  if (std::optional<int> rc = train_if_rank(o.train)) return *rc;  // started as one rank of a run
+  int requested_world = o.world_given ? o.nproc * o.nnodes : 0;
+  if (std::optional<int> rc = train_if_rank(o.train, requested_world)) return *rc;  // started as one rank of a run
   // The launcher: check what can be checked before starting any rank.
   bool verify_first = false;
   try {
@@ -89,7 +91,10 @@ void add_run(CLI::App& app, std::function<int()>& run_fn) {
   c->add_option("--record", t.record, "write each rank's record of the first step to this directory")->group("");
   c->add_option("--trace-prefix", t.trace_prefix, "apply only the first K directives of the schedule")->group("");
   c->add_flag("--no-verify", o->no_verify, "do not run verify() before training")->group("");
-  c->callback([&run_fn, o] { run_fn = [o] { return run(*o); }; });
+  c->callback([&run_fn, o, c] {
+    o->world_given = c->count("--nproc") + c->count("--nnodes") > 0;
+    run_fn = [o] { return run(*o); };
+  });
 }
 
 }  // namespace loom::cli

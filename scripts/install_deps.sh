@@ -9,6 +9,7 @@ packages=(
   python3 python3-torch iproute2
   libtcmalloc-minimal4                  # the allocator loom links (faster parsing)
   librsvg2-bin file                     # the tests render the SVG plots loom writes to PNG
+  openmpi-bin slurmd slurmctld slurm-client munge  # the launcher tests: mpirun, and srun on a one-node Slurm
 )
 missing=()
 for p in "${packages[@]}"; do

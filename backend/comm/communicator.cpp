@@ -126,19 +126,47 @@ std::string missing_ranks(c10d::Store& store, const RankEnv& env, int* count) {
   return missing;
 }
 
+// Ranks started with different world sizes (two launchers, a WORLD_SIZE set by hand) cannot
+// meet. The first to come records its world; a rank with another world says so in the store
+// and releases the others, so no rank waits out the timeout. Empty when they agree.
+std::string world_disagreement(c10d::Store& store, const RankEnv& env) {
+  std::string mine = std::to_string(env.world);
+  std::vector<uint8_t> first = store.compareSet("loom/world", {}, std::vector<uint8_t>(mine.begin(), mine.end()));
+  if (std::string(first.begin(), first.end()) == mine) return "";
+  return "rank " + std::to_string(env.rank) + " was started in a world of " + mine + " ranks, another rank in a world of " +
+         std::string(first.begin(), first.end());
+}
+
 // Every rank announces itself; the last to come says so, and the others wait for that up to
 // the timeout. Whoever never came is named with their node, where the store's own wait would
 // only say "Socket Timeout".
 void await_every_rank(c10d::Store& store, const RankEnv& env, std::chrono::milliseconds timeout) {
   std::string where = "the rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port);
+  std::string disagreement;
+  bool released = false;
   try {
     store.set("loom/joined/" + std::to_string(env.rank), std::vector<uint8_t>{1});
-    if (store.add("loom/joined", 1) == env.world) store.set("loom/all_joined", std::vector<uint8_t>{1});
+    disagreement = world_disagreement(store, env);
+    if (!disagreement.empty()) {
+      store.set("loom/world_disagreement", std::vector<uint8_t>(disagreement.begin(), disagreement.end()));
+      store.set("loom/all_joined", std::vector<uint8_t>{1});
+    } else if (store.add("loom/joined", 1) == env.world) {
+      store.set("loom/all_joined", std::vector<uint8_t>{1});
+    }
     store.wait({"loom/all_joined"}, timeout);
-    return;
+    released = true;
+    if (disagreement.empty() && store.check({"loom/world_disagreement"})) {
+      std::vector<uint8_t> said = store.get("loom/world_disagreement");
+      disagreement = std::string(said.begin(), said.end());
+    }
   } catch (const std::exception&) {
     // Timed out, or rank 0 (which serves the store) gave up first: say who is missing if we still can.
   }
+  if (!disagreement.empty())
+    throw UserError(SourceRange{}, "the ranks disagree on the world size: " + disagreement,
+                    "start every rank with the same world size (torchrun --nnodes x --nproc_per_node, mpirun -np, "
+                    "srun --ntasks, or WORLD_SIZE), and one launcher per run");
+  if (released) return;
   int count = 0;
   std::string missing;
   try {
@@ -154,26 +182,50 @@ void await_every_rank(c10d::Store& store, const RankEnv& env, std::chrono::milli
                   rendezvous_hint(env));
 }
 
+// The rendezvous store. Rank 0 serves it; under torchrun's static rendezvous the agent already
+// serves one at the same address, and every rank joins that as a client, under the prefix of
+// this restart, as torch's own _create_c10d_store does.
+c10::intrusive_ptr<c10d::Store> open_store(const RankEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(env.master_port);
+  store_options.isServer = env.rank == 0 && !env.agent_store;
+  store_options.numWorkers = env.world;
+  store_options.waitWorkers = false;  // await_every_rank waits, and names who is missing
+  store_options.timeout = timeout;
+  std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  try {
+    auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    if (!env.agent_store) return store;
+    return c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
+  } catch (const std::exception& e) {
+    std::string reason = exception_text(e, false);
+    reason = reason.substr(0, reason.find('\n'));
+    std::string rank = "rank " + std::to_string(env.rank);
+    if (store_options.isServer && reason.find("ddress already in use") != std::string::npos)
+      throw UserError(SourceRange{}, rank + " could not serve the rendezvous store: port " + std::to_string(env.master_port) +
+                                         " is already in use on " + env.master_addr,
+                      "another run, or a launcher that serves its own store, holds it: pick a free port with --master-port "
+                      "or MASTER_PORT (under torchrun, let its agent serve the store: leave TORCHELASTIC_USE_AGENT_STORE as it sets it)");
+    if (store_options.isServer)
+      throw UserError(SourceRange{}, rank + " could not serve the rendezvous store at " + where + ": " + reason,
+                      "check that " + env.master_addr + " (--master-addr, MASTER_ADDR) is this machine's address, or pick "
+                      "another port (--master-port, MASTER_PORT)");
+    if (env.agent_store)
+      throw UserError(SourceRange{}, rank + " could not reach torchrun's store at " + where + " within " +
+                                         std::to_string(timeout.count() / 1000) + " s: " + reason,
+                      "torchrun's agent serves it (TORCHELASTIC_USE_AGENT_STORE=True): start the ranks with torchrun itself, "
+                      "or unset TORCHELASTIC_USE_AGENT_STORE to let rank 0 serve the store");
+    throw UserError(SourceRange{}, rank + " could not reach the rendezvous store at " + where + " within " +
+                                       std::to_string(timeout.count() / 1000) + " s: " + reason,
+                    rendezvous_hint(env));
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<Group> init_world(const RankEnv& env, const WorldOptions& options) {
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<std::uint16_t>(env.master_port);
-  store_options.isServer = env.rank == 0;
-  store_options.numWorkers = env.world;
-  store_options.waitWorkers = false;  // await_every_rank waits, and names who is missing
-  store_options.timeout = options.timeout;
   auto impl = std::make_unique<GroupImpl>();
-  try {
-    impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-  } catch (const std::exception& e) {
-    std::string reason = exception_text(e, false);
-    throw UserError(SourceRange{}, "rank " + std::to_string(env.rank) + (env.rank == 0 ? " could not serve" : " could not reach") +
-                                       " the rendezvous store at " + env.master_addr + ":" + std::to_string(env.master_port) +
-                                       " within " + std::to_string(options.timeout.count() / 1000) + " s: " +
-                                       reason.substr(0, reason.find('\n')),
-                    env.rank == 0 ? "the port may be taken: pick another (--master-port, MASTER_PORT)" : rendezvous_hint(env));
-  }
+  impl->store = open_store(env, options.timeout);
   await_every_rank(*impl->store, env, options.timeout);
   impl->device = make_device(env.master_addr);
   impl->timeout = options.timeout;

@@ -47,6 +47,24 @@ std::string first_slurm_host(const std::string& list) {
   return host;
 }
 
+// Slurm's ranks per node. srun sets SLURM_NTASKS_PER_NODE only when asked for it, and
+// SLURM_STEP_TASKS_PER_NODE ("2(x3)": two on each of three nodes; "4,2") always; the first
+// node's count, which rank_env_from checks against the world.
+int slurm_tasks_per_node(const std::map<std::string, std::string>& env, int world) {
+  if (env.count("SLURM_NTASKS_PER_NODE")) return read_int(env, "SLURM_NTASKS_PER_NODE", world, false);
+  std::string list = read_str(env, "SLURM_STEP_TASKS_PER_NODE", read_str(env, "SLURM_TASKS_PER_NODE", ""));
+  size_t digits = 0;
+  while (digits < list.size() && digits < 6 && std::isdigit(static_cast<unsigned char>(list[digits]))) ++digits;
+  return digits == 0 ? world : std::stoi(list.substr(0, digits));
+}
+
+// Without MASTER_PORT, a Slurm job's ranks meet on a port of their own job, so that two jobs
+// on one node do not collide on 29500.
+int slurm_default_port(const std::map<std::string, std::string>& env) {
+  long long job = std::strtoll(read_str(env, "SLURM_JOB_ID", "9500").c_str(), nullptr, 10);
+  return 20000 + static_cast<int>((job < 0 ? -job : job) % 20000);
+}
+
 }  // namespace
 
 std::optional<RankEnv> rank_env_from(const std::map<std::string, std::string>& env) {
@@ -57,12 +75,15 @@ std::optional<RankEnv> rank_env_from(const std::map<std::string, std::string>& e
     e.world = read_int(env, "WORLD_SIZE", 1, true);
     e.local_rank = read_int(env, "LOCAL_RANK", e.rank, false);
     e.local_world = read_int(env, "LOCAL_WORLD_SIZE", e.world, false);
+    e.agent_store = read_str(env, "TORCHELASTIC_USE_AGENT_STORE", "") == "True";
+    e.restart_count = read_int(env, "TORCHELASTIC_RESTART_COUNT", 0, false);
   } else if (env.count("SLURM_PROCID")) {
     e.source = "slurm";
     e.rank = read_int(env, "SLURM_PROCID", 0, true);
     e.world = read_int(env, "SLURM_NTASKS", 1, true);
     e.local_rank = read_int(env, "SLURM_LOCALID", 0, false);
-    e.local_world = read_int(env, "SLURM_NTASKS_PER_NODE", e.world, false);
+    e.local_world = slurm_tasks_per_node(env, e.world);
+    e.master_port = slurm_default_port(env);
     e.master_addr = first_slurm_host(read_str(env, "SLURM_STEP_NODELIST", read_str(env, "SLURM_NODELIST", "127.0.0.1")));
   } else if (env.count("OMPI_COMM_WORLD_RANK")) {
     e.source = "openmpi";
@@ -75,7 +96,7 @@ std::optional<RankEnv> rank_env_from(const std::map<std::string, std::string>& e
   }
   // MASTER_ADDR/MASTER_PORT, when given, win over what the scheduler implies.
   e.master_addr = read_str(env, "MASTER_ADDR", e.master_addr);
-  e.master_port = read_int(env, "MASTER_PORT", 29500, false);
+  e.master_port = read_int(env, "MASTER_PORT", e.master_port, false);
   if (e.world < 1) throw UserError(SourceRange{}, "the world size is 0", "set WORLD_SIZE (or SLURM_NTASKS) to at least 1");
   if (e.rank >= e.world)
     throw UserError(SourceRange{}, "rank " + std::to_string(e.rank) + " is not below the world size " + std::to_string(e.world),

@@ -16,6 +16,11 @@ struct RankEnv {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string source;  // "torchrun", "slurm", "openmpi": which variables were found
+  // torchrun's agent already serves the store at master_addr:master_port
+  // (TORCHELASTIC_USE_AGENT_STORE=True, its static rendezvous): every rank joins it as a
+  // client, under the prefix of this restart (TORCHELASTIC_RESTART_COUNT), as torch does.
+  bool agent_store = false;
+  int restart_count = 0;
 };
 
 // The rank environment, or nullopt when no launcher variables are set (so this

@@ -40,6 +40,23 @@ TEST_CASE("rank environments from torchrun, Slurm and Open MPI variables") {
   CHECK(s->local_world == 4);
   CHECK(s->master_addr == "gpu07");
   CHECK(s->source == "slurm");
+  // What srun sets without --ntasks-per-node: the per-node counts as a list, and a job id that
+  // picks the port.
+  auto s2 = rank_env_from({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "1"}, {"SLURM_JOB_ID", "1234567"},
+                           {"SLURM_STEP_TASKS_PER_NODE", "2(x3)"}, {"SLURM_STEP_NODELIST", "node[3,5-6]"}});
+  REQUIRE(s2.has_value());
+  CHECK(s2->local_world == 2);
+  CHECK(s2->master_addr == "node3");
+  CHECK(s2->master_port == 20000 + 1234567 % 20000);
+  CHECK(rank_env_from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "7"}, {"MASTER_PORT", "4000"}})->master_port == 4000);
+  CHECK_THROWS_WITH_AS(rank_env_from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "6"}, {"SLURM_STEP_TASKS_PER_NODE", "4,2"}}),
+                       "local rank 0 of 4 per node does not fit a world of 6", UserError);
+  // torchrun's static rendezvous: the agent serves the store.
+  auto a = rank_env_from({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                          {"TORCHELASTIC_RESTART_COUNT", "1"}});
+  CHECK(a->agent_store);
+  CHECK(a->restart_count == 1);
+  CHECK(!rank_env_from({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_USE_AGENT_STORE", "False"}})->agent_store);
   auto m = rank_env_from({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
                           {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MASTER_ADDR", "head"}});
   REQUIRE(m.has_value());
