@@ -79,6 +79,7 @@ MemoryPlanning memory_planning(const SimulateOptions& o, const std::shared_ptr<C
   if (!cluster_cost) return m;
   if (m.limit <= 0) m.limit = MemoryPlanning::device_default(cluster_cost->cluster().device.memory_bytes);
   m.instruction_seconds = [cluster_cost](const ir::Program& p, const ir::Instr& in) { return cluster_cost->seconds(p, in); };
+  m.cost = cluster_cost.get();  // kept alive by instruction_seconds
   return m;
 }
 

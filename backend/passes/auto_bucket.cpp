@@ -74,7 +74,7 @@ class BucketPlanner {
  public:
   BucketPlanner(const ir::Program& p, ir::Phase phase, const MemoryPlanning& m, const std::vector<Candidate>& c)
       : p_(p), phase_(phase), m_(m), c_(c) {
-    if (m.limit > 0) around_ = memory::memory_around_each(p, m.state_bytes, nullptr);
+    if (m.limit > 0) around_ = memory::memory_around_each(p, m.state_bytes, m.cost);
     for (size_t i = 0; i < p.instrs.size(); ++i)
       if (p.instrs[i].kind == OpKind::ReduceScatter && p.instrs[i].phase == ir::Phase::Backward)
         for (int q : p.instrs[i].params) reduction_of_.try_emplace(q, i);
@@ -206,7 +206,7 @@ void reorder(ir::Program& p, ir::Phase phase, const std::vector<std::vector<int>
         for (int q : p.instrs[j].params) blocked |= std::find(gather.params.begin(), gather.params.end(), q) != gather.params.end();
     if (blocked) continue;
     if (m.limit > 0) {
-      std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, nullptr);
+      std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost);
       int64_t high = *std::max_element(around.begin() + static_cast<long>(wait), around.begin() + static_cast<long>(g));
       if (high + memory::gather_peak_bytes(p, gather) > m.limit) continue;
     }

@@ -12,6 +12,8 @@
 
 namespace loom {
 
+class InstructionCost;  // backend/cost/instruction_cost.h
+
 // compress(): TAGC on the gradient reduction of the module's parameters (tagc.txt).
 struct CompressRequest {
   std::string module;
@@ -52,6 +54,10 @@ struct MemoryPlanning {
   // gathers are fused, unsharding ranks by size (for any cost alpha + beta * B, T_c(B)/B is
   // highest for the smallest B), and bucket(size=auto) buckets each module whole.
   std::function<double(const ir::Program&, const ir::Instr&)> instruction_seconds;
+  // The cost model those times come from, where the passes may keep it: its compute workspaces
+  // count in the memory walk (memory::memory_around_each), as they do when the simulator prices
+  // the program. Null: none known (a run plans without them). Outlives the passes.
+  const InstructionCost* cost = nullptr;
   double fusion_alpha = 1.5;  // fuse two all-gathers when T_c(V1) + T_c(V2) > alpha * T_c(V1 + V2) (§4.2)
   // M_prefetch: bytes gathered ahead of their use at any point. DeepSpeed's DeepCompile uses
   // 4e9 (MAX_BUFFERED_SIZE); under a smaller limit M governs.

@@ -69,6 +69,8 @@ void plan_phase(const ir::Program& p, ir::Phase phase, const std::vector<bool>& 
       if (around[above] + buffer > m.limit || ahead[above] + buffer > group_limit) break;
       --to;
     }
+    // Where it lands it also holds gloo's receive buffer while it runs (memory::gather_peak_bytes).
+    while (to < k && around[order[to]] + memory::gather_peak_bytes(p, g) > m.limit) ++to;
     if (to == k) {
       floor = k + 1;
       continue;
@@ -96,46 +98,73 @@ bool fusion_pays(const ir::Program& p, const Instr& fused, const Instr& next, co
   return m.instruction_seconds(p, fused) + m.instruction_seconds(p, next) > m.fusion_alpha * m.instruction_seconds(p, both);
 }
 
-// Whether the fused gather `both`, landing before instruction `from`, stays within the limit:
-// where the separate gathers each held their output (already in `around`), the fused one also
-// holds the shards' concatenated copy and, at its wait, every member's full storage beside its
-// output (memory::gather_peak_bytes), so over the instructions from its landing to its wait.
-bool fusion_fits(const ir::Program& p, const Instr& both, size_t from, const std::vector<int64_t>& around, const MemoryPlanning& m) {
+// The bytes the fused gather `both` holds from its launch to its wait beyond its members'
+// separate outputs (already in `around`): the shards' concatenated copy it sends.
+int64_t fused_extra_held(const ir::Program& p, const Instr& both) {
   int64_t separate = 0;
   for (int q : both.params) {
     Instr alone = both;
     alone.params = {q};
     separate += memory::gather_launch_bytes(p, alone);
   }
-  int64_t extra = memory::gather_peak_bytes(p, both) - separate;
+  return memory::gather_launch_bytes(p, both) - separate;
+}
+
+// Whether the fused gather `both`, landing before instruction `from`, stays within the limit:
+// beside what `around` holds (the members' outputs, and `already` of the fused gather's own
+// extra), its concatenated send, and for a moment gloo's receive buffer at its launch or every
+// member's full storage at its wait (memory::gather_peak_bytes), over the instructions from its
+// landing to its wait; there the gathers that land beside it also hold their receive buffers
+// for a moment (`landing_flat`), which their own moves planned without this fusion's extra.
+bool fusion_fits(const ir::Program& p, const Instr& both, size_t from, const std::vector<int64_t>& around,
+                 const std::vector<int64_t>& landing_flat, int64_t already, const MemoryPlanning& m) {
+  int64_t extra = memory::gather_peak_bytes(p, both) - (memory::gather_launch_bytes(p, both) - fused_extra_held(p, both)) - already;
   for (size_t i = from; i < p.instrs.size(); ++i) {
-    if (around[i] + extra > m.limit) return false;
+    if (around[i] + extra + landing_flat[i] > m.limit) return false;
     if (p.instrs[i].kind == OpKind::Wait && p.instrs[i].handle == both.handle) break;
   }
   return true;
 }
 
+// Raises `around` by `bytes` from instruction `from` to the wait of `gather`.
+void hold(const ir::Program& p, const Instr& gather, size_t from, int64_t bytes, std::vector<int64_t>& around) {
+  for (size_t i = from; i < p.instrs.size(); ++i) {
+    around[i] += bytes;
+    if (p.instrs[i].kind == OpKind::Wait && p.instrs[i].handle == gather.handle) break;
+  }
+}
+
 // Rebuilds the program with the gathers at their new places, fusing those that land at one
 // place where fusing pays and fits; a fused gather's waits but the first go (they wait for the
 // fused one).
-void apply(ir::Program& p, std::vector<Move>& moves, const std::vector<int64_t>& around, const MemoryPlanning& m) {
+void apply(ir::Program& p, std::vector<Move>& moves, std::vector<int64_t> around, const MemoryPlanning& m) {
   std::stable_sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) { return a.before < b.before; });
   std::vector<bool> moved(p.instrs.size(), false);
-  for (const Move& mv : moves) moved[mv.gather] = true;
+  std::vector<int64_t> landing_flat(p.instrs.size(), 0);  // the largest receive buffer of a gather landing before each
+  for (const Move& mv : moves) {
+    moved[mv.gather] = true;
+    const Instr& g = p.instrs[mv.gather];
+    landing_flat[mv.before] = std::max(landing_flat[mv.before], memory::gather_peak_bytes(p, g) - memory::gather_launch_bytes(p, g));
+  }
   std::unordered_map<int, int> fused_into;  // a fused gather's handle -> the handle of the one it joined
   std::vector<Instr> out;
   out.reserve(p.instrs.size());
   auto next = moves.begin();
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     size_t first_here = out.size();
+    int64_t held = 0;  // what the last fused gather holds beyond its members' outputs, already in `around`
     for (; next != moves.end() && next->before == i; ++next) {
       Instr& g = p.instrs[next->gather];
-      if (out.size() > first_here && fusion_pays(p, out.back(), g, m) && fusion_fits(p, fused_with(out.back(), g), i, around, m)) {
+      if (out.size() > first_here && fusion_pays(p, out.back(), g, m) &&
+          fusion_fits(p, fused_with(out.back(), g), i, around, landing_flat, held, m)) {
         fused_into[g.handle] = out.back().handle;
-        out.back().bytes += g.bytes;
-        out.back().params.insert(out.back().params.end(), g.params.begin(), g.params.end());
+        out.back() = fused_with(out.back(), g);
+        int64_t now = fused_extra_held(p, out.back());
+        hold(p, out.back(), i, now - held, around);
+        held = now;
       } else {
         out.push_back(std::move(g));
+        held = 0;
       }
     }
     if (!moved[i]) out.push_back(std::move(p.instrs[i]));
@@ -163,7 +192,7 @@ bool proactive_prefetch(ir::Program& p, const PassInputs& inputs) {
   if (p.sharding.params <= 1 || m.limit <= 0) return false;
   std::vector<bool> selected = selected_params(p, inputs);
   if (std::none_of(selected.begin(), selected.end(), [](bool s) { return s; })) return false;
-  std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, nullptr);
+  std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost);
   std::vector<Move> moves;
   plan_phase(p, ir::Phase::Forward, selected, m, around, moves);
   plan_phase(p, ir::Phase::Backward, selected, m, around, moves);

@@ -63,11 +63,17 @@ int64_t padded_bytes(const ir::Program& p, int q) {
   return padded * t.element_bytes;
 }
 
-int64_t gather_launch_bytes(const ir::Program& p, const Instr& in) {
+namespace {
+int64_t gather_output_bytes(const ir::Program& p, const Instr& in) {
   int64_t output = 0;
   for (int q : in.params) output += padded_bytes(p, q);
-  int64_t sent = in.params.size() > 1 ? output / p.sharding.params : 0;  // the shards' concatenated copy
-  return 2 * output + sent;  // the process group's flat output too (comm::all_gather's list form)
+  return output;
+}
+}  // namespace
+
+int64_t gather_launch_bytes(const ir::Program& p, const Instr& in) {
+  int64_t output = gather_output_bytes(p, in);
+  return output + (in.params.size() > 1 ? output / p.sharding.params : 0);  // and the shards' concatenated copy
 }
 
 int64_t reduction_launch_bytes(const ir::Program& p, const Instr& in) {
@@ -92,7 +98,7 @@ bool gathers_in_place(const ir::Program& p, const Instr& in) {
 }  // namespace
 
 int64_t gather_peak_bytes(const ir::Program& p, const Instr& in) {
-  return gather_launch_bytes(p, in) + (gathers_in_place(p, in) ? 0 : full_bytes(p, in.params));
+  return gather_launch_bytes(p, in) + gather_output_bytes(p, in);
 }
 
 namespace {
@@ -111,20 +117,20 @@ GatherBuffers::GatherBuffers(const ir::Program& p) : p_(p) {
     if (in.kind != OpKind::AllGather || in.handle < 0 || !ir::issued_collective(in)) continue;
     if (static_cast<size_t>(in.handle) >= by_handle_.size()) by_handle_.resize(static_cast<size_t>(in.handle) + 1);
     Gather& g = by_handle_[static_cast<size_t>(in.handle)];
-    g.launch = gather_launch_bytes(p, in);
+    g.held = gather_launch_bytes(p, in);
+    g.output = gather_output_bytes(p, in);
     g.full = full_bytes(p, in.params);
     g.direct = gathers_in_place(p, in);
   }
 }
 
 Effect GatherBuffers::effect(const Instr& in) const {
-  bool gathered = in.handle >= 0 && static_cast<size_t>(in.handle) < by_handle_.size() && by_handle_[static_cast<size_t>(in.handle)].launch > 0;
-  if (in.kind == OpKind::AllGather && gathered) return {0, by_handle_[static_cast<size_t>(in.handle)].launch};
-  if (in.kind == OpKind::Wait && gathered) {
-    const Gather& g = by_handle_[static_cast<size_t>(in.handle)];
-    return g.direct ? Effect{0, g.full - g.launch} : Effect{g.full, g.full - g.launch};
-  }
-  if (in.kind == OpKind::Release && p_.sharding.params > 1) return {0, -full_bytes(p_, in.params)};  // replicated parameters stay
+  bool gathered = in.handle >= 0 && static_cast<size_t>(in.handle) < by_handle_.size() && by_handle_[static_cast<size_t>(in.handle)].held > 0;
+  if (in.kind == OpKind::Release) return p_.sharding.params > 1 ? Effect{0, -full_bytes(p_, in.params)} : Effect{};  // replicated stay
+  if (!gathered) return {};
+  const Gather& g = by_handle_[static_cast<size_t>(in.handle)];
+  if (in.kind == OpKind::AllGather) return {g.held + g.output, g.held};
+  if (in.kind == OpKind::Wait) return g.direct ? Effect{0, g.full - g.held} : Effect{g.full, g.full - g.held};
   return {};
 }
 

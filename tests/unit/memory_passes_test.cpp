@@ -24,8 +24,8 @@ namespace {
 // Three layers of one 100-element fp32 weight each, at s_p = 2. The model states the step
 // starts with, 300 elements at (2, 2, 2), are the parameter shards and optimizer slices: 300 x
 // (4/2 + 8/2) = 1,800 bytes (gradient shards are held from their reductions to the optimizer
-// step). A gather holds 800 bytes from its launch to its wait (the 400-byte parameter, gathered
-// in place, and the process group's flat output), then the parameter's 400 until its release.
+// step). A gather holds its 400-byte parameter, gathered in place, from its launch to its
+// release, and at its launch also gloo's 400-byte flat receive buffer (freed as it completes).
 ir::OpTrace three_layers(int64_t activation_bytes = 0) {
   ir::OpTrace t;
   t.model = "three";
@@ -34,7 +34,7 @@ ir::OpTrace three_layers(int64_t activation_bytes = 0) {
   for (ir::TracedOp& op : t.forward) op.activation_bytes = activation_bytes;
   return t;
 }
-constexpr int64_t kStates = 1800, kFull = 400, kInFlight = 800;
+constexpr int64_t kStates = 1800, kFull = 400;
 const ir::Sharding kZero3{2, 2, 2, 2};
 
 ir::Program lowered(const ir::OpTrace& t, const passes::PassInputs& in) {
@@ -79,8 +79,8 @@ TEST_CASE("the memory walk: model states, gathered buffers from gather to releas
     return int64_t{-1};
   };
   CHECK(memory::resident_bytes(p, StateBytes::loom_adamw()) == kStates);
-  CHECK(at(OpKind::AllGather, ir::Phase::Forward, 0) == kStates + kInFlight);
-  CHECK(at(OpKind::Wait, ir::Phase::Forward, 0) == kStates + kInFlight);        // the peak around it: before the flat output goes
+  CHECK(at(OpKind::AllGather, ir::Phase::Forward, 0) == kStates + 2 * kFull);  // its output and gloo's receive buffer
+  CHECK(at(OpKind::Wait, ir::Phase::Forward, 0) == kStates + kFull);            // gathered in place: nothing changes
   CHECK(at(OpKind::Compute, ir::Phase::Forward, 0) == kStates + kFull + 50);    // its saved activation at its end
   CHECK(at(OpKind::Release, ir::Phase::Forward, 0) == kStates + kFull + 50);    // the peak around it: before it frees
   CHECK(at(OpKind::Compute, ir::Phase::Forward, 2) == kStates + kFull + 150);
@@ -91,15 +91,16 @@ TEST_CASE("the memory walk: model states, gathered buffers from gather to releas
 }
 
 TEST_CASE("proactive prefetch places Fig. 6's gathers: two at the start, the third after the first release") {
-  // Room for two gathers in flight beside the states (3,400 bytes), not for the third above l0's
-  // release (the states, l0.w, l1.w's gather and its own: 3,800).
-  ir::Program p = lowered(three_layers(), auto_prefetch(kStates + 2 * kInFlight + 100));
+  // Room for two gathers beside the states with one receive buffer (3,000 bytes), not for the
+  // third above l0's release (the states, l0.w, l1.w, and its own output and receive buffer:
+  // 3,400); after l0's release it needs 3,000.
+  ir::Program p = lowered(three_layers(), auto_prefetch(kStates + 3 * kFull + 100));
   CHECK(words(p, ir::Phase::Forward) == std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "wait", "c(l0)", "rel(l0.w)", "ag(l2.w)",
                                                                   "wait", "c(l1)", "rel(l1.w)", "wait", "c(l2)", "rel(l2.w)"});
   // The forward never holds more than the limit.
   std::vector<int64_t> around = memory::memory_around_each(p, StateBytes::loom_adamw(), nullptr);
   for (size_t i = 0; i < p.instrs.size(); ++i)
-    if (p.instrs[i].phase == ir::Phase::Forward) CHECK(around[i] <= kStates + 2 * kInFlight + 100);
+    if (p.instrs[i].phase == ir::Phase::Forward) CHECK(around[i] <= kStates + 3 * kFull + 100);
   // In backward a full gradient (400 bytes until its reduce-scatter completes) and the
   // reduce-scatter's own buffers (its 200-byte output and the 400 it receives into) leave no room
   // for a gather above the last layer's release, so nothing moves there.
@@ -108,32 +109,33 @@ TEST_CASE("proactive prefetch places Fig. 6's gathers: two at the start, the thi
 }
 
 TEST_CASE("proactive prefetch: room for one buffer moves nothing, room for all moves every gather to the start") {
-  ir::Program tight = lowered(three_layers(), auto_prefetch(kStates + kInFlight + 100));
+  // ZeRO-3's own peak is 2,600 (the states, a gather and its receive buffer); one gather ahead needs 3,000.
+  ir::Program tight = lowered(three_layers(), auto_prefetch(kStates + 2 * kFull + 100));
   CHECK(words(tight, ir::Phase::Forward) == words(lowered(three_layers(), {}), ir::Phase::Forward));
-  ir::Program roomy = lowered(three_layers(), auto_prefetch(kStates + 3 * kInFlight));
+  ir::Program roomy = lowered(three_layers(), auto_prefetch(kStates + 4 * kFull));  // three outputs, one receive buffer
   std::vector<std::string> forward = words(roomy, ir::Phase::Forward);
   CHECK(std::vector<std::string>(forward.begin(), forward.begin() + 3) ==
         std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "ag(l2.w)"});
-  // Activations count: with 150 bytes saved per layer and a 3,700-byte limit, the third gather
-  // fits from l1's wait on (the states, l0's activation, l1.w's gather in flight and its own:
-  // 3,550 bytes), not above l0's release (the states, l0.w and its activation, l1.w's gather and
-  // its own: 3,950).
-  ir::Program saving = lowered(three_layers(150), auto_prefetch(kStates + 2 * kInFlight + 300));
+  // Activations count: with 150 bytes saved per layer and a 3,300-byte limit, the third gather
+  // fits from l1's wait on (the states, l0's activation, l1.w, and its own output and receive
+  // buffer: 3,150 bytes), not above l0's release (the states, l0.w and its activation, l1.w, its
+  // own and the receive buffer: 3,550).
+  ir::Program saving = lowered(three_layers(150), auto_prefetch(kStates + 3 * kFull + 300));
   CHECK(words(saving, ir::Phase::Forward) == std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "wait", "c(l0)", "rel(l0.w)",
                                                                        "ag(l2.w)", "wait", "c(l1)", "rel(l1.w)", "wait", "c(l2)",
                                                                        "rel(l2.w)"});
   // M_prefetch bounds the bytes gathered ahead: one buffer ahead at a time.
-  passes::PassInputs grouped = auto_prefetch(kStates + 3 * kInFlight);
-  grouped.memory.prefetch_group_bytes = kInFlight;
+  passes::PassInputs grouped = auto_prefetch(kStates + 4 * kFull);
+  grouped.memory.prefetch_group_bytes = kFull;
   CHECK(words(lowered(three_layers(), grouped), ir::Phase::Forward) ==
         std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "wait", "c(l0)", "rel(l0.w)", "ag(l2.w)", "wait", "c(l1)", "rel(l1.w)",
                                  "wait", "c(l2)", "rel(l2.w)"});
 }
 
 TEST_CASE("proactive prefetch fuses gathers that land together when T_c(V1) + T_c(V2) > 1.5 T_c(V1 + V2)") {
-  // Room for every gather at the start and for the fused one's extra 1,200 bytes (its members'
-  // shards concatenated, 400, and at its wait their 800 bytes of storage beside its output).
-  passes::PassInputs in = auto_prefetch(kStates + 3 * kInFlight + 1200);
+  // Room for every gather at the start and for the fused one's extra 1,200 bytes over the
+  // separate outputs (its members' shards concatenated, 400, and gloo's 800-byte receive buffer).
+  passes::PassInputs in = auto_prefetch(kStates + 4 * kFull + 1200);
   double alpha = 1.0, beta = 0.001;  // seconds, seconds per byte
   in.memory.instruction_seconds = [&](const ir::Program&, const ir::Instr& g) { return alpha + beta * static_cast<double>(g.bytes); };
   // Latency-bound: 2 x (1 + 0.4) = 2.8 > 1.5 x (1 + 0.8) = 2.7: the two moved gathers become one.
@@ -142,12 +144,15 @@ TEST_CASE("proactive prefetch fuses gathers that land together when T_c(V1) + T_
   CHECK(std::vector<std::string>(forward.begin(), forward.begin() + 3) ==
         std::vector<std::string>{"ag(l0.w)", "ag(l1.w,l2.w)", "wait"});
   CHECK(ir::verify_complete(fused) == "");
+  std::vector<int64_t> around = memory::memory_around_each(fused, StateBytes::loom_adamw(), nullptr);
+  for (size_t i = 0; i < fused.instrs.size(); ++i)
+    if (fused.instrs[i].phase == ir::Phase::Forward) CHECK(around[i] <= in.memory.limit);
   // Room for the three gathers at the start but not for the fused one's extra bytes: left separate.
-  in.memory.limit = kStates + 3 * kInFlight;
+  in.memory.limit = kStates + 4 * kFull;
   forward = words(lowered(three_layers(), in), ir::Phase::Forward);
   CHECK(std::vector<std::string>(forward.begin(), forward.begin() + 3) ==
         std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "ag(l2.w)"});
-  in.memory.limit = kStates + 3 * kInFlight + 1200;
+  in.memory.limit = kStates + 4 * kFull + 1200;
   // Bandwidth-bound: 2 x (1 + 4) = 10 < 1.5 x (1 + 8) = 13.5: left separate.
   beta = 0.01;
   forward = words(lowered(three_layers(), in), ir::Phase::Forward);
@@ -162,7 +167,7 @@ TEST_CASE("prefetch(budget=auto) without a memory limit is one block ahead; budg
   passes::PassInputs bytes;
   bytes.prefetch = {{"l0", 400}, {"l1", 400}, {"l2", 400}};
   std::vector<std::string> without = words(lowered(three_layers(), bytes), ir::Phase::Forward);
-  bytes.memory.limit = kStates + 3 * kInFlight;
+  bytes.memory.limit = kStates + 4 * kFull;
   CHECK(words(lowered(three_layers(), bytes), ir::Phase::Forward) == without);
 }
 
@@ -282,17 +287,16 @@ TEST_CASE("bucket(size=auto) grows a bucket while its gather hides behind the pr
 }
 
 TEST_CASE("bucket(size=auto): the memory constraint closes a bucket, and the next is prefetched one bucket ahead") {
-  // 6,200 bytes: the forward's 3,200 around each gather (the states, 2,400, and a gather in
-  // flight) leave room for a bucket of two (its output and the process group's, 1,600, the
-  // members' shards concatenated, 400, and at its wait their 800 bytes of storage: 2,800), not
-  // of three (4,200).
-  ir::Program p = lowered(four_layers(), auto_buckets(6200));
+  // 5,600 bytes: the forward's 3,200 around each gather (the states, 2,400, a gather's output and
+  // gloo's receive buffer) leave room for a bucket of two (its 800-byte output, the members'
+  // shards concatenated, 400, and gloo's receive buffer, 800: 2,000), not of three (3,000).
+  ir::Program p = lowered(four_layers(), auto_buckets(5600));
   CHECK(words(p, ir::Phase::Forward) == std::vector<std::string>{"ag(l0.w)", "ag(l1.w,l2.w)", "wait", "c(l0)", "rel(l0.w)",
                                                                   "ag(l3.w)", "wait", "c(l1)", "rel(l1.w)", "c(l2)", "rel(l2.w)",
                                                                   "wait", "c(l3)", "rel(l3.w)"});
   std::vector<int64_t> around = memory::memory_around_each(p, StateBytes::loom_adamw(), nullptr);
   for (size_t i = 0; i < p.instrs.size(); ++i)
-    if (p.instrs[i].phase == ir::Phase::Forward) CHECK(around[i] <= 6200);
+    if (p.instrs[i].phase == ir::Phase::Forward) CHECK(around[i] <= 5600);
   // In backward the full gradients (400 bytes each until reduced) leave no room: no bucket grows.
   std::vector<std::string> backward = words(p, ir::Phase::Backward);
   for (const std::string& w : backward) CHECK(w.find(',') == std::string::npos);
