@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "backend/sim/svg_text.h"
+#include "backend/report/svg_text.h"
 
 namespace loom::tune {
 namespace {

@@ -40,6 +40,7 @@ void add_verify(CLI::App& app, std::function<int()>& run);
 void add_simulate(CLI::App& app, std::function<int()>& run);
 void add_plan(CLI::App& app, std::function<int()>& run);
 void add_tune(CLI::App& app, std::function<int()>& run);
+void add_report(CLI::App& app, std::function<int()>& run);
 
 // loom verify's settings; `loom run` verifies with them too when the schedule calls verify().
 struct VerifyOptions {

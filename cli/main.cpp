@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
   loom::cli::add_plan(app, run);
   loom::cli::add_tune(app, run);
   loom::cli::add_verify(app, run);
+  loom::cli::add_report(app, run);
   if (std::optional<int> rc = loom::cli::refuse_unknown_command(app, argc, argv)) return *rc;
   try {
     app.parse(argc, argv);

@@ -54,6 +54,7 @@ double blocked_ms() { return blocked_ms_total; }
 
 void Work::wait() {
   BlockedClock blocked;
+  double waited_from = timeline::enabled() ? timeline::now_us() : 0;
   try {
     if (work_) work_->wait();
   } catch (const std::exception& e) {
@@ -67,7 +68,12 @@ void Work::wait() {
     finish_ = nullptr;
     f();
   }
-  if (timeline::enabled() && !what_.empty()) timeline::record(what_, "collective", timeline::Track::Comm, launched_us_, timeline::now_us());
+  if (timeline::enabled() && !what_.empty()) {
+    // The collective from launch to completion, and the time compute stood still for it (exposed).
+    double now = timeline::now_us();
+    timeline::record(what_, "collective", timeline::Track::Comm, launched_us_, now);
+    timeline::record("wait for " + what_, "wait", timeline::Track::Compute, waited_from, now);
+  }
 }
 
 namespace {

@@ -1,6 +1,8 @@
-// The executed timeline of a run, in Chrome trace format (viewable in Perfetto): module
-// calls and phases on one track, collectives on another (from launch to the wait that
-// completed them), one process per rank. Torch-free; off unless enabled.
+// The executed timeline of a run, in Chrome trace format (viewable in Perfetto): steps
+// (category "step"), phases ("phase"), module calls and the waits for collectives ("wait") on
+// one track, collectives on another (from launch to the wait that completed them), one process
+// per rank. `loom report` reads it back (backend/report/step_shares.h). Torch-free; off unless
+// enabled.
 #pragma once
 
 #include <chrono>

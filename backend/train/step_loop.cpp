@@ -273,6 +273,8 @@ StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
   const TrainOptions& o = r.o;
   bool recording = r.recorder && step == r.start;
   auto t0 = std::chrono::steady_clock::now();
+  std::optional<timeline::Span> step_span;  // ends with the metrics, before a checkpoint is written
+  step_span.emplace("step " + std::to_string(step + 1), "step");
   memory::reset_peak();
   if (r.cuda) compat::cuda_reset_peak(r.gpu);
   double lr = learning_rate(o, step);
@@ -301,6 +303,7 @@ StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
   int64_t tokens = r.layout.dp * o.micro_batch * o.seq * o.accum;
   double tokens_per_s = static_cast<double>(tokens) / (ms / 1000.0);
   int64_t peak = r.cuda ? compat::cuda_peak_bytes(r.gpu) : memory::peak_bytes();
+  step_span.reset();
   StepMetrics measured{step + 1, loss, lr, std::isfinite(grad_norm) ? grad_norm : -1, tokens_per_s, ms, peak};
   if (r.metrics.is_open()) write_metrics_row(r.metrics, o.metrics, measured, between_micro_batches);
   result.tokens += tokens;

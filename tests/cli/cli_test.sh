@@ -217,6 +217,27 @@ expect "simulate --trace --memory-plot" 0 "step" \
 expect "simulate's trace is a Chrome trace with both stages" 0 "stages 2" \
   -- python3 -c "import json,sys; e=json.load(open('$tmp/sim.json'))['traceEvents']; print('stages', len({x['pid'] for x in e if x['ph']=='X'}))"
 expect "simulate's memory plot is an SVG" 0 "<svg" "<polyline" ">peak " -- cat "$tmp/mem.svg"
+# loom report: a run's metrics and trace as SVG plots, rendered to PNG as a person would see them.
+expect "a run with metrics and a trace" 0 "4 steps" -- "$loom" run stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 \
+  --steps 4 --seq 32 --micro-batch 2 --threads 1 --metrics "$tmp/run.jsonl" --trace "$tmp/run_trace.json"
+expect "report" 0 "loom report: 4 steps; wrote $tmp/report/loss.svg $tmp/report/throughput.svg $tmp/report/memory.svg $tmp/report/step_time.svg" \
+  "rank      step ms    compute exposed comm     idle" -- "$loom" report "$tmp/run.jsonl" --trace "$tmp/run_trace.json" --out "$tmp/report"
+# Each rank's shares add up to its step, and compute and communication both take some of it.
+expect "report's shares add up" 0 "rank 0 sums to 100" "rank 1 sums to 100" -- bash -c "
+  \"$loom\" report \"$tmp/run.jsonl\" --trace \"$tmp/run_trace.json\" --out \"$tmp/report\" | awk '/^[01] /{
+    c=\$3+0; x=\$4+0; i=\$5+0; s=c+x+i; if (c > 0 && x > 0 && s > 99.8 && s < 100.2) print \"rank \" \$1 \" sums to 100\" }'"
+expect "report's plots render" 0 "4 PNG" -- bash -c "n=0; for f in loss throughput memory step_time; do
+  rsvg-convert \"$tmp/report/\$f.svg\" -o \"$tmp/report/\$f.png\" && file \"$tmp/report/\$f.png\" | grep -q 'PNG image data' && n=\$((n + 1)); done; echo \$n PNG"
+expect "report draws a line per metric and a bar per rank and step" 0 "3 lines, 8 bars" -- bash -c "
+  echo \$(cat \"$tmp/report/\"{loss,throughput,memory}.svg | grep -c 'class=\"series\"') lines, \$(grep -c 'class=\"compute\"' \"$tmp/report/step_time.svg\") bars"
+expect "report without metrics" 2 "error: cannot read the metrics file '$tmp/none.jsonl'" "hint: pass the file \`loom run --metrics\` wrote" \
+  -- "$loom" report "$tmp/none.jsonl" --out "$tmp/report"
+expect "report of a file that is not metrics" 2 "error: $tmp/run_trace.json:1 is not a metrics row" \
+  -- "$loom" report "$tmp/run_trace.json" --out "$tmp/report"
+expect "report of the simulator's trace" 2 "error: $tmp/sim.json has no steps: its trace has no \"step\" spans" \
+  "hint: write the trace with this Loom's \`loom run --trace\`" -- "$loom" report "$tmp/run.jsonl" --trace "$tmp/sim.json" --out "$tmp/report"
+expect "report into a directory it cannot make" 2 "error: cannot create the --out directory '$tmp/run.jsonl/plots'" \
+  -- "$loom" report "$tmp/run.jsonl" --out "$tmp/run.jsonl/plots"
 expect "simulate without a cost model" 2 "error: loom simulate needs one cost model: --cluster NAME or --profile FILE" \
   -- "$loom" simulate --model gpt:tiny --nproc 2
 expect "simulate on an unknown cluster" 2 "error: no cluster named 'dgx-z' (known: dgx-a100, dgx-h100, lins-a800)" \

@@ -341,6 +341,8 @@ TEST_CASE("--trace writes the executed timeline of every rank in Chrome trace fo
     CHECK(count[{rank, "collective"}] > 0);  // every gather and reduce-scatter, launch to completion
     CHECK(count[{rank, "forward"}] > 0);     // module calls
     CHECK(count[{rank, "phase"}] == 2 * 3);  // forward, backward, optimizer per step
+    CHECK(count[{rank, "step"}] == 2);       // the steps and the waits, which loom report reads
+    CHECK(count[{rank, "wait"}] > 0);
   }
   CHECK(!fs::exists(trace.string() + ".rank1"));  // merged into one file
 

@@ -1,4 +1,4 @@
-// Text inside the SVG plots Loom writes (the simulated memory timeline, loom tune's heatmap).
+// Text inside the SVG plots Loom writes (loom report, the simulated memory timeline, loom tune's heatmap).
 // Header-only and torch-free.
 #pragma once
 
