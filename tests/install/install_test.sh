@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The installed package as a user meets it: `cmake --install` into a temporary prefix, then a
+# project of its own (tests/install/consumer) finds it with find_package(Loom) and builds
+# examples/fluent_api.cpp and examples/custom_model.cpp unchanged; both run, and the installed
+# loom checks a standard schedule from the installed share/loom.
+set -uo pipefail
+build=$(cd "$1" && pwd)
+source "$(dirname "$0")/../lib/expect.sh" "$build/loom" "$2"  # $loom, $src, $tmp, expect
+prefix="$tmp/prefix"
+launcher=()
+command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+expect "cmake --install" 0 "Installing: $prefix/lib/cmake/Loom/LoomConfig.cmake" -- cmake --install "$build" --prefix "$prefix"
+expect "the package's files" 0 "ok" -- bash -c "test -x '$prefix/bin/loom' && test -f '$prefix/lib/libloom_core.a' &&
+  test -f '$prefix/include/loom/lang/schedule.h' && test -f '$prefix/include/loom/models/zoo_torch.h' &&
+  test -f '$prefix/share/loom/stdlib_schedules/zero3.sched' && test -f '$prefix/share/loom/clusters/dgx-a100.json' && echo ok"
+expect "a project finds the package" 0 "Build files have been written" -- cmake -S "$src/tests/install/consumer" \
+  -B "$tmp/consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" -DLOOM_EXAMPLES="$src/examples" "${launcher[@]}"
+expect "it builds the examples unchanged" 0 "Linking CXX executable custom_model" -- cmake --build "$tmp/consumer"
+expect "fluent_api runs" 0 "sch[" -- "$tmp/consumer/fluent_api"
+expect "custom_model runs" 0 "sch.shard_states(params=4, grads=4, optim=4)" 'sch["blocks.0"].checkpoint()' -- "$tmp/consumer/custom_model"
+expect "the installed loom checks an installed schedule" 0 "ok (" -- "$prefix/bin/loom" check "$prefix/share/loom/stdlib_schedules/zero3.sched" \
+  --model gpt:tiny --world 2
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
