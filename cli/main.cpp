@@ -1,4 +1,4 @@
-// loom: the command-line entry point. Subcommands live one per file in cli/.
+// loom: the command line (cli/entry.h). Subcommands live one per file in cli/.
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
@@ -10,6 +10,7 @@
 #include "backend/build_info.h"
 #include "backend/train/rank_env.h"
 #include "cli/commands.h"
+#include "cli/entry.h"
 #include "lang/diagnostics.h"
 #include "lang/module_tree.h"
 #include "lang/value.h"
@@ -112,9 +113,8 @@ std::optional<int> refuse_unknown_command(CLI::App& app, int argc, char** argv) 
 }
 
 }  // namespace
-}  // namespace loom::cli
 
-int main(int argc, char** argv) {
+int command_line(int argc, char** argv) {
   // Past a file-size limit (ulimit -f) a write fails with EFBIG, which Loom reports like a full
   // disk, instead of the signal killing the process mid-checkpoint.
   std::signal(SIGXFSZ, SIG_IGN);
@@ -168,3 +168,5 @@ int main(int argc, char** argv) {
     return 70;
   }
 }
+
+}  // namespace loom::cli

@@ -6,12 +6,13 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-# Loom::loom: everything a program that schedules or trains a model links.
+# Loom::loom: everything a program that schedules or trains a model links, the command line
+# (cli/entry.h) included.
 add_library(loom_package INTERFACE)
 set_target_properties(loom_package PROPERTIES EXPORT_NAME loom)
-target_link_libraries(loom_package INTERFACE loom_backend)
+target_link_libraries(loom_package INTERFACE loom_cli)
 
-install(TARGETS loom_core loom_backend_base loom_models loom_backend loom_package EXPORT LoomTargets
+install(TARGETS loom_core loom_backend_base loom_models loom_backend loom_cli loom_package EXPORT LoomTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/loom)
 install(TARGETS loom RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

@@ -45,8 +45,7 @@ BertConfig bert_tiny() {
 
 template <class Holder>
 BuiltModel wrap(Holder model, int64_t vocab, int64_t max_seq) {
-  auto impl = model.ptr();
-  return {impl, [model](const torch::Tensor& ids) mutable { return model(ids); }, vocab, max_seq};
+  return language_model(model, vocab, max_seq);
 }
 
 struct Entry {
@@ -86,11 +85,20 @@ const std::vector<Entry>& entries() {
   return all;
 }
 
+// Models registered by their authors' own code (LOOM_REGISTER_MODEL), in registration order.
+std::vector<Entry>& registered() {
+  static std::vector<Entry> models;
+  return models;
+}
+
 const Entry& entry(const std::string& name) {
   for (auto& e : entries())
     if (e.info.name == name) return e;
+  for (auto& e : registered())
+    if (e.info.name == name) return e;
   std::vector<std::string> names;
   for (auto& e : entries()) names.push_back(e.info.name);
+  for (auto& e : registered()) names.push_back(e.info.name);
   auto near = closest(name, names, 1);
   std::string all;
   for (auto& n : names) all += (all.empty() ? "" : ", ") + n;
@@ -113,13 +121,20 @@ std::string dtype_name(c10::ScalarType t) {
 
 }  // namespace
 
-const std::vector<ModelInfo>& model_catalog() {
-  static const std::vector<ModelInfo> infos = [] {
-    std::vector<ModelInfo> out;
-    for (auto& e : entries()) out.push_back(e.info);
-    return out;
-  }();
-  return infos;
+std::vector<ModelInfo> model_catalog() {
+  std::vector<ModelInfo> out;
+  for (auto& e : entries()) out.push_back(e.info);
+  for (auto& e : registered()) out.push_back(e.info);
+  return out;
+}
+
+bool register_model(const ModelInfo& info, std::function<BuiltModel()> build) {
+  for (auto& e : entries())
+    if (e.info.name == info.name) throw UserError(SourceRange{}, "a model named '" + info.name + "' is built in", "register yours under another name");
+  for (auto& e : registered())
+    if (e.info.name == info.name) throw UserError(SourceRange{}, "a model named '" + info.name + "' is registered twice", "register each model once, under its own name");
+  registered().push_back({info, std::move(build)});
+  return true;
 }
 
 BuiltModel build_model(const std::string& name, torch::Device device) {

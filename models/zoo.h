@@ -16,8 +16,9 @@ struct ModelInfo {
   int64_t published_params; // the published size (0 for the tiny test configurations)
 };
 
-// Every named configuration, in a stable order.
-const std::vector<ModelInfo>& model_catalog();
+// Every named configuration, in a stable order: the reference models, then those registered
+// with LOOM_REGISTER_MODEL (models/zoo_torch.h).
+std::vector<ModelInfo> model_catalog();
 // The module tree of a named model, built on the meta device (no memory).
 // Unknown names are a UserError with the closest names as a hint.
 std::shared_ptr<const ModuleTree> module_tree_of(const std::string& name);

@@ -9,6 +9,7 @@
 #include <torch/nn/module.h>
 
 #include "lang/module_tree.h"
+#include "models/zoo.h"
 
 namespace loom {
 
@@ -19,6 +20,28 @@ struct BuiltModel {
   int64_t vocab_size = 0;
   int64_t max_seq = 0;
 };
+
+// A language model from its module holder (a LOOM_MODULE holder whose forward takes token ids
+// (B, T) and returns logits (B, T, vocab)), its vocabulary and longest sequence.
+template <class Holder>
+BuiltModel language_model(Holder model, int64_t vocab, int64_t max_seq) {
+  return {model.ptr(), [model](const torch::Tensor& ids) mutable { return model(ids); }, vocab, max_seq};
+}
+
+// Adds a model of your own to the catalogue, so that every command (`loom check`, `run`,
+// `verify`, `explain`, `simulate`, ...) builds it by name. Use LOOM_REGISTER_MODEL below; a
+// name taken by a reference model or registered twice is a UserError.
+bool register_model(const ModelInfo& info, std::function<BuiltModel()> build);
+
+// Registers a language model at start-up, from the file that defines it:
+//   LOOM_REGISTER_MODEL("tiny-lm", "my model", /*vocab=*/256, /*max_seq=*/128, TinyLM(256, 64, 4));
+// The last argument constructs its holder; it is evaluated each time the model is built (on the
+// meta device for its module tree, then on each rank).
+#define LOOM_REGISTER_MODEL(NAME, DESCRIPTION, VOCAB, MAX_SEQ, ...)                         \
+  static const bool LOOM_MODEL_CONCAT(loom_registered_model_, __LINE__) = ::loom::register_model( \
+      ::loom::ModelInfo{NAME, DESCRIPTION, 0}, [] { return ::loom::language_model(__VA_ARGS__, VOCAB, MAX_SEQ); })
+#define LOOM_MODEL_CONCAT(a, b) LOOM_MODEL_CONCAT_(a, b)
+#define LOOM_MODEL_CONCAT_(a, b) a##b
 
 // Builds a named model on `device` (torch::kMeta for structure only), each tensor initialised
 // from the default CPU generator's seed and its name (nn::materialize). Throws UserError for

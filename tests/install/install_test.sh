@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The installed package as a user meets it: `cmake --install` into a temporary prefix, then a
 # project of its own (tests/install/consumer) finds it with find_package(Loom) and builds
-# examples/fluent_api.cpp and examples/custom_model.cpp unchanged; both run, and the installed
-# loom checks a standard schedule from the installed share/loom.
+# examples/fluent_api.cpp and examples/custom_model.cpp unchanged; both run; custom_model, the
+# loom command line with the model it registers, checks, verifies and trains that model at
+# world 2; and the installed loom checks a standard schedule from the installed share/loom.
 set -uo pipefail
 build=$(cd "$1" && pwd)
 source "$(dirname "$0")/../lib/expect.sh" "$build/loom" "$2"  # $loom, $src, $tmp, expect
@@ -18,6 +19,23 @@ expect "a project finds the package" 0 "Build files have been written" -- cmake 
 expect "it builds the examples unchanged" 0 "Linking CXX executable custom_model" -- cmake --build "$tmp/consumer"
 expect "fluent_api runs" 0 "sch[" -- "$tmp/consumer/fluent_api"
 expect "custom_model runs" 0 "sch.shard_states(params=4, grads=4, optim=4)" 'sch["blocks.0"].checkpoint()' -- "$tmp/consumer/custom_model"
+# Your own model: custom_model registers tiny-lm, and with arguments it is the loom command line.
+custom="$tmp/consumer/custom_model"
+expect "your model among the models" 0 "tiny-lm	examples/custom_model.cpp" -- "$custom" models
+expect "check your model" 0 "ok (" "for tiny-lm at world 2" -- "$custom" check "$prefix/share/loom/stdlib_schedules/zero3.sched" \
+  --model tiny-lm --world 2
+expect "verify your model" 0 "equivalent (2 runs" -- "$custom" verify "$prefix/share/loom/stdlib_schedules/zero3.sched" \
+  --model tiny-lm --nproc 2 --seq 32 --micro-batch 2
+expect "train your model at world 2" 0 "loom run: done: 4 steps" "2 ranks" -- "$custom" run \
+  "$prefix/share/loom/stdlib_schedules/zero3.sched" --model tiny-lm --nproc 2 --steps 4 --seq 32 --micro-batch 2 --threads 1 \
+  --metrics "$tmp/tiny_lm.jsonl"
+expect "its loss is a number each step" 0 "4 steps" -- python3 -c "
+import json, math
+rows = [json.loads(l) for l in open('$tmp/tiny_lm.jsonl')]
+assert all(math.isfinite(r['loss']) for r in rows)
+print(len(rows), 'steps')"
+expect "a name it did not register" 2 "error: unknown model 'tiny-ml'" "did you mean 'tiny-lm'?" -- "$custom" check \
+  "$prefix/share/loom/stdlib_schedules/zero3.sched" --model tiny-ml --world 2
 expect "the installed loom checks an installed schedule" 0 "ok (" -- "$prefix/bin/loom" check "$prefix/share/loom/stdlib_schedules/zero3.sched" \
   --model gpt:tiny --world 2
 echo "$passed passed, $failed failed"
