@@ -59,10 +59,11 @@ int slurm_tasks_per_node(const std::map<std::string, std::string>& env, int worl
 }
 
 // Without MASTER_PORT, a Slurm job's ranks meet on a port of their own job, so that two jobs
-// on one node do not collide on 29500.
+// on one node do not collide on 29500: 20000 + job id mod 10000, below Linux's ephemeral ports
+// (32768 on), which other connections take.
 int slurm_default_port(const std::map<std::string, std::string>& env) {
   long long job = std::strtoll(read_str(env, "SLURM_JOB_ID", "9500").c_str(), nullptr, 10);
-  return 20000 + static_cast<int>((job < 0 ? -job : job) % 20000);
+  return 20000 + static_cast<int>((job < 0 ? -job : job) % 10000);
 }
 
 }  // namespace
