@@ -6,7 +6,7 @@ packages=(
   libtorch-dev libopenblas0-openmp       # LibTorch 1.13 (CPU) and the fast BLAS (see ../shared/ENVIRONMENT.md)
   antlr4 libantlr4-runtime-dev default-jre-headless
   doctest-dev nlohmann-json3-dev libcli11-dev libfmt-dev pybind11-dev libgloo-dev
-  python3 python3-torch iproute2
+  python3 python3-dev python3-torch iproute2   # python3-dev: the Python module's headers
   libtcmalloc-minimal4                  # the allocator loom links (faster parsing)
   librsvg2-bin file                     # the tests render the SVG plots loom writes to PNG
   openmpi-bin slurmd slurmctld slurm-client munge  # the launcher tests: mpirun, and srun on a one-node Slurm

@@ -1,0 +1,126 @@
+"""The Python module as a user meets it (run by ctest `python_module` with Debian's python3):
+the registry and dir() agree; a schedule written in Python, the same calls in C++
+(examples/fluent_api.cpp) and the same .sched text give identical traces and identical IR;
+errors are loom.ScheduleError naming the primitive and the fix."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import loom
+
+build, source = sys.argv[1], sys.argv[2]
+passed = failed = 0
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL {name}" + (f": {detail}" if detail else ""))
+
+
+# 1. Every registered primitive is a method, and dir() lists exactly the registry's (and the
+#    selection's own two), so a primitive registered in C++ appears here without more code.
+sch = loom.Schedule("gpt2", world=4, local_world=4)
+names = loom.primitives()
+check("the registry has the primitives", {"prefetch", "zero", "shard", "mesh", "checkpoint"} <= set(names), names)
+check("dir() is the registry", sorted(set(dir(sch)) - {"blocks", "paths"}) == sorted(names), sorted(dir(sch)))
+check("a selection has them too", sorted(set(dir(sch["h.0"])) - {"blocks", "paths"}) == sorted(names))
+try:
+    sch.no_such_primitive
+    check("an unknown primitive is an AttributeError", False)
+except AttributeError as e:
+    check("an unknown primitive is an AttributeError", "loom.primitives()" in str(e), str(e))
+
+# 2. examples/fluent_api.cpp's calls, in Python (chained, as in C++).
+sch.mesh(tp=2, pp=2)
+sch["h.0.attn.c_attn"].shard(params=["weight", "bias"], axis=0).sync(mode="bwd_post", op="all_reduce")
+sch["h.0.attn.c_proj"].shard(["weight"], 1).sync("fwd_post", "all_reduce")
+from_python = loom.to_sched(sch)
+from_cpp = subprocess.run([os.path.join(build, "fluent_api")], capture_output=True, text=True, check=True).stdout
+check("Python and C++ record the same trace", from_python == from_cpp, f"\n{from_python}\n---\n{from_cpp}")
+
+# The same text as a .sched file, loaded as the CLI loads it.
+with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "same.sched")
+    with open(path, "w") as f:
+        f.write(from_python)
+    from_file = loom.load(path, "gpt2", world=4, local_world=4)
+    check("the .sched file records the same trace", loom.to_sched(from_file) == from_python)
+    def directives(selection):  # a Python call has no source location; a file's says file:line:col
+        trace = json.loads(loom.to_json(selection))
+        for d in trace["directives"]:
+            d.pop("source")
+        return trace
+    check("and the same JSON but for where each call was written", directives(from_file) == directives(sch))
+
+# 3. The same IR: a sharded schedule on gpt:tiny, in Python and from its .sched text, lowered
+#    as `loom explain --json` lowers it.
+tiny = loom.Schedule("gpt:tiny", world=2)
+tiny.zero(stage=3)
+tiny.blocks().prefetch(budget=loom.auto)
+tiny["h.1"].checkpoint()
+with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "tiny.sched")
+    with open(path, "w") as f:
+        f.write(loom.to_sched(tiny))
+    ir_python = json.loads(loom.explain(tiny, micro_batch=2, seq=32))
+    ir_file = json.loads(loom.explain(loom.load(path, "gpt:tiny", world=2), micro_batch=2, seq=32))
+    ir_cli = json.loads(subprocess.run([os.path.join(build, "loom"), "explain", path, "--model", "gpt:tiny", "--nproc", "2",
+                                        "--micro-batch", "2", "--seq", "32", "--json"],
+                                       capture_output=True, text=True, check=True).stdout)
+    ir_cli.pop("rank", None)
+    check("Python and the file lower to the same IR", ir_python == ir_file)
+    check("and to what loom explain prints", ir_python == ir_cli)
+    check("the IR has the gathers", sum(1 for i in ir_python["instructions"] if i.get("op") == "all_gather") > 0,
+          ir_python["instructions"][:2])
+
+# 4. Errors name the primitive and the fix.
+try:
+    loom.Schedule("gpt:tiny", world=2)["h.0"].prefetch(budget=0)
+    check("a bad argument raises", False)
+except loom.ScheduleError as e:
+    text = str(e)
+    check("a bad argument names the primitive and the fix",
+          "prefetch on `h.0`: budget must be a positive size, got 0B" in text and "hint: e.g. budget=512MiB" in text, text)
+# check() runs the whole-schedule rules, as `loom check` does.
+plain = loom.Schedule("gpt2", world=2)
+plain.offload("optimizer")
+try:
+    loom.check(plain)
+    check("check() raises a rule's error", False)
+except loom.ScheduleError as e:
+    check("check() raises a rule's error", "this schedule keeps no optimizer shards" in str(e) and "sch.zero(stage=1)" in str(e),
+          str(e))
+check("check() of a sound schedule returns its warnings", loom.check(tiny) == [])
+try:
+    loom.Schedule("gpt:tiny", world=2)["h.9"]
+    check("a path that matches nothing raises", False)
+except loom.ScheduleError as e:
+    check("a path that matches nothing says so", "h.9" in str(e), str(e))
+try:
+    loom.Schedule("gtp:tiny")
+    check("an unknown model raises", False)
+except loom.ScheduleError as e:
+    check("an unknown model suggests the closest", "did you mean 'gpt:tiny'" in str(e), str(e))
+with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "bad.sched")
+    with open(path, "w") as f:
+        f.write('sch.zero(stage=3)\nsch["h.0"].prefetch(budget=0)\n')
+    try:
+        loom.load(path, "gpt:tiny", world=2)
+        check("an error in a file raises", False)
+    except loom.ScheduleError as e:
+        check("an error in a file is located file:line:col", f"{path}:2:" in str(e), str(e))
+try:
+    loom.Schedule("gpt:tiny").zero(stage=object())
+    check("an argument with no .sched value raises", False)
+except TypeError as e:
+    check("an argument with no .sched value is a TypeError", "has no .sched value" in str(e), str(e))
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
