@@ -39,6 +39,8 @@ report::LineChart over_steps(const std::vector<report::MetricsRow>& rows, const 
   report::LineChart chart;
   chart.title = title;
   chart.x_label = "step";
+  chart.whole_x = true;
+  chart.x_tick = [](double step) { return std::to_string(static_cast<long long>(step)); };
   chart.y_label = y_label;
   report::ChartSeries series{"", {}};
   for (const report::MetricsRow& r : rows)

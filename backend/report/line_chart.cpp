@@ -69,10 +69,14 @@ std::string line_chart_svg(const LineChart& c) {
   double x0 = kLeft, x1 = kWidth - kRight, y0 = kHeight - kBottom, y1 = kTop;
   body += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", x0, y0, x1, y0);
   body += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", x0, y0, x0, y1);
+  double last_x = -std::numeric_limits<double>::infinity();
   for (int i = 0; i <= 4; ++i) {
     double y = ys.lo + (ys.hi - ys.lo) * i / 4, x = xs.lo + (xs.hi - xs.lo) * i / 4;
     if (i > 0) body += format("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", x0 + 1, py(y), x1, py(y));
     body += format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", x0 - 6, py(y) + 4, y_tick(y).c_str());
+    if (c.whole_x) x = std::round(x);
+    if (x <= last_x) continue;  // whole numbers closer than a tick apart
+    last_x = x;
     body += format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", px(x), y0 + 18, x_tick(x).c_str());
   }
   body += format("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", (x0 + x1) / 2, kHeight - 12,

@@ -22,6 +22,7 @@ struct LineChart {
   std::vector<ChartSeries> series;
   bool steps = false;        // each value holds until the next point (memory over time)
   bool y_from_zero = true;   // the y axis starts at 0 rather than at the smallest value
+  bool whole_x = false;      // x ticks at whole numbers only (steps)
   std::function<std::string(double)> x_tick, y_tick;  // tick labels; default: 3 significant digits
 };
 

@@ -98,6 +98,14 @@ TEST_CASE("a line chart: a polyline per series through its points, ticks on both
   CHECK(svg.find("Loss &amp; more") != std::string::npos);
   // 3 points, x from 1 to 3 across the plot's 690 pixels (from 90 to 780), y from 0 to 3 over 258 (310 up to 52).
   CHECK(svg.find("points=\"90.0,138.0 435.0,52.0 780.0,224.0 \"") != std::string::npos);
+  // Steps: ticks at whole numbers (1, 2 and 3 here, not 1.5 and 2.5), where their labels say.
+  c.whole_x = true;
+  std::string whole = report::line_chart_svg(c);
+  CHECK(whole.find("text-anchor=\"middle\">1.5<") == std::string::npos);
+  CHECK(whole.find("<text x=\"435.0\" y=\"328.0\" text-anchor=\"middle\">2</text>") != std::string::npos);
+  CHECK(count(whole, "text-anchor=\"middle\">") == 3 + 1);  // three x ticks and the x label
+  c.whole_x = false;
+  CHECK(report::line_chart_svg(c).find("text-anchor=\"middle\">1.5<") != std::string::npos);
   c.steps = true;  // each value held until the next point
   CHECK(report::line_chart_svg(c).find("points=\"90.0,138.0 435.0,138.0 435.0,52.0 780.0,52.0 780.0,224.0 780.0,224.0\"") !=
         std::string::npos);
