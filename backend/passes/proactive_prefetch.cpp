@@ -98,16 +98,28 @@ bool fusion_pays(const ir::Program& p, const Instr& fused, const Instr& next, co
   return m.instruction_seconds(p, fused) + m.instruction_seconds(p, next) > m.fusion_alpha * m.instruction_seconds(p, both);
 }
 
-// The bytes the fused gather `both` holds from its launch to its wait beyond its members'
-// separate outputs (already in `around`): the shards' concatenated copy it sends.
-int64_t fused_extra_held(const ir::Program& p, const Instr& both) {
+// What the fused gather `both`'s members hold as separate gathers (what `around` counts).
+int64_t separate_outputs(const ir::Program& p, const Instr& both) {
   int64_t separate = 0;
   for (int q : both.params) {
     Instr alone = both;
     alone.params = {q};
     separate += memory::gather_launch_bytes(p, alone);
   }
-  return memory::gather_launch_bytes(p, both) - separate;
+  return separate;
+}
+
+// The bytes the fused gather `both` holds from its launch to its wait beyond its members'
+// separate outputs: the shards' concatenated copy it sends.
+int64_t fused_extra_held(const ir::Program& p, const Instr& both) {
+  return memory::gather_launch_bytes(p, both) - separate_outputs(p, both);
+}
+
+// The last instruction of the span a gather landing before `from` holds memory over: its wait.
+size_t wait_index(const ir::Program& p, const Instr& gather, size_t from) {
+  size_t i = from;
+  while (i + 1 < p.instrs.size() && !(p.instrs[i].kind == OpKind::Wait && p.instrs[i].handle == gather.handle)) ++i;
+  return i;
 }
 
 // Whether the fused gather `both`, landing before instruction `from`, stays within the limit:
@@ -118,20 +130,15 @@ int64_t fused_extra_held(const ir::Program& p, const Instr& both) {
 // for a moment (`landing_flat`), which their own moves planned without this fusion's extra.
 bool fusion_fits(const ir::Program& p, const Instr& both, size_t from, const std::vector<int64_t>& around,
                  const std::vector<int64_t>& landing_flat, int64_t already, const MemoryPlanning& m) {
-  int64_t extra = memory::gather_peak_bytes(p, both) - (memory::gather_launch_bytes(p, both) - fused_extra_held(p, both)) - already;
-  for (size_t i = from; i < p.instrs.size(); ++i) {
+  int64_t extra = memory::gather_peak_bytes(p, both) - separate_outputs(p, both) - already;
+  for (size_t i = from, end = wait_index(p, both, from); i <= end; ++i)
     if (around[i] + extra + landing_flat[i] > m.limit) return false;
-    if (p.instrs[i].kind == OpKind::Wait && p.instrs[i].handle == both.handle) break;
-  }
   return true;
 }
 
 // Raises `around` by `bytes` from instruction `from` to the wait of `gather`.
 void hold(const ir::Program& p, const Instr& gather, size_t from, int64_t bytes, std::vector<int64_t>& around) {
-  for (size_t i = from; i < p.instrs.size(); ++i) {
-    around[i] += bytes;
-    if (p.instrs[i].kind == OpKind::Wait && p.instrs[i].handle == gather.handle) break;
-  }
+  for (size_t i = from, end = wait_index(p, gather, from); i <= end; ++i) around[i] += bytes;
 }
 
 // Rebuilds the program with the gathers at their new places, fusing those that land at one

@@ -64,21 +64,21 @@ int64_t padded_bytes(const ir::Program& p, int q) {
 }
 
 namespace {
-int64_t gather_output_bytes(const ir::Program& p, const Instr& in) {
-  int64_t output = 0;
-  for (int q : in.params) output += padded_bytes(p, q);
-  return output;
+// The padded full sizes of `in`'s parameters: a gather's output, a reduction's full gradients.
+int64_t padded_total(const ir::Program& p, const Instr& in) {
+  int64_t total = 0;
+  for (int q : in.params) total += padded_bytes(p, q);
+  return total;
 }
 }  // namespace
 
 int64_t gather_launch_bytes(const ir::Program& p, const Instr& in) {
-  int64_t output = gather_output_bytes(p, in);
+  int64_t output = padded_total(p, in);
   return output + (in.params.size() > 1 ? output / p.sharding.params : 0);  // and the shards' concatenated copy
 }
 
 int64_t reduction_launch_bytes(const ir::Program& p, const Instr& in) {
-  int64_t full = 0;
-  for (int q : in.params) full += padded_bytes(p, q);
+  int64_t full = padded_total(p, in);
   return full / p.sharding.params + full + (in.params.size() > 1 ? full : 0);
 }
 
@@ -98,7 +98,7 @@ bool gathers_in_place(const ir::Program& p, const Instr& in) {
 }  // namespace
 
 int64_t gather_peak_bytes(const ir::Program& p, const Instr& in) {
-  return gather_launch_bytes(p, in) + gather_output_bytes(p, in);
+  return gather_launch_bytes(p, in) + padded_total(p, in);
 }
 
 namespace {
@@ -118,7 +118,7 @@ GatherBuffers::GatherBuffers(const ir::Program& p) : p_(p) {
     if (static_cast<size_t>(in.handle) >= by_handle_.size()) by_handle_.resize(static_cast<size_t>(in.handle) + 1);
     Gather& g = by_handle_[static_cast<size_t>(in.handle)];
     g.held = gather_launch_bytes(p, in);
-    g.output = gather_output_bytes(p, in);
+    g.output = padded_total(p, in);
     g.full = full_bytes(p, in.params);
     g.direct = gathers_in_place(p, in);
   }
@@ -183,16 +183,19 @@ int64_t GradientBuffers::drop_autograd() {
   return bytes;
 }
 
-bool GradientBuffers::launches_reduction(const Instr& in) const {
-  return in.kind != OpKind::Wait && in.handle >= 0 && static_cast<size_t>(in.handle) < by_handle_.size() &&
-         !by_handle_[static_cast<size_t>(in.handle)].params.empty();
+const GradientBuffers::Reduction* GradientBuffers::reduction_of(const Instr& in) const {
+  if (in.handle < 0 || static_cast<size_t>(in.handle) >= by_handle_.size()) return nullptr;
+  const Reduction& r = by_handle_[static_cast<size_t>(in.handle)];
+  return r.params.empty() ? nullptr : &r;
 }
 
 int64_t GradientBuffers::change(const Instr& in) {
   if (!active_) return 0;
   int64_t bytes = 0;
   bool compute = in.kind == OpKind::Compute && in.phase == Phase::Backward;
-  if (compute || !launches_reduction(in)) bytes += drop_autograd();  // the op's reductions launch inside it
+  const Reduction* reduction = reduction_of(in);
+  bool launches = reduction && in.kind != OpKind::Wait;
+  if (compute || !launches) bytes += drop_autograd();  // the op's reductions launch inside it
   if (compute) {
     for (int q : in.params) {
       if (!held_[static_cast<size_t>(q)]) {
@@ -208,11 +211,10 @@ int64_t GradientBuffers::change(const Instr& in) {
         kept_[q] = false;
         bytes -= kept_bytes(static_cast<int>(q));
       }
-  } else if (in.handle >= 0 && static_cast<size_t>(in.handle) < by_handle_.size() && !by_handle_[static_cast<size_t>(in.handle)].params.empty()) {
-    const Reduction& r = by_handle_[static_cast<size_t>(in.handle)];
-    if (in.kind != OpKind::Wait) return r.launch;
-    bytes -= r.launch;
-    for (int q : r.params) {
+  } else if (reduction) {
+    if (launches) return reduction->launch;
+    bytes -= reduction->launch;
+    for (int q : reduction->params) {
       if (held_[static_cast<size_t>(q)]) {
         held_[static_cast<size_t>(q)] = false;
         bytes -= padded_bytes(p_, q);

@@ -83,7 +83,7 @@ class GradientBuffers {
   std::vector<int> autograd_;     // parameters whose full gradient autograd holds in .grad
   int64_t kept_bytes(int q) const;
   int64_t drop_autograd();        // frees those (negative bytes)
-  bool launches_reduction(const ir::Instr& in) const;
+  const Reduction* reduction_of(const ir::Instr& in) const;  // the backward reduction `in` launches or waits for
 };
 
 // Optimizer states on the move (adaptive offloading, OffloadStates / ReloadStates): the wait of
