@@ -3,6 +3,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "backend/data_dirs.h"
 #include "cli/commands.h"
 #include "backend/train/output_paths.h"
 #include "backend/lower/lower_schedule.h"
@@ -24,7 +25,7 @@ struct CheckOptions {
   bool json = false;
   std::string trace_json;
   std::string memory_limit;
-  std::string stdlib = LOOM_STDLIB_DIR;
+  std::string stdlib = stdlib_dir();
 };
 
 std::string plural(size_t n, const std::string& word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/data_dirs.h"
 #include "backend/instrument/model_trace.h"
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
@@ -34,7 +35,7 @@ struct ExplainOptions {
   bool json = false;
   std::string profile;  // a profile from `loom profile` prices every instruction
   int64_t memory_limit = 0;
-  std::string stdlib = LOOM_STDLIB_DIR;
+  std::string stdlib = stdlib_dir();
 };
 
 }  // namespace

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/data_dirs.h"
 #include "backend/build_info.h"
+#include "backend/train/loom_executable.h"
 #include "backend/train/rank_env.h"
 #include "cli/commands.h"
 #include "cli/entry.h"
@@ -39,7 +41,7 @@ std::optional<int> train_if_rank(const TrainOptions& options, int requested_worl
 
 LaunchSpec relaunch_as_ranks(int nproc) {
   LaunchSpec spec;
-  spec.argv = {"/proc/self/exe"};
+  spec.argv = {loom_executable()};
   for (auto& a : arguments) spec.argv.push_back(a);
   spec.nproc = nproc;
   return spec;
@@ -70,7 +72,7 @@ CLI::Validator byte_size() {
 }
 
 void add_step_options(CLI::App* c, TrainOptions& t) {
-  t.stdlib = LOOM_STDLIB_DIR;
+  t.stdlib = stdlib_dir();
   c->add_option("file", t.schedule_file, "the .sched file (optional: none means plain data parallelism)");
   // Required, so its member's default ("gpt:tiny", for the library) is not shown as one.
   c->add_option("--model", t.model, "reference model (see `loom models`)")->required()->default_str("");
@@ -118,7 +120,7 @@ int command_line(int argc, char** argv) {
   // Past a file-size limit (ulimit -f) a write fails with EFBIG, which Loom reports like a full
   // disk, instead of the signal killing the process mid-checkpoint.
   std::signal(SIGXFSZ, SIG_IGN);
-  for (int i = 1; i < argc; ++i) loom::cli::arguments.push_back(argv[i]);
+  loom::cli::arguments.assign(argv + 1, argv + argc);  // this call's (loom.train calls it again in one process)
   CLI::App app{
       "Loom: a schedule language for distributed training of LibTorch models.\n"
       "A model is written once; how it is trained (sharded, tensor-parallel, pipelined,\n"

@@ -13,32 +13,13 @@
 #include "backend/lower/step_program.h"
 #include "backend/plan/planner.h"
 #include "backend/train/output_paths.h"
-#include "cli/commands.h"
+#include "cli/workflow.h"
 #include "lang/diagnostics.h"
 #include "lang/value.h"
 #include "models/zoo.h"
 
 namespace loom::cli {
 namespace {
-
-struct PlanOptions {
-  std::string model;
-  int world = 1;
-  int local_world = 0;
-  int64_t seq = TrainOptions{}.seq;
-  int64_t micro_batch = TrainOptions{}.micro_batch;
-  int64_t accum = TrainOptions{}.accum;
-  std::string memory_limit;
-  std::string cluster;
-  std::string profile;
-  std::string checkpoint = "none";
-  std::string attention = "memory_efficient";
-  std::string precision = "bf16";
-  int top = 5;
-  int threads = 0;
-  bool json = false;
-  std::string out;
-};
 
 std::string plan_header(const PlanOptions& o, const Cluster& cluster, int local_world, const PlannedStep& best) {
   char line[512];
@@ -85,57 +66,72 @@ ir::OpTrace planning_trace(const PlanOptions& o, const ModuleTree& tree, std::st
   return trace_model(o.model, {o.micro_batch, o.seq}, replaced);
 }
 
+// The search's outcome: every plan simulated on `cluster`, within `limit` or not.
+struct PlanOutcome {
+  Cluster cluster;
+  int64_t limit = 0;
+  int local_world = 0;
+  PlanReport report;
+};
+
+PlanOutcome search_plans(const PlanOptions& o, const std::function<void(size_t, size_t)>& progress) {
+  if (o.cluster.empty() == o.profile.empty())
+    throw UserError(SourceRange{}, "loom plan needs one cost model: --cluster NAME or --profile FILE",
+                    "name one of clusters/ or a cluster file's path, or give a profile from `loom profile --out FILE`");
+  std::optional<Cluster> named;  // loaded before tracing, so that a mistyped name is reported at once
+  if (o.profile.empty()) named = load_cluster(o.cluster, cluster_dirs());
+  std::shared_ptr<const ModuleTree> tree = module_tree_of(o.model);
+  std::string attention;
+  ir::OpTrace trace = planning_trace(o, *tree, attention);
+  // The profiled machine's rates come from the plain model's ops, as `loom profile` ran them
+  // (replace() changes what an op keeps, not what it computes).
+  PlanOutcome out{named ? *named
+                        : profiled_machine(o.profile, attention.empty() ? trace : trace_model(o.model, {o.micro_batch, o.seq}),
+                                           {o.model, "", o.world, 0, o.micro_batch, o.seq, o.accum})};
+  out.local_world = run_ranks_per_node(out.cluster, o.world, "--world", o.local_world);
+  out.limit = o.memory_limit.empty() ? out.cluster.device.memory_bytes : memory_limit_bytes(o.memory_limit);
+  PlannerOptions po;
+  po.world = o.world;
+  po.local_world = out.local_world;
+  po.micro_batch = o.micro_batch;
+  po.seq = o.seq;
+  po.accum = o.accum;
+  po.memory_limit = out.limit;
+  po.checkpoint = o.checkpoint;
+  po.attention = attention;
+  po.threads = o.threads;
+  ClusterCost cost(out.cluster, o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, po.local_world);
+  out.report = plan_parallelism(tree, trace, cost, po, progress);
+  if (out.report.feasible.empty())
+    throw UserError(SourceRange{}, "no plan fits " + format_size(out.limit) + " per rank (" + std::to_string(out.report.over_memory) +
+                                       " over the limit, " + std::to_string(out.report.refused) + " refused" +
+                                       (out.report.first_refusal.empty() ? "" : ": " + out.report.first_refusal) + ")",
+                    "raise --memory-limit, use more ranks, --checkpoint auto, or a smaller --micro-batch or --seq");
+  return out;
+}
+
+nlohmann::json report_json(const PlanOptions& o, const PlanOutcome& out) {
+  nlohmann::json plans = nlohmann::json::array();
+  for (size_t i = 0; i < out.report.feasible.size() && static_cast<int>(i) < o.top; ++i) plans.push_back(plan_json(out.report.feasible[i]));
+  return {{"plans", plans}, {"evaluated", out.report.evaluated}, {"over_memory", out.report.over_memory}, {"refused", out.report.refused}};
+}
+
 int plan(const PlanOptions& o) {
   try {
-    if (o.cluster.empty() == o.profile.empty())
-      throw UserError(SourceRange{}, "loom plan needs one cost model: --cluster NAME or --profile FILE",
-                      "name one of clusters/ or a cluster file's path, or give a profile from `loom profile --out FILE`");
     if (!o.out.empty()) check_output_file(o.out, "--out");
-    std::optional<Cluster> named;  // loaded before tracing, so that a mistyped name is reported at once
-    if (o.profile.empty()) named = load_cluster(o.cluster, cluster_dirs());
-    std::shared_ptr<const ModuleTree> tree = module_tree_of(o.model);
-    std::string attention;
-    ir::OpTrace trace = planning_trace(o, *tree, attention);
-    // The profiled machine's rates come from the plain model's ops, as `loom profile` ran them
-    // (replace() changes what an op keeps, not what it computes).
-    Cluster cluster = named ? *named
-                            : profiled_machine(o.profile, attention.empty() ? trace : trace_model(o.model, {o.micro_batch, o.seq}),
-                                               {o.model, "", o.world, 0, o.micro_batch, o.seq, o.accum});
-    int local_world = run_ranks_per_node(cluster, o.world, "--world", o.local_world);
-    int64_t limit = o.memory_limit.empty() ? cluster.device.memory_bytes : memory_limit_bytes(o.memory_limit);
-    PlannerOptions po;
-    po.world = o.world;
-    po.local_world = local_world;
-    po.micro_batch = o.micro_batch;
-    po.seq = o.seq;
-    po.accum = o.accum;
-    po.memory_limit = limit;
-    po.checkpoint = o.checkpoint;
-    po.attention = attention;
-    po.threads = o.threads;
-    ClusterCost cost(cluster, o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, po.local_world);
     size_t last_shown = 0;
-    PlanReport report = plan_parallelism(tree, trace, cost, po,
-                                         [&](size_t done, size_t total) {
-                                           if (done != total && done < last_shown + std::max<size_t>(1, total / 10)) return;
-                                           last_shown = done;
-                                           std::fprintf(stderr, "loom plan: %zu/%zu plans\n", done, total);
-                                         });
-    if (report.feasible.empty())
-      throw UserError(SourceRange{}, "no plan fits " + format_size(limit) + " per rank (" + std::to_string(report.over_memory) +
-                                         " over the limit, " + std::to_string(report.refused) + " refused" +
-                                         (report.first_refusal.empty() ? "" : ": " + report.first_refusal) + ")",
-                      "raise --memory-limit, use more ranks, --checkpoint auto, or a smaller --micro-batch or --seq");
-    if (!o.out.empty()) write_whole_file(o.out, plan_header(o, cluster, po.local_world, report.feasible[0]) + report.feasible[0].schedule);
+    PlanOutcome out = search_plans(o, [&](size_t done, size_t total) {
+      if (done != total && done < last_shown + std::max<size_t>(1, total / 10)) return;
+      last_shown = done;
+      std::fprintf(stderr, "loom plan: %zu/%zu plans\n", done, total);
+    });
+    const PlannedStep& best = out.report.feasible[0];
+    if (!o.out.empty()) write_whole_file(o.out, plan_header(o, out.cluster, out.local_world, best) + best.schedule);
     if (o.json) {
-      nlohmann::json plans = nlohmann::json::array();
-      for (size_t i = 0; i < report.feasible.size() && static_cast<int>(i) < o.top; ++i) plans.push_back(plan_json(report.feasible[i]));
-      std::cout << nlohmann::json{{"plans", plans}, {"evaluated", report.evaluated}, {"over_memory", report.over_memory},
-                                  {"refused", report.refused}}.dump(1)
-                << "\n";
+      std::cout << report_json(o, out).dump(1) << "\n";
       return kOk;
     }
-    print_table(o, cluster, report, limit);
+    print_table(o, out.cluster, out.report, out.limit);
     if (!o.out.empty()) std::printf("  wrote the best plan to %s\n", o.out.c_str());
     return kOk;
   } catch (const UserError& e) {
@@ -148,6 +144,8 @@ int plan(const PlanOptions& o) {
 }
 
 }  // namespace
+
+nlohmann::json plan_json_report(const PlanOptions& o) { return report_json(o, search_plans(o, nullptr)); }
 
 int64_t memory_limit_bytes(const std::string& text) {
   int64_t limit = parse_size(text);

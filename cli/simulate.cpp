@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/data_dirs.h"
 #include "backend/cost/instruction_cost.h"
 #include "backend/cost/machine_cluster.h"
 #include "backend/instrument/model_trace.h"
@@ -18,32 +19,11 @@
 #include "backend/sim/memory_plot.h"
 #include "backend/sim/simulator.h"
 #include "backend/train/output_paths.h"
-#include "cli/commands.h"
+#include "cli/workflow.h"
 #include "lang/value.h"
 
 namespace loom::cli {
 namespace {
-
-struct SimulateOptions {
-  std::string file;
-  std::string model;
-  int nproc = 1;
-  int local_world = 0;
-  int64_t seq = TrainOptions{}.seq;
-  int64_t micro_batch = TrainOptions{}.micro_batch;
-  int64_t accum = TrainOptions{}.accum;
-  double clip = TrainOptions{}.clip;
-  std::vector<std::string> sets;
-  std::string cluster;
-  std::string profile;
-  std::string precision = "bf16";
-  bool json = false;
-  std::string trace;
-  std::string memory_plot;
-  std::string save_cluster;
-  int64_t memory_limit = 0;
-  std::string stdlib = LOOM_STDLIB_DIR;
-};
 
 std::string instruction_line(const ir::Program& p, size_t index) {
   const ir::Instr& in = p.instrs[index];
@@ -107,61 +87,84 @@ void print_report(const SimulateOptions& o, const RuntimePlan& plan, const std::
   std::printf("  tokens/s/rank   %10.0f\n", tokens_per_s_per_rank);
 }
 
+// What a simulation found, for the report.
+struct Simulation {
+  RuntimePlan plan;
+  std::vector<ir::Program> stages;
+  SimResult result;
+  std::string priced_by;  // "cluster NAME" or "profile FILE"
+  double tokens_per_s_per_rank = 0;
+};
+
+// `sch` lowered and replayed under the cost model `o` names; `o` takes the schedule's batch().
+Simulation simulate_planned(const Schedule& sch, SimulateOptions& o, std::optional<Cluster> cluster, int local_world) {
+  Simulation s;
+  s.priced_by = cluster ? "cluster " + cluster->name : "profile " + o.profile;
+  s.plan = lower_schedule(sch);
+  o.micro_batch = s.plan.micro_batch_or(o.micro_batch);
+  o.accum = s.plan.accum_or(o.accum);
+  std::shared_ptr<ClusterCost> cluster_cost;
+  if (cluster)
+    cluster_cost = std::make_shared<ClusterCost>(std::move(*cluster), o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, local_world);
+  StepOptions step_options;
+  step_options.grad_norm = o.clip > 0;
+  step_options.accum = o.accum;
+  step_options.memory = memory_planning(o, cluster_cost);
+  s.stages = lower_stage_programs(s.plan, trace_model(o.model, {o.micro_batch, o.seq}, s.plan.replacements), o.nproc, step_options);
+  s.result = simulate(s.stages, *cost_model(o, cluster_cost, s.stages));
+  // A replica's tokens are shared by its tp x pp ranks.
+  double tokens_per_rank = static_cast<double>(o.micro_batch * o.seq * o.accum) / (s.plan.tp * s.plan.pp);
+  s.tokens_per_s_per_rank = s.result.step_s > 0 ? tokens_per_rank / s.result.step_s : 0;
+  return s;
+}
+
+void check_cost_model(const SimulateOptions& o) {
+  if (o.cluster.empty() == o.profile.empty())
+    throw UserError(SourceRange{}, "loom simulate needs one cost model: --cluster NAME or --profile FILE",
+                    "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`");
+}
+
+nlohmann::json report_json(const Simulation& s) {
+  const SimResult& r = s.result;
+  return {{"step_s", r.step_s},
+          {"compute_s", r.compute_s},
+          {"exposed_comm_s", r.exposed_comm_s},
+          {"peak_bytes", r.peak_bytes},
+          {"peak_stage", r.peak_stage},
+          {"peak_instruction", r.peak_instr},
+          {"critical_stage", r.critical_stage},
+          {"tokens_per_s_per_rank", s.tokens_per_s_per_rank},
+          {"priced_by", s.priced_by}};
+}
+
 int simulate_schedule(const SimulateOptions& given) {
   SimulateOptions o = given;  // with the schedule's batch(), once lowered
   SourceManager sources;
   try {
-    if (o.cluster.empty() == o.profile.empty())
-      throw UserError(SourceRange{}, "loom simulate needs one cost model: --cluster NAME or --profile FILE",
-                      "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`");
+    check_cost_model(o);
     if (!o.trace.empty()) check_output_file(o.trace, "--trace");
     if (!o.memory_plot.empty()) check_output_file(o.memory_plot, "--memory-plot");
     if (!o.save_cluster.empty()) check_output_file(o.save_cluster, "--save-cluster");
     int local_world = 0;
     std::optional<Cluster> cluster = chosen_cluster(o, local_world);
-    std::string priced_by = cluster ? "cluster " + cluster->name : "profile " + o.profile;
     std::unique_ptr<Schedule> sch = planned_schedule(o.file, o.model, o.nproc, local_world, o.sets, o.stdlib, sources);
-    RuntimePlan plan = lower_schedule(*sch);
-    o.micro_batch = plan.micro_batch_or(o.micro_batch);
-    o.accum = plan.accum_or(o.accum);
-    std::shared_ptr<ClusterCost> cluster_cost;
-    if (cluster)
-      cluster_cost = std::make_shared<ClusterCost>(std::move(*cluster), o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, local_world);
-    StepOptions step_options;
-    step_options.grad_norm = o.clip > 0;
-    step_options.accum = o.accum;
-    step_options.memory = memory_planning(o, cluster_cost);
-    std::vector<ir::Program> stages =
-        lower_stage_programs(plan, trace_model(o.model, {o.micro_batch, o.seq}, plan.replacements), o.nproc, step_options);
-    SimResult r = simulate(stages, *cost_model(o, cluster_cost, stages));
+    Simulation s = simulate_planned(*sch, o, std::move(cluster), local_world);
+    const SimResult& r = s.result;
     if (o.memory_limit > 0 && r.peak_bytes > o.memory_limit)
       std::fprintf(stderr, "loom simulate: warning: the simulated peak %s is above --memory-limit %s: the schedule's base "
                    "placement does not fit (prefetch(budget=auto), unshard(auto) and bucket(size=auto) only add where "
                    "memory allows)\n",
                    format_size(r.peak_bytes).c_str(), format_size(o.memory_limit).c_str());
-    if (!o.save_cluster.empty()) save_machine_cluster(o, stages[0]);
-    // A replica's tokens are shared by its tp x pp ranks.
-    double tokens_per_rank = static_cast<double>(o.micro_batch * o.seq * o.accum) / (plan.tp * plan.pp);
-    double tokens_per_s_per_rank = r.step_s > 0 ? tokens_per_rank / r.step_s : 0;
-    if (!o.trace.empty()) write_whole_file(o.trace, sim_trace_json(r, stages));
+    if (!o.save_cluster.empty()) save_machine_cluster(o, s.stages[0]);
+    if (!o.trace.empty()) write_whole_file(o.trace, sim_trace_json(r, s.stages));
     if (!o.memory_plot.empty())
       write_whole_file(o.memory_plot, memory_plot_svg(r, "loom simulate: " + o.model + " at " + std::to_string(o.nproc) +
-                                                              " ranks, " + priced_by));
+                                                              " ranks, " + s.priced_by));
     if (!o.json) {
-      print_report(o, plan, stages, r, priced_by, tokens_per_s_per_rank);
+      print_report(o, s.plan, s.stages, r, s.priced_by, s.tokens_per_s_per_rank);
       return kOk;
     }
-    std::cout << nlohmann::json{{"step_s", r.step_s},
-                                {"compute_s", r.compute_s},
-                                {"exposed_comm_s", r.exposed_comm_s},
-                                {"peak_bytes", r.peak_bytes},
-                                {"peak_stage", r.peak_stage},
-                                {"peak_instruction", r.peak_instr},
-                                {"critical_stage", r.critical_stage},
-                                {"tokens_per_s_per_rank", tokens_per_s_per_rank},
-                                {"priced_by", priced_by}}
-                     .dump(1)
-              << "\n";
+    std::cout << report_json(s).dump(1) << "\n";
     return kOk;
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), &sources);
@@ -174,12 +177,23 @@ int simulate_schedule(const SimulateOptions& given) {
 
 }  // namespace
 
+nlohmann::json simulate_json(const Schedule& schedule, const SimulateOptions& given) {
+  SimulateOptions o = given;
+  o.nproc = schedule.context().world;
+  o.local_world = schedule.context().local_world;
+  check_cost_model(o);
+  int local_world = 0;
+  std::optional<Cluster> cluster = chosen_cluster(o, local_world);
+  return report_json(simulate_planned(schedule, o, std::move(cluster), local_world));
+}
+
 int64_t machine_memory_per_rank(int ranks) {
   return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / ranks;
 }
 
 void add_simulate(CLI::App& app, std::function<int()>& run) {
   auto o = std::make_shared<SimulateOptions>();
+  o->stdlib = stdlib_dir();
   CLI::App* c = app.add_subcommand("simulate",
                                    "Replay a schedule's step under a cost model (a cluster file or a profile): step time, compute, "
                                    "exposed communication, peak memory; no GPU, no training (docs/simulate.md)");

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/data_dirs.h"
 #include "autotuner/confirm.h"
 #include "autotuner/heatmap.h"
 #include "autotuner/run_evaluator.h"
@@ -20,12 +21,14 @@
 #include "autotuner/tuner.h"
 #include "backend/cost/cluster.h"
 #include "backend/instrument/model_trace.h"
+#include "backend/train/loom_executable.h"
 #include "backend/train/output_paths.h"
-#include "cli/commands.h"
+#include "cli/workflow.h"
 #include "cli/tune_report.h"
 #include "lang/diagnostics.h"
 #include "lang/interpreter.h"
 #include "lang/schedule.h"
+#include "lang/trace.h"
 #include "lang/value.h"
 #include "models/zoo.h"
 #include "verifier/schedule_rules.h"
@@ -33,41 +36,25 @@
 namespace loom::cli {
 namespace {
 
-struct TuneCommand {
-  std::string file;
-  std::string model;
-  int nproc = 1;
-  int local_world = 0;
-  int64_t seq = TrainOptions{}.seq;
-  int64_t micro_batch = TrainOptions{}.micro_batch;
-  int64_t accum = TrainOptions{}.accum;
-  std::string evaluator = "sim";
-  int steps = 6;
-  double trial_timeout = 300;
-  std::string strategy = "coordinate-descent";
-  uint64_t seed = 0;
-  size_t max_trials = 0;
-  std::string memory_limit;
-  std::string cluster;
-  std::string profile;
-  std::string precision = "bf16";
-  std::string db;
-  bool resume = false;
-  size_t confirm = 3;  // sim+run: the simulator's best points confirmed by real runs
-  bool confirm_given = false, strategy_given = false;
-  bool json = false;
-  std::string out;
-  std::string plot;
-  std::vector<std::string> plot_knobs;
-  std::string stdlib = LOOM_STDLIB_DIR;
-};
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw UserError(SourceRange{}, "cannot read schedule file '" + path + "'", "check the path");
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// The schedule a program (o.build) makes: it may keep the schedule it is given, so it is given
+// one it shares, and the tuner goes on with a copy. `declared` as schedule_at's.
+std::unique_ptr<Schedule> built_by_program(const TuneCommand& o, std::unique_ptr<Schedule> given, KnobSpace* declared) {
+  std::shared_ptr<Schedule> shared = std::move(given);
+  try {
+    o.build(shared);
+  } catch (const ConstraintViolation&) {
+    if (declared) *declared = shared->knobs();
+    throw;
+  }
+  return shared->clone();
 }
 
 // The schedule at a knob assignment, evaluated quietly (its print()s are not repeated per point);
@@ -83,9 +70,10 @@ std::unique_ptr<Schedule> schedule_at(const TuneCommand& o, int local_world, con
   io.stdlib_dir = o.stdlib;
   io.print_to = &sink;
   try {
-    Interpreter(*sch, sources, io).run_file(o.file);
+    if (o.build) sch = built_by_program(o, std::move(sch), declared);
+    else Interpreter(*sch, sources, io).run_file(o.file);
   } catch (const ConstraintViolation&) {
-    if (declared) *declared = sch->knobs();
+    if (declared && sch) *declared = sch->knobs();
     throw;
   }
   if (declared) *declared = sch->knobs();
@@ -93,9 +81,10 @@ std::unique_ptr<Schedule> schedule_at(const TuneCommand& o, int local_world, con
   return sch;
 }
 
+// What identifies the schedule in the trial database: its file's text, or the program's name.
 std::string schedule_key(const TuneCommand& o) {
   char key[17];
-  std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(fnv1a(read_text(o.file))));
+  std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(fnv1a(o.build ? "program " + o.name : read_text(o.file))));
   return key;
 }
 
@@ -104,9 +93,13 @@ std::atomic<bool> stop_requested{false};
 
 // Each trial a `loom run` of its own on this machine's ranks, on synthetic tokens.
 std::unique_ptr<tune::Evaluator> run_evaluator(const TuneCommand& o, int& local_world) {
+  if (o.build)
+    throw UserError(SourceRange{}, "a schedule written as a program (" + o.name + ") is tuned by the simulator only: each real "
+                                   "run trains a .sched file with its knobs --set",
+                    "use evaluator sim, or write the schedule as a .sched file and tune the file");
   local_world = o.local_world > 0 ? o.local_world : o.nproc;
   tune::RunSettings s;
-  s.loom = std::filesystem::read_symlink("/proc/self/exe").string();
+  s.loom = std::filesystem::canonical(loom_executable()).string();
   s.schedule = o.file;
   s.schedule_key = schedule_key(o);
   s.run_args = {"--model", o.model, "--nproc", std::to_string(o.nproc), "--seq", std::to_string(o.seq), "--micro-batch",
@@ -119,7 +112,7 @@ std::unique_ptr<tune::Evaluator> run_evaluator(const TuneCommand& o, int& local_
   s.memory_limit = o.memory_limit.empty() ? 0 : memory_limit_bytes(o.memory_limit);
   char dir[] = "/tmp/loom-tune-XXXXXX";
   s.work_dir = mkdtemp(dir);
-  std::signal(SIGINT, [](int) { stop_requested = true; });
+  if (o.stop_on_interrupt) std::signal(SIGINT, [](int) { stop_requested = true; });
   return std::make_unique<tune::RunEvaluator>(s, &stop_requested);
 }
 
@@ -166,14 +159,14 @@ std::vector<std::string> plot_axes(const TuneCommand& o, const tune::SearchSpace
   for (const auto& knob : first.empty() ? tune::Point{} : first[0]) declared.push_back(knob.first);
   if (o.plot_knobs.empty()) {
     if (declared.size() < 2)
-      throw UserError(SourceRange{}, "--plot draws the objective over two knobs, and " + o.file + " declares " +
+      throw UserError(SourceRange{}, "--plot draws the objective over two knobs, and " + o.source() + " declares " +
                                          (declared.empty() ? std::string("none") : "one (" + declared[0] + ")"),
                       "declare a second knob with tune(...), or leave out --plot");
     return {declared[0], declared[1]};
   }
   for (const std::string& name : o.plot_knobs)
     if (std::find(declared.begin(), declared.end(), name) == declared.end())
-      throw UserError(SourceRange{}, "--plot-knobs names '" + name + "', which " + o.file + " does not declare with tune(...)",
+      throw UserError(SourceRange{}, "--plot-knobs names '" + name + "', which " + o.source() + " does not declare with tune(...)",
                       "name two of its knobs");
   return o.plot_knobs;
 }
@@ -181,8 +174,8 @@ std::vector<std::string> plot_axes(const TuneCommand& o, const tune::SearchSpace
 // The schedule's text with each tune(...) of the file replaced by the best point's value.
 std::string fixed_schedule(const TuneCommand& o, const std::string& strategy, int local_world, const tune::Trial& best) {
   KnobSpace declared;
-  schedule_at(o, local_world, tune::values_of(best.knobs), &declared);
-  std::string text = read_text(o.file);
+  std::unique_ptr<Schedule> at_best = schedule_at(o, local_world, tune::values_of(best.knobs), &declared);
+  std::string text = o.build ? trace_to_sched(*at_best) : read_text(o.file);
   std::vector<std::string> lines;
   std::istringstream in(text);
   for (std::string l; std::getline(in, l);) lines.push_back(l);
@@ -193,7 +186,7 @@ std::string fixed_schedule(const TuneCommand& o, const std::string& strategy, in
     return std::make_pair(a->where.begin.line, a->where.begin.column) > std::make_pair(b->where.begin.line, b->where.begin.column);
   });
   for (const Knob* k : knobs) {
-    if (k->where.begin.line != k->where.end.line || k->where.file != o.file) continue;  // in an import, or across lines: left
+    if (o.build || k->where.begin.line != k->where.end.line || k->where.file != o.file) continue;  // a program's trace has its values; in an import, or across lines: left
     std::string& line = lines[static_cast<size_t>(k->where.begin.line - 1)];
     size_t from = static_cast<size_t>(k->where.begin.column - 1), to = static_cast<size_t>(k->where.end.column - 1);
     std::string call = line.substr(from, to - from);
@@ -203,7 +196,7 @@ std::string fixed_schedule(const TuneCommand& o, const std::string& strategy, in
   std::snprintf(header, sizeof header,
                 "# Generated by `loom tune` (%s, --evaluator %s) from %s for %s at %d ranks: every knob fixed at the best point\n"
                 "# found, %s: %.0f tokens/s per rank, step %.1f ms, peak %s per rank (as the evaluator predicted or measured).\n",
-                strategy.c_str(), o.evaluator.c_str(), o.file.c_str(), o.model.c_str(), o.nproc, tune::point_text(best.knobs).c_str(),
+                strategy.c_str(), o.evaluator.c_str(), o.source().c_str(), o.model.c_str(), o.nproc, tune::point_text(best.knobs).c_str(),
                 best.objective, best.step_s * 1e3, format_size(best.peak_bytes).c_str());
   std::string out = header;
   for (const std::string& l : lines) out += l + "\n";
@@ -234,44 +227,65 @@ void check_resume(const TuneCommand& o, const tune::TrialDatabase& db, const std
   std::fprintf(stderr, "loom tune: resuming: %zu trials of this sweep in %s are not evaluated again\n", known, o.db.c_str());
 }
 
+// A sweep's outcome, with what its report points at.
+struct Sweep {
+  std::string strategy;
+  tune::TuneResult search;
+  std::optional<tune::Confirmation> confirmation;
+  std::vector<std::string> axes;  // --plot's knobs
+  const tune::Trial* best() const {
+    return confirmation ? (confirmation->best ? &*confirmation->best : nullptr) : (search.best ? &*search.best : nullptr);
+  }
+  TuneReport report(const TuneCommand& o) const {
+    return {o.source(), o.model, strategy, o.evaluator, o.nproc, &search, confirmation ? &*confirmation : nullptr, best()};
+  }
+};
+
+// Runs the sweep and writes --out and --plot.
+Sweep run_sweep(const TuneCommand& o) {
+  check_sweep(o);
+  if (!o.out.empty()) check_output_file(o.out, "--out");
+  if (!o.plot.empty()) check_output_file(o.plot, "--plot");
+  int local_world = 0;
+  std::unique_ptr<tune::Evaluator> evaluator = o.evaluator == "run" ? run_evaluator(o, local_world) : sim_evaluator(o, local_world);
+  tune::SearchSpace space = search_space(o, local_world);
+  Sweep sweep;
+  sweep.axes = o.plot.empty() ? std::vector<std::string>{} : plot_axes(o, space);
+  tune::TrialDatabase db(o.db, &std::cerr);
+  if (o.resume) check_resume(o, db, evaluator->context());
+  // sim+run: the simulator ranks every point, unless a strategy is named.
+  sweep.strategy = o.evaluator == "sim+run" && !o.strategy_given ? "exhaustive" : o.strategy;
+  tune::TuneOptions to{sweep.strategy, o.seed, o.max_trials};
+  sweep.search = tune::run_tuner(space, *evaluator, db, to, print_tune_progress);
+  if (sweep.search.space_size == 0)
+    throw UserError(SourceRange{}, o.source() + " has no valid point: every one breaks a constraint", "loosen its constrain(...)");
+  if (o.evaluator == "sim+run") {  // real runs of the simulator's best points
+    int run_local_world = 0;
+    std::unique_ptr<tune::Evaluator> runs = run_evaluator(o, run_local_world);
+    sweep.confirmation = tune::confirm_best(sweep.search, o.confirm, *runs, db, to, print_tune_progress);
+  }
+  const tune::Trial* best = sweep.best();
+  if (!o.out.empty() && best) write_whole_file(o.out, fixed_schedule(o, sweep.strategy, local_world, *best));
+  if (!o.plot.empty()) {
+    std::string title = "loom tune: " + o.model + " at " + std::to_string(o.nproc) + " ranks, " + o.evaluator + ", " + sweep.strategy;
+    try {
+      write_whole_file(o.plot, tune::tune_heatmap_svg(sweep.search.trials, space.points(), {sweep.axes[0], sweep.axes[1], title, best}));
+    } catch (const std::invalid_argument& e) {  // knobs declared in branches no point takes together
+      throw UserError(SourceRange{}, std::string("--plot: ") + e.what(), "choose two knobs that some point declares together (--plot-knobs)");
+    }
+  }
+  return sweep;
+}
+
 int tune_schedule(const TuneCommand& o) {
   try {
-    check_sweep(o);
-    if (!o.out.empty()) check_output_file(o.out, "--out");
-    if (!o.plot.empty()) check_output_file(o.plot, "--plot");
-    int local_world = 0;
-    std::unique_ptr<tune::Evaluator> evaluator = o.evaluator == "run" ? run_evaluator(o, local_world) : sim_evaluator(o, local_world);
-    tune::SearchSpace space = search_space(o, local_world);
-    std::vector<std::string> axes = o.plot.empty() ? std::vector<std::string>{} : plot_axes(o, space);
-    tune::TrialDatabase db(o.db, &std::cerr);
-    if (o.resume) check_resume(o, db, evaluator->context());
-    // sim+run: the simulator ranks every point, unless a strategy is named.
-    std::string strategy = o.evaluator == "sim+run" && !o.strategy_given ? "exhaustive" : o.strategy;
-    tune::TuneOptions to{strategy, o.seed, o.max_trials};
-    tune::TuneResult r = tune::run_tuner(space, *evaluator, db, to, print_tune_progress);
-    if (r.space_size == 0)
-      throw UserError(SourceRange{}, o.file + " has no valid point: every one breaks a constraint", "loosen its constrain(...)");
-    std::optional<tune::Confirmation> confirmation;
-    if (o.evaluator == "sim+run") {  // real runs of the simulator's best points
-      int run_local_world = 0;
-      std::unique_ptr<tune::Evaluator> runs = run_evaluator(o, run_local_world);
-      confirmation = tune::confirm_best(r, o.confirm, *runs, db, to, print_tune_progress);
-    }
-    const tune::Trial* best = confirmation ? (confirmation->best ? &*confirmation->best : nullptr) : (r.best ? &*r.best : nullptr);
-    if (!o.out.empty() && best) write_whole_file(o.out, fixed_schedule(o, strategy, local_world, *best));
-    if (!o.plot.empty()) {
-      std::string title = "loom tune: " + o.model + " at " + std::to_string(o.nproc) + " ranks, " + o.evaluator + ", " + strategy;
-      try {
-        write_whole_file(o.plot, tune::tune_heatmap_svg(r.trials, space.points(), {axes[0], axes[1], title, best}));
-      } catch (const std::invalid_argument& e) {  // knobs declared in branches no point takes together
-        throw UserError(SourceRange{}, std::string("--plot: ") + e.what(), "choose two knobs that some point declares together (--plot-knobs)");
-      }
-    }
-    TuneReport report{o.file, o.model, strategy, o.evaluator, o.nproc, &r, confirmation ? &*confirmation : nullptr, best};
-    if (o.json) print_tune_json(report);
-    else print_tune_table(report);
+    Sweep sweep = run_sweep(o);
+    const tune::Trial* best = sweep.best();
+    if (o.json) std::cout << tune_json(sweep.report(o)).dump(1) << "\n";
+    else print_tune_table(sweep.report(o));
     if (!o.out.empty() && !o.json) std::printf("  %s %s\n", best ? "wrote the best schedule to" : "no point was feasible: did not write", o.out.c_str());
-    if (!o.plot.empty() && !o.json) std::printf("  drew the objective over %s and %s in %s\n", axes[0].c_str(), axes[1].c_str(), o.plot.c_str());
+    if (!o.plot.empty() && !o.json)
+      std::printf("  drew the objective over %s and %s in %s\n", sweep.axes[0].c_str(), sweep.axes[1].c_str(), o.plot.c_str());
     return best ? kOk : kUserError;
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), nullptr);
@@ -288,8 +302,11 @@ int tune_schedule(const TuneCommand& o) {
 
 }  // namespace
 
+nlohmann::json tune_json_report(const TuneCommand& o) { return tune_json(run_sweep(o).report(o)); }
+
 void add_tune(CLI::App& app, std::function<int()>& run) {
   auto o = std::make_shared<TuneCommand>();
+  o->stdlib = stdlib_dir();
   CLI::App* c = app.add_subcommand("tune",
                                    "Sweep a schedule's tune() knobs with a search strategy, each point evaluated; print the best "
                                    "points and write the schedule with its knobs fixed (docs/tune.md)");
@@ -330,6 +347,7 @@ void add_tune(CLI::App& app, std::function<int()>& run) {
   c->add_option("--plot-knobs", o->plot_knobs, "the heatmap's two knobs, X,Y (default: the first two the schedule declares)")
       ->delimiter(',');
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules (import \"stdlib/...\")");
+  o->stop_on_interrupt = true;
   c->callback([&run, o, c] {
     o->confirm_given = c->count("--confirm") > 0;
     o->strategy_given = c->count("--strategy") > 0;

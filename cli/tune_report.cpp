@@ -85,7 +85,7 @@ void print_tune_table(const TuneReport& r) {
   if (r.confirmation) print_confirmation(*r.confirmation);
 }
 
-void print_tune_json(const TuneReport& r) {
+nlohmann::json tune_json(const TuneReport& r) {
   const tune::TuneResult& s = *r.search;
   nlohmann::json trials = nlohmann::json::array();
   for (const tune::Trial& t : s.trials) trials.push_back(trial_json(t));
@@ -107,7 +107,7 @@ void print_tune_json(const TuneReport& r) {
     out["confirmed"] = confirmed;
     out["regret"] = r.confirmation->regret ? nlohmann::json(*r.confirmation->regret) : nlohmann::json(nullptr);
   }
-  std::cout << out.dump(1) << "\n";
+  return out;
 }
 
 }  // namespace loom::cli

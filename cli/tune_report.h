@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "autotuner/confirm.h"
 #include "autotuner/tuner.h"
 
@@ -22,6 +24,6 @@ void print_tune_progress(const tune::TuneProgress& p);
 void print_tune_table(const TuneReport& r);
 // {"space_size", "pruned", "evaluations", "budget_spent", "best", "trials"}, and under sim+run
 // "confirmed" and "regret".
-void print_tune_json(const TuneReport& r);
+nlohmann::json tune_json(const TuneReport& r);
 
 }  // namespace loom::cli

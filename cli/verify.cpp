@@ -21,7 +21,7 @@
 #include "verifier/differential/bisection.h"
 #include "verifier/differential/recorded_runs.h"
 #include "verifier/differential/step_record_compare.h"
-#include "cli/commands.h"
+#include "cli/workflow.h"
 #include "lang/diagnostics.h"
 
 namespace loom::cli {
@@ -77,7 +77,7 @@ struct Outcome {
 };
 
 // The report as one JSON object (--json).
-int report_json(const VerifyOptions& o, const Outcome& r) {
+nlohmann::json report_json(const VerifyOptions& o, const Outcome& r) {
   const TrainOptions& t = o.train;
   nlohmann::json compared = nlohmann::json::object();
   for (auto& k : r.cmp.kinds) {
@@ -108,8 +108,7 @@ int report_json(const VerifyOptions& o, const Outcome& r) {
   j["breaking_directives"] = breaking;
   j["bisection"] = {{"directives", r.bisection.total}, {"verifying_prefix", r.bisection.good}, {"unrunnable_prefixes", r.bisection.unrunnable}};
   if (o.keep) j["kept"] = r.kept.string();
-  std::cout << j.dump(1) << "\n";
-  return r.cmp.equivalent() ? kOk : kUserError;
+  return j;
 }
 
 // The report for a reader.
@@ -177,22 +176,19 @@ int report_text(const VerifyOptions& o, const Outcome& r) {
 
 }  // namespace
 
-int verify_schedule(const VerifyOptions& o) {
+namespace {
+
+// Both sides run and compared, and, when they differ, the breaking directive searched.
+Outcome verify_runs(const VerifyOptions& o) {
   auto started = std::chrono::steady_clock::now();
   TrainOptions t = o.train;
   Outcome r;
-  std::vector<Directive>& directives = r.directives;
-  try {
-    ValidatedRun validated = validate_run(t, o.nproc, o.nproc);
-    directives = validated.directives;
-    r.model_parallel = validated.plan.tp * validated.plan.pp;
-    // The plain run trains the batch the schedule's batch() sets, as the scheduled one does.
-    t.micro_batch = validated.plan.micro_batch_or(t.micro_batch);
-    t.accum = validated.plan.accum_or(t.accum);
-  } catch (const UserError& e) {
-    std::cerr << render(e.diagnostic(), nullptr);
-    return kUserError;
-  }
+  ValidatedRun validated = validate_run(t, o.nproc, o.nproc);
+  r.directives = validated.directives;
+  r.model_parallel = validated.plan.tp * validated.plan.pp;
+  // The plain run trains the batch the schedule's batch() sets, as the scheduled one does.
+  t.micro_batch = validated.plan.micro_batch_or(t.micro_batch);
+  t.accum = validated.plan.accum_or(t.accum);
   Tolerance& tol = r.tol;
   tol = default_tolerance(run_dtype(t));
   if (o.atol) tol.atol = *o.atol;
@@ -206,16 +202,15 @@ int verify_schedule(const VerifyOptions& o) {
   RecordedRuns runs(t, o.nproc, o.nproc / r.model_parallel, dir);
   std::string error;
   if (!runs.run("plain", false, -1, error) || !runs.run("scheduled", true, -1, error)) {
-    std::cerr << "error: " << error;
     if (!o.keep) fs::remove_all(dir);
-    return kUserError;
+    throw RunFailed(error);
   }
   auto plain = runs.records("plain");
   r.cmp = compare_step_records(plain, runs.records("scheduled", &plain), tol);
   r.loss_plain = runs.loss("plain");
   r.loss_scheduled = runs.loss("scheduled");
-  if (!r.cmp.equivalent() && o.bisect && !directives.empty())
-    r.bisection = bisect_directives(directives.size(), [&](size_t k) -> std::optional<bool> {
+  if (!r.cmp.equivalent() && o.bisect && !r.directives.empty())
+    r.bisection = bisect_directives(r.directives.size(), [&](size_t k) -> std::optional<bool> {
       std::string name = "prefix-" + std::to_string(k), failed;
       if (!runs.run(name, true, static_cast<int64_t>(k), failed)) return std::nullopt;
       return compare_step_records(plain, runs.records(name, &plain), tol).equivalent();
@@ -226,8 +221,27 @@ int verify_schedule(const VerifyOptions& o) {
   else fs::remove_all(dir);
   // The suspects: directives good+1..bad (one when every prefix could run).
   if (r.bisection.done)
-    for (size_t i = r.bisection.good; i < r.bisection.bad; ++i) r.suspects.push_back(&directives[i]);
-  return o.json ? report_json(o, r) : report_text(o, r);
+    for (size_t i = r.bisection.good; i < r.bisection.bad; ++i) r.suspects.push_back(&r.directives[i]);
+  return r;
+}
+
+}  // namespace
+
+nlohmann::json verify_report(const VerifyOptions& o) { return report_json(o, verify_runs(o)); }
+
+int verify_schedule(const VerifyOptions& o) {
+  try {
+    Outcome r = verify_runs(o);
+    if (!o.json) return report_text(o, r);
+    std::cout << report_json(o, r).dump(1) << "\n";
+    return r.cmp.equivalent() ? kOk : kUserError;
+  } catch (const UserError& e) {
+    std::cerr << render(e.diagnostic(), nullptr);
+    return kUserError;
+  } catch (const RunFailed& e) {
+    std::cerr << "error: " << e.what();
+    return kUserError;
+  }
 }
 
 void add_verify(CLI::App& app, std::function<int()>& run) {

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/data_dirs.h"
 #include "lang/diagnostics.h"
 #include "lang/value.h"
 
@@ -132,7 +133,7 @@ std::vector<std::string> cluster_dirs() {
     for (std::string dir; std::getline(entries, dir, ':');)
       if (!dir.empty()) dirs.push_back(dir);
   }
-  dirs.push_back(LOOM_CLUSTER_DIR);
+  dirs.push_back(shipped_cluster_dir());
   return dirs;
 }
 

@@ -24,6 +24,28 @@ namespace {
 volatile sig_atomic_t interrupted = 0;
 void on_interrupt(int) { interrupted = 1; }
 
+// Ctrl-C and SIGTERM stop the workers while they run; the caller's handlers (a Python
+// interpreter's, when loom.train launches) are back afterwards.
+class InterruptHandling {
+ public:
+  InterruptHandling() {
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+    interrupted = 0;
+  }
+  ~InterruptHandling() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  InterruptHandling(const InterruptHandling&) = delete;
+  InterruptHandling& operator=(const InterruptHandling&) = delete;
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
 struct Worker {
   int rank = 0;
   pid_t pid = -1;
@@ -112,11 +134,7 @@ int launch(const LaunchSpec& spec, std::ostream& err) {
   int world = spec.nproc * spec.nnodes;
   int port = spec.master_port > 0 ? spec.master_port : (spec.nnodes == 1 ? pick_free_port() : 29500);
   bool prefix = world > 1;
-  struct sigaction sa {};
-  sa.sa_handler = on_interrupt;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  interrupted = 0;
+  InterruptHandling stops_workers;
 
   std::vector<Worker> workers(spec.nproc);
   for (int i = 0; i < spec.nproc; ++i) {

@@ -3,7 +3,8 @@
 # project of its own (tests/install/consumer) finds it with find_package(Loom) and builds
 # examples/fluent_api.cpp and examples/custom_model.cpp unchanged; both run; custom_model, the
 # loom command line with the model it registers, checks, verifies and trains that model at
-# world 2; and the installed loom checks a standard schedule from the installed share/loom.
+# world 2; and the installed loom checks a standard schedule from the installed share/loom, also
+# once the prefix is moved.
 set -uo pipefail
 build=$(cd "$1" && pwd)
 source "$(dirname "$0")/../lib/expect.sh" "$build/loom" "$2"  # $loom, $src, $tmp, expect
@@ -38,5 +39,17 @@ expect "a name it did not register" 2 "error: unknown model 'tiny-ml'" "did you 
   "$prefix/share/loom/stdlib_schedules/zero3.sched" --model tiny-ml --world 2
 expect "the installed loom checks an installed schedule" 0 "ok (" -- "$prefix/bin/loom" check "$prefix/share/loom/stdlib_schedules/zero3.sched" \
   --model gpt:tiny --world 2
+# A moved prefix: the installed loom reads its own share/loom (a file only the moved copy has),
+# not the source tree it was built from.
+moved="$tmp/moved"
+cp -r "$prefix" "$moved"
+printf 'sch.zero(stage=3)\n' > "$moved/share/loom/stdlib_schedules/moved_only.sched"
+cp "$moved/share/loom/clusters/dgx-a100.json" "$moved/share/loom/clusters/moved-only.json"
+printf 'import "stdlib/moved_only.sched"\n' > "$tmp/uses_moved.sched"
+expect "a moved loom imports its own standard schedules" 0 "ok (" -- "$moved/bin/loom" check "$tmp/uses_moved.sched" \
+  --model gpt:tiny --world 2
+expect "a moved loom finds its own cluster files" 0 '"step_s"' -- "$moved/bin/loom" simulate --model gpt:tiny --nproc 2 \
+  --cluster moved-only --seq 32 --micro-batch 2 --json
+expect "a moved loom's --help names its own share/loom" 0 "$moved/share/loom/stdlib_schedules" -- "$moved/bin/loom" check --help
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -343,3 +343,22 @@ TEST_CASE("a model built without memory materializes only what a rank wants, wit
   CHECK(named["wte.weight"].numel() > 0);
   CHECK(named["wte.weight"].unsafeGetTensorImpl() == named["lm_head.weight"].unsafeGetTensorImpl());
 }
+
+TEST_CASE("a model registered under a taken name is a UserError that says what to do") {
+  auto tiny = [] { return build_model_without_memory("gpt:tiny"); };
+  CHECK(register_model({"test:registered-once", "gpt:tiny under another name", 0}, tiny));
+  CHECK(module_tree_of("test:registered-once")->parameter_count() == module_tree_of("gpt:tiny")->parameter_count());
+  try {
+    register_model({"test:registered-once", "again", 0}, tiny);
+    FAIL("a second registration of a name was accepted");
+  } catch (const UserError& e) {
+    CHECK(render(e.diagnostic(), nullptr) ==
+          "error: a model named 'test:registered-once' is registered twice\n  hint: register each model once, under its own name\n");
+  }
+  try {
+    register_model({"gpt2", "mine", 0}, tiny);
+    FAIL("a reference model's name was accepted");
+  } catch (const UserError& e) {
+    CHECK(render(e.diagnostic(), nullptr) == "error: a model named 'gpt2' is built in\n  hint: register yours under another name\n");
+  }
+}

@@ -9,27 +9,18 @@ import sys
 import tempfile
 
 import loom
+from checks import check, finish
 
 build, source = sys.argv[1], sys.argv[2]
-passed = failed = 0
-
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL {name}" + (f": {detail}" if detail else ""))
-
 
 # 1. Every registered primitive is a method, and dir() lists exactly the registry's (and the
-#    selection's own two), so a primitive registered in C++ appears here without more code.
+#    selection's own methods), so a primitive registered in C++ appears here without more code.
+OWN = {"blocks", "paths", "tune", "constrain", "knobs"}  # a selection's own methods
 sch = loom.Schedule("gpt2", world=4, local_world=4)
 names = loom.primitives()
 check("the registry has the primitives", {"prefetch", "zero", "shard", "mesh", "checkpoint"} <= set(names), names)
-check("dir() is the registry", sorted(set(dir(sch)) - {"blocks", "paths"}) == sorted(names), sorted(dir(sch)))
-check("a selection has them too", sorted(set(dir(sch["h.0"])) - {"blocks", "paths"}) == sorted(names))
+check("dir() is the registry", sorted(set(dir(sch)) - OWN) == sorted(names), sorted(dir(sch)))
+check("a selection has them too", sorted(set(dir(sch["h.0"])) - OWN) == sorted(names))
 try:
     sch.no_such_primitive
     check("an unknown primitive is an AttributeError", False)
@@ -122,5 +113,4 @@ try:
 except TypeError as e:
     check("an argument with no .sched value is a TypeError", "has no .sched value" in str(e), str(e))
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

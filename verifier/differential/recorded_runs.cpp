@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/train/loom_executable.h"
 #include "verifier/differential/mesh_record_merge.h"
 
 namespace loom {
@@ -17,7 +18,7 @@ namespace {
 
 // Runs this binary with `args` quietly (its output goes to `log`); returns its exit code.
 int run_quietly(const std::vector<std::string>& args, const fs::path& log) {
-  std::string cmd = "'" + fs::read_symlink("/proc/self/exe").string() + "'";
+  std::string cmd = "'" + fs::canonical(loom_executable()).string() + "'";  // run by a shell
   for (auto& a : args) cmd += " '" + a + "'";
   cmd += " > '" + log.string() + "' 2>&1";
   int rc = std::system(cmd.c_str());

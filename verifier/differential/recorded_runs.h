@@ -1,5 +1,5 @@
 // loom verify's runs: one step of the plain model, of the whole schedule, or of a prefix of its
-// directive trace, each a `loom run` of this same binary in a process of its own, recording the
+// directive trace, each a `loom run` of loom_executable() (launcher.h) in a process of its own, recording the
 // step (step_record.h) under a scratch folder. The plain run holds the replicas of a mesh(tp, pp)
 // schedule: nproc / (tp * pp) ranks, the same batch per replica.
 #pragma once

@@ -1,0 +1,17 @@
+#include "backend/train/loom_executable.h"
+
+namespace loom {
+namespace {
+
+std::string& named_executable() {
+  static std::string path;
+  return path;
+}
+
+}  // namespace
+
+std::string loom_executable() { return named_executable().empty() ? "/proc/self/exe" : named_executable(); }
+
+void set_loom_executable(const std::string& path) { named_executable() = path; }
+
+}  // namespace loom

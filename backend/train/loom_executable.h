@@ -1,0 +1,15 @@
+// The program that rank processes run (`loom run` starting its ranks, verify's runs, the
+// tuner's trials). Torch-free.
+#pragma once
+
+#include <string>
+
+namespace loom {
+
+// This process's own executable ("/proc/self/exe", for a process this one starts), unless
+// set_loom_executable() named another: the Python module names the built `loom`, since its own
+// process is python. std::filesystem::canonical() of it is a path another program can run.
+std::string loom_executable();
+void set_loom_executable(const std::string& path);
+
+}  // namespace loom

@@ -1,0 +1,118 @@
+// The commands as library calls (the Python module's functions): what `loom simulate`, `loom
+// plan`, `loom verify` and `loom tune` compute, returned as the JSON their --json prints instead
+// of printed. Each throws UserError for the user's mistakes, as the command reports them.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+
+namespace loom {
+class Schedule;
+}
+
+namespace loom::cli {
+
+// loom simulate's settings.
+struct SimulateOptions {
+  std::string file;
+  std::string model;
+  int nproc = 1;
+  int local_world = 0;
+  int64_t seq = TrainOptions{}.seq;
+  int64_t micro_batch = TrainOptions{}.micro_batch;
+  int64_t accum = TrainOptions{}.accum;
+  double clip = TrainOptions{}.clip;
+  std::vector<std::string> sets;
+  std::string cluster;
+  std::string profile;
+  std::string precision = "bf16";
+  bool json = false;
+  std::string trace;
+  std::string memory_plot;
+  std::string save_cluster;
+  int64_t memory_limit = 0;
+  std::string stdlib;
+};
+// `schedule` (its model, world and ranks per node) simulated as `loom simulate --json` reports it;
+// the file, the knob settings and the output files of `options` are not used.
+nlohmann::json simulate_json(const Schedule& schedule, const SimulateOptions& options);
+
+// loom plan's settings.
+struct PlanOptions {
+  std::string model;
+  int world = 1;
+  int local_world = 0;
+  int64_t seq = TrainOptions{}.seq;
+  int64_t micro_batch = TrainOptions{}.micro_batch;
+  int64_t accum = TrainOptions{}.accum;
+  std::string memory_limit;
+  std::string cluster;
+  std::string profile;
+  std::string checkpoint = "none";
+  std::string attention = "memory_efficient";
+  std::string precision = "bf16";
+  int top = 5;
+  int threads = 0;
+  bool json = false;
+  std::string out;
+};
+// {"plans": [...], "evaluated", "over_memory", "refused"} as `loom plan --json` prints it.
+nlohmann::json plan_json_report(const PlanOptions& options);
+
+// loom tune's settings.
+struct TuneCommand {
+  std::string file;
+  // Or the schedule as a program (the Python module's function): called on a new schedule at each
+  // point, declaring its knobs with KnobSpace::declare; `name` stands for it in messages.
+  std::function<void(const std::shared_ptr<Schedule>&)> build;
+  std::string name;
+  std::string model;
+  int nproc = 1;
+  int local_world = 0;
+  int64_t seq = TrainOptions{}.seq;
+  int64_t micro_batch = TrainOptions{}.micro_batch;
+  int64_t accum = TrainOptions{}.accum;
+  std::string evaluator = "sim";
+  int steps = 6;
+  double trial_timeout = 300;
+  std::string strategy = "coordinate-descent";
+  uint64_t seed = 0;
+  size_t max_trials = 0;
+  std::string memory_limit;
+  std::string cluster;
+  std::string profile;
+  std::string precision = "bf16";
+  std::string db;
+  bool resume = false;
+  size_t confirm = 3;  // sim+run: the simulator's best points confirmed by real runs
+  bool confirm_given = false, strategy_given = false;
+  bool json = false;
+  std::string out;
+  std::string plot;
+  std::vector<std::string> plot_knobs;
+  std::string stdlib;
+  bool stop_on_interrupt = false;  // Ctrl-C stops a real-run trial's ranks (the command line's)
+  const std::string& source() const { return build ? name : file; }
+};
+
+// {"space_size", "pruned", "evaluations", "budget_spent", "best", "trials"} as `loom tune --json`
+// prints it, having written --out and --plot. A program (`build`) is evaluated by the simulator.
+nlohmann::json tune_json_report(const TuneCommand& options);
+
+// A run that did not finish (verify's), its last lines in the text.
+struct RunFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The report `loom verify --json` prints. Its runs are `loom run`s of loom_executable(); one that
+// fails throws RunFailed.
+nlohmann::json verify_report(const VerifyOptions& options);
+
+}  // namespace loom::cli

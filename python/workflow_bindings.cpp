@@ -1,0 +1,357 @@
+// The workflow in Python, each function returning Python objects and releasing the GIL while it
+// works: check and explain (the step's IR), verify (differential testing against the plain model),
+// simulate, plan, tune (a .sched file, or a Python function that builds the schedule at each point),
+// and train (`loom run` of the schedule: this process is one rank under torchrun, srun or mpirun,
+// else it starts the schedule's ranks). Each is what its command computes (cli/workflow.h).
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+
+#include "backend/data_dirs.h"
+#include "backend/instrument/model_trace.h"
+#include "backend/lower/lower_schedule.h"
+#include "backend/lower/lower_step.h"
+#include "backend/passes/pass_pipeline.h"
+#include "cli/entry.h"
+#include "cli/workflow.h"
+#include "lang/trace.h"
+#include "python/bindings.h"
+#include "verifier/schedule_rules.h"
+
+namespace loom::python {
+namespace {
+
+// The schedule's trace as a .sched file of its own, removed when done: what the commands that
+// start `loom run`s (train, verify) give their ranks.
+class ScheduleFile {
+ public:
+  explicit ScheduleFile(const Schedule& schedule) {
+    std::string text = trace_to_sched(schedule);
+    char path[] = "/tmp/loom-python-XXXXXX.sched";
+    int fd = mkstemps(path, 6);
+    if (fd < 0) throw RunFailure("loom: cannot create a temporary schedule file in /tmp");
+    close(fd);
+    path_ = path;
+    std::ofstream out(path_);
+    out << text;
+    if (!out.flush()) {
+      std::remove(path_.c_str());
+      throw RunFailure("loom: cannot write the temporary schedule file " + path_ + " (is /tmp full?)");
+    }
+  }
+  ~ScheduleFile() {
+    std::remove(path_.c_str());
+    std::remove(metrics().c_str());
+  }
+  std::string metrics() const { return path_ + ".metrics.jsonl"; }  // loom.train's --metrics
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The step's IR for the schedule, as `loom explain --json` prints it.
+std::string explain_json(PySchedule& s, int64_t micro_batch, int64_t seq, int64_t accum, int64_t memory_limit) {
+  return guarded(s.sources.get(), [&] {
+    check_schedule_rules(*s.schedule);
+    RuntimePlan plan = lower_schedule(*s.schedule);
+    StepOptions options;
+    options.accum = plan.accum_or(accum);
+    options.memory.limit = memory_limit;
+    ir::TraceShape shape{plan.micro_batch_or(micro_batch), seq};
+    py::gil_scoped_release unlocked;  // tracing and the passes take a while on large models
+    const std::string& model = s.schedule->tree().model_name();
+    return lower_step(plan, trace_model(model, shape, plan.replacements), nullptr, PipelineDebug{}, options).to_json();
+  });
+}
+
+// Runs `work` without the GIL, turning a UserError into loom.ScheduleError.
+template <class F>
+py::object unlocked(const SourceManager* sources, F&& work) {
+  nlohmann::json result = guarded(sources, [&] {
+    py::gil_scoped_release released;
+    return work();
+  });
+  return from_json(result);
+}
+
+py::object verify(PySelection& s, int nproc, int64_t micro_batch, int64_t seq, int64_t accum, uint64_t seed,
+                  const std::string& data, std::optional<double> atol, std::optional<double> rtol, bool bisect,
+                  int64_t memory_limit) {
+  const Schedule& sch = *s.owner->schedule;
+  ScheduleFile file(sch);
+  cli::VerifyOptions o;
+  o.train.schedule_file = file.path();
+  o.train.model = sch.tree().model_name();
+  o.train.micro_batch = micro_batch;
+  o.train.seq = seq;
+  o.train.accum = accum;
+  o.train.seed = seed;
+  o.train.data = data;
+  o.train.memory_limit = memory_limit;
+  o.train.stdlib = stdlib_dir();
+  o.nproc = nproc > 0 ? nproc : sch.context().world;
+  o.atol = atol;
+  o.rtol = rtol;
+  o.bisect = bisect;
+  try {
+    return unlocked(nullptr, [&] { return cli::verify_report(o); });
+  } catch (const cli::RunFailed& e) {
+    throw RunFailure(std::string("loom.verify: ") + e.what());
+  }
+}
+
+py::object simulate(PySelection& s, const std::string& cluster, const std::string& profile, int64_t micro_batch, int64_t seq,
+                    int64_t accum, double clip, const std::string& precision, int64_t memory_limit) {
+  cli::SimulateOptions o;
+  o.model = s.owner->schedule->tree().model_name();
+  o.cluster = cluster;
+  o.profile = profile;
+  o.micro_batch = micro_batch;
+  o.seq = seq;
+  o.accum = accum;
+  o.clip = clip;
+  o.precision = precision;
+  o.memory_limit = memory_limit;
+  guarded(s.owner->sources.get(), [&] { check_schedule_rules(*s.owner->schedule); });
+  return unlocked(s.owner->sources.get(), [&] { return cli::simulate_json(*s.owner->schedule, o); });
+}
+
+// A size given as bytes (an int) or as the language writes it ("80GiB"); "" for none.
+std::string size_text(const py::object& size) {
+  if (size.is_none()) return "";
+  if (py::isinstance<py::int_>(size)) return std::to_string(size.cast<int64_t>());
+  return size.cast<std::string>();
+}
+
+py::object plan(const std::string& model, int world, int local_world, int64_t seq, int64_t micro_batch, int64_t accum,
+                const py::object& memory_limit, const std::string& cluster, const std::string& profile,
+                const std::string& checkpoint, const std::string& attention, const std::string& precision, int top, int threads) {
+  cli::PlanOptions o;
+  o.model = model;
+  o.world = world;
+  o.local_world = local_world;
+  o.seq = seq;
+  o.micro_batch = micro_batch;
+  o.accum = accum;
+  o.memory_limit = size_text(memory_limit);
+  o.cluster = cluster;
+  o.profile = profile;
+  o.checkpoint = checkpoint;
+  o.attention = attention;
+  o.precision = precision;
+  o.top = top;
+  o.threads = threads;
+  return unlocked(nullptr, [&] { return cli::plan_json_report(o); });
+}
+
+// A Python function's error inside the tuner, carried out of the C++ code that called it to be
+// raised again, as it was, once the GIL is held (the tuner runs without it).
+struct PythonFailure : std::runtime_error {
+  explicit PythonFailure(std::shared_ptr<py::error_already_set> e) : std::runtime_error("a Python error"), error(std::move(e)) {}
+  std::shared_ptr<py::error_already_set> error;
+};
+
+// The function that builds the schedule at each point, called with the GIL held: its
+// loom.ConstraintViolation prunes the point as a .sched's constrain() does. `build` is shared so
+// that copies of the std::function do not touch Python's reference counts without the GIL.
+std::function<void(const std::shared_ptr<Schedule>&)> schedule_builder(std::shared_ptr<py::function> build) {
+  return [build](const std::shared_ptr<Schedule>& schedule) {
+    py::gil_scoped_acquire held;
+    auto s = std::make_shared<PySchedule>();
+    s->schedule = schedule;
+    try {
+      (*build)(root_of(s));
+    } catch (py::error_already_set& e) {
+      if (e.matches(constraint_violation)) throw ConstraintViolation(SourceRange{}, py::str(e.value()));
+      if (e.matches(schedule_error)) throw UserError(SourceRange{}, py::str(e.value()));
+      throw PythonFailure(std::make_shared<py::error_already_set>(std::move(e)));
+    }
+  };
+}
+
+py::object tune(const py::object& schedule, const std::string& model, int world, int local_world, const std::string& evaluator,
+                const std::string& cluster, const std::string& profile, const std::optional<std::string>& strategy,
+                size_t max_trials, uint64_t seed, const py::object& memory_limit, int64_t seq, int64_t micro_batch, int64_t accum,
+                const std::string& db, const std::string& out, int steps) {
+  if (model.empty()) throw py::value_error("loom.tune needs model=\"...\" (loom.models() lists them)");
+  cli::TuneCommand o;
+  std::shared_ptr<py::function> build;
+  if (py::isinstance<py::function>(schedule)) {
+    // The trial database knows a schedule by its text; a function's may change under the same name.
+    if (!db.empty()) throw py::value_error("loom.tune keeps no trial database for a function; tune a .sched file to keep one");
+    build = std::make_shared<py::function>(schedule.cast<py::function>());
+    o.build = schedule_builder(build);
+    o.name = py::str(schedule.attr("__qualname__"));
+  } else {
+    o.file = schedule.cast<std::string>();
+  }
+  o.model = model;
+  o.nproc = world;
+  o.local_world = local_world;
+  o.evaluator = evaluator;
+  o.cluster = cluster;
+  o.profile = profile;
+  o.strategy_given = strategy.has_value();
+  if (strategy) o.strategy = *strategy;
+  o.max_trials = max_trials;
+  o.seed = seed;
+  o.memory_limit = size_text(memory_limit);
+  o.seq = seq;
+  o.micro_batch = micro_batch;
+  o.accum = accum;
+  o.db = db;
+  o.out = out;
+  o.steps = steps;
+  o.stdlib = stdlib_dir();
+  try {
+    return unlocked(nullptr, [&] { return cli::tune_json_report(o); });
+  } catch (const PythonFailure& e) {
+    e.error->restore();  // the function's own error, raised again
+    throw py::error_already_set();
+  }
+}
+
+// Copies what is written to a stream to another as well, keeping the text (train's errors).
+class Tee : public std::streambuf {
+ public:
+  explicit Tee(std::streambuf* out) : out_(out) {}
+  const std::string& text() const { return text_; }
+
+ protected:
+  int overflow(int c) override {
+    if (c == EOF) return 0;
+    text_.push_back(static_cast<char>(c));
+    return out_->sputc(static_cast<char>(c));
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    text_.append(s, static_cast<size_t>(n));
+    return out_->sputn(s, n);
+  }
+  int sync() override { return out_->pubsync(); }
+
+ private:
+  std::streambuf* out_;
+  std::string text_;
+};
+
+// The last `n` lines of `text`.
+std::string last_lines(const std::string& text, size_t n) {
+  size_t at = text.size();
+  for (size_t lines = 0; at > 0 && lines <= n;) {
+    at = text.rfind('\n', at - 1);
+    if (at == std::string::npos) return text;
+    ++lines;
+  }
+  return text.substr(at + 1);
+}
+
+// std::cerr written to `tee` as well while it lives.
+class CerrTeed {
+ public:
+  explicit CerrTeed(Tee& tee) : kept_(std::cerr.rdbuf(&tee)) {}
+  ~CerrTeed() { std::cerr.rdbuf(kept_); }
+  CerrTeed(const CerrTeed&) = delete;
+  CerrTeed& operator=(const CerrTeed&) = delete;
+
+ private:
+  std::streambuf* kept_;
+};
+
+// One run at a time per process: the command line's arguments, the launcher's signal handling
+// and std::cerr are the process's.
+std::mutex one_run;
+
+// `loom run` of the schedule with `options` as its flags (micro_batch=2 is --micro-batch 2, a
+// True is a flag); returns the steps' metrics rank 0 wrote.
+py::list train(PySelection& s, int64_t steps, const py::kwargs& options) {
+  const Schedule& sch = *s.owner->schedule;
+  guarded(s.owner->sources.get(), [&] { check_schedule_rules(sch); });
+  ScheduleFile file(sch);
+  std::vector<std::string> args{"loom", "run", file.path(), "--model", sch.tree().model_name(), "--nproc",
+                                std::to_string(sch.context().world), "--steps", std::to_string(steps), "--metrics", file.metrics()};
+  for (auto [key, value] : options) {
+    std::string flag = "--" + key.cast<std::string>();
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if (py::isinstance<py::bool_>(value)) {
+      if (value.cast<bool>()) args.push_back(flag);
+      continue;
+    }
+    args.insert(args.end(), {flag, std::string(py::str(value))});
+  }
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  Tee tee(std::cerr.rdbuf());
+  int rc = 0;
+  {
+    py::gil_scoped_release released;
+    std::lock_guard<std::mutex> alone(one_run);
+    CerrTeed teed(tee);
+    rc = cli::command_line(static_cast<int>(argv.size()), argv.data());
+  }
+  if (rc != 0)
+    throw RunFailure("loom.train: `loom run` failed (exit code " + std::to_string(rc) + "):\n" + last_lines(tee.text(), 12));
+  py::list out;
+  std::ifstream lines(file.metrics());
+  for (std::string line; std::getline(lines, line);) out.append(from_json(nlohmann::json::parse(line)));
+  return out;
+}
+
+}  // namespace
+
+void bind_workflow(py::module_& m) {
+  m.def(
+      "check",
+      [](PySelection& s) {
+        guarded(s.owner->sources.get(), [&] { check_schedule_rules(*s.owner->schedule); });
+        std::vector<std::string> warnings;
+        for (const Diagnostic& d : s.owner->schedule->warnings()) warnings.push_back(render(d, s.owner->sources.get()));
+        return warnings;
+      },
+      "Runs the whole-schedule rules (`loom check`); returns the warnings, raises ScheduleError on an error.");
+  m.def(
+      "explain",
+      [](PySelection& s, int64_t micro_batch, int64_t seq, int64_t accum, int64_t memory_limit) {
+        return explain_json(*s.owner, micro_batch, seq, accum, memory_limit);
+      },
+      py::arg("schedule"), py::arg("micro_batch") = 2, py::arg("seq") = 128, py::arg("accum") = 1,
+      py::arg("memory_limit") = 0, "The step's instruction IR as JSON text (`loom explain --json`), the GIL released while it lowers.");
+  TrainOptions d;
+  m.def("verify", &verify, py::arg("schedule"), py::arg("nproc") = 0, py::arg("micro_batch") = d.micro_batch, py::arg("seq") = d.seq,
+        py::arg("accum") = d.accum, py::arg("seed") = d.seed, py::arg("data") = d.data, py::arg("atol") = py::none(),
+        py::arg("rtol") = py::none(), py::arg("bisect") = true, py::arg("memory_limit") = 0,
+        "`loom verify --json`: one step of the plain model and one of the schedule (nproc: its world), compared module "
+        "by module; a dict with 'equivalent', 'first_divergence' and 'breaking_directives'.");
+  m.def("simulate", &simulate, py::arg("schedule"), py::arg("cluster") = "", py::arg("profile") = "",
+        py::arg("micro_batch") = d.micro_batch, py::arg("seq") = d.seq, py::arg("accum") = d.accum, py::arg("clip") = d.clip,
+        py::arg("precision") = "bf16", py::arg("memory_limit") = 0,
+        "`loom simulate --json` on a cluster (by name or file) or a profile: a dict with 'step_s', 'compute_s', "
+        "'exposed_comm_s', 'peak_bytes', ...");
+  m.def("plan", &plan, py::arg("model"), py::arg("world"), py::arg("local_world") = 0, py::arg("seq") = d.seq,
+        py::arg("micro_batch") = d.micro_batch, py::arg("accum") = d.accum, py::arg("memory_limit") = py::none(),
+        py::arg("cluster") = "", py::arg("profile") = "", py::arg("checkpoint") = "none", py::arg("attention") = "memory_efficient",
+        py::arg("precision") = "bf16", py::arg("top") = 5, py::arg("threads") = 0,
+        "`loom plan --json`: {'plans': [...]}, best first, each with params, grads, optim, tp, pp, step_s, mfu, peak_bytes "
+        "and its schedule's text.");
+  m.def("tune", &tune, py::arg("schedule"), py::arg("model") = "", py::arg("world") = 1, py::arg("local_world") = 0,
+        py::arg("evaluator") = "sim", py::arg("cluster") = "", py::arg("profile") = "", py::arg("strategy") = py::none(),
+        py::arg("max_trials") = 0, py::arg("seed") = 0, py::arg("memory_limit") = py::none(), py::arg("seq") = d.seq,
+        py::arg("micro_batch") = d.micro_batch, py::arg("accum") = d.accum, py::arg("db") = "", py::arg("out") = "",
+        py::arg("steps") = 6,
+        "`loom tune --json` of a .sched file's path, or of a function build(sch) that declares knobs with sch.tune(...) "
+        "(evaluated by the simulator): a dict with 'space_size', 'best' and 'trials'.");
+  m.def("train", &train, py::arg("schedule"), py::arg("steps") = d.steps,
+        "`loom run` of the schedule, its keyword arguments the command's flags (micro_batch=2, lr=1e-3, data='t.bin', "
+        "trace='t.json'): under torchrun, srun or mpirun this process is one rank, else it starts the schedule's world "
+        "of ranks. Returns the steps' metrics (rank 0's --metrics lines); raises loom.RunError when the run fails.");
+}
+
+}  // namespace loom::python

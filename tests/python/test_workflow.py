@@ -1,0 +1,184 @@
+"""The workflow from Python (run by ctest `python_workflow` with Debian's python3): knobs, trace
+replay, simulate, plan, tune, verify and train, each checked against the command line computing
+the same thing (`loom ... --json` on the same schedule), with the GIL released while they run."""
+import atexit
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+os.environ["LOOM_TEST_PRIMITIVES"] = "1"  # test_skip_reduction: a fault that verify must find
+import loom
+from checks import check, finish
+
+loom_exe = sys.argv[1]
+torchrun_port = random.randint(19000, 19999)  # below the other tests' ports and Linux's ephemeral range
+tmp = tempfile.mkdtemp(prefix="loom-python-workflow-")
+atexit.register(shutil.rmtree, tmp, True)
+
+
+def cli_json(*args):
+    out = subprocess.run([loom_exe, *args, "--json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"loom {' '.join(args)} failed: {out.stderr}")
+    return json.loads(out.stdout)
+
+
+def sched_file(sch, name):
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        f.write(loom.to_sched(sch))
+    return path
+
+
+# 1. Knobs: tune() returns the first value, constrain() raises loom.ConstraintViolation.
+sch = loom.Schedule("gpt:tiny", world=2)
+stage = sch.tune("stage", [3, 2, 1])
+check("tune() returns the knob's first value", stage == 3, stage)
+check("knobs() lists what was declared", sch.knobs() == {"stage": 3}, sch.knobs())
+try:
+    sch.constrain(stage < 3, "stage < 3")
+    check("a false constrain() raises", False)
+except loom.ConstraintViolation as e:
+    check("a false constrain() is a ConstraintViolation naming it", "stage < 3" in str(e), str(e))
+check("a ConstraintViolation is a ScheduleError", issubclass(loom.ConstraintViolation, loom.ScheduleError))
+
+# 2. Replay: the JSON trace gives the same schedule, at the model and world it records.
+sch = loom.Schedule("gpt:tiny", world=2)
+sch.zero(stage=3)
+sch["h.*"].prefetch(budget=loom.auto)
+replayed = loom.replay(loom.to_json(sch))
+check("a replayed trace is the same schedule", loom.to_sched(replayed) == loom.to_sched(sch), loom.to_sched(replayed))
+check("a replayed trace lowers to the same IR", loom.explain(replayed, seq=32) == loom.explain(sch, seq=32))
+try:
+    loom.replay('{"loom_trace": 1, "directives": []}')
+    check("a trace without a model raises", False)
+except ValueError as e:
+    check("a trace without a model says to give one", 'model="..."' in str(e), str(e))
+
+# 3. simulate: what `loom simulate --json` prints for the same schedule.
+path = sched_file(sch, "zero3.sched")
+py = loom.simulate(sch, cluster="dgx-a100", micro_batch=2, seq=64)
+cli = cli_json("simulate", path, "--model", "gpt:tiny", "--nproc", "2", "--cluster", "dgx-a100", "--micro-batch", "2", "--seq", "64")
+check("simulate is loom simulate --json", py == cli, f"{py} vs {cli}")
+try:
+    loom.simulate(sch)
+    check("simulate without a cost model raises", False)
+except loom.ScheduleError as e:
+    check("simulate without a cost model names both", "--cluster NAME or --profile FILE" in str(e), str(e))
+
+# 4. plan: what `loom plan --json` prints.
+py = loom.plan("gpt:tiny", world=8, cluster="dgx-a100", seq=64, micro_batch=2, top=3, memory_limit="4GiB")
+cli = cli_json("plan", "--model", "gpt:tiny", "--world", "8", "--cluster", "dgx-a100", "--seq", "64", "--micro-batch", "2",
+               "--top", "3", "--memory-limit", "4GiB")
+check("plan is loom plan --json", py == cli, f"{py['plans'][:1]} vs {cli['plans'][:1]}")
+check("plan returns the plans best first", len(py["plans"]) == 3 and all("schedule" in p for p in py["plans"]))
+
+# 5. tune: a Python function declaring knobs sweeps the same space as the .sched file with the
+#    same knobs, and a constraint prunes points as in the language.
+def build(s):
+    stage = s.tune("stage", [1, 2, 3])
+    s.constrain(stage != 2, "stage != 2")
+    s.zero(stage=stage)
+
+
+knob_file = os.path.join(tmp, "knobs.sched")
+with open(knob_file, "w") as f:
+    f.write('let stage = tune("stage", [1, 2, 3])\nconstrain(stage != 2)\nsch.zero(stage=stage)\n')
+common = dict(model="gpt:tiny", world=2, cluster="dgx-a100", strategy="exhaustive", seq=64, micro_batch=2)
+by_function, by_file = loom.tune(build, **common), loom.tune(knob_file, **common)
+objectives = lambda r: [(t["knobs"], t["objective"]) for t in r["trials"]]
+check("tune of a function sweeps what the file's knobs do", objectives(by_function) == objectives(by_file),
+      f"{objectives(by_function)} vs {objectives(by_file)}")
+check("a constraint prunes a point", by_function["space_size"] == 2 and by_function["pruned"] == 1, by_function)
+best = os.path.join(tmp, "best.sched")
+loom.tune(build, out=best, **common)
+written = open(best).read()
+check("tune(out=...) writes the best schedule's trace", "knobs: stage=1" in written and "sch.shard_states(params=1, grads=1, optim=2)" in written,
+      written)
+try:
+    loom.tune(build, model="gpt:tiny", world=2, evaluator="run")
+    check("a function tuned with real runs raises", False)
+except loom.ScheduleError as e:
+    check("a function tuned with real runs says to write a .sched file", "tuned by the simulator only" in str(e), str(e))
+
+
+def raising(s):
+    raise KeyError("no such knob")
+
+
+try:
+    loom.tune(raising, **common)
+    check("a function that raises stops tune", False)
+except KeyError as e:
+    check("a function's own error comes back as it was raised", "no such knob" in str(e), str(e))
+try:
+    loom.tune(build, db=os.path.join(tmp, "trials.jsonl"), **common)
+    check("a trial database for a function raises", False)
+except ValueError as e:
+    check("a trial database for a function says to tune a file", "tune a .sched file" in str(e), str(e))
+
+# 6. verify: ZeRO-3 is equivalent; a skipped reduction is found, with its directive.
+shape = dict(micro_batch=2, seq=32)
+report = loom.verify(sch, **shape)
+check("verify of ZeRO-3 is equivalent", report["equivalent"] is True and report["ranks"] == 2, report)
+broken = loom.Schedule("gpt:tiny", world=2)
+broken.zero(stage=2)
+broken["h.1.mlp.c_fc"].test_skip_reduction(param="weight")
+report = loom.verify(broken, **shape)
+check("verify finds a skipped reduction", report["equivalent"] is False, report)
+check("verify names the breaking directive", [d["primitive"] for d in report["breaking_directives"]] == ["test_skip_reduction"],
+      report["breaking_directives"])
+
+# 7. train: `loom run` of the schedule, the same losses as the command line's, the GIL released.
+stamps = []  # when another Python thread ran, at most every millisecond
+done = threading.Event()
+
+
+def count():
+    while not done.is_set():
+        now = time.monotonic()
+        if not stamps or now - stamps[-1] >= 0.001:
+            stamps.append(now)
+
+
+counter = threading.Thread(target=count)
+counter.start()
+started = time.monotonic()
+metrics = loom.train(sch, steps=3, **shape)
+ended = time.monotonic()
+done.set()
+counter.join()
+check("train returns a metrics row per step", [m["step"] for m in metrics] == [1, 2, 3], metrics)
+middle = [t for t in stamps if started + (ended - started) / 4 <= t <= ended - (ended - started) / 4]
+check("Python ran in the middle of train (the GIL was released)", len(middle) > 50, f"{len(middle)} of {len(stamps)}")
+cli_metrics = os.path.join(tmp, "cli.jsonl")
+subprocess.run([loom_exe, "run", path, "--model", "gpt:tiny", "--nproc", "2", "--steps", "3", "--micro-batch", "2", "--seq", "32",
+                "--metrics", cli_metrics], check=True, capture_output=True)
+cli_losses = [json.loads(l)["loss"] for l in open(cli_metrics)]
+check("train's losses are loom run's", [m["loss"] for m in metrics] == cli_losses, f"{metrics} vs {cli_losses}")
+try:
+    loom.train(sch, steps=1, no_such_flag=1)
+    check("an unknown option raises", False)
+except loom.RunError as e:
+    check("an unknown option is a RunError with loom run's message", "--no-such-flag" in str(e), str(e))
+
+# 8. Under torchrun each Python process is one rank, and rank 0 returns the metrics.
+script = os.path.join(tmp, "ranks.py")
+with open(script, "w") as f:
+    f.write("import os, loom\nsch = loom.Schedule('gpt:tiny', world=2)\nsch.zero(stage=3)\n"
+            "m = loom.train(sch, steps=2, micro_batch=2, seq=32)\n"
+            "print('rank', os.environ['RANK'], 'losses', [r['loss'] for r in m], flush=True)\n")
+out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--redirects", "1", "--tee", "1",
+                      "--master_port", str(torchrun_port), "--log_dir", os.path.join(tmp, "torchrun"), script], capture_output=True, text=True, timeout=300)
+rank0 = [l for l in out.stdout.splitlines() if "rank 0 losses" in l]
+check("train under torchrun: every rank trains, rank 0 has the metrics",
+      out.returncode == 0 and len(rank0) == 1 and str(cli_losses[:2]) in rank0[0] and "rank 1 losses []" in out.stdout,
+      out.stdout[-2000:] + out.stderr[-2000:])
+
+finish()
