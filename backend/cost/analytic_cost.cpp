@@ -1,7 +1,7 @@
 #include "backend/cost/analytic_cost.h"
 
 #include <algorithm>
-#include <map>
+#include <vector>
 
 #include "lang/diagnostics.h"
 
@@ -30,10 +30,17 @@ double ring_seconds(const LinkSpec& link, double efficiency, const std::string& 
 }  // namespace
 
 GroupSpan span_of_ranks(const std::vector<int>& ranks, int devices_per_node) {
-  std::map<int, int> per_node;
-  for (int r : ranks) ++per_node[r / devices_per_node];
-  GroupSpan span{0, static_cast<int>(per_node.size())};
-  for (const auto& [node, n] : per_node) span.per_node = std::max(span.per_node, n);
+  // The nodes in order, counted by runs (a planner prices thousands of groups of up to 1,024 ranks).
+  std::vector<int> nodes;
+  nodes.reserve(ranks.size());
+  for (int r : ranks) nodes.push_back(r / devices_per_node);
+  std::sort(nodes.begin(), nodes.end());
+  GroupSpan span{0, 0};
+  for (size_t i = 0, run = 0; i < nodes.size(); ++i) {
+    run = i > 0 && nodes[i] == nodes[i - 1] ? run + 1 : 1;
+    if (run == 1) ++span.nodes;
+    span.per_node = std::max(span.per_node, static_cast<int>(run));
+  }
   return span;
 }
 

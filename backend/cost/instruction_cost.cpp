@@ -1,6 +1,7 @@
 #include "backend/cost/instruction_cost.h"
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 
 #include "backend/cost/step_estimate.h"
@@ -12,9 +13,22 @@ namespace loom {
 ClusterCost::ClusterCost(Cluster cluster, Precision precision, int devices_per_node, StateBytes state_bytes)
     : cluster_(std::move(cluster)), precision_(precision), devices_per_node_(devices_per_node), state_bytes_(state_bytes) {}
 
+namespace {
+
+// A group's role as a number, for span()'s cache: a planner looks up a span for every collective
+// of thousands of programs. The roles work_out_span() tells apart; any other is laid out as they are.
+int role_code(const std::string& role) {
+  static const char* const named[] = {"tp", "world", "replicas", "grads", "optim", "pipeline", "stage_pair", "model"};
+  for (int i = 0; i < static_cast<int>(std::size(named)); ++i)
+    if (role == named[i]) return i;
+  return -1;
+}
+
+}  // namespace
+
 GroupSpan ClusterCost::span(const ir::Program& p, const ir::Instr& in) const {
   bool next = (in.kind == ir::OpKind::Send) == (in.phase == ir::Phase::Forward);
-  SpanKey key{p.mesh.tp, p.mesh.pp, p.sharding.dp, p.sharding.params, p.mesh.stage, in.group.role, in.group.size, next};
+  SpanKey key{p.mesh.tp, p.mesh.pp, p.sharding.dp, p.sharding.params, p.mesh.stage, role_code(in.group.role), in.group.size, next};
   if (last_span_ && last_span_->first == key) return last_span_->second;  // a program's collectives come in runs
   auto known = spans_.find(key);
   if (known == spans_.end()) known = spans_.emplace(key, work_out_span(p, in)).first;
