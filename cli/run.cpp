@@ -71,6 +71,9 @@ void add_run(CLI::App& app, std::function<int()>& run_fn) {
                 "re-plan after this step from the run's own measurements (deepcompile.txt's two-level loop, docs/passes.md): "
                 "ops timed in steps 2..STEP, collectives on the run's groups, the step lowered again with those times and "
                 "followed from the next step on every rank; 0: never");
+  c->add_option("--replan-every", t.replan_every,
+                "with --replan-at K: re-plan again after steps K + E, K + 2E, ..., each time on the steps measured since the "
+                "last re-plan (its first step not: warm-up) and the collectives timed again; 0: once");
   c->add_option("--nproc", o->nproc, "ranks to start on this node")->check(at_least(1));
   c->add_option("--nnodes", o->nnodes, "number of nodes (multi-node: run loom run on each)")->check(at_least(1));
   c->add_option("--node-rank", o->node_rank, "this node's index, 0..nnodes-1")->check(at_least(0));

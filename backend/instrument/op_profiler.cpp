@@ -217,6 +217,13 @@ void OpProfiler::optimizer_step_took(double ms) {
 
 void OpProfiler::end_backward() { s_->close_backward(); }
 
+void OpProfiler::reset() {
+  s_->read_intervals();
+  size_t ops = s_->samples.size();
+  s_->samples.assign(ops, State::Samples{});
+  s_->optimizer_step_ms.clear();
+}
+
 torch::Tensor OpProfiler::intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
                                     const nn::Forward& forward) {
   State& s = *s_;

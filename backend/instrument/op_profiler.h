@@ -36,6 +36,9 @@ class OpProfiler : public nn::CallInterceptor {
   std::vector<OpProfile> result(comm::Group& world) const;
   // The median update time, the maximum over the ranks of `world`; -1 when none was measured.
   double optimizer_step_ms(comm::Group& world) const;
+  // Forgets what was measured (between two steps): a re-planning run's next round measures the
+  // program it switched to.
+  void reset();
 
   struct State;
 

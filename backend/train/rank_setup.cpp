@@ -109,6 +109,14 @@ void check_options(const TrainOptions& o) {
                     "--replan-at " + std::to_string(o.replan_at) + ": the re-plan needs a measured step after the first and a step " +
                         "after it to run on (--steps " + std::to_string(o.steps) + ")",
                     "give --replan-at between 2 and --steps - 1, e.g. --replan-at 3");
+  if (o.replan_every != 0 && o.replan_at == 0)
+    throw UserError(SourceRange{}, "--replan-every " + std::to_string(o.replan_every) + " without --replan-at: it says how often to "
+                                   "re-plan again after the first re-plan",
+                    "add --replan-at K for the first, e.g. --replan-at 3 --replan-every " + std::to_string(o.replan_every));
+  if (o.replan_every != 0 && o.replan_every < 2)
+    throw UserError(SourceRange{}, "--replan-every " + std::to_string(o.replan_every) + ": a round runs the new program's first "
+                                   "step unmeasured (warm-up) and measures the steps after it",
+                    "give at least 2, e.g. --replan-every 3");
   if (o.replan_at > 0 && !o.resume.empty())
     throw UserError(SourceRange{}, "--replan-at with --resume: a resumed run does not re-plan yet",
                     "drop --replan-at, or start the run afresh");

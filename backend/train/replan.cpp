@@ -25,10 +25,10 @@ namespace {
 
 // The measurements of this run so far, the same on every rank: the op profiler's figures are
 // reduced over the ranks, and the collectives are timed now, on the run's own process groups.
-Profile measured_profile(RankRun& r) {
+Profile measured_profile(RankRun& r, int64_t steps_done) {
   Profile profile;
   profile.device = r.cuda ? "cuda" : "cpu";
-  profile.measured_steps = static_cast<int>(r.o.replan_at - 1);
+  profile.measured_steps = static_cast<int>(steps_done - round_start(r.o, steps_done) - 1);
   profile.ops = r.profiler->result(*r.world);
   profile.optimizer_step_ms = r.profiler->optimizer_step_ms(*r.world);
   CollectiveSweep sweep;
@@ -85,8 +85,10 @@ void log_replan(const RankRun& r, const ir::Program& next, const std::vector<Pas
   std::string acted;
   for (const PassRecord& p : records)
     if (p.changed) acted += (acted.empty() ? "" : ", ") + p.pass;
-  std::cout << "loom run: re-plan after step " << steps_done << " on this run's measurements (ops and optimizer step of steps 2-"
-            << steps_done << ", collectives timed on its process groups)\n  passes that changed the program: " << acted << "\n";
+  int64_t first = round_start(r.o, steps_done) + 2;
+  std::cout << "loom run: re-plan after step " << steps_done << " on this run's measurements (ops and optimizer step of steps "
+            << first << "-" << steps_done << ", collectives timed on its process groups)\n  passes that changed the program: "
+            << acted << "\n";
   if (!predicted) {
     std::cout << "  the measured times keep the program (" << next.instrs.size() << " instructions): no switch\n" << std::flush;
     return;
@@ -100,8 +102,10 @@ void log_replan(const RankRun& r, const ir::Program& next, const std::vector<Pas
               format_size(predicted->next.peak_bytes).c_str());
   if (r.step_options.memory.limit > 0) std::printf(" (limit %s)", format_size(r.step_options.memory.limit).c_str());
   size_t done = static_cast<size_t>(steps_done);
-  std::printf("\n  measured so far: step %.1f ms (median of steps 2-%lld, under the op profiler), peak %s\n",
-              median_step_ms(result, 1, done), static_cast<long long>(steps_done), format_size(peak_of(result, 1, done)).c_str());
+  size_t from = static_cast<size_t>(first - 1);
+  std::printf("\n  measured this round: step %.1f ms (median of steps %lld-%lld, under the op profiler), peak %s\n",
+              median_step_ms(result, from, done), static_cast<long long>(first), static_cast<long long>(steps_done),
+              format_size(peak_of(result, from, done)).c_str());
   if (switching) std::printf("  every rank follows it from step %lld\n", static_cast<long long>(steps_done + 1));
   else std::printf("  it is predicted no faster: the run keeps its program\n");
   std::fflush(stdout);
@@ -109,9 +113,23 @@ void log_replan(const RankRun& r, const ir::Program& next, const std::vector<Pas
 
 }  // namespace
 
+bool replans_after(const TrainOptions& o, int64_t steps_done) {
+  if (o.replan_at <= 0 || steps_done < o.replan_at) return false;
+  if (steps_done == o.replan_at) return true;
+  return o.replan_every > 0 && (steps_done - o.replan_at) % o.replan_every == 0;
+}
+
+int64_t round_start(const TrainOptions& o, int64_t steps_done) {
+  if (steps_done <= o.replan_at || o.replan_every <= 0) return 0;
+  return o.replan_at + (steps_done - o.replan_at - 1) / o.replan_every * o.replan_every;
+}
+
 bool measures_step(const TrainOptions& o, int64_t step) {
   if (!o.profile_out.empty()) return step >= o.profile_warmup;
-  return o.replan_at > 0 && step >= 1 && step < o.replan_at;
+  if (o.replan_at <= 0) return false;
+  if (step < o.replan_at) return step >= 1;
+  // Step index `step` runs in the round ending after round_start + E steps; its first is warm-up.
+  return o.replan_every > 0 && step > round_start(o, step + 1);
 }
 
 bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
@@ -121,7 +139,8 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
                 << "\n" << std::flush;
     return false;
   }
-  Profile profile = measured_profile(r);
+  Profile profile = measured_profile(r, steps_done);
+  r.profiler->reset();  // the next round measures the program it runs
   StepOptions options = r.step_options;
   options.memory.instruction_seconds = profile_instruction_seconds(profile);
   std::vector<PassRecord> records;
@@ -150,12 +169,17 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
 }
 
 std::string describe_replan_outcome(const TrainOptions& o, const TrainResult& result) {
-  if (result.replanned_at <= 0 || static_cast<int64_t>(result.steps.size()) <= o.replan_at) return "";
-  size_t k = static_cast<size_t>(o.replan_at), n = result.steps.size();
-  char line[256];
-  std::snprintf(line, sizeof line, "  re-plan: step %.1f ms (median of steps 2-%zu, profiled) before it, %.1f ms (steps %zu-%zu) after; peak %s -> %s\n",
-                median_step_ms(result, 1, k), k, median_step_ms(result, k, n), k + 1, n, format_size(peak_of(result, 1, k)).c_str(),
-                format_size(peak_of(result, k, n)).c_str());
+  if (result.replanned_at <= 0 || static_cast<int64_t>(result.steps.size()) <= result.replanned_at) return "";
+  size_t k = static_cast<size_t>(o.replan_at), last = static_cast<size_t>(result.replanned_at), n = result.steps.size();
+  std::string switches;
+  for (int64_t s : result.switched_after) switches += (switches.empty() ? "" : ", ") + std::to_string(s);
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "  re-plan: step %.1f ms (median of steps 2-%zu, profiled) before the first, %.1f ms (steps %zu-%zu) after the "
+                "last switch; peak %s -> %s (switched after step%s)\n",
+                median_step_ms(result, 1, k), k, median_step_ms(result, last, n), last + 1, n, format_size(peak_of(result, 1, k)).c_str(),
+                format_size(peak_of(result, last, n)).c_str(),
+                ((result.switched_after.size() > 1 ? "s " : " ") + switches).c_str());
   return line;
 }
 

@@ -8,7 +8,9 @@
 // switches to it between steps, on every rank at the same step, when the simulator, on those
 // measurements, predicts it faster than the program it runs (LOOM_REPLAN_SWITCH=always, for
 // tests: whenever it changed). Rank 0 logs what moved and the predicted and measured step time
-// and peak.
+// and peak. With --replan-every E the loop goes on: after steps K + E, K + 2E, ... it re-plans
+// again on the steps measured since the last re-plan (not the first of them, the new program's
+// warm-up), with the collectives timed again.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +20,11 @@
 
 namespace loom {
 
-// After `steps_done` steps (the step index K - 1 has just run). `result` holds the steps so far.
-// Returns whether every rank switched to a new program.
+// Whether the run re-plans after `steps_done` steps: K, and with --replan-every E, K + E, K + 2E, ...
+bool replans_after(const TrainOptions& o, int64_t steps_done);
+
+// After `steps_done` steps (replans_after holds). `result` holds the steps so far. Returns
+// whether every rank switched to a new program; either way the next round measures afresh.
 bool replan(RankRun& r, int64_t steps_done, const TrainResult& result);
 
 // Rank 0's last word on a re-planned run: the measured step time and peak after the switch
@@ -27,7 +32,11 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result);
 std::string describe_replan_outcome(const TrainOptions& o, const TrainResult& result);
 
 // Whether the op profiler measures this step (0-based): `loom profile`'s steps after its
-// warm-up; a re-planning run's steps 2..K.
+// warm-up; a re-planning run's steps 2..K, then those of each round after its first.
 bool measures_step(const TrainOptions& o, int64_t step);
+
+// The steps done when the round that `steps_done` ends began: 0 for the first round (to K),
+// else the re-plan before it. Its measured steps are round_start + 2 .. steps_done (1-based).
+int64_t round_start(const TrainOptions& o, int64_t steps_done);
 
 }  // namespace loom

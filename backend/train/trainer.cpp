@@ -96,7 +96,10 @@ TrainResult run_training(const TrainOptions& o, const RankEnv& env) {
     StepMetrics measured = train_step(*r, step, result);
     if (r->lead()) progress.update(measured.step, measured.loss, measured.tokens_per_s, measured.step_ms, measured.peak_bytes);
     result.steps.push_back(measured);
-    if (step + 1 == o.replan_at && replan(*r, step + 1, result)) result.replanned_at = step + 1;
+    if (replans_after(o, step + 1) && replan(*r, step + 1, result)) {
+      result.replanned_at = step + 1;
+      result.switched_after.push_back(step + 1);
+    }
   }
   finish_rank(*r);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();

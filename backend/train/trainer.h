@@ -40,6 +40,7 @@ struct TrainOptions {
   std::string trace;                  // Chrome trace of the executed timeline (all ranks, merged by rank 0)
   int timeout_s = 300;                // store and collective timeout
   int64_t replan_at = 0;              // the two-level loop (backend/train/replan.h): re-plan after this step; 0: never
+  int64_t replan_every = 0;           // and again every this many steps after it, on the latest steps' measurements; 0: once
   int64_t memory_limit = 0;           // bytes per rank the memory-aware passes plan within (docs/passes.md); 0: none
   int64_t bucket_bytes = 1 << 20;     // gradient bucket size
   std::vector<std::string> sets;      // --set knob=value
@@ -91,7 +92,8 @@ struct TrainResult {
   int64_t peak_bytes = 0;          // the largest step peak on this rank
   int64_t startup_rss_bytes = 0;   // the peak resident size once set up, the largest over the ranks
   std::string checkpoint;          // the last checkpoint written, if any
-  int64_t replanned_at = 0;        // --replan-at: the step after which every rank switched programs; 0: none
+  int64_t replanned_at = 0;        // --replan-at: the last step after which every rank switched programs; 0: none
+  std::vector<int64_t> switched_after;  // every such step, in order
   // NaN when no step ran (a resume at or past --steps).
   double final_loss() const { return steps.empty() ? std::nan("") : steps.back().loss; }
 };

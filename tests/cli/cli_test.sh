@@ -116,6 +116,10 @@ expect "a re-plan at step 1 has no measured step" 1 "error: --replan-at 1: the r
   "hint: give --replan-at between 2 and --steps - 1, e.g. --replan-at 3" -- "$loom" run --model gpt:tiny --steps 4 --replan-at 1
 expect "a re-plan at the last step has no step to run on" 1 "error: --replan-at 4: the re-plan needs a measured step after the first" \
   -- "$loom" run --model gpt:tiny --steps 4 --replan-at 4
+expect "--replan-every needs a first re-plan" 1 "error: --replan-every 3 without --replan-at: it says how often to re-plan again after the first re-plan" \
+  "hint: add --replan-at K for the first, e.g. --replan-at 3 --replan-every 3" -- "$loom" run --model gpt:tiny --steps 4 --replan-every 3
+expect "a round of one step has nothing measured" 1 "error: --replan-every 1: a round runs the new program's first step unmeasured (warm-up) and measures the steps after it" \
+  "hint: give at least 2, e.g. --replan-every 3" -- "$loom" run --model gpt:tiny --steps 8 --replan-at 2 --replan-every 1
 expect "a resumed run does not re-plan" 1 "error: --replan-at with --resume: a resumed run does not re-plan yet" \
   "hint: drop --replan-at, or start the run afresh" -- "$loom" run --model gpt:tiny --steps 4 --replan-at 2 --resume "$tmp"
 expect "verify does not re-plan (it compares one step)" 2 "The following arguments were not expected: 2 --replan-at" \

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/train/launcher.h"
+#include "backend/train/replan.h"
 #include "backend/train/trainer.h"
 #include "lang/diagnostics.h"
 
@@ -48,4 +49,29 @@ TEST_CASE("run_training returns each step's metrics, the tokens, the time and th
 TEST_CASE("run_training throws the user's mistakes as UserErrors") {
   TrainOptions o = tiny_run(1, 4096);
   CHECK_THROWS_WITH_AS(run_training(o, one_rank()), "--seq 4096 is longer than model gpt:tiny's context of 256 tokens", UserError);
+}
+
+TEST_CASE("--replan-every: which steps re-plan and which the op profiler measures, by hand") {
+  TrainOptions o;
+  o.replan_at = 3;
+  o.replan_every = 3;
+  std::vector<int64_t> replans, measured;
+  for (int64_t s = 0; s < 12; ++s) {
+    if (replans_after(o, s + 1)) replans.push_back(s + 1);
+    if (measures_step(o, s)) measured.push_back(s);  // 0-based step indices
+  }
+  CHECK(replans == std::vector<int64_t>{3, 6, 9, 12});
+  // 1-based steps 2-3, then 5-6, 8-9, 11-12: each round's first step (4, 7, 10) is the warm-up.
+  CHECK(measured == std::vector<int64_t>{1, 2, 4, 5, 7, 8, 10, 11});
+  CHECK(round_start(o, 3) == 0);
+  CHECK(round_start(o, 6) == 3);
+  CHECK(round_start(o, 9) == 6);
+  o.replan_every = 0;  // once
+  replans.clear(), measured.clear();
+  for (int64_t s = 0; s < 12; ++s) {
+    if (replans_after(o, s + 1)) replans.push_back(s + 1);
+    if (measures_step(o, s)) measured.push_back(s);
+  }
+  CHECK(replans == std::vector<int64_t>{3});
+  CHECK(measured == std::vector<int64_t>{1, 2});
 }
