@@ -101,12 +101,24 @@ int64_t gather_peak_bytes(const ir::Program& p, const Instr& in) {
   return gather_launch_bytes(p, in) + padded_total(p, in);
 }
 
+int64_t optimizer_step_workspace(const ir::Program& p, const Instr& step) {
+  std::vector<bool> on_host(p.params.size(), false);  // stepped on the host (offload_optimizer)
+  for (const Instr& in : p.instrs)
+    if (in.kind == OpKind::Offload)
+      for (int q : in.params) on_host[static_cast<size_t>(q)] = true;
+  int64_t largest = 0;
+  for (int q : step.params)
+    if (!on_host[static_cast<size_t>(q)]) largest = std::max(largest, padded_bytes(p, q) / p.params[static_cast<size_t>(q)].element_bytes / p.sharding.optim);
+  return 2 * largest * 4;  // fp32 states
+}
+
 namespace {
 
 // A compute's saved activations (allocated in forward, freed by its backward) and workspace.
 Effect compute_effect(const ir::Program& p, const Instr& in, const InstructionCost* cost) {
   bool backward = in.kind == OpKind::Compute && in.phase == Phase::Backward;  // frees what forward saved
   int64_t workspace = cost ? cost->workspace_bytes(p, in) : 0;
+  if (in.kind == OpKind::OptimizerStep) workspace += optimizer_step_workspace(p, in);
   return {workspace, backward ? -in.activation_bytes : in.activation_bytes};
 }
 

@@ -41,6 +41,12 @@ int64_t gather_launch_bytes(const ir::Program& p, const ir::Instr& in);
 // the members' full storage beside the output, never more than that buffer.
 int64_t gather_peak_bytes(const ir::Program& p, const ir::Instr& in);
 
+// What the optimizer step `step` holds while it runs, beyond the model states: LibTorch's AdamW
+// updates one parameter at a time, and while it computes the denominator, sqrt(v) / sqrt(1 - b2^t),
+// both that square root and the quotient are alive: twice the largest fp32 state slice this rank
+// updates on the device (none for the slices offload_optimizer steps on the host).
+int64_t optimizer_step_workspace(const ir::Program& p, const ir::Instr& step);
+
 // The bytes a gradient reduce-scatter of `in`'s parameters holds from its launch to its wait:
 // its output (their 1/s_p shards), the full-size buffer comm::reduce_scatter's all-to-all
 // receives into and, with several members, their gradients' concatenated copy.

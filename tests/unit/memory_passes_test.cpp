@@ -84,10 +84,32 @@ TEST_CASE("the memory walk: model states, gathered buffers from gather to releas
   CHECK(at(OpKind::Compute, ir::Phase::Forward, 0) == kStates + kFull + 50);    // its saved activation at its end
   CHECK(at(OpKind::Release, ir::Phase::Forward, 0) == kStates + kFull + 50);    // the peak around it: before it frees
   CHECK(at(OpKind::Compute, ir::Phase::Forward, 2) == kStates + kFull + 150);
+  // The optimizer step: the states, the kept gradient shards (300 x 4 / 2 = 600 bytes) and
+  // AdamW's two temporaries of the largest state slice (50 elements x 4 bytes, twice: 400).
+  CHECK(at(OpKind::OptimizerStep, ir::Phase::Step, 0) == kStates + 600 + 400);
   // The simulator's peak is the walk's.
   ClusterCost cost(load_cluster("dgx-a100", cluster_dirs()), Precision::Bf16, 8);
   SimResult r = simulate({p}, cost);
   CHECK(r.peak_bytes == *std::max_element(around.begin(), around.end()));
+}
+
+TEST_CASE("the optimizer step's temporaries: twice the largest state slice it updates on the device") {
+  ir::OpTrace t = three_layers();
+  t.params[1].numel = 300;  // l1.w: 150 elements a slice at s_os = 2, 600 bytes of fp32
+  ir::Program p = lowered(t, {});
+  ir::Instr step;
+  for (const ir::Instr& in : p.instrs)
+    if (in.kind == OpKind::OptimizerStep) step = in;
+  REQUIRE(step.kind == OpKind::OptimizerStep);
+  CHECK(memory::optimizer_step_workspace(p, step) == 2 * 600);
+  // Stepped on the host (offload_optimizer), l1.w's slice needs no device temporaries: l0.w's 50
+  // elements are the largest left.
+  ir::Instr to_host;
+  to_host.kind = OpKind::Offload;
+  to_host.phase = ir::Phase::Step;
+  to_host.params = {1};
+  p.instrs.push_back(to_host);
+  CHECK(memory::optimizer_step_workspace(p, step) == 2 * 200);
 }
 
 TEST_CASE("proactive prefetch places Fig. 6's gathers: two at the start, the third after the first release") {
