@@ -147,7 +147,7 @@ Effect GatherBuffers::effect(const Instr& in) const {
 }
 
 StepMemory::StepMemory(const ir::Program& p, const InstructionCost* cost)
-    : p_(p), cost_(cost), gathers_(p), gradients_(p), states_(p) {}
+    : p_(p), cost_(cost), gathers_(p), gradients_(p), states_(p), tied_(p) {}
 
 Effect StepMemory::effect(const Instr& in) {
   Effect e = gathers_.effect(in);
@@ -164,7 +164,7 @@ Effect StepMemory::effect(const Instr& in) {
     default:
       break;
   }
-  e.change += gradients_.change(in) + states_.change(in);
+  e.change += gradients_.change(in) + states_.change(in) + tied_.change(in);
   return e;
 }
 
@@ -236,6 +236,34 @@ int64_t GradientBuffers::change(const Instr& in) {
         bytes += kept_bytes(q);
       }
     }
+  }
+  return bytes;
+}
+
+TiedGradients::TiedGradients(const ir::Program& p) : p_(p) {
+  if (GradientBuffers::sharded(p)) return;
+  constexpr size_t none = static_cast<size_t>(-1);
+  uses_.assign(p.params.size(), {none, none});
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    const Instr& in = p.instrs[i];
+    if (in.kind != OpKind::Compute || in.phase != Phase::Backward) continue;
+    for (int q : in.params) {
+      auto& [first, last] = uses_[static_cast<size_t>(q)];
+      if (first == none) first = i;
+      last = i;
+    }
+  }
+}
+
+int64_t TiedGradients::change(const Instr& in) const {
+  if (uses_.empty() || in.kind != OpKind::Compute || in.phase != Phase::Backward) return 0;
+  size_t i = static_cast<size_t>(&in - p_.instrs.data());
+  int64_t bytes = 0;
+  for (int q : in.params) {
+    auto [first, last] = uses_[static_cast<size_t>(q)];
+    if (first == last) continue;
+    if (i == first) bytes += ir::param_bytes(p_, q);  // held in autograd's input buffer
+    if (i == last) bytes -= ir::param_bytes(p_, q);   // summed into .grad
   }
   return bytes;
 }

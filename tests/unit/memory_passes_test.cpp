@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cost/cluster.h"
 #include "backend/ir/verifier.h"
@@ -110,6 +111,27 @@ TEST_CASE("the optimizer step's temporaries: twice the largest state slice it up
   to_host.params = {1};
   p.instrs.push_back(to_host);
   CHECK(memory::optimizer_step_workspace(p, step) == 2 * 200);
+}
+
+TEST_CASE("a tied parameter's first gradient is held by autograd from its first backward use to its last") {
+  // l0 and l2 share w (100 fp32 elements, 400 bytes), as gpt2's embedding and head do; data
+  // parallelism keeps gradients resident, so only autograd's buffered first gradient moves.
+  ir::OpTrace t;
+  t.model = "tied";
+  t.params = {{"w", 100, 4}, {"l1.w", 100, 4}};
+  t.forward = {{"l0", {"w"}}, {"l1", {"l1.w"}}, {"l2", {"w"}}};
+  ir::Program p = run_passes(ir::lower(t, ir::Sharding{2, 1, 1, 1}), {}, pipeline_passes(), nullptr, PipelineDebug{});
+  memory::TiedGradients tied(p);
+  std::vector<std::pair<std::string, int64_t>> backward;
+  for (const ir::Instr& in : p.instrs)
+    if (in.kind == OpKind::Compute && in.phase == ir::Phase::Backward) backward.push_back({in.module, tied.change(in)});
+  CHECK(backward == std::vector<std::pair<std::string, int64_t>>{{"l2", 400}, {"l1", 0}, {"l0", -400}});
+  // Sharded gradients: the executor's full gradient buffer from the first use already counts it.
+  ir::Program sharded = run_passes(ir::lower(t, kZero3), {}, pipeline_passes(), nullptr, PipelineDebug{});
+  memory::TiedGradients none(sharded);
+  int64_t moved = 0;
+  for (const ir::Instr& in : sharded.instrs) moved += std::abs(none.change(in));
+  CHECK(moved == 0);
 }
 
 TEST_CASE("proactive prefetch places Fig. 6's gathers: two at the start, the third after the first release") {
