@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -91,6 +92,24 @@ std::string schedule_key(const TuneCommand& o) {
 // Ctrl-C during a sweep of real runs: the running trial's ranks are killed, the database kept.
 std::atomic<bool> stop_requested{false};
 
+// While real runs are trials: Ctrl-C stops the running trial's ranks (the sweep then throws
+// tune::SweepInterrupted); the caller's handler (a Python interpreter's) is back afterwards.
+class InterruptStopsTrials {
+ public:
+  InterruptStopsTrials() {
+    stop_requested = false;
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { stop_requested = true; };
+    sigaction(SIGINT, &sa, &previous_);
+  }
+  ~InterruptStopsTrials() { sigaction(SIGINT, &previous_, nullptr); }
+  InterruptStopsTrials(const InterruptStopsTrials&) = delete;
+  InterruptStopsTrials& operator=(const InterruptStopsTrials&) = delete;
+
+ private:
+  struct sigaction previous_ {};
+};
+
 // Each trial a `loom run` of its own on this machine's ranks, on synthetic tokens.
 std::unique_ptr<tune::Evaluator> run_evaluator(const TuneCommand& o, int& local_world) {
   if (o.build)
@@ -112,7 +131,6 @@ std::unique_ptr<tune::Evaluator> run_evaluator(const TuneCommand& o, int& local_
   s.memory_limit = o.memory_limit.empty() ? 0 : memory_limit_bytes(o.memory_limit);
   char dir[] = "/tmp/loom-tune-XXXXXX";
   s.work_dir = mkdtemp(dir);
-  if (o.stop_on_interrupt) std::signal(SIGINT, [](int) { stop_requested = true; });
   return std::make_unique<tune::RunEvaluator>(s, &stop_requested);
 }
 
@@ -247,6 +265,8 @@ Sweep run_sweep(const TuneCommand& o) {
   if (!o.out.empty()) check_output_file(o.out, "--out");
   if (!o.plot.empty()) check_output_file(o.plot, "--plot");
   int local_world = 0;
+  std::optional<InterruptStopsTrials> interruptible;
+  if (o.evaluator == "run") interruptible.emplace();
   std::unique_ptr<tune::Evaluator> evaluator = o.evaluator == "run" ? run_evaluator(o, local_world) : sim_evaluator(o, local_world);
   tune::SearchSpace space = search_space(o, local_world);
   Sweep sweep;
@@ -261,6 +281,7 @@ Sweep run_sweep(const TuneCommand& o) {
     throw UserError(SourceRange{}, o.source() + " has no valid point: every one breaks a constraint", "loosen its constrain(...)");
   if (o.evaluator == "sim+run") {  // real runs of the simulator's best points
     int run_local_world = 0;
+    interruptible.emplace();
     std::unique_ptr<tune::Evaluator> runs = run_evaluator(o, run_local_world);
     sweep.confirmation = tune::confirm_best(sweep.search, o.confirm, *runs, db, to, print_tune_progress);
   }
@@ -347,7 +368,6 @@ void add_tune(CLI::App& app, std::function<int()>& run) {
   c->add_option("--plot-knobs", o->plot_knobs, "the heatmap's two knobs, X,Y (default: the first two the schedule declares)")
       ->delimiter(',');
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules (import \"stdlib/...\")");
-  o->stop_on_interrupt = true;
   c->callback([&run, o, c] {
     o->confirm_given = c->count("--confirm") > 0;
     o->strategy_given = c->count("--strategy") > 0;

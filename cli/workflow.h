@@ -98,7 +98,6 @@ struct TuneCommand {
   std::string plot;
   std::vector<std::string> plot_knobs;
   std::string stdlib;
-  bool stop_on_interrupt = false;  // Ctrl-C stops a real-run trial's ranks (the command line's)
   const std::string& source() const { return build ? name : file; }
 };
 

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "backend/data_dirs.h"
+#include "autotuner/run_evaluator.h"
 #include "backend/instrument/model_trace.h"
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
@@ -216,6 +217,9 @@ py::object tune(const py::object& schedule, const std::string& model, int world,
     return unlocked(nullptr, [&] { return cli::tune_json_report(o); });
   } catch (const PythonFailure& e) {
     e.error->restore();  // the function's own error, raised again
+    throw py::error_already_set();
+  } catch (const tune::SweepInterrupted&) {  // Ctrl-C stopped a real-run trial
+    PyErr_SetString(PyExc_KeyboardInterrupt, "loom.tune: interrupted; the running trial's ranks were stopped");
     throw py::error_already_set();
   }
 }

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -180,5 +181,29 @@ rank0 = [l for l in out.stdout.splitlines() if "rank 0 losses" in l]
 check("train under torchrun: every rank trains, rank 0 has the metrics",
       out.returncode == 0 and len(rank0) == 1 and str(cli_losses[:2]) in rank0[0] and "rank 1 losses []" in out.stdout,
       out.stdout[-2000:] + out.stderr[-2000:])
+
+# 9. Ctrl-C during a tune of real runs stops the running trial and raises KeyboardInterrupt;
+#    Python's own SIGINT handler is back afterwards.
+script = os.path.join(tmp, "interrupted.py")
+with open(script, "w") as f:
+    f.write("import signal, sys, loom\n"
+            "print('tuning', flush=True)\n"
+            "try:\n"
+            f"    loom.tune({knob_file!r}, model='gpt:tiny', world=2, evaluator='run', steps=50, seq=32, micro_batch=2)\n"
+            "except KeyboardInterrupt as e:\n"
+            "    print('interrupted:', e, flush=True)\n"
+            "print('handler restored:', signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)\n")
+child = subprocess.Popen([sys.executable, script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+child.stdout.readline()  # "tuning"
+time.sleep(4)  # into the first trial's run
+child.send_signal(signal.SIGINT)
+try:
+    out, err = child.communicate(timeout=60)
+except subprocess.TimeoutExpired:
+    child.kill()
+    out, err = child.communicate()
+check("Ctrl-C stops loom.tune's real-run trial with KeyboardInterrupt",
+      "interrupted: loom.tune: interrupted; the running trial's ranks were stopped" in out, out + err[-2000:])
+check("Python's SIGINT handler is back after loom.tune", "handler restored: True" in out, out + err[-2000:])
 
 finish()
