@@ -21,6 +21,7 @@
 #include "backend/train/output_paths.h"
 #include "cli/workflow.h"
 #include "lang/value.h"
+#include "verifier/schedule_rules.h"
 
 namespace loom::cli {
 namespace {
@@ -178,6 +179,7 @@ int simulate_schedule(const SimulateOptions& given) {
 }  // namespace
 
 nlohmann::json simulate_json(const Schedule& schedule, const SimulateOptions& given) {
+  check_schedule_rules(schedule);  // as planned_schedule does for the command
   SimulateOptions o = given;
   o.nproc = schedule.context().world;
   o.local_world = schedule.context().local_world;

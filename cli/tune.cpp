@@ -24,6 +24,7 @@
 #include "backend/instrument/model_trace.h"
 #include "backend/train/loom_executable.h"
 #include "backend/train/output_paths.h"
+#include "backend/train/scoped_signal.h"
 #include "cli/workflow.h"
 #include "cli/tune_report.h"
 #include "lang/diagnostics.h"
@@ -92,23 +93,7 @@ std::string schedule_key(const TuneCommand& o) {
 // Ctrl-C during a sweep of real runs: the running trial's ranks are killed, the database kept.
 std::atomic<bool> stop_requested{false};
 
-// While real runs are trials: Ctrl-C stops the running trial's ranks (the sweep then throws
-// tune::SweepInterrupted); the caller's handler (a Python interpreter's) is back afterwards.
-class InterruptStopsTrials {
- public:
-  InterruptStopsTrials() {
-    stop_requested = false;
-    struct sigaction sa {};
-    sa.sa_handler = [](int) { stop_requested = true; };
-    sigaction(SIGINT, &sa, &previous_);
-  }
-  ~InterruptStopsTrials() { sigaction(SIGINT, &previous_, nullptr); }
-  InterruptStopsTrials(const InterruptStopsTrials&) = delete;
-  InterruptStopsTrials& operator=(const InterruptStopsTrials&) = delete;
-
- private:
-  struct sigaction previous_ {};
-};
+void on_interrupt(int) { stop_requested = true; }
 
 // Each trial a `loom run` of its own on this machine's ranks, on synthetic tokens.
 std::unique_ptr<tune::Evaluator> run_evaluator(const TuneCommand& o, int& local_world) {
@@ -265,8 +250,11 @@ Sweep run_sweep(const TuneCommand& o) {
   if (!o.out.empty()) check_output_file(o.out, "--out");
   if (!o.plot.empty()) check_output_file(o.plot, "--plot");
   int local_world = 0;
-  std::optional<InterruptStopsTrials> interruptible;
-  if (o.evaluator == "run") interruptible.emplace();
+  // While real runs are trials, Ctrl-C stops the running trial's ranks (the sweep then throws
+  // tune::SweepInterrupted); the caller's handler is back afterwards.
+  stop_requested = false;
+  std::optional<ScopedSignalHandler> interruptible;
+  if (o.evaluator == "run") interruptible.emplace(SIGINT, on_interrupt);
   std::unique_ptr<tune::Evaluator> evaluator = o.evaluator == "run" ? run_evaluator(o, local_world) : sim_evaluator(o, local_world);
   tune::SearchSpace space = search_space(o, local_world);
   Sweep sweep;
@@ -281,7 +269,7 @@ Sweep run_sweep(const TuneCommand& o) {
     throw UserError(SourceRange{}, o.source() + " has no valid point: every one breaks a constraint", "loosen its constrain(...)");
   if (o.evaluator == "sim+run") {  // real runs of the simulator's best points
     int run_local_world = 0;
-    interruptible.emplace();
+    interruptible.emplace(SIGINT, on_interrupt);
     std::unique_ptr<tune::Evaluator> runs = run_evaluator(o, run_local_world);
     sweep.confirmation = tune::confirm_best(sweep.search, o.confirm, *runs, db, to, print_tune_progress);
   }

@@ -122,7 +122,6 @@ py::object simulate(PySelection& s, const std::string& cluster, const std::strin
   o.clip = clip;
   o.precision = precision;
   o.memory_limit = memory_limit;
-  guarded(s.owner->sources.get(), [&] { check_schedule_rules(*s.owner->schedule); });
   return unlocked(s.owner->sources.get(), [&] { return cli::simulate_json(*s.owner->schedule, o); });
 }
 
@@ -185,12 +184,10 @@ py::object tune(const py::object& schedule, const std::string& model, int world,
                 const std::string& db, const std::string& out, int steps) {
   if (model.empty()) throw py::value_error("loom.tune needs model=\"...\" (loom.models() lists them)");
   cli::TuneCommand o;
-  std::shared_ptr<py::function> build;
   if (py::isinstance<py::function>(schedule)) {
     // The trial database knows a schedule by its text; a function's may change under the same name.
     if (!db.empty()) throw py::value_error("loom.tune keeps no trial database for a function; tune a .sched file to keep one");
-    build = std::make_shared<py::function>(schedule.cast<py::function>());
-    o.build = schedule_builder(build);
+    o.build = schedule_builder(std::make_shared<py::function>(schedule.cast<py::function>()));
     o.name = py::str(schedule.attr("__qualname__"));
   } else {
     o.file = schedule.cast<std::string>();

@@ -24,13 +24,22 @@ std::vector<Run> runs_of(const ir::Program& p) {
 
 namespace {
 
-// The bytes of optimizer states the program keeps on the host (offload("optimizer")): those of
-// the parameters its offload instruction names.
-double host_held_states(const ir::Program& p, const StateBytes& state_bytes) {
-  double elements = 0;
+// By parameter: whether its optimizer slice is kept and stepped on the host (offload("optimizer"):
+// the parameters its offload instruction names).
+std::vector<bool> stepped_on_host(const ir::Program& p) {
+  std::vector<bool> on_host(p.params.size(), false);
   for (const Instr& in : p.instrs)
     if (in.kind == OpKind::Offload)
-      for (int q : in.params) elements += static_cast<double>(p.params[static_cast<size_t>(q)].numel);
+      for (int q : in.params) on_host[static_cast<size_t>(q)] = true;
+  return on_host;
+}
+
+// The bytes of optimizer states the program keeps on the host.
+double host_held_states(const ir::Program& p, const StateBytes& state_bytes) {
+  std::vector<bool> on_host = stepped_on_host(p);
+  double elements = 0;
+  for (size_t q = 0; q < on_host.size(); ++q)
+    if (on_host[q]) elements += static_cast<double>(p.params[q].numel);
   return elements * state_bytes.optim / p.sharding.optim;
 }
 
@@ -102,10 +111,7 @@ int64_t gather_peak_bytes(const ir::Program& p, const Instr& in) {
 }
 
 int64_t optimizer_step_workspace(const ir::Program& p, const Instr& step) {
-  std::vector<bool> on_host(p.params.size(), false);  // stepped on the host (offload_optimizer)
-  for (const Instr& in : p.instrs)
-    if (in.kind == OpKind::Offload)
-      for (int q : in.params) on_host[static_cast<size_t>(q)] = true;
+  std::vector<bool> on_host = stepped_on_host(p);
   int64_t largest = 0;
   for (int q : step.params)
     if (!on_host[static_cast<size_t>(q)]) largest = std::max(largest, padded_bytes(p, q) / p.params[static_cast<size_t>(q)].element_bytes / p.sharding.optim);

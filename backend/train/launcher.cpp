@@ -17,34 +17,13 @@
 #include <ostream>
 
 #include "backend/train/rank_env.h"
+#include "backend/train/scoped_signal.h"
 
 namespace loom {
 namespace {
 
 volatile sig_atomic_t interrupted = 0;
 void on_interrupt(int) { interrupted = 1; }
-
-// Ctrl-C and SIGTERM stop the workers while they run; the caller's handlers (a Python
-// interpreter's, when loom.train launches) are back afterwards.
-class InterruptHandling {
- public:
-  InterruptHandling() {
-    struct sigaction sa {};
-    sa.sa_handler = on_interrupt;
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-    interrupted = 0;
-  }
-  ~InterruptHandling() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  InterruptHandling(const InterruptHandling&) = delete;
-  InterruptHandling& operator=(const InterruptHandling&) = delete;
-
- private:
-  struct sigaction old_int_ {}, old_term_ {};
-};
 
 struct Worker {
   int rank = 0;
@@ -134,7 +113,9 @@ int launch(const LaunchSpec& spec, std::ostream& err) {
   int world = spec.nproc * spec.nnodes;
   int port = spec.master_port > 0 ? spec.master_port : (spec.nnodes == 1 ? pick_free_port() : 29500);
   bool prefix = world > 1;
-  InterruptHandling stops_workers;
+  // Ctrl-C and SIGTERM stop the workers while they run; the caller's handlers are back afterwards.
+  interrupted = 0;
+  ScopedSignalHandler ctrl_c(SIGINT, on_interrupt), term(SIGTERM, on_interrupt);
 
   std::vector<Worker> workers(spec.nproc);
   for (int i = 0; i < spec.nproc; ++i) {
