@@ -209,12 +209,10 @@ const Directive* Schedule::enclosing_directive(int module, const std::string& pr
 
 std::vector<const Directive*> Schedule::directives_on(const std::string& target, const std::string& primitive) const {
   std::vector<const Directive*> out;
+  // A multimap keeps equal keys in insertion order: the trace's order.
   auto [lo, hi] = by_target_.equal_range(target);
-  std::vector<size_t> idx;
-  for (auto it = lo; it != hi; ++it) idx.push_back(it->second);
-  std::sort(idx.begin(), idx.end());
-  for (size_t i : idx)
-    if (trace_[i].primitive == primitive) out.push_back(&trace_[i]);
+  for (auto it = lo; it != hi; ++it)
+    if (trace_[it->second].primitive == primitive) out.push_back(&trace_[it->second]);
   return out;
 }
 

@@ -1,6 +1,8 @@
 #include "backend/cost/analytic_cost.h"
 
 #include <algorithm>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "lang/diagnostics.h"
@@ -9,7 +11,7 @@ namespace loom {
 namespace {
 
 // One level of ring on `n` ranks over `link`: its latency per step and its bandwidth term.
-double ring_seconds(const LinkSpec& link, double efficiency, const std::string& op, int n, double bytes) {
+double ring_seconds(const LinkSpec& link, double efficiency, std::string_view op, int n, double bytes) {
   if (n <= 1 || bytes <= 0) return 0;
   double steps = 0, factor = 0;
   if (op == "all_gather" || op == "reduce_scatter") {
@@ -22,7 +24,7 @@ double ring_seconds(const LinkSpec& link, double efficiency, const std::string& 
     steps = n - 1;  // a pipelined ring: the latency of each hop, the data once
     factor = 1;
   } else {
-    throw InternalError("cost model: no ring model for the collective " + op);
+    throw InternalError("cost model: no ring model for the collective " + std::string(op));
   }
   return steps * link.latency_s + factor * bytes / (link.bandwidth * efficiency);
 }
@@ -52,7 +54,7 @@ double compute_seconds(const DeviceSpec& device, double flops, int64_t bytes_mov
   return std::max(matrix, memory);
 }
 
-double collective_seconds(const Cluster& cluster, const std::string& op, int64_t bytes, GroupSpan span) {
+double collective_seconds(const Cluster& cluster, std::string_view op, int64_t bytes, GroupSpan span) {
   double b = static_cast<double>(bytes);
   const LinkSpec &intra = cluster.intra_node, &inter = cluster.inter_node;
   int k = span.per_node, m = span.nodes;
@@ -68,7 +70,7 @@ double collective_seconds(const Cluster& cluster, const std::string& op, int64_t
     return ring_seconds(intra, intra.efficiency, "reduce_scatter", k, b) + ring_seconds(inter, across, "reduce_scatter", m, part);
   if (op == "broadcast")
     return ring_seconds(inter, across, "broadcast", m, b) + ring_seconds(intra, intra.efficiency, "broadcast", k, b);
-  throw InternalError("cost model: no ring model for the collective " + op);
+  throw InternalError("cost model: no ring model for the collective " + std::string(op));
 }
 
 double point_to_point_seconds(const Cluster& cluster, int64_t bytes, bool across_nodes) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/cost/cluster.h"
@@ -38,7 +39,7 @@ double compute_seconds(const DeviceSpec& device, double flops, int64_t bytes_mov
 // a pipelined broadcast. Across nodes, hierarchically: the part inside each node on NVLink, the
 // part across nodes on 1/per_node of the data with each device's share of the NICs. 0 for a
 // group of one.
-double collective_seconds(const Cluster& cluster, const std::string& op, int64_t bytes, GroupSpan span);
+double collective_seconds(const Cluster& cluster, std::string_view op, int64_t bytes, GroupSpan span);
 
 // Seconds of sending `bytes` to one other rank (pipeline send/recv).
 double point_to_point_seconds(const Cluster& cluster, int64_t bytes, bool across_nodes);

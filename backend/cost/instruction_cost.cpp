@@ -13,22 +13,15 @@ namespace loom {
 ClusterCost::ClusterCost(Cluster cluster, Precision precision, int devices_per_node, StateBytes state_bytes)
     : cluster_(std::move(cluster)), precision_(precision), devices_per_node_(devices_per_node), state_bytes_(state_bytes) {}
 
-namespace {
-
-// A group's role as a number, for span()'s cache: a planner looks up a span for every collective
-// of thousands of programs. The roles work_out_span() tells apart; any other is laid out as they are.
-int role_code(const std::string& role) {
-  static const char* const named[] = {"tp", "world", "replicas", "grads", "optim", "pipeline", "stage_pair", "model"};
-  for (int i = 0; i < static_cast<int>(std::size(named)); ++i)
-    if (role == named[i]) return i;
-  return -1;
-}
-
-}  // namespace
-
 GroupSpan ClusterCost::span(const ir::Program& p, const ir::Instr& in) const {
-  bool next = (in.kind == ir::OpKind::Send) == (in.phase == ir::Phase::Forward);
-  SpanKey key{p.mesh.tp, p.mesh.pp, p.sharding.dp, p.sharding.params, p.mesh.stage, role_code(in.group.role), in.group.size, next};
+  // The key holds only what work_out_span() reads for the role, so plans that differ elsewhere
+  // share it: the world's ranks are its size alone, s_p spaces only a shard's peers.
+  ir::Role role = in.group.role;
+  bool next = role == ir::Role::StagePair && (in.kind == ir::OpKind::Send) == (in.phase == ir::Phase::Forward);
+  bool spaced = role == ir::Role::Replicas || role == ir::Role::Grads || role == ir::Role::Optim;
+  SpanKey key = role == ir::Role::World
+                    ? SpanKey{0, 0, 0, 0, 0, role, in.group.size, false}
+                    : SpanKey{p.mesh.tp, p.mesh.pp, p.sharding.dp, spaced ? p.sharding.params : 0, p.mesh.stage, role, in.group.size, next};
   if (last_span_ && last_span_->first == key) return last_span_->second;  // a program's collectives come in runs
   auto known = spans_.find(key);
   if (known == spans_.end()) known = spans_.emplace(key, work_out_span(p, in)).first;
@@ -39,25 +32,26 @@ GroupSpan ClusterCost::span(const ir::Program& p, const ir::Instr& in) const {
 GroupSpan ClusterCost::work_out_span(const ir::Program& p, const ir::Instr& in) const {
   int tp = p.mesh.tp, pp = p.mesh.pp, dp = p.sharding.dp, s_p = p.sharding.params, stage = p.mesh.stage;
   MeshLayout at = MeshLayout::of(tp * dp * pp, 0, tp, pp);
-  const std::string& role = in.group.role;
+  ir::Role role = in.group.role;
   int n = in.group.size;
   // The group's ranks as backend/comm/shard_groups.cpp and mesh_groups.cpp make them, for the
   // stage's first rank: sharding groups among its dp ranks (tp apart), replicas and peers of a
   // shard s_p dp ranks apart, the model group a block of dp ranks across every stage.
   std::vector<int> ranks;
-  if (role == "tp") {
+  ranks.reserve(static_cast<size_t>(n));
+  if (role == ir::Role::Tp) {
     for (int t = 0; t < n; ++t) ranks.push_back(at.rank_at(stage, 0, t));
-  } else if (role == "world") {
+  } else if (role == ir::Role::World) {
     for (int r = 0; r < n; ++r) ranks.push_back(r);
-  } else if (role == "replicas" || role == "grads" || role == "optim") {
+  } else if (role == ir::Role::Replicas || role == ir::Role::Grads || role == ir::Role::Optim) {
     for (int d = 0; d < n; ++d) ranks.push_back(at.rank_at(stage, d * s_p, 0));
-  } else if (role == "pipeline") {
+  } else if (role == ir::Role::Pipeline) {
     for (int s = 0; s < n; ++s) ranks.push_back(at.rank_at(s, 0, 0));
-  } else if (role == "stage_pair") {
+  } else if (role == ir::Role::StagePair) {
     // Forward sends and backward receives go to the next stage; the others come from the previous.
     bool next = (in.kind == ir::OpKind::Send) == (in.phase == ir::Phase::Forward);
     ranks = {at.rank_at(stage, 0, 0), at.rank_at(next ? stage + 1 : stage - 1, 0, 0)};
-  } else if (role == "model") {
+  } else if (role == ir::Role::Model) {
     for (int s = 0; s < pp; ++s)
       for (int d = 0; d < n / (tp * pp); ++d)
         for (int t = 0; t < tp; ++t) ranks.push_back(at.rank_at(s, d, t));
@@ -103,7 +97,7 @@ ProfileCost::ProfileCost(const std::vector<ir::Program>& stages, const Profile& 
       const ir::Instr& in = program.instrs[i];
       // A collective the profile never measured would cost nothing: refuse rather than flatter.
       if (ms < 0 && ir::issued_collective(in))
-        throw UserError(SourceRange{}, origin + " has no measurement of " + ir::issued_collective(in) + " on the `" + in.group.role +
+        throw UserError(SourceRange{}, origin + " has no measurement of " + ir::issued_collective(in) + " on the `" + ir::role_name(in.group.role) +
                                            "` group (instruction " + std::to_string(i) + ")",
                         "measure this schedule with `loom profile`");
       seconds.push_back(ms > 0 ? ms / 1000 : 0);  // what a profile does not time costs nothing

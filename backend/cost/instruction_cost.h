@@ -48,7 +48,7 @@ class ClusterCost : public InstructionCost {
   StateBytes state_bytes_;
   // span() by what decides it: the mesh, the group (its role as a number) and, for
   // point-to-point, the direction.
-  using SpanKey = std::tuple<int, int, int, int, int, int, int, bool>;
+  using SpanKey = std::tuple<int, int, int, int, int, ir::Role, int, bool>;
   mutable std::map<SpanKey, GroupSpan> spans_;
   mutable std::optional<std::pair<SpanKey, GroupSpan>> last_span_;  // the last looked up
   GroupSpan work_out_span(const ir::Program& program, const ir::Instr& in) const;

@@ -7,12 +7,14 @@
 #include "lang/diagnostics.h"
 
 namespace loom {
-const CollectiveProfile* measured_collective(const Profile& profile, const char* collective, const std::string& role,
+const CollectiveProfile* measured_collective(const Profile& profile, const char* collective, ir::Role role,
                                              bool beside_compute) {
-  if (const CollectiveProfile* own = profile.collective(collective, role, beside_compute)) return own;
-  static const std::map<std::string, std::string> roles{{"dp", "world"}, {"grads", "grad_peers"}, {"optim", "optim_peers"}};
-  auto it = roles.find(role);
-  return it == roles.end() ? nullptr : profile.collective(collective, it->second, beside_compute);
+  if (const CollectiveProfile* own = profile.collective(collective, ir::role_name(role), beside_compute)) return own;
+  const char* plays = role == ir::Role::Dp      ? "world"
+                      : role == ir::Role::Grads ? "grad_peers"
+                      : role == ir::Role::Optim ? "optim_peers"
+                                                : nullptr;
+  return plays ? profile.collective(collective, plays, beside_compute) : nullptr;
 }
 
 namespace {

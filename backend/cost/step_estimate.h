@@ -29,7 +29,7 @@ struct StepEstimate {
 // The profile's measurement of a collective on an IR group role: the role's own where the
 // profile timed it (tp, dp, model, pipeline, stage_pair under a mesh), else the process group
 // that plays it without a mesh (the world is the data-parallel group); null where it has none.
-const CollectiveProfile* measured_collective(const Profile& profile, const char* collective, const std::string& role,
+const CollectiveProfile* measured_collective(const Profile& profile, const char* collective, ir::Role role,
                                              bool beside_compute);
 
 // Throws UserError when the profile was measured for other compute ops (another model or

@@ -9,6 +9,24 @@
 
 namespace loom::ir {
 
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::None: return "";
+    case Role::Params: return "params";
+    case Role::Grads: return "grads";
+    case Role::Replicas: return "replicas";
+    case Role::Optim: return "optim";
+    case Role::OptimBlock: return "optim_block";
+    case Role::Dp: return "dp";
+    case Role::World: return "world";
+    case Role::Tp: return "tp";
+    case Role::Model: return "model";
+    case Role::Pipeline: return "pipeline";
+    case Role::StagePair: return "stage_pair";
+  }
+  return "?";
+}
+
 const char* op_name(OpKind k) {
   switch (k) {
     case OpKind::Compute: return "compute";
@@ -140,7 +158,7 @@ std::string Program::to_text() const {
     const Instr& in = instrs[i];
     std::string what = subject(in);
     std::string extra;
-    if (!in.group.role.empty()) extra += in.group.role + "(" + std::to_string(in.group.size) + ")  ";
+    if (in.group.role != Role::None) extra += std::string(role_name(in.group.role)) + "(" + std::to_string(in.group.size) + ")  ";
     if (in.bytes) extra += format_size(in.bytes) + "  ";
     if (in.flops > 0) extra += format_flops(in.flops) + "  ";
     if (in.activation_bytes)
@@ -185,7 +203,7 @@ std::string Program::to_json() const {
     if (const char* c = issued_collective(in)) x["collective"] = c;
     if (!in.module.empty()) x["module"] = in.module;
     if (!in.params.empty()) x["params"] = in.params;
-    if (!in.group.role.empty()) x["group"] = {{"role", in.group.role}, {"size", in.group.size}};
+    if (in.group.role != Role::None) x["group"] = {{"role", role_name(in.group.role)}, {"size", in.group.size}};
     if (in.bytes) x["bytes"] = in.bytes;
     if (in.handle >= 0) x["handle"] = in.handle;
     if (in.flops > 0) x["flops"] = in.flops;

@@ -91,7 +91,7 @@ std::vector<Instr> exchange_activations(ir::Program& p, std::vector<Instr>& kept
   std::vector<Instr> out;
   out.reserve(kept.size() + 8);
   auto blocking = [&](OpKind kind, Phase phase, int64_t bytes, const ir::TracedOp* entry) {
-    Instr in = ir::scalar_collective(p, kind, phase, {"stage_pair", 2});
+    Instr in = ir::scalar_collective(p, kind, phase, {ir::Role::StagePair, 2});
     in.module = map.entry_of(*entry);
     in.bytes = bytes;
     out.push_back(in);
@@ -155,7 +155,7 @@ void sum_shared_gradients(ir::Program& p, std::vector<Instr>& instrs, const Stag
       for (const std::string& name : map.op_of.at(module)->params)
         for (size_t q = 0; q < p.params.size(); ++q)
           if (p.params[q].name == name) shared.insert(static_cast<int>(q));
-  Instr sum = ir::scalar_collective(p, OpKind::AllReduce, Phase::Step, {"pipeline", pp});
+  Instr sum = ir::scalar_collective(p, OpKind::AllReduce, Phase::Step, {ir::Role::Pipeline, pp});
   sum.params.assign(shared.begin(), shared.end());
   sum.bytes = 0;
   for (int q : shared) sum.bytes += ir::param_bytes(p, q) / p.sharding.optim;

@@ -38,8 +38,8 @@ Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm, in
   // measures the norm alone (a group of one: no communication). Under a mesh the block's model
   // ranks (tensor-parallel slices, stages) hold their parts too. Clipping follows the norm.
   if (grad_norm) {
-    GroupRef over = mesh.model_parallel() > 1 ? GroupRef{"model", mesh.model_parallel() * sharding.optim}
-                                              : GroupRef{"optim_block", sharding.optim};
+    GroupRef over = mesh.model_parallel() > 1 ? GroupRef{ir::Role::Model, mesh.model_parallel() * sharding.optim}
+                                              : GroupRef{ir::Role::OptimBlock, sharding.optim};
     Instr norm = scalar_collective(p, OpKind::GradNorm, Phase::Step, over);
     p.instrs.push_back(norm);
     p.instrs.push_back(wait_for(norm.handle, Phase::Step));
@@ -51,7 +51,7 @@ Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm, in
   p.instrs.push_back(step);
   int world = sharding.dp * mesh.model_parallel();
   if (world > 1) {
-    Instr loss = scalar_collective(p, OpKind::LossReduce, Phase::Step, {"world", world});
+    Instr loss = scalar_collective(p, OpKind::LossReduce, Phase::Step, {ir::Role::World, world});
     p.instrs.push_back(loss);
     p.instrs.push_back(wait_for(loss.handle, Phase::Step));
   }

@@ -91,7 +91,7 @@ void lower_tensor_parallel(const RuntimePlan& plan, const ir::OpTrace& trace, ir
       const ir::TracedOp& op = *op_of.at(module);
       ir::OpKind kind = s->op == "all_gather" ? ir::OpKind::TpAllGather : ir::OpKind::TpAllReduce;
       ir::Phase phase = forward ? ir::Phase::Forward : ir::Phase::Backward;
-      ir::Instr sync = ir::scalar_collective(p, kind, phase, {"tp", plan.tp});
+      ir::Instr sync = ir::scalar_collective(p, kind, phase, {ir::Role::Tp, plan.tp});
       sync.module = module;
       // Forward: the module's whole output; backward: the gradient at its input.
       sync.bytes = forward ? op.output_bytes : op.input_bytes;

@@ -14,7 +14,7 @@ using ir::OpKind;
 struct Family {
   ir::Phase phase;
   OpKind kind;
-  std::string role;
+  ir::Role role;
   ir::MicroBatches runs_in;
   bool operator<(const Family& o) const {
     return std::tie(phase, kind, role, runs_in) < std::tie(o.phase, o.kind, o.role, o.runs_in);

@@ -28,7 +28,7 @@ bool bucket_data_parallel(ir::Program& p, const PassInputs& inputs) {
   std::vector<int> declared;
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const ir::Instr& in = p.instrs[i];
-    if (in.kind != ir::OpKind::AllReduce || in.phase != ir::Phase::Backward || in.group.role != "dp") continue;
+    if (in.kind != ir::OpKind::AllReduce || in.phase != ir::Phase::Backward || in.group.role != ir::Role::Dp) continue;
     at.push_back(i);
     bytes.push_back(in.bytes);
     declared.push_back(bucket_module_of(p, in, inputs));

@@ -46,8 +46,8 @@ bool compress(ir::Program& p, const PassInputs& inputs) {
     out.push_back(in);
     if (in.kind == ir::OpKind::Wait && in.handle == bound_after) {
       // After peeling, the ranks agree on the bound: over the parameter group, then the replicas.
-      blocking(p, out, ir::OpKind::CompressBound, bound_param, {"params", s.params}, 16);
-      if (s.dp / s.params > 1) blocking(p, out, ir::OpKind::CompressBound, bound_param, {"replicas", s.dp / s.params}, 16);
+      blocking(p, out, ir::OpKind::CompressBound, bound_param, {ir::Role::Params, s.params}, 16);
+      if (s.dp / s.params > 1) blocking(p, out, ir::OpKind::CompressBound, bound_param, {ir::Role::Replicas, s.dp / s.params}, 16);
       bound_after = -1;
     }
   }

@@ -28,7 +28,7 @@ std::vector<Instr> place(ir::Program& p, std::vector<Instr>& phase_instrs, ir::P
   out.reserve(2 * phase_instrs.size() + 3 * p.params.size());
   for (size_t i = 0; i < phase_instrs.size(); ++i) {
     for (int q : first_at[i]) {
-      Instr gather = ir::collective(p, OpKind::AllGather, phase, q, {"params", p.sharding.params}, ir::param_bytes(p, q));
+      Instr gather = ir::collective(p, OpKind::AllGather, phase, q, {ir::Role::Params, p.sharding.params}, ir::param_bytes(p, q));
       int handle = gather.handle;
       out.push_back(std::move(gather));
       out.push_back(ir::wait_for(handle, phase));
@@ -45,6 +45,8 @@ bool insert_gather_release(ir::Program& p, const PassInputs&) {
   p.gathers_placed = true;  // replicated parameters need none
   if (p.sharding.params <= 1) return false;
   std::vector<Instr> fwd, bwd, rest;
+  fwd.reserve(p.instrs.size());
+  bwd.reserve(p.instrs.size());
   for (auto& in : p.instrs)
     (in.phase == ir::Phase::Forward ? fwd : in.phase == ir::Phase::Backward ? bwd : rest).push_back(std::move(in));
   std::vector<Instr> out = place(p, fwd, ir::Phase::Forward);

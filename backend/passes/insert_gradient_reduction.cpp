@@ -14,7 +14,7 @@ constexpr ir::MicroBatches Last = ir::MicroBatches::Last, AllButLast = ir::Micro
 
 Instr select_drop(int q, const ir::Sharding& s, ir::MicroBatches runs_in) {
   Instr drop;
-  drop.group = {"grads", s.grads / s.params};
+  drop.group = {ir::Role::Grads, s.grads / s.params};
   drop.kind = OpKind::SelectDrop;
   drop.phase = ir::Phase::Backward;
   drop.params = {q};
@@ -60,7 +60,7 @@ bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
     for (int q : completed_at[i]) {
       int64_t bytes = ir::param_bytes(p, q);
       if (s.grads == 1) {
-        Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {"dp", s.dp}, bytes);
+        Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {ir::Role::Dp, s.dp}, bytes);
         ar.runs_in = Last;
         pending.push_back(wait_for(ar.handle, ir::Phase::Backward, Last));
         out.push_back(std::move(ar));
@@ -68,14 +68,14 @@ bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
       }
       int64_t shard_bytes = bytes / s.params;
       if (s.params > 1) {
-        Instr rs = collective(p, OpKind::ReduceScatter, ir::Phase::Backward, q, {"params", s.params}, bytes);
+        Instr rs = collective(p, OpKind::ReduceScatter, ir::Phase::Backward, q, {ir::Role::Params, s.params}, bytes);
         int handle = rs.handle;
         out.push_back(std::move(rs));
         out.push_back(wait_for(handle, ir::Phase::Backward));
       }
       // Accumulating, select & drop needs only the s_g / s_p gradient peers' sum.
       if (s.grads > s.params && p.micro_batches > 1) {
-        Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {"grads", s.grads / s.params}, shard_bytes);
+        Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {ir::Role::Grads, s.grads / s.params}, shard_bytes);
         ar.runs_in = AllButLast;
         int handle = ar.handle;
         out.push_back(std::move(ar));
@@ -83,7 +83,7 @@ bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
         out.push_back(select_drop(q, s, AllButLast));
       }
       if (s.dp / s.params > 1) {
-        Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {"replicas", s.dp / s.params}, shard_bytes);
+        Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {ir::Role::Replicas, s.dp / s.params}, shard_bytes);
         ar.runs_in = Last;
         pending.push_back(wait_for(ar.handle, ir::Phase::Backward, Last));
         out.push_back(std::move(ar));

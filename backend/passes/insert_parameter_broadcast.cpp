@@ -14,7 +14,7 @@ bool insert_parameter_broadcast(ir::Program& p, const PassInputs&) {
     std::vector<int> handles;
     for (size_t q = 0; q < p.params.size(); ++q) {
       int param = static_cast<int>(q);
-      ir::Instr b = ir::collective(p, ir::OpKind::Broadcast, ir::Phase::Step, param, {"optim", s.optim / s.params},
+      ir::Instr b = ir::collective(p, ir::OpKind::Broadcast, ir::Phase::Step, param, {ir::Role::Optim, s.optim / s.params},
                                    ir::param_bytes(p, param) / s.params);
       handles.push_back(b.handle);
       out.push_back(std::move(b));

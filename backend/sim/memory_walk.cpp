@@ -49,7 +49,7 @@ int64_t reduction_buffer_bytes(const ir::Program& p) {
   if (p.sharding.optim > 1) return 0;  // the sharded executor reduces each gradient where it is
   int64_t bytes = 0;
   for (const Instr& in : p.instrs)
-    if (in.kind == OpKind::AllReduce && in.phase == Phase::Backward && in.group.role == "dp" && ir::issued_collective(in))
+    if (in.kind == OpKind::AllReduce && in.phase == Phase::Backward && in.group.role == ir::Role::Dp && ir::issued_collective(in))
       bytes += in.bytes;
   return bytes;
 }

@@ -161,8 +161,8 @@ class Simulator {
       int from = in.kind == OpKind::Send ? r.stage : (forward ? r.stage - 1 : r.stage + 1);
       int to = in.kind == OpKind::Send ? (forward ? r.stage + 1 : r.stage - 1) : r.stage;
       kind = std::string(forward ? "fwd" : "bwd") + " " + std::to_string(from) + "->" + std::to_string(to);
-    } else if (ranks_.size() > 1 && (in.group.role == "pipeline" || in.group.role == "model" || in.group.role == "world")) {
-      kind = in.group.role + " " + ir::op_name(in.kind);
+    } else if (ranks_.size() > 1 && (in.group.role == ir::Role::Pipeline || in.group.role == ir::Role::Model || in.group.role == ir::Role::World)) {
+      kind = std::string(ir::role_name(in.group.role)) + " " + ir::op_name(in.kind);
     } else {
       return "";
     }

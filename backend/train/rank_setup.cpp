@@ -151,7 +151,7 @@ std::vector<std::vector<size_t>> program_buckets(const ir::Program& step, const 
                                                  const std::vector<std::string>& skipped) {
   std::vector<std::vector<size_t>> buckets;
   for (const ir::Instr& in : step.instrs) {
-    if (in.kind != ir::OpKind::AllReduce || in.phase != ir::Phase::Backward || in.group.role != "dp") continue;
+    if (in.kind != ir::OpKind::AllReduce || in.phase != ir::Phase::Backward || in.group.role != ir::Role::Dp) continue;
     std::vector<size_t> members;
     for (int q : in.params) {
       const std::string& name = step.params[q].name;

@@ -230,7 +230,7 @@ void run_step_tail(RankRun& r, const ir::Program& program, StepTail& tail, const
     }
     switch (in.kind) {
       case ir::OpKind::AllReduce: {  // gradients of what every stage holds (their slices), summed over the pipeline
-        if (in.group.role != "pipeline" || !r.stage) throw InternalError("the step's tail all-reduces over " + in.group.role);
+        if (in.group.role != ir::Role::Pipeline || !r.stage) throw InternalError("the step's tail all-reduces over " + std::string(ir::role_name(in.group.role)));
         std::vector<torch::Tensor> shared;
         for (int q : in.params) shared.push_back(optimized_tensor(r, program.params[q].name));
         r.stage->sum_shared_gradients(shared);

@@ -158,7 +158,7 @@ TEST_CASE("clusters users add: $LOOM_CLUSTER_PATH is searched first") {
 
 TEST_CASE("where a program's groups sit, from the ranks backend/comm makes them of") {
   ClusterCost cost(shipped("dgx-a100"), Precision::Bf16, 8);
-  auto collective = [](const std::string& role, int size, OpKind kind = OpKind::AllReduce, ir::Phase phase = ir::Phase::Step) {
+  auto collective = [](ir::Role role, int size, OpKind kind = OpKind::AllReduce, ir::Phase phase = ir::Phase::Step) {
     ir::Instr in;
     in.kind = kind;
     in.phase = phase;
@@ -169,19 +169,19 @@ TEST_CASE("where a program's groups sit, from the ranks backend/comm makes them 
   ir::Program p;
   p.mesh = {2, 2, 0, 0};
   p.sharding = {4, 1, 1, 2};
-  GroupSpan model = cost.span(p, collective("model", 8));
+  GroupSpan model = cost.span(p, collective(ir::Role::Model, 8));
   CHECK(model.per_node == 4);
   CHECK(model.nodes == 2);
-  CHECK(cost.span(p, collective("tp", 2)).nodes == 1);
-  CHECK(cost.span(p, collective("dp", 4)).per_node == 4);  // ranks 0, 2, 4, 6
-  CHECK(cost.span(p, collective("pipeline", 2)).nodes == 2);
+  CHECK(cost.span(p, collective(ir::Role::Tp, 2)).nodes == 1);
+  CHECK(cost.span(p, collective(ir::Role::Dp, 4)).per_node == 4);  // ranks 0, 2, 4, 6
+  CHECK(cost.span(p, collective(ir::Role::Pipeline, 2)).nodes == 2);
   // tp 1 x dp 4 x pp 4 (16 ranks): stage 1's activation goes to stage 2 across nodes (ranks 4 and 8),
   // stage 0's to stage 1 inside one (0 and 4).
   ir::Program q;
   q.mesh = {1, 4, 1, 0};
   q.sharding = {4, 1, 1, 1};
-  CHECK(cost.span(q, collective("stage_pair", 2, OpKind::Send, ir::Phase::Forward)).nodes == 2);
-  CHECK(cost.span(q, collective("stage_pair", 2, OpKind::Recv, ir::Phase::Forward)).nodes == 1);
+  CHECK(cost.span(q, collective(ir::Role::StagePair, 2, OpKind::Send, ir::Phase::Forward)).nodes == 2);
+  CHECK(cost.span(q, collective(ir::Role::StagePair, 2, OpKind::Recv, ir::Phase::Forward)).nodes == 1);
   CHECK(span_of_ranks({0, 4, 8, 12}, 8).per_node == 2);
   CHECK(span_of_ranks({0, 4, 8, 12}, 8).nodes == 2);
 }

@@ -91,7 +91,7 @@ TEST_CASE("gradient reduction follows the sharding factors") {
     for (auto& in : p.instrs)
       if (in.phase == ir::Phase::Backward && in.kind != OpKind::Compute && in.kind != OpKind::Wait &&
           in.kind != OpKind::AllGather && in.kind != OpKind::Release && !in.params.empty() && p.params[in.params[0]].name == "w2")
-        s += std::string(ir::op_name(in.kind)) + "(" + in.group.role + " " + std::to_string(in.group.size) + ") ";
+        s += std::string(ir::op_name(in.kind)) + "(" + ir::role_name(in.group.role) + " " + std::to_string(in.group.size) + ") ";
     return s;
   };
   CHECK(kinds(run(small_trace(), {4, 1, 1, 1})) == "all_reduce(dp 4) ");                                   // data parallel
@@ -297,7 +297,7 @@ TEST_CASE("the step's tail: the gradient norm (an all-reduce where optimizer sta
   ir::Program zero3 = run(two_blocks(), {2, 2, 2, 2});
   CHECK(tail(zero3) == std::vector<std::string>{"grad_norm", "optimizer_step", "loss_reduce"});
   const ir::Instr& norm = zero3.instrs[find(zero3, OpKind::GradNorm, ir::Phase::Step, "")];
-  CHECK(norm.group.role == "optim_block");
+  CHECK(norm.group.role == ir::Role::OptimBlock);
   CHECK(std::string(ir::collective_op(norm.kind)) == "all_reduce");
   // Without clipping or metrics the norm is not measured.
   ir::Program unclipped = run_passes(ir::lower(two_blocks(), {2, 2, 2, 2}, false), {}, pipeline_passes(), nullptr, {});
@@ -393,12 +393,12 @@ TEST_CASE("micro-batches: gradients cross replicas in the last one; with s_g > s
   CHECK(p.micro_batches == 3);
   int peers = 0, replicas = 0, drops_before_last = 0;
   for (const ir::Instr& in : p.instrs) {
-    if (in.kind == OpKind::AllReduce && in.group.role == "grads") {
+    if (in.kind == OpKind::AllReduce && in.group.role == ir::Role::Grads) {
       ++peers;
       CHECK(in.runs_in == ir::MicroBatches::AllButLast);
       CHECK(ir::times_per_step(p, in) == 2);
     }
-    if (in.kind == OpKind::AllReduce && in.group.role == "replicas") {
+    if (in.kind == OpKind::AllReduce && in.group.role == ir::Role::Replicas) {
       ++replicas;
       CHECK(in.runs_in == ir::MicroBatches::Last);
       CHECK(ir::times_per_step(p, in) == 1);
@@ -523,7 +523,7 @@ TEST_CASE("a pipeline stage's program: its ops, the activation in and out and it
   for (const ir::Instr& in : first.instrs) {
     if (in.kind == OpKind::Send || in.kind == OpKind::Recv) CHECK(in.bytes == 40);  // l.0's output, and its gradient
     if (in.kind == OpKind::AllReduce) {
-      CHECK(in.group.role == "pipeline");
+      CHECK(in.group.role == ir::Role::Pipeline);
       CHECK(in.bytes == (100 + 20) * 4);  // the parameters outside the list
     }
     if (in.kind == OpKind::OptimizerStep) CHECK(in.params == std::vector<int>{0, 1, 2});  // every one it holds
@@ -547,7 +547,7 @@ TEST_CASE("a tensor-parallel rank's program: its slices, and each sync's collect
     REQUIRE(c >= 0);
     const ir::Instr& sync = p.instrs[c + 1];
     CHECK(sync.kind == kind);
-    CHECK(sync.group.role == "tp");
+    CHECK(sync.group.role == ir::Role::Tp);
     CHECK(sync.module == module);
     return sync.bytes;
   };

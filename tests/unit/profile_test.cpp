@@ -145,10 +145,10 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
   ir::Program step;
   step.instrs = {compute("a", ir::Phase::Forward), compute("b", ir::Phase::Forward), compute("b", ir::Phase::Backward)};
   ir::Instr gather;
-  gather.kind = ir::OpKind::AllGather, gather.phase = ir::Phase::Backward, gather.group = {"params", 2}, gather.bytes = 1500;
+  gather.kind = ir::OpKind::AllGather, gather.phase = ir::Phase::Backward, gather.group = {ir::Role::Params, 2}, gather.bytes = 1500;
   step.instrs.push_back(gather);
   ir::Instr reduce = gather;
-  reduce.kind = ir::OpKind::AllReduce, reduce.group = {"dp", 2};  // the profile has no world role: unpriced
+  reduce.kind = ir::OpKind::AllReduce, reduce.group = {ir::Role::Dp, 2};  // the profile has no world role: unpriced
   step.instrs.push_back(reduce);
   step.instrs.push_back(compute("a", ir::Phase::Backward));
 
@@ -202,11 +202,11 @@ TEST_CASE("a profile of a pipeline prices each stage: its ops found among every 
   ir::Program stage;
   stage.mesh.tp = 2, stage.mesh.pp = 2, stage.mesh.stage = 1;
   stage.instrs = {instr(ir::OpKind::Compute, "emb", ir::Phase::Forward),
-                  instr(ir::OpKind::Recv, "h.1", ir::Phase::Forward, {"stage_pair", 2}, 1000),
+                  instr(ir::OpKind::Recv, "h.1", ir::Phase::Forward, {ir::Role::StagePair, 2}, 1000),
                   instr(ir::OpKind::Compute, "h.1", ir::Phase::Forward),
-                  instr(ir::OpKind::TpAllReduce, "h.1", ir::Phase::Forward, {"tp", 2}, 2000),
+                  instr(ir::OpKind::TpAllReduce, "h.1", ir::Phase::Forward, {ir::Role::Tp, 2}, 2000),
                   instr(ir::OpKind::Compute, "h.1", ir::Phase::Backward),
-                  instr(ir::OpKind::AllReduce, "", ir::Phase::Step, {"dp", 2}, 1000)};
+                  instr(ir::OpKind::AllReduce, "", ir::Phase::Step, {ir::Role::Dp, 2}, 1000)};
   Profile p;
   p.ops = {{"emb", 1.0, 10.0, 0, 0, 0, 0}, {"h.0", 2.0, 20.0, 0, 0, 0, 0}, {"h.1", 3.0, 30.0, 0, 0, 0, 0}};
   auto line = [](const char* collective, const char* group, double ms_per_kb) {

@@ -27,7 +27,7 @@ struct FixedCost : InstructionCost {
   }
 };
 
-ir::Instr instr(OpKind kind, Phase phase, std::string module = "", int handle = -1, ir::GroupRef group = {"params", 2}) {
+ir::Instr instr(OpKind kind, Phase phase, std::string module = "", int handle = -1, ir::GroupRef group = {ir::Role::Params, 2}) {
   ir::Instr in;
   in.kind = kind;
   in.phase = phase;
@@ -83,7 +83,7 @@ TEST_CASE("collectives queue on the collective stream in issue order") {
 TEST_CASE("pipeline stages meet at their sends and receives") {
   FixedCost cost;
   cost.by_kind = {{OpKind::Send, 0.5}, {OpKind::Recv, 0.5}, {OpKind::Compute, 1}};
-  ir::GroupRef pair{"stage_pair", 2};
+  ir::GroupRef pair{ir::Role::StagePair, 2};
   ir::Program first = one_param({instr(OpKind::Compute, Phase::Forward, "a"), instr(OpKind::Send, Phase::Forward, "l.0", 0, pair),
                                  wait(0), instr(OpKind::Recv, Phase::Backward, "l.0", 1, pair), wait(1, Phase::Backward),
                                  instr(OpKind::Compute, Phase::Backward, "a")});
@@ -131,7 +131,7 @@ TEST_CASE("memory: an instruction's workspace is held while it runs; the data-pa
   forward.activation_bytes = 500;
   ir::Instr backward = instr(OpKind::Compute, Phase::Backward, "a");
   backward.activation_bytes = 500;
-  ir::Instr bucket = instr(OpKind::AllReduce, Phase::Backward, "", 0, {"dp", 2});
+  ir::Instr bucket = instr(OpKind::AllReduce, Phase::Backward, "", 0, {ir::Role::Dp, 2});
   bucket.bytes = 4000;
   ir::Program p;
   p.params = {{"w", 1000, 4}};
@@ -150,7 +150,7 @@ TEST_CASE("memory: an instruction's workspace is held while it runs; the data-pa
 TEST_CASE("micro-batches: the body runs once per micro-batch, as each instruction's runs_in says, the tail once") {
   FixedCost cost;
   cost.by_kind = {{OpKind::Compute, 1}, {OpKind::AllReduce, 1}, {OpKind::OptimizerStep, 1}};
-  ir::Instr reduce = instr(OpKind::AllReduce, Phase::Backward, "", 0, {"dp", 2});
+  ir::Instr reduce = instr(OpKind::AllReduce, Phase::Backward, "", 0, {ir::Role::Dp, 2});
   reduce.runs_in = ir::MicroBatches::Last;
   ir::Program p = one_param({instr(OpKind::Compute, Phase::Forward, "a"), instr(OpKind::Compute, Phase::Backward, "a"), reduce,
                              wait(0, Phase::Backward), instr(OpKind::OptimizerStep, Phase::Step)});
@@ -165,8 +165,8 @@ TEST_CASE("micro-batches: the body runs once per micro-batch, as each instructio
 TEST_CASE("three stages hand the activation on; a collective over every stage starts when the last issues it") {
   FixedCost cost;
   cost.by_kind = {{OpKind::Send, 0.5}, {OpKind::Recv, 0.5}, {OpKind::Compute, 1}, {OpKind::LossReduce, 0.25}};
-  ir::GroupRef pair{"stage_pair", 2};
-  auto loss = [] { return instr(OpKind::LossReduce, Phase::Step, "", 9, {"world", 6}); };
+  ir::GroupRef pair{ir::Role::StagePair, 2};
+  auto loss = [] { return instr(OpKind::LossReduce, Phase::Step, "", 9, {ir::Role::World, 6}); };
   ir::Program first = one_param({instr(OpKind::Compute, Phase::Forward, "a"), instr(OpKind::Send, Phase::Forward, "l.0", 0, pair),
                                  wait(0), loss(), wait(9, Phase::Step)});
   ir::Program middle = one_param({instr(OpKind::Recv, Phase::Forward, "l.1", 0, pair), wait(0), instr(OpKind::Compute, Phase::Forward, "b"),

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# How fast `loom plan` evaluates configurations (issue #15 asks 10,000 in under 10 s): llama-13b
+# on lins-a800 grown to 8,192 and 12,288 ranks (the cluster file with more nodes, written here),
+# every core, recomputation searched. Prints plans evaluated, seconds and milliseconds a plan.
+# Usage: bash benchmarks/plan_speed.sh [--threads N]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh >/dev/null
+threads=()
+if [ "${1:-}" = "--threads" ]; then threads=(--threads "$2"); fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+echo "machine: $(nproc) cores; loom plan ${threads[*]:-(every core)}"
+printf '%-8s %-8s %10s %10s %10s\n' ranks nodes plans seconds "ms/plan"
+for nodes in 128 1024 1536; do
+  ranks=$((nodes * 8))
+  /usr/bin/python3 - "$nodes" "$work/cluster.json" <<'PY'
+import json, sys
+cluster = json.load(open("clusters/lins-a800.json"))
+cluster["name"] = f"lins-a800-{sys.argv[1]}-nodes"
+cluster["nodes"] = int(sys.argv[1])
+json.dump(cluster, open(sys.argv[2], "w"))
+PY
+  start=$(date +%s.%N)
+  build/loom plan --model llama-13b --world "$ranks" --local-world 8 --seq 4096 --micro-batch 1 \
+    --cluster "$work/cluster.json" --checkpoint auto --memory-limit 80GiB --json "${threads[@]}" >"$work/plans.json" 2>/dev/null
+  end=$(date +%s.%N)
+  /usr/bin/python3 - "$ranks" "$nodes" "$start" "$end" "$work/plans.json" <<'PY'
+import json, sys
+ranks, nodes, start, end, path = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+plans = json.load(open(path))["evaluated"]
+seconds = end - start
+print(f"{ranks:<8} {nodes:<8} {plans:>10} {seconds:>10.2f} {1000 * seconds / plans:>10.3f}")
+PY
+done
