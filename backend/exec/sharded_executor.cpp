@@ -36,6 +36,15 @@ struct ShardedExecutor::State {
     torch::Tensor out;   // its output: the members' shards (or a compressed member's summed sketch), concatenated
     comm::Work work;
   };
+  // Tensors summed over a group as one all-reduce, in flight until it lands back in them: a
+  // unit's gradient shards over the dp / s_p replicas stay in flight until the IR's wait for
+  // that all-reduce (the step's tail needs them; the rest of backward does not).
+  struct Sum {
+    std::vector<size_t> members;         // the parameters whose gradient shards these are
+    std::vector<torch::Tensor> tensors;  // where the sum lands
+    torch::Tensor wire;                  // the all-reduce's buffer (tensors concatenated, or the one)
+    comm::Work work;
+  };
 
   struct Param {
     torch::Tensor full;       // the module's parameter; storage present only while gathered
@@ -94,6 +103,11 @@ struct ShardedExecutor::State {
   // all-reduce): backward instruction index -> unit. The window of reductions in flight is the
   // program's (window_reductions pass).
   std::unordered_map<size_t, size_t> completes_unit_at;
+  // Each unit's all-reduce over the replicas (its handle; -1 where the program waits for none,
+  // and the sum is waited for at once), and the backward instructions that wait for one.
+  std::vector<int> replica_sum_handle;
+  std::unordered_set<int> replica_sum_waits;
+  std::map<int, Sum> replica_sums;  // in flight, by handle
   size_t next_reduce = 0;              // the next unit of reduce_units to launch
   std::map<int, std::vector<int>> gathers_by_handle;
   std::unordered_set<size_t> unreduced, released_early;  // test-only faults (inject_faults)
@@ -283,6 +297,10 @@ struct ShardedExecutor::State {
   }
 
   void wait_for(const ir::Instr& wait) {
+    if (replica_sum_waits.count(wait.handle)) {
+      finish_replica_sum(wait.handle);
+      return;
+    }
     if (copy_handles.count(wait.handle)) {
       if (ir::runs_in_micro_batch(wait.runs_in, micro_batch, micro_batches)) attached_copier().wait(wait.handle);
       return;
@@ -399,7 +417,7 @@ struct ShardedExecutor::State {
         q.grad_flat = q.grad_wire = torch::Tensor();
         q.full.mutable_grad() = torch::Tensor();  // the full gradient was only the reduction's input
       }
-      keep_gradients(r.members, !unreduced.count(r.members[0]));
+      keep_gradients(r.unit, r.members, !unreduced.count(r.members[0]));
     }
   }
 
@@ -441,22 +459,36 @@ struct ShardedExecutor::State {
     q.estimated = static_cast<int64_t>(stats[1].item<double>());
   }
 
-  // All-reduces the tensors as one collective in the reduction dtype, in place.
-  void all_reduce_together(comm::Group& group, const std::vector<torch::Tensor>& tensors) {
-    torch::Tensor wire = tensors.size() == 1 ? tensors[0] : torch::cat(tensors);
-    if (wire.scalar_type() != reduce_dtype) wire = wire.to(reduce_dtype);
-    comm::all_reduce(group, wire).wait();
-    if (tensors.size() == 1 && wire.is_same(tensors[0])) return;
+  // Starts the all-reduce of the tensors as one collective in the reduction dtype.
+  Sum launch_sum(comm::Group& group, std::vector<size_t> members, std::vector<torch::Tensor> tensors) {
+    Sum sum{std::move(members), std::move(tensors), {}, {}};
+    sum.wire = sum.tensors.size() == 1 ? sum.tensors[0] : torch::cat(sum.tensors);
+    if (sum.wire.scalar_type() != reduce_dtype) sum.wire = sum.wire.to(reduce_dtype);
+    sum.work = comm::all_reduce(group, sum.wire);
+    return sum;
+  }
+
+  // Waits for a sum and puts it in its tensors.
+  static void land_sum(Sum& sum) {
+    torch::NoGradGuard no_grad;
+    sum.work.wait();
+    if (sum.tensors.size() == 1 && sum.wire.is_same(sum.tensors[0])) return;
     int64_t offset = 0;
-    for (const torch::Tensor& t : tensors) {
-      t.copy_(wire.narrow(0, offset, t.numel()));
+    for (const torch::Tensor& t : sum.tensors) {
+      t.copy_(sum.wire.narrow(0, offset, t.numel()));
       offset += t.numel();
     }
   }
 
-  // What a rank keeps of its parameter shards' gradients (lins.txt §IV-C); `reduce` is false
-  // only for a test-only fault. A bucket's members travel in one collective.
-  void keep_gradients(const std::vector<size_t>& members, bool reduce) {
+  // All-reduces the tensors as one collective in the reduction dtype, in place.
+  void all_reduce_together(comm::Group& group, const std::vector<torch::Tensor>& tensors) {
+    Sum sum = launch_sum(group, {}, tensors);
+    land_sum(sum);
+  }
+
+  // What a rank keeps of reduction unit `unit`'s gradient shards (lins.txt §IV-C); `reduce` is
+  // false only for a test-only fault. A bucket's members travel in one collective.
+  void keep_gradients(size_t unit, const std::vector<size_t>& members, bool reduce) {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> shards;
     for (size_t p : members) shards.push_back(params[p].grad_shard);
@@ -482,13 +514,35 @@ struct ShardedExecutor::State {
       if (q.grad_kept.defined()) q.grad_shard.narrow(0, groups.grad_slot * part, part).add_(q.grad_kept);
       q.grad_kept = torch::Tensor();
     }
-    if (groups.replicas && reduce) all_reduce_together(*groups.replicas, shards);
+    if (groups.replicas && reduce) {
+      Sum sum = launch_sum(*groups.replicas, members, std::move(shards));
+      if (int handle = replica_sum_handle[unit]; handle >= 0) {
+        replica_sums.emplace(handle, std::move(sum));  // kept at the IR's wait for it
+        return;
+      }
+      land_sum(sum);
+    }
+    keep_slices(members);
+  }
+
+  // The optimizer slices of the members' summed gradient shards.
+  void keep_slices(const std::vector<size_t>& members) {
+    torch::NoGradGuard no_grad;
     for (size_t p : members) {
       Param& q = params[p];
       int64_t slice = q.slice.numel();
       q.slice_grad = q.grad_shard.narrow(0, groups.optim_slot * slice, slice).clone();
       q.grad_shard = torch::Tensor();
     }
+  }
+
+  // The IR waits for the replicas' sum `handle` (launched in this micro-batch, or not at all).
+  void finish_replica_sum(int handle) {
+    auto it = replica_sums.find(handle);
+    if (it == replica_sums.end()) return;
+    land_sum(it->second);
+    keep_slices(it->second.members);
+    replica_sums.erase(it);
   }
 
   // Reduction units in the order of the IR's first backward reduction of each parameter; a
@@ -520,6 +574,34 @@ struct ShardedExecutor::State {
     if (reduced.size() != params.size())
       throw InternalError("sharded executor: the step reduces " + std::to_string(reduced.size()) + " of " +
                           std::to_string(params.size()) + " gradients");
+    plan_replica_sums();
+  }
+
+  // Each unit's all-reduce over the replicas (dp / s_p of them; for s_p = 1 every dp rank) is
+  // the IR's of exactly its parameters, waited for where the IR waits for it. A unit the IR
+  // sums otherwise (none such today) is waited for at once.
+  void plan_replica_sums() {
+    replica_sum_handle.assign(reduce_units.size(), -1);
+    replica_sum_waits.clear();
+    std::map<std::vector<int>, int> sum_of;  // the parameters of a replicas' all-reduce -> its handle
+    std::unordered_set<int> waited;
+    for (size_t i : backward_instrs) {
+      const ir::Instr& in = program.instrs[i];
+      if (in.kind == ir::OpKind::Wait) waited.insert(in.handle);
+      bool over_replicas = in.group.role == ir::Role::Replicas || in.group.role == ir::Role::Dp;
+      if (in.kind != ir::OpKind::AllReduce || !over_replicas) continue;
+      std::vector<int> members = in.params;
+      std::sort(members.begin(), members.end());
+      sum_of.emplace(members, in.handle);
+    }
+    for (size_t u = 0; u < reduce_units.size(); ++u) {
+      std::vector<int> members(reduce_units[u].begin(), reduce_units[u].end());
+      std::sort(members.begin(), members.end());
+      auto it = sum_of.find(members);
+      if (it == sum_of.end() || !waited.count(it->second)) continue;
+      replica_sum_handle[u] = it->second;
+      replica_sum_waits.insert(it->second);
+    }
   }
 };
 
@@ -704,6 +786,7 @@ void ShardedExecutor::finish_backward() {
     for (size_t p : unit) s.complete_gradient(p);
   s.launch_reductions();
   s.complete_reductions();
+  while (!s.replica_sums.empty()) s.finish_replica_sum(s.replica_sums.begin()->first);
   // A gather the IR launched for an op whose backward did not run completes before its buffer goes.
   for (size_t p = 0; p < s.params.size(); ++p) {
     if (s.params[p].gathering) s.finish_gather(p);

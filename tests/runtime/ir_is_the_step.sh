@@ -90,5 +90,29 @@ same_collectives "pp 2 x ZeRO-1, every block checkpointed, stage 1, 2 micro-batc
 same_collectives "tp 2 x pp 2 x dp 2 with ZeRO-3, prefetch and a checkpointed block, last rank" 8 1 tests/verify/tp_pp_zero3.sched \
   --model gpt:tiny --rank 7
 
+# Where the step waits is the program's too: ZeRO-1/2 (s_p = 1) launch every gradient's
+# all-reduce over the replicas in backward and wait for them after the last (the IR's pending
+# waits), so in rank 0's last backward every wait for an all-reduce starts after the last
+# all-reduce was launched (an executor that waited at each launch fails this).
+cat > "$tmp/waits.py" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+mine = [e for e in events if e.get("pid") == 0 and e.get("ph") == "X"]
+backward = max((e for e in mine if e.get("cat") == "phase" and e["name"] == "backward"), key=lambda e: e["ts"])
+inside = [e for e in mine if backward["ts"] <= e["ts"] <= backward["ts"] + backward["dur"]]
+launches = [e["ts"] for e in inside if e.get("cat") == "collective" and e["name"].startswith("all_reduce")]
+waits = [e["ts"] for e in inside if e.get("cat") == "wait" and e["name"].startswith("wait for all_reduce")]
+print(f"{len(launches)} all-reduces launched in backward, the last at {max(launches) - backward['ts']:.0f} us;",
+      f"{len(waits)} waited for, the first at {min(waits) - backward['ts']:.0f} us")
+sys.exit(0 if launches and len(waits) == len(launches) and max(launches) <= min(waits) else 1)
+PY
+for f in zero1 zero2; do
+  "$loom" run "stdlib_schedules/$f.sched" --model gpt:tiny --nproc 2 --micro-batch 4 --steps 2 --seq 64 --threads 1 \
+    --trace "$tmp/waits.json" > "$tmp/run.log" 2>&1
+  expect "the step waits where the IR waits: $f's all-reduces over the replicas" 0 "waited for, the first at" -- \
+    python3 "$tmp/waits.py" "$tmp/waits.json"
+done
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
