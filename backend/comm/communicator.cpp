@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "backend/build_info.h"
+#include "backend/comm/collective_log.h"
 #include "backend/instrument/timeline.h"
 #include "backend/torch_compat.h"
 #include "lang/diagnostics.h"
@@ -38,7 +39,9 @@ const std::string& Group::name() const { return impl_->name; }
 
 Work::Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what)
     : work_(std::move(work)), finish_(std::move(finish)), what_(std::move(what)),
-      launched_us_(timeline::enabled() ? timeline::now_us() : 0) {}
+      launched_us_(timeline::enabled() ? timeline::now_us() : 0) {
+  CollectiveLog::note_launch(work_);
+}
 
 namespace {
 thread_local double blocked_ms_total = 0;

@@ -16,7 +16,7 @@ namespace {
 
 // Bump when the measurement changes meaning (2: op times take the work between ops; 3: two
 // collective regimes, the mesh's groups and a pipeline's transfers).
-constexpr int kFormat = 3;
+constexpr int kFormat = 4;
 
 }  // namespace
 
@@ -26,7 +26,7 @@ uint64_t fnv1a(const std::string& text) {
   return h;
 }
 
-double CollectiveProfile::predict_ms(int64_t bytes) const { return loom::predict_ms(samples, fit, bytes); }
+double CollectiveProfile::predict_ms(int64_t bytes) const { return in_step_scale * loom::predict_ms(samples, fit, bytes); }
 
 const CollectiveProfile* Profile::collective(const std::string& name, const std::string& group, bool beside_compute) const {
   const CollectiveProfile* other = nullptr;
@@ -63,7 +63,8 @@ std::string Profile::to_json() const {
                                 {"beside_compute", c.beside_compute},
                                 {"alpha_ms", c.fit.alpha_ms},
                                 {"beta_ms_per_byte", c.fit.beta_ms_per_byte},
-                                {"samples_bytes_ms", samples}});
+                                {"samples_bytes_ms", samples},
+                                {"in_step_scale", c.in_step_scale}});
   }
   return j.dump(1) + "\n";
 }
@@ -91,6 +92,11 @@ Profile Profile::from_json(const std::string& text, const std::string& origin) {
       cp.beside_compute = c.at("beside_compute").get<bool>();
       cp.fit = {c.at("alpha_ms").get<double>(), c.at("beta_ms_per_byte").get<double>()};
       for (auto& s : c.at("samples_bytes_ms")) cp.samples.push_back({s.at(0).get<int64_t>(), s.at(1).get<double>()});
+      cp.in_step_scale = c.at("in_step_scale").get<double>();
+      if (!(cp.in_step_scale > 0))
+        throw UserError(SourceRange{}, origin + ": the " + cp.collective + " on `" + cp.group + "` has in_step_scale " +
+                                           std::to_string(cp.in_step_scale) + ", not a positive number",
+                        "write it again with `loom profile`");
       p.collectives.push_back(std::move(cp));
     }
     return p;

@@ -41,7 +41,11 @@ struct CollectiveProfile {
   bool beside_compute = false;  // timed while a thread per rank computed its share of a core
   std::vector<CollectiveSample> samples;  // sorted by bytes
   AlphaBeta fit;
+  // What the measured steps' collectives took, as a multiple of what these sweeps price them
+  // at (backend/cost/in_step_collectives.h): one figure for the profile's every collective.
+  double in_step_scale = 1;
 
+  // The sweep's time for `bytes`, times the in-step scale.
   double predict_ms(int64_t bytes) const;
 };
 

@@ -13,8 +13,10 @@
 #include <torch/optim/adamw.h>
 #include <torch/types.h>
 
+#include "backend/comm/collective_log.h"
 #include "backend/comm/communicator.h"
 #include "backend/comm/mesh_groups.h"
+#include "backend/cost/profile.h"
 #include "backend/exec/activation_checkpoint.h"
 #include "backend/exec/gradient_reducer.h"
 #include "backend/exec/optimizer_offload.h"
@@ -66,6 +68,7 @@ struct RankRun {
   std::optional<ir::Program> step;  // this rank's step program
   StepOptions step_options;         // what it was lowered with (a re-plan lowers again, with times)
   std::unique_ptr<OpProfiler> profiler;
+  std::unique_ptr<comm::CollectiveLog> collective_log;  // `loom profile`: its measured steps' collectives
   std::unique_ptr<ShardedExecutor> sharded;
   std::unique_ptr<StepRecorder> recorder;
   std::unique_ptr<PipelineStage> stage;
@@ -97,6 +100,18 @@ std::unique_ptr<RankRun> set_up_rank(const TrainOptions& options, const RankEnv&
 StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result);
 // After the last step: interceptors off, the profile and the timeline written (step_loop.cpp).
 void finish_rank(RankRun& r);
+// The measured steps' collectives (launch and completion times), the log closed: train_step
+// opens it at the first measured step (`loom profile`'s, a re-plan round's).
+struct StepCollectives {
+  std::vector<CollectiveSpan> spans;
+  int unknown = 0;  // collectives without a completion time
+};
+StepCollectives close_collective_log(RankRun& r);
+// The in-step scale of `profile`'s collectives (backend/cost/in_step_collectives.h): how long the
+// measured steps' collectives kept this rank's collective stream busy, a step, over what the
+// profile's sweeps price the program's collectives at; the ranks' mean (a collective over the
+// world). 1 where nothing was measured (one rank, a backend without completion times).
+double in_step_scale(RankRun& r, const StepCollectives& measured, const Profile& profile);
 // Adaptive offloading: AdamW's states created now and a state copier attached to the sharded
 // executor (rank_setup.cpp; a re-plan that starts moving states calls it too).
 void attach_state_copier(RankRun& r);

@@ -1,6 +1,7 @@
 #include "backend/train/replan.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
@@ -26,6 +27,7 @@ namespace {
 // The measurements of this run so far, the same on every rank: the op profiler's figures are
 // reduced over the ranks, and the collectives are timed now, on the run's own process groups.
 Profile measured_profile(RankRun& r, int64_t steps_done) {
+  StepCollectives measured = close_collective_log(r);  // before the figures' own collectives
   Profile profile;
   profile.device = r.cuda ? "cuda" : "cpu";
   profile.measured_steps = static_cast<int>(steps_done - round_start(r.o, steps_done) - 1);
@@ -34,6 +36,8 @@ Profile measured_profile(RankRun& r, int64_t steps_done) {
   CollectiveSweep sweep;
   sweep.repeats = 5;  // a re-plan's sweep: short, its line only has to rank the passes' choices
   profile.collectives = profile_collectives(*r.world, &r.sharded->groups(), nullptr, r.device, sweep);
+  double scale = in_step_scale(r, measured, profile);
+  for (CollectiveProfile& c : profile.collectives) c.in_step_scale = scale;
   return profile;
 }
 
@@ -81,13 +85,16 @@ Prediction predict(const RankRun& r, const ir::Program& next, const Profile& pro
 }
 
 void log_replan(const RankRun& r, const ir::Program& next, const std::vector<PassRecord>& records, const Prediction* predicted,
-                bool switching, int64_t steps_done, const TrainResult& result) {
+                bool switching, int64_t steps_done, const TrainResult& result, double in_step_scale) {
   std::string acted;
   for (const PassRecord& p : records)
     if (p.changed) acted += (acted.empty() ? "" : ", ") + p.pass;
   int64_t first = round_start(r.o, steps_done) + 2;
+  char scale[32];
+  std::snprintf(scale, sizeof scale, "%.2f", in_step_scale);
   std::cout << "loom run: re-plan after step " << steps_done << " on this run's measurements (ops and optimizer step of steps "
-            << first << "-" << steps_done << ", collectives timed on its process groups)\n  passes that changed the program: "
+            << first << "-" << steps_done << ", collectives timed on its process groups, at " << scale
+            << "x as those steps ran them)\n  passes that changed the program: "
             << acted << "\n";
   if (!predicted) {
     std::cout << "  the measured times keep the program (" << next.instrs.size() << " instructions): no switch\n" << std::flush;
@@ -160,7 +167,8 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
   const char* forced = std::getenv("LOOM_REPLAN_SWITCH");
   bool always = forced && std::string(forced) == "always";
   bool switching = predicted && (always || predicted->next.step_s < predicted->current.step_s);
-  if (r.lead()) log_replan(r, next, records, predicted ? &*predicted : nullptr, switching, steps_done, result);
+  double scale = profile.collectives.empty() ? 1 : profile.collectives[0].in_step_scale;
+  if (r.lead()) log_replan(r, next, records, predicted ? &*predicted : nullptr, switching, steps_done, result, scale);
   if (!switching) return false;
   r.sharded->replace_program(next);
   r.step = std::move(next);

@@ -27,6 +27,7 @@
 #include "backend/exec/activation_checkpoint.h"
 #include "backend/build_info.h"
 #include "backend/train/checkpoint_io.h"
+#include "backend/cost/step_estimate.h"
 #include "backend/instrument/collective_profiler.h"
 #include "backend/comm/communicator.h"
 #include "backend/exec/gradient_reducer.h"
@@ -78,21 +79,52 @@ void write_metrics_row(std::ofstream& out, const std::string& path, const StepMe
                     "free space or choose another --metrics file; --resume continues from the last checkpoint");
 }
 
+}  // namespace
+
+StepCollectives close_collective_log(RankRun& r) {
+  StepCollectives measured;
+  if (r.collective_log) measured.spans = r.collective_log->spans(&measured.unknown);
+  r.collective_log.reset();
+  return measured;
+}
+
+double in_step_scale(RankRun& r, const StepCollectives& measured, const Profile& profile) {
+  double scale = 0;
+  if (!measured.spans.empty() && measured.unknown == 0 && r.step && profile.measured_steps > 0) {
+    double busy = serial_busy_ms(measured.spans) / profile.measured_steps;
+    try {
+      double priced = estimate_step(*r.step, profile, "the profile being written").collective_ms;
+      if (priced > 0) scale = busy / priced;
+    } catch (const UserError&) {
+      // The sweep lacks a collective the program issues: nothing to scale against.
+    }
+  }
+  torch::Tensor sum = torch::tensor({scale, scale > 0 ? 1.0 : 0.0}, torch::kDouble);
+  comm::all_reduce(*r.world, sum).wait();
+  double ranks = sum[1].item<double>();
+  return ranks > 0 ? sum[0].item<double>() / ranks : 1;
+}
+
+namespace {
+
 // Profiling's end: the ops' figures, then the collective sweep on every group role of the
-// run (`groups`: the sharded executor's, `mesh`: the mesh's; null where the run has none), all
-// reduced across ranks; rank 0 writes the profile (every rank too with LOOM_PROFILE_PER_RANK=1, which the
-// tests use to check that all ranks hold the same).
-void write_profile(const TrainOptions& o, const OpProfiler& profiler, comm::Group& world, const ShardGroups* groups,
-                   const MeshGroups* mesh, torch::Device device, const RankEnv& env) {
+// run (the sharded executor's groups, the mesh's), all reduced across ranks, priced at the
+// measured steps' in-step scale; rank 0 writes the profile (every rank too with
+// LOOM_PROFILE_PER_RANK=1, which the tests use to check that all ranks hold the same).
+void write_profile(RankRun& r) {
+  const TrainOptions& o = r.o;
+  StepCollectives measured = close_collective_log(r);  // what follows is not the steps'
   Profile profile;
   profile.key = o.profile_key;
-  profile.device = device.is_cuda() ? "cuda" : "cpu";
+  profile.device = r.device.is_cuda() ? "cuda" : "cpu";
   profile.measured_steps = static_cast<int>(o.steps - o.profile_warmup);
-  profile.ops = profiler.result(world);
-  profile.optimizer_step_ms = profiler.optimizer_step_ms(world);
-  bool lead = env.rank == 0;
+  profile.ops = r.profiler->result(*r.world);
+  profile.optimizer_step_ms = r.profiler->optimizer_step_ms(*r.world);
+  bool lead = r.env.rank == 0;
   if (lead) std::cout << "loom profile: timing collectives on every process group of the run\n" << std::flush;
-  profile.collectives = profile_collectives(world, groups, mesh, device);
+  profile.collectives = profile_collectives(*r.world, r.sharded ? &r.sharded->groups() : nullptr, r.mesh.get(), r.device);
+  double scale = in_step_scale(r, measured, profile);
+  for (CollectiveProfile& c : profile.collectives) c.in_step_scale = scale;
   std::string text = profile.to_json();
   auto write = [&](const std::string& path) {
     fs::path parent = fs::path(path).parent_path();
@@ -101,7 +133,7 @@ void write_profile(const TrainOptions& o, const OpProfiler& profiler, comm::Grou
   };
   if (lead) write(o.profile_out);
   const char* per_rank = std::getenv("LOOM_PROFILE_PER_RANK");
-  if (per_rank && std::string(per_rank) == "1") write(o.profile_out + ".rank" + std::to_string(env.rank));
+  if (per_rank && std::string(per_rank) == "1") write(o.profile_out + ".rank" + std::to_string(r.env.rank));
 }
 
 // One micro-batch's forward and backward; returns its share of the step's loss (0 on a
@@ -272,6 +304,8 @@ void run_step_tail(RankRun& r, const ir::Program& program, StepTail& tail, const
 StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
   const TrainOptions& o = r.o;
   bool recording = r.recorder && step == r.start;
+  if (r.profiler && measures_step(o, step) && !r.collective_log)
+    r.collective_log = std::make_unique<comm::CollectiveLog>();  // open through the round's last measured step
   auto t0 = std::chrono::steady_clock::now();
   std::optional<timeline::Span> step_span;  // ends with the metrics, before a checkpoint is written
   step_span.emplace("step " + std::to_string(step + 1), "step");
@@ -330,7 +364,7 @@ void finish_rank(RankRun& r) {
   const TrainOptions& o = r.o;
   nn::set_call_interceptor(nullptr);
   nn::set_call_observer(nullptr);
-  if (r.profiler && !o.profile_out.empty()) write_profile(o, *r.profiler, *r.world, r.sharded ? &r.sharded->groups() : nullptr, r.mesh.get(), r.device, r.env);
+  if (r.profiler && !o.profile_out.empty()) write_profile(r);
   if (!o.trace.empty()) {
     // Each rank writes its events; rank 0 merges them (ranks of one node share the file system).
     timeline::write_rank_events(o.trace + ".rank" + std::to_string(r.env.rank));

@@ -176,6 +176,11 @@ expect "memory limit not a size" 2 "error: --memory-limit lots is not a size" --
 prof="profile --model gpt:tiny --nproc 2 --steps 1 --seq 32 --micro-batch 2 --threads 1 --cache-dir $tmp/cache"
 expect "profile" 0 "collectives (alpha-beta fit" -- "$loom" $prof stdlib_schedules/zero3.sched --out "$tmp/profile.json"
 expect "profile cached" 0 "loom profile: reusing $tmp/cache/gpt-tiny-w2-" -- "$loom" $prof stdlib_schedules/zero3.sched
+# The measured step's collectives set one in-step scale (a measurement: positive, never exactly the default 1).
+expect "profile measures its collectives in the step" 0 "one in-step scale" -- python3 -c "
+import json, sys
+scales = {c['in_step_scale'] for c in json.load(open(sys.argv[1]))['collectives']}
+print('one in-step scale' if len(scales) == 1 and min(scales) > 0 and scales != {1.0} else 'scales: %s' % scales)" "$tmp/profile.json"
 expect "explain --profile" 0 "# estimate from $tmp/profile.json (serial sums" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --profile "$tmp/profile.json"
 # ... and the passes plan with its times: bucket(size=auto) sizes buckets for overlap (the program
 # a run's --replan-at settles on) where without times it buckets each block whole. The measured

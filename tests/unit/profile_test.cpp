@@ -9,11 +9,20 @@
 #include <unistd.h>
 
 #include "backend/cost/collective_cost.h"
+#include "backend/cost/in_step_collectives.h"
 #include "backend/cost/profile.h"
 #include "backend/cost/step_estimate.h"
 #include "lang/diagnostics.h"
 
 using namespace loom;
+
+TEST_CASE("collectives in a step keep the stream busy one at a time, in the order they complete") {
+  // Launched at 0, 1 and 2 ms, done at 3, 5 and 5.5: served 0-3, 3-5, 5-5.5.
+  CHECK(serial_busy_ms({{2, 5.5}, {0, 3}, {1, 5}}) == doctest::Approx(5.5));
+  // An idle gap (the third launched after the second completed) is not busy: 0-3, 3-5, 7-8.
+  CHECK(serial_busy_ms({{0, 3}, {1, 5}, {7, 8}}) == doctest::Approx(6.0));
+  CHECK(serial_busy_ms({}) == 0);
+}
 
 TEST_CASE("the alpha-beta fit recovers an exact line, and is least squares on noise") {
   // 50 us latency, 1 GB/s: 1e-6 ms per byte.
@@ -93,12 +102,25 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
   CHECK(q.collective("all_reduce", "params", false) == nullptr);
   q.collectives.pop_back();  // a profile of one regime (a GPU's) answers for both
   CHECK(q.collective("all_gather", "params", true)->predict_ms(6144) == doctest::Approx(0.15));
+  // The measured steps' scale multiplies every prediction, and round-trips.
+  p.collectives[0].in_step_scale = 2.5;
+  Profile scaled = Profile::from_json(p.to_json(), "p.json");
+  CHECK(scaled.collective("all_gather", "params", false)->in_step_scale == 2.5);
+  CHECK(scaled.collective("all_gather", "params", false)->predict_ms(6144) == doctest::Approx(0.375));
+  p.collectives[0].in_step_scale = 0;
+  try {
+    Profile::from_json(p.to_json(), "zero.json");
+    FAIL("a scale of 0 was accepted");
+  } catch (const UserError& e) {
+    CHECK(e.diagnostic().message == "zero.json: the all_gather on `params` has in_step_scale 0.000000, not a positive number");
+    CHECK(e.diagnostic().hint == "write it again with `loom profile`");
+  }
 
   try {
     Profile::from_json(R"({"format": "something-else"})", "other.json");
     FAIL("a foreign file was accepted");
   } catch (const UserError& e) {
-    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 3");
+    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 4");
     CHECK(e.diagnostic().hint == "write it again with `loom profile`");
   }
   CHECK_THROWS_WITH_AS(Profile::from_json("{", "broken.json"), doctest::Contains("broken.json is not a readable Loom profile"),
