@@ -23,6 +23,7 @@ struct OpProfiler::State {
   // so the device is not synchronized between ops).
   struct Mark {
     double wall_ms = 0;
+    double blocked_ms = 0;  // comm::blocked_ms() then (CPU): an op's waits for collectives are not its time
     std::shared_ptr<compat::CudaEvent> event;
   };
   struct Interval {
@@ -75,13 +76,18 @@ struct OpProfiler::State {
   Mark now() const {
     Mark m;
     if (cuda_device >= 0) m.event = compat::cuda_record_event();
-    else m.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    else {
+      m.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+      m.blocked_ms = comm::blocked_ms();
+    }
     return m;
   }
   // Reads the times of the intervals measured so far (on GPU, waits for their events).
   void read_intervals() {
     for (const Interval& i : unread) {
-      double ms = (i.start.event ? compat::cuda_elapsed_ms(i.start.event, i.end.event) : i.end.wall_ms - i.start.wall_ms) + i.between_ms;
+      double own = i.start.event ? compat::cuda_elapsed_ms(i.start.event, i.end.event)
+                                 : i.end.wall_ms - i.start.wall_ms - (i.end.blocked_ms - i.start.blocked_ms);
+      double ms = own + i.between_ms;
       (i.backward ? samples[i.op].backward_ms : samples[i.op].forward_ms).push_back(ms);
     }
     unread.clear();
