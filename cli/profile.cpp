@@ -87,7 +87,7 @@ void print_profile(const Profile& p, std::ostream& out) {
                   fixed(c.predict_ms(1 << 20), 3).c_str());
     out << line;
   }
-  // One scale for every collective (write_profile sets it so).
+  // One scale for every collective but a pipeline's transfers (apply_in_step_scale).
   out << "  in the measured steps the collectives kept the collective stream busy " << fixed(p.collectives[0].in_step_scale, 2)
       << "x as long as these sweeps price them (in_step_scale: the 1 MiB column and every prediction include it)\n";
 }

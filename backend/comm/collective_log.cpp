@@ -2,13 +2,17 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 
 #include "lang/diagnostics.h"
 
 namespace loom::comm {
 namespace {
 
-std::atomic<CollectiveLog*> open_log{nullptr};
+// The open log, and one lock for opening, closing, pausing and adding to it.
+std::mutex log_mutex;
+CollectiveLog* open_log = nullptr;
+CollectiveLog* paused_log = nullptr;
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -22,14 +26,31 @@ struct CollectiveLog::Entry {
 };
 
 CollectiveLog::CollectiveLog() {
-  CollectiveLog* none = nullptr;
-  if (!open_log.compare_exchange_strong(none, this)) throw InternalError("a collective log is open already");
+  std::lock_guard<std::mutex> lock(log_mutex);
+  if (open_log || paused_log) throw InternalError("a collective log is open already");
+  open_log = this;
 }
 
-CollectiveLog::~CollectiveLog() { open_log = nullptr; }
+CollectiveLog::~CollectiveLog() {
+  std::lock_guard<std::mutex> lock(log_mutex);
+  if (open_log == this) open_log = nullptr;
+  if (paused_log == this) paused_log = nullptr;
+}
+
+CollectiveLog::Pause::Pause(CollectiveLog* log) : log_(log) {
+  if (!log_) return;
+  std::lock_guard<std::mutex> lock(log_mutex);
+  if (open_log == log_) open_log = nullptr, paused_log = log_;
+}
+
+CollectiveLog::Pause::~Pause() {
+  if (!log_) return;
+  std::lock_guard<std::mutex> lock(log_mutex);
+  if (paused_log == log_) open_log = log_, paused_log = nullptr;
+}
 
 std::vector<CollectiveSpan> CollectiveLog::spans(int* unknown) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(log_mutex);
   std::vector<CollectiveSpan> out;
   *unknown = 0;
   for (const auto& e : entries_) {
@@ -41,20 +62,21 @@ std::vector<CollectiveSpan> CollectiveLog::spans(int* unknown) const {
 }
 
 void CollectiveLog::note_launch(const c10::intrusive_ptr<c10d::Work>& work) {
-  CollectiveLog* log = open_log.load();
-  if (!log || !work) return;
+  if (!work) return;
+  std::lock_guard<std::mutex> lock(log_mutex);
+  if (!open_log) return;
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  try {
+    future = work->getFuture();
+  } catch (const std::exception&) {
+    return;  // gloo's send and recv: no future, not logged (the simulator prices transfers apart)
+  }
   auto entry = std::make_shared<Entry>();
   entry->launched_ms = now_ms();
-  {
-    std::lock_guard<std::mutex> lock(log->mutex_);
-    log->entries_.push_back(entry);
-  }
-  try {
-    // The callback holds the entry, not the log: it may run after the log has closed.
-    work->getFuture()->addCallback([entry](c10::ivalue::Future&) { entry->completed_ms = now_ms(); });
-  } catch (const std::exception&) {
-    // A work without a future: its completion stays unknown, and the log says so.
-  }
+  open_log->entries_.push_back(entry);
+  // The callback holds the entry, not the log: it may run after the log has closed. It may also
+  // run at once, here, if the collective is done already (it takes no lock).
+  future->addCallback([entry](c10::ivalue::Future&) { entry->completed_ms = now_ms(); });
 }
 
 }  // namespace loom::comm

@@ -1,10 +1,11 @@
 // While open, when each collective this process launches started and when its transfer
-// completed, as its collective thread marks it (not when a rank waits for it): what `loom
-// profile` measures a step's collectives by (backend/cost/in_step_collectives.h).
+// completed, as gloo's worker thread marks it (a callback on the work's future; not when a rank
+// waits for it): what `loom profile` measures a step's collectives by
+// (backend/cost/in_step_collectives.h). gloo only: NCCL completes a work's future when the
+// collective is queued. Works without a future (gloo's send and recv) are not logged.
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -20,8 +21,18 @@ class CollectiveLog {
   CollectiveLog(const CollectiveLog&) = delete;
   CollectiveLog& operator=(const CollectiveLog&) = delete;
 
-  // The collectives launched since it opened, in launch order, and how many of them have no
-  // completion time (still in flight, or a backend whose work has no future).
+  // While it lives, `log` (may be null) records nothing: work between measured steps (a checkpoint).
+  class Pause {
+   public:
+    explicit Pause(CollectiveLog* log);
+    ~Pause();
+
+   private:
+    CollectiveLog* log_;
+  };
+
+  // The collectives launched since it opened, in launch order, and how many of them are still
+  // in flight (no completion time yet).
   std::vector<CollectiveSpan> spans(int* unknown) const;
 
   // comm::Work calls it for each collective it launches.
@@ -29,8 +40,7 @@ class CollectiveLog {
 
  private:
   struct Entry;
-  mutable std::mutex mutex_;
-  std::vector<std::shared_ptr<Entry>> entries_;
+  std::vector<std::shared_ptr<Entry>> entries_;  // guarded by the log's mutex (collective_log.cpp)
 };
 
 }  // namespace loom::comm

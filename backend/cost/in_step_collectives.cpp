@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "backend/cost/step_estimate.h"
+#include "lang/diagnostics.h"
+
 namespace loom {
 
 double serial_busy_ms(std::vector<CollectiveSpan> spans) {
@@ -12,6 +15,31 @@ double serial_busy_ms(std::vector<CollectiveSpan> spans) {
     free_at = s.completed_ms;
   }
   return busy;
+}
+
+double in_step_scale(const ir::Program& program, const Profile& profile, const std::vector<CollectiveSpan>& spans, int steps) {
+  // A pipeline's stages meet at their step's collectives (the loss's, the shared gradients'): a
+  // span there includes the wait for the other stage, which the simulator models itself.
+  if (spans.empty() || steps <= 0 || program.mesh.pp > 1) return 0;
+  StepEstimate priced;
+  try {
+    priced = estimate_step(program, profile, "the profile being written");
+  } catch (const UserError&) {
+    return 0;
+  }
+  double priced_ms = 0;
+  for (size_t i = 0; i < program.instrs.size(); ++i) {
+    const ir::Instr& in = program.instrs[i];
+    bool transfer = in.kind == ir::OpKind::Send || in.kind == ir::OpKind::Recv;
+    if (!ir::issued_collective(in) || transfer || priced.instruction_ms[i] <= 0) continue;
+    priced_ms += priced.instruction_ms[i] * static_cast<double>(ir::times_per_step(program, in));
+  }
+  return priced_ms > 0 ? serial_busy_ms(spans) / steps / priced_ms : 0;
+}
+
+void apply_in_step_scale(Profile& profile, double scale) {
+  for (CollectiveProfile& c : profile.collectives)
+    if (c.collective != "send" && c.collective != "recv") c.in_step_scale = scale;
 }
 
 }  // namespace loom

@@ -7,6 +7,9 @@
 
 #include <vector>
 
+#include "backend/cost/profile.h"
+#include "backend/ir/ir.h"
+
 namespace loom {
 
 // One collective: when a rank launched it and when its transfer completed (milliseconds on
@@ -17,8 +20,21 @@ struct CollectiveSpan {
 };
 
 // The time the collectives kept one stream busy, each served one at a time in the order they
-// completed, from its launch or the previous one's completion, whichever is later: what the
-// simulator's collective stream charges (backend/sim/simulator.cpp). Any order of `spans`.
+// completed, from its launch or the previous one's completion, whichever is later: close to
+// what the simulator's collective stream charges (backend/sim/simulator.cpp serves them in
+// program order, from their issue or the stream's last end). Any order of `spans`.
 double serial_busy_ms(std::vector<CollectiveSpan> spans);
+
+// The in-step scale of `profile`'s collectives for `program`: how long the collectives of its
+// `steps` measured steps (`spans`, pipeline sends and receives not among them) kept the stream
+// busy, a step, over what the profile's sweeps price the program's collectives at (sends and
+// receives left out alike). 0 when it cannot be told: nothing measured or priced, the profile
+// lacks a collective the program issues, or a pipeline's stage (its spans include waiting for
+// the other stages, which the simulator models itself).
+double in_step_scale(const ir::Program& program, const Profile& profile, const std::vector<CollectiveSpan>& spans, int steps);
+
+// Sets `scale` on the profile's collectives, the pipeline's sends and receives excepted (what
+// in_step_scale measured, and what it did not).
+void apply_in_step_scale(Profile& profile, double scale);
 
 }  // namespace loom

@@ -536,7 +536,8 @@ struct ShardedExecutor::State {
     }
   }
 
-  // The IR waits for the replicas' sum `handle` (launched in this micro-batch, or not at all).
+  // The IR waits for the replicas' sum `handle`: lands it if it is in flight (not launched yet:
+  // a rank that has not run the unit's op launches it later, and finish_backward lands it).
   void finish_replica_sum(int handle) {
     auto it = replica_sums.find(handle);
     if (it == replica_sums.end()) return;
@@ -700,7 +701,7 @@ void ShardedExecutor::replace_program(ir::Program program) {
                                 [](const ir::TracedParam& a, const ir::TracedParam& b) { return a.name == b.name && a.numel == b.numel; });
   if (!same_sharding || !same_params)
     throw InternalError("sharded executor: a replacing program must have the same parameters and sharding");
-  bool idle = s.in_flight.empty() && std::none_of(s.params.begin(), s.params.end(), [&](const State::Param& q) {
+  bool idle = s.in_flight.empty() && s.replica_sums.empty() && std::none_of(s.params.begin(), s.params.end(), [&](const State::Param& q) {
                 return q.gathering || (q.resident && s.s_p > 1);
               });
   if (!idle) throw InternalError("sharded executor: the program is replaced while a gather or reduction is under way");

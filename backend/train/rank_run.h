@@ -107,11 +107,10 @@ struct StepCollectives {
   int unknown = 0;  // collectives without a completion time
 };
 StepCollectives close_collective_log(RankRun& r);
-// The in-step scale of `profile`'s collectives (backend/cost/in_step_collectives.h): how long the
-// measured steps' collectives kept this rank's collective stream busy, a step, over what the
-// profile's sweeps price the program's collectives at; the ranks' mean (a collective over the
-// world). 1 where nothing was measured (one rank, a backend without completion times).
-double in_step_scale(RankRun& r, const StepCollectives& measured, const Profile& profile);
+// The in-step scale of `profile`'s collectives for this rank's program and measured steps
+// (backend/cost/in_step_collectives.h), averaged over the ranks that could tell theirs (a
+// collective over the world: every rank calls it). 1 where none could (one rank, NCCL).
+double mean_in_step_scale(RankRun& r, const StepCollectives& measured, const Profile& profile);
 // Adaptive offloading: AdamW's states created now and a state copier attached to the sharded
 // executor (rank_setup.cpp; a re-plan that starts moving states calls it too).
 void attach_state_copier(RankRun& r);

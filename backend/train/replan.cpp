@@ -10,6 +10,7 @@
 
 #include <torch/csrc/autograd/generated/variable_factories.h>
 
+#include "backend/cost/in_step_collectives.h"
 #include "backend/cost/instruction_cost.h"
 #include "backend/cost/profile_times.h"
 #include "backend/exec/sharded_executor.h"
@@ -36,8 +37,8 @@ Profile measured_profile(RankRun& r, int64_t steps_done) {
   CollectiveSweep sweep;
   sweep.repeats = 5;  // a re-plan's sweep: short, its line only has to rank the passes' choices
   profile.collectives = profile_collectives(*r.world, &r.sharded->groups(), nullptr, r.device, sweep);
-  double scale = in_step_scale(r, measured, profile);
-  for (CollectiveProfile& c : profile.collectives) c.in_step_scale = scale;
+  double scale = mean_in_step_scale(r, measured, profile);
+  apply_in_step_scale(profile, scale);
   return profile;
 }
 

@@ -27,6 +27,7 @@
 #include "backend/exec/activation_checkpoint.h"
 #include "backend/build_info.h"
 #include "backend/train/checkpoint_io.h"
+#include "backend/cost/in_step_collectives.h"
 #include "backend/cost/step_estimate.h"
 #include "backend/instrument/collective_profiler.h"
 #include "backend/comm/communicator.h"
@@ -88,17 +89,9 @@ StepCollectives close_collective_log(RankRun& r) {
   return measured;
 }
 
-double in_step_scale(RankRun& r, const StepCollectives& measured, const Profile& profile) {
-  double scale = 0;
-  if (!measured.spans.empty() && measured.unknown == 0 && r.step && profile.measured_steps > 0) {
-    double busy = serial_busy_ms(measured.spans) / profile.measured_steps;
-    try {
-      double priced = estimate_step(*r.step, profile, "the profile being written").collective_ms;
-      if (priced > 0) scale = busy / priced;
-    } catch (const UserError&) {
-      // The sweep lacks a collective the program issues: nothing to scale against.
-    }
-  }
+double mean_in_step_scale(RankRun& r, const StepCollectives& measured, const Profile& profile) {
+  // Every rank reaches the all-reduce below, whatever its own figure.
+  double scale = measured.unknown == 0 && r.step ? in_step_scale(*r.step, profile, measured.spans, profile.measured_steps) : 0;
   torch::Tensor sum = torch::tensor({scale, scale > 0 ? 1.0 : 0.0}, torch::kDouble);
   comm::all_reduce(*r.world, sum).wait();
   double ranks = sum[1].item<double>();
@@ -123,8 +116,8 @@ void write_profile(RankRun& r) {
   bool lead = r.env.rank == 0;
   if (lead) std::cout << "loom profile: timing collectives on every process group of the run\n" << std::flush;
   profile.collectives = profile_collectives(*r.world, r.sharded ? &r.sharded->groups() : nullptr, r.mesh.get(), r.device);
-  double scale = in_step_scale(r, measured, profile);
-  for (CollectiveProfile& c : profile.collectives) c.in_step_scale = scale;
+  double scale = mean_in_step_scale(r, measured, profile);
+  apply_in_step_scale(profile, scale);
   std::string text = profile.to_json();
   auto write = [&](const std::string& path) {
     fs::path parent = fs::path(path).parent_path();
@@ -304,8 +297,10 @@ void run_step_tail(RankRun& r, const ir::Program& program, StepTail& tail, const
 StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
   const TrainOptions& o = r.o;
   bool recording = r.recorder && step == r.start;
-  if (r.profiler && measures_step(o, step) && !r.collective_log)
-    r.collective_log = std::make_unique<comm::CollectiveLog>();  // open through the round's last measured step
+  // Open through the round's last measured step; gloo's only: NCCL completes a work's future
+  // when the collective is queued, not done, so its spans would say nothing.
+  if (r.profiler && !r.nccl && measures_step(o, step) && !r.collective_log)
+    r.collective_log = std::make_unique<comm::CollectiveLog>();
   auto t0 = std::chrono::steady_clock::now();
   std::optional<timeline::Span> step_span;  // ends with the metrics, before a checkpoint is written
   step_span.emplace("step " + std::to_string(step + 1), "step");
@@ -344,6 +339,7 @@ StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
   result.peak_bytes = std::max(result.peak_bytes, peak);
   bool last = step + 1 == o.steps;
   if (!o.save_dir.empty() && (last || (o.save_every > 0 && (step + 1) % o.save_every == 0))) {
+    comm::CollectiveLog::Pause not_the_step(r.collective_log.get());
     if (r.sharded) r.sharded->gather_all();  // for the consolidated model.pt
     // Under a mesh rank 0 puts the whole model together from the ranks that hold its parts.
     BuiltModel whole;

@@ -194,6 +194,30 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
   CHECK(e.collective_ms == doctest::Approx(1.5));
   CHECK(e.optimizer_ms == 0);
 
+  // The in-step scale: two measured steps whose collectives kept the stream busy 3 ms a step
+  // (0-2, then 2-4 for the one launched at 1 ms, then 10-12), against the 1.5 ms priced: 2. A
+  // pipeline's send, priced by the profile too, is not on the collective stream: it does not
+  // count. Nothing measured: 0.
+  ir::Instr send = gather;
+  send.kind = ir::OpKind::Send, send.group = {ir::Role::StagePair, 2};
+  step.instrs.push_back(send);
+  CollectiveProfile transfer = c;
+  transfer.collective = "send", transfer.group = "stage_pair";
+  p.collectives.push_back(transfer);
+  CHECK(estimate_step(step, p, "p.json").collective_ms == doctest::Approx(3.0));
+  CHECK(in_step_scale(step, p, {{0, 2}, {1, 4}, {10, 12}}, 2) == doctest::Approx(2.0));
+  CHECK(in_step_scale(step, p, {}, 2) == 0);
+  ir::Program stage = step;
+  stage.mesh.pp = 2;  // a pipeline stage's spans wait for the other stage: not told
+  CHECK(in_step_scale(stage, p, {{0, 2}, {1, 4}, {10, 12}}, 2) == 0);
+  // Applied to every collective but the transfers it left out.
+  Profile scaled = p;
+  apply_in_step_scale(scaled, 2.0);
+  CHECK(scaled.collectives[0].in_step_scale == 2.0);
+  CHECK(scaled.collectives[1].in_step_scale == 1.0);
+  step.instrs.pop_back();
+  p.collectives.pop_back();
+
   // The optimizer step at its measured time, once a profile has one.
   ir::Instr update;
   update.kind = ir::OpKind::OptimizerStep, update.phase = ir::Phase::Step;
