@@ -91,7 +91,12 @@ StepCollectives close_collective_log(RankRun& r) {
 
 double mean_in_step_scale(RankRun& r, const StepCollectives& measured, const Profile& profile) {
   // Every rank reaches the all-reduce below, whatever its own figure.
-  double scale = measured.unknown == 0 && r.step ? in_step_scale(*r.step, profile, measured.spans, profile.measured_steps) : 0;
+  double scale = 0;
+  try {
+    if (measured.unknown == 0 && r.step) scale = in_step_scale(*r.step, profile, measured.spans, profile.measured_steps);
+  } catch (const std::exception&) {
+    scale = 0;  // not told here; the other ranks' figures stand
+  }
   torch::Tensor sum = torch::tensor({scale, scale > 0 ? 1.0 : 0.0}, torch::kDouble);
   comm::all_reduce(*r.world, sum).wait();
   double ranks = sum[1].item<double>();
