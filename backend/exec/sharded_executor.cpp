@@ -104,9 +104,8 @@ struct ShardedExecutor::State {
   // program's (window_reductions pass).
   std::unordered_map<size_t, size_t> completes_unit_at;
   // Each unit's all-reduce over the replicas (its handle; -1 where the program waits for none,
-  // and the sum is waited for at once), and the backward instructions that wait for one.
+  // and the sum is waited for at once).
   std::vector<int> replica_sum_handle;
-  std::unordered_set<int> replica_sum_waits;
   std::map<int, Sum> replica_sums;  // in flight, by handle
   size_t next_reduce = 0;              // the next unit of reduce_units to launch
   std::map<int, std::vector<int>> gathers_by_handle;
@@ -297,7 +296,7 @@ struct ShardedExecutor::State {
   }
 
   void wait_for(const ir::Instr& wait) {
-    if (replica_sum_waits.count(wait.handle)) {
+    if (replica_sums.count(wait.handle)) {  // handles are unique: no gather or copy has it
       finish_replica_sum(wait.handle);
       return;
     }
@@ -536,11 +535,10 @@ struct ShardedExecutor::State {
     }
   }
 
-  // The IR waits for the replicas' sum `handle`: lands it if it is in flight (not launched yet:
-  // a rank that has not run the unit's op launches it later, and finish_backward lands it).
+  // Lands the replicas' sum `handle`, in flight, where the IR waits for it (one not launched yet,
+  // by a rank that has not run the unit's op, launches later and finish_backward lands it).
   void finish_replica_sum(int handle) {
     auto it = replica_sums.find(handle);
-    if (it == replica_sums.end()) return;
     land_sum(it->second);
     keep_slices(it->second.members);
     replica_sums.erase(it);
@@ -583,7 +581,6 @@ struct ShardedExecutor::State {
   // sums otherwise (none such today) is waited for at once.
   void plan_replica_sums() {
     replica_sum_handle.assign(reduce_units.size(), -1);
-    replica_sum_waits.clear();
     std::map<std::vector<int>, int> sum_of;  // the parameters of a replicas' all-reduce -> its handle
     std::unordered_set<int> waited;
     for (size_t i : backward_instrs) {
@@ -599,9 +596,7 @@ struct ShardedExecutor::State {
       std::vector<int> members(reduce_units[u].begin(), reduce_units[u].end());
       std::sort(members.begin(), members.end());
       auto it = sum_of.find(members);
-      if (it == sum_of.end() || !waited.count(it->second)) continue;
-      replica_sum_handle[u] = it->second;
-      replica_sum_waits.insert(it->second);
+      if (it != sum_of.end() && waited.count(it->second)) replica_sum_handle[u] = it->second;
     }
   }
 };

@@ -23,7 +23,7 @@ struct OpProfiler::State {
   // so the device is not synchronized between ops).
   struct Mark {
     double wall_ms = 0;
-    double blocked_ms = 0;  // comm::blocked_ms() then (CPU): an op's waits for collectives are not its time
+    double blocked_ms = 0;  // comm::blocked_ms() then (CPU): time waiting for collectives is not the ops'
     std::shared_ptr<compat::CudaEvent> event;
   };
   struct Interval {
@@ -66,11 +66,11 @@ struct OpProfiler::State {
 
   std::vector<Interval> unread;  // measured intervals whose times are not read yet
 
-  Clock clock_at(const Mark& m) const { return {m.wall_ms, comm::blocked_ms() + recomputing_ms}; }
+  Clock clock_at(const Mark& m) const { return {m.wall_ms, m.blocked_ms + recomputing_ms}; }
   // The op-free work from `from` to `to`: 0 on GPU (events), where an op's time is its own.
   double between(const Clock& from, const Mark& to) const {
     if (to.event || from.wall_ms < 0) return 0;
-    return std::max(0.0, to.wall_ms - from.wall_ms - (comm::blocked_ms() + recomputing_ms - from.excluded_ms));
+    return std::max(0.0, to.wall_ms - from.wall_ms - (to.blocked_ms + recomputing_ms - from.excluded_ms));
   }
 
   Mark now() const {
