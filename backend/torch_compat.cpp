@@ -97,6 +97,7 @@ c10::intrusive_ptr<C10dGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Sto
 #endif
 
 #if TORCH_VERSION_MAJOR >= 2
+void zero_gradients(torch::optim::Optimizer& optimizer) { optimizer.zero_grad(/*set_to_none=*/false); }
 void shutdown_group(const c10::intrusive_ptr<C10dGroup>& group) {
   if (group) group->shutdown();
 }
@@ -105,6 +106,7 @@ void set_bf16_autocast(bool enabled) {
   at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
 }
 #else
+void zero_gradients(torch::optim::Optimizer& optimizer) { optimizer.zero_grad(); }
 void shutdown_group(const c10::intrusive_ptr<C10dGroup>&) {}
 void set_bf16_autocast(bool enabled) {
   at::autocast::set_enabled(enabled);

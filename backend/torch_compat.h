@@ -78,6 +78,11 @@ void set_bf16_autocast(bool enabled);
 // Drops autocast's cast cache; call after each forward.
 void clear_autocast_cache();
 
+// Zeroes the optimizer's gradients in place, keeping their memory, as LibTorch 1.13's
+// zero_grad() does; 2.x's frees them by default (set_to_none), so backward would allocate them
+// again and a step's memory (the walk keeps gradients resident) would differ between versions.
+void zero_gradients(torch::optim::Optimizer& optimizer);
+
 // The AdamW state of parameter `p`, created (zeros, step 0) when the optimizer has none yet.
 // The optimizer's state map is keyed by a string of the TensorImpl address in 1.13 and by the
 // address itself in later versions.

@@ -16,6 +16,7 @@
 #include "backend/instrument/model_trace.h"
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
+#include "backend/sim/memory_calibration.h"
 #include "backend/sim/memory_plot.h"
 #include "backend/sim/simulator.h"
 #include "backend/train/output_paths.h"
@@ -42,13 +43,16 @@ std::optional<Cluster> chosen_cluster(const SimulateOptions& o, int& local_world
   return cluster;
 }
 
-// The cost model: the cluster's, or the profile's for the programs it prices.
+// The cost model: the cluster's, or the profile's for the programs it prices, with the memory
+// the profile measured (`calibration`, by stage; identity off a GPU).
 std::shared_ptr<InstructionCost> cost_model(const SimulateOptions& o, std::shared_ptr<ClusterCost> cluster_cost,
-                                            const std::vector<ir::Program>& stages) {
+                                            const std::vector<ir::Program>& stages, std::vector<MemoryCalibration>& calibration) {
   if (cluster_cost) return cluster_cost;
   Profile profile = load_profile(o.profile);
   check_profile_fits(profile, o.profile, {o.model, "", o.nproc, 0, o.micro_batch, o.seq, o.accum});
-  return std::make_shared<ProfileCost>(stages, profile, o.profile);
+  auto cost = std::make_shared<ProfileCost>(stages, profile, o.profile);
+  calibration = memory::calibrate_to_profile(*cost, stages, profile);
+  return cost;
 }
 
 // What the memory-aware passes plan with. On a cluster: the limit (by default its device's, as
@@ -76,7 +80,7 @@ void save_machine_cluster(const SimulateOptions& o, const ir::Program& program) 
 }
 
 void print_report(const SimulateOptions& o, const RuntimePlan& plan, const std::vector<ir::Program>& stages, const SimResult& r,
-                  const std::string& priced_by, double tokens_per_s_per_rank) {
+                  const std::string& priced_by, double tokens_per_s_per_rank, const std::vector<MemoryCalibration>& calibration) {
   std::printf("loom simulate: %s at %d ranks (tp %d, pp %d, dp %d), %s, %lld micro-batch(es) of %lld x %lld tokens per rank\n",
               o.model.c_str(), o.nproc, plan.tp, plan.pp, o.nproc / (plan.tp * plan.pp), priced_by.c_str(),
               static_cast<long long>(o.accum), static_cast<long long>(o.micro_batch), static_cast<long long>(o.seq));
@@ -86,6 +90,12 @@ void print_report(const SimulateOptions& o, const RuntimePlan& plan, const std::
   std::printf("  peak memory     %10s     on stage %d, at instruction %s\n", format_size(r.peak_bytes).c_str(), r.peak_stage,
               instruction_line(stages[static_cast<size_t>(r.peak_stage)], r.peak_instr).c_str());
   std::printf("  tokens/s/rank   %10.0f\n", tokens_per_s_per_rank);
+  for (size_t stage = 0; stage < calibration.size(); ++stage) {
+    const MemoryCalibration& c = calibration[stage];
+    if (c.activation_scale == 1 && c.outside_bytes == 0) continue;
+    std::printf("  stage %zu's memory as the GPU profile measured it: activations x%.2f of the traced fp32 bytes, %s held outside the model\n",
+                stage, c.activation_scale, format_size(c.outside_bytes).c_str());
+  }
 }
 
 // What a simulation found, for the report.
@@ -95,6 +105,7 @@ struct Simulation {
   SimResult result;
   std::string priced_by;  // "cluster NAME" or "profile FILE"
   double tokens_per_s_per_rank = 0;
+  std::vector<MemoryCalibration> memory_calibration;  // by stage, from a GPU profile (else identity or none)
 };
 
 // `sch` lowered and replayed under the cost model `o` names; `o` takes the schedule's batch().
@@ -112,7 +123,7 @@ Simulation simulate_planned(const Schedule& sch, SimulateOptions& o, std::option
   step_options.accum = o.accum;
   step_options.memory = memory_planning(o, cluster_cost);
   s.stages = lower_stage_programs(s.plan, trace_model(o.model, {o.micro_batch, o.seq}, s.plan.replacements), o.nproc, step_options);
-  s.result = simulate(s.stages, *cost_model(o, cluster_cost, s.stages));
+  s.result = simulate(s.stages, *cost_model(o, cluster_cost, s.stages, s.memory_calibration));
   // A replica's tokens are shared by its tp x pp ranks.
   double tokens_per_rank = static_cast<double>(o.micro_batch * o.seq * o.accum) / (s.plan.tp * s.plan.pp);
   s.tokens_per_s_per_rank = s.result.step_s > 0 ? tokens_per_rank / s.result.step_s : 0;
@@ -125,6 +136,12 @@ void check_cost_model(const SimulateOptions& o) {
                     "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`");
 }
 
+nlohmann::json calibration_json(const std::vector<MemoryCalibration>& by_stage) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const MemoryCalibration& c : by_stage) stages.push_back({{"activation_scale", c.activation_scale}, {"outside_bytes", c.outside_bytes}});
+  return stages;
+}
+
 nlohmann::json report_json(const Simulation& s) {
   const SimResult& r = s.result;
   return {{"step_s", r.step_s},
@@ -132,10 +149,12 @@ nlohmann::json report_json(const Simulation& s) {
           {"exposed_comm_s", r.exposed_comm_s},
           {"peak_bytes", r.peak_bytes},
           {"peak_stage", r.peak_stage},
+          {"stage_peak_bytes", r.stage_peak_bytes},
           {"peak_instruction", r.peak_instr},
           {"critical_stage", r.critical_stage},
           {"tokens_per_s_per_rank", s.tokens_per_s_per_rank},
-          {"priced_by", s.priced_by}};
+          {"priced_by", s.priced_by},
+          {"memory_calibration", calibration_json(s.memory_calibration)}};
 }
 
 int simulate_schedule(const SimulateOptions& given) {
@@ -162,7 +181,7 @@ int simulate_schedule(const SimulateOptions& given) {
       write_whole_file(o.memory_plot, memory_plot_svg(r, "loom simulate: " + o.model + " at " + std::to_string(o.nproc) +
                                                               " ranks, " + s.priced_by));
     if (!o.json) {
-      print_report(o, s.plan, s.stages, r, s.priced_by, s.tokens_per_s_per_rank);
+      print_report(o, s.plan, s.stages, r, s.priced_by, s.tokens_per_s_per_rank, s.memory_calibration);
       return kOk;
     }
     std::cout << report_json(s).dump(1) << "\n";

@@ -61,6 +61,16 @@ std::vector<CollectiveSpan> CollectiveLog::spans(int* unknown) const {
   return out;
 }
 
+void CollectiveLog::begin_step() {
+  std::lock_guard<std::mutex> lock(log_mutex);
+  step_starts_.push_back(now_ms());
+}
+
+std::vector<double> CollectiveLog::step_starts() const {
+  std::lock_guard<std::mutex> lock(log_mutex);
+  return step_starts_;
+}
+
 void CollectiveLog::note_launch(const c10::intrusive_ptr<c10d::Work>& work) {
   if (!work) return;
   std::lock_guard<std::mutex> lock(log_mutex);

@@ -34,6 +34,10 @@ class CollectiveLog {
   // The collectives launched since it opened, in launch order, and how many of them are still
   // in flight (no completion time yet).
   std::vector<CollectiveSpan> spans(int* unknown) const;
+  // A measured step begins now (in_step_scale tells the spans apart by step).
+  void begin_step();
+  // When each measured step began, on the spans' clock.
+  std::vector<double> step_starts() const;
 
   // comm::Work calls it for each collective it launches.
   static void note_launch(const c10::intrusive_ptr<c10d::Work>& work);
@@ -41,6 +45,7 @@ class CollectiveLog {
  private:
   struct Entry;
   std::vector<std::shared_ptr<Entry>> entries_;  // guarded by the log's mutex (collective_log.cpp)
+  std::vector<double> step_starts_;              // likewise
 };
 
 }  // namespace loom::comm

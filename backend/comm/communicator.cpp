@@ -295,18 +295,34 @@ Work broadcast(Group& group, at::Tensor& tensor, const BroadcastOptions& options
   return Work(group.impl().pg->broadcast(ts, o), nullptr, "broadcast on " + group.name());
 }
 
+namespace {
+// gloo's send and recv read and write the tensor's memory as host memory (its collectives stage
+// device tensors themselves, its point-to-point does not): a CUDA tensor goes through a host copy.
+bool staged_through_host(const Group& group, const at::Tensor& tensor) {
+  return group.impl().backend == Backend::Gloo && !tensor.device().is_cpu();
+}
+}  // namespace
+
 Work send(Group& group, const at::Tensor& tensor, int peer, const PointToPointOptions& options) {
   require_contiguous(tensor, "send");
   if (tensor.numel() == 0) return Work();
-  std::vector<at::Tensor> ts{tensor};
-  return Work(group.impl().pg->send(ts, peer, options.tag), nullptr, "send on " + group.name());
+  bool staged = staged_through_host(group, tensor);
+  std::vector<at::Tensor> ts{staged ? tensor.to(at::kCPU) : tensor};
+  std::function<void()> keep_host_copy;  // until the send is waited for
+  if (staged) keep_host_copy = [host = ts[0]] {};
+  return Work(group.impl().pg->send(ts, peer, options.tag), std::move(keep_host_copy), "send on " + group.name());
 }
 
 Work recv(Group& group, at::Tensor& tensor, int peer, const PointToPointOptions& options) {
   require_contiguous(tensor, "recv");
   if (tensor.numel() == 0) return Work();
-  std::vector<at::Tensor> ts{tensor};
-  return Work(group.impl().pg->recv(ts, peer, options.tag), nullptr, "recv on " + group.name());
+  if (!staged_through_host(group, tensor)) {
+    std::vector<at::Tensor> ts{tensor};
+    return Work(group.impl().pg->recv(ts, peer, options.tag), nullptr, "recv on " + group.name());
+  }
+  std::vector<at::Tensor> ts{at::empty(tensor.sizes(), tensor.options().device(at::kCPU))};
+  auto finish = [host = ts[0], device = tensor]() mutable { device.copy_(host); };
+  return Work(group.impl().pg->recv(ts, peer, options.tag), std::move(finish), "recv on " + group.name());
 }
 
 Work all_gather(Group& group, const at::Tensor& shard, at::Tensor& out) {

@@ -90,7 +90,8 @@ struct BroadcastOptions {
 };
 Work broadcast(Group& group, at::Tensor& tensor, const BroadcastOptions& options = {});
 
-// Point to point: `peer` is a group rank; a send and its recv carry the same tag.
+// Point to point: `peer` is a group rank; a send and its recv carry the same tag. On gloo a
+// CUDA tensor goes through a host copy (gloo's send and recv take host memory).
 struct PointToPointOptions {
   int tag = 0;
 };

@@ -17,10 +17,21 @@ double serial_busy_ms(std::vector<CollectiveSpan> spans) {
   return busy;
 }
 
-double in_step_scale(const ir::Program& program, const Profile& profile, const std::vector<CollectiveSpan>& spans, int steps) {
+namespace {
+
+double median(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  size_t n = xs.size();
+  return n % 2 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
+}
+
+}  // namespace
+
+double in_step_scale(const ir::Program& program, const Profile& profile, const std::vector<CollectiveSpan>& spans,
+                     const std::vector<double>& step_starts) {
   // A pipeline's stages meet at their step's collectives (the loss's, the shared gradients'): a
   // span there includes the wait for the other stage, which the simulator models itself.
-  if (spans.empty() || steps <= 0 || program.mesh.pp > 1) return 0;
+  if (spans.empty() || step_starts.empty() || program.mesh.pp > 1) return 0;
   StepEstimate priced;
   try {
     priced = estimate_step(program, profile, "the profile being written");
@@ -34,7 +45,15 @@ double in_step_scale(const ir::Program& program, const Profile& profile, const s
     if (!ir::issued_collective(in) || transfer || priced.instruction_ms[i] <= 0) continue;
     priced_ms += priced.instruction_ms[i] * static_cast<double>(ir::times_per_step(program, in));
   }
-  return priced_ms > 0 ? serial_busy_ms(spans) / steps / priced_ms : 0;
+  if (!(priced_ms > 0)) return 0;
+  std::vector<std::vector<CollectiveSpan>> by_step(step_starts.size());
+  for (const CollectiveSpan& s : spans) {
+    auto after = std::upper_bound(step_starts.begin(), step_starts.end(), s.launched_ms);
+    by_step[after == step_starts.begin() ? 0 : static_cast<size_t>(after - step_starts.begin() - 1)].push_back(s);
+  }
+  std::vector<double> scales;
+  for (const auto& step : by_step) scales.push_back(serial_busy_ms(step) / priced_ms);
+  return median(scales);
 }
 
 void apply_in_step_scale(Profile& profile, double scale) {

@@ -25,13 +25,17 @@ struct CollectiveSpan {
 // program order, from their issue or the stream's last end). Any order of `spans`.
 double serial_busy_ms(std::vector<CollectiveSpan> spans);
 
-// The in-step scale of `profile`'s collectives for `program`: how long the collectives of its
-// `steps` measured steps (`spans`, pipeline sends and receives not among them) kept the stream
-// busy, a step, over what the profile's sweeps price the program's collectives at (sends and
-// receives left out alike). 0 when it cannot be told: nothing measured or priced, the profile
-// lacks a collective the program issues, or a pipeline's stage (its spans include waiting for
-// the other stages, which the simulator models itself).
-double in_step_scale(const ir::Program& program, const Profile& profile, const std::vector<CollectiveSpan>& spans, int steps);
+// The in-step scale of `profile`'s collectives for `program`: how long the collectives of a
+// measured step (`spans`, pipeline sends and receives not among them) kept the stream busy,
+// over what the profile's sweeps price the program's collectives at (sends and receives left
+// out alike); the median over the steps, so that a step in which this rank waited long for a
+// late peer (its spans then include the wait) does not set it. `step_starts`: when each
+// measured step began, on the spans' clock; a span belongs to the step it was launched in. 0
+// when it cannot be told: nothing measured or priced, the profile lacks a collective the program
+// issues, or a pipeline's stage (its spans include waiting for the other stages, which the
+// simulator models itself).
+double in_step_scale(const ir::Program& program, const Profile& profile, const std::vector<CollectiveSpan>& spans,
+                     const std::vector<double>& step_starts);
 
 // Sets `scale` on the profile's collectives, the pipeline's sends and receives excepted (what
 // in_step_scale measured, and what it did not).

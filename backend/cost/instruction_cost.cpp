@@ -104,6 +104,12 @@ ProfileCost::ProfileCost(const std::vector<ir::Program>& stages, const Profile& 
     }
     programs_.push_back(&program);
   }
+  memory_.resize(programs_.size());
+}
+
+void ProfileCost::calibrate_memory(std::vector<MemoryCalibration> by_program) {
+  if (by_program.size() != programs_.size()) throw InternalError("a memory calibration for each priced program was expected");
+  memory_ = std::move(by_program);
 }
 
 size_t ProfileCost::index_of(const ir::Program& program) const {
@@ -119,5 +125,11 @@ double ProfileCost::seconds(const ir::Program& program, const ir::Instr& in) con
 int64_t ProfileCost::workspace_bytes(const ir::Program& program, const ir::Instr& in) const {
   return estimates_[index_of(program)].instruction_workspace_bytes.at(static_cast<size_t>(&in - program.instrs.data()));
 }
+
+int64_t ProfileCost::activation_bytes(const ir::Program& program, const ir::Instr& in) const {
+  return static_cast<int64_t>(static_cast<double>(in.activation_bytes) * memory_[index_of(program)].activation_scale);
+}
+
+int64_t ProfileCost::outside_bytes(const ir::Program& program) const { return memory_[index_of(program)].outside_bytes; }
 
 }  // namespace loom

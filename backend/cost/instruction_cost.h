@@ -25,6 +25,11 @@ class InstructionCost {
   // Bytes `in` allocates while it runs and frees by its end, beyond what it saves (a backward's
   // input gradients and temporaries): measured by a profile; 0 where the model does not know.
   virtual int64_t workspace_bytes(const ir::Program& program, const ir::Instr& in) const { return 0; }
+  // The bytes a compute or recompute saves for backward: the traced ones, unless a measurement
+  // says otherwise.
+  virtual int64_t activation_bytes(const ir::Program& program, const ir::Instr& in) const { return in.activation_bytes; }
+  // Bytes held for the whole step beyond the model's states (a GPU library's workspaces).
+  virtual int64_t outside_bytes(const ir::Program& program) const { return 0; }
 };
 
 // The analytic model on a cluster: compute from FLOPs and bytes on its device, each collective
@@ -63,9 +68,15 @@ class ProfileCost : public InstructionCost {
   ProfileCost(const std::vector<ir::Program>& stages, const Profile& profile, const std::string& origin);
   double seconds(const ir::Program& program, const ir::Instr& in) const override;
   int64_t workspace_bytes(const ir::Program& program, const ir::Instr& in) const override;
+  int64_t activation_bytes(const ir::Program& program, const ir::Instr& in) const override;
+  int64_t outside_bytes(const ir::Program& program) const override;
+  // What the profile measured of each program's memory (backend/sim/memory_calibration.h),
+  // one per program in the order they were given; without it the traced bytes stand.
+  void calibrate_memory(std::vector<MemoryCalibration> by_program);
 
  private:
   std::vector<const ir::Program*> programs_;
+  std::vector<MemoryCalibration> memory_;  // by program
   std::vector<StepEstimate> estimates_;  // by program
   std::vector<std::vector<double>> seconds_;  // by program, by instruction
   size_t index_of(const ir::Program& program) const;

@@ -3,6 +3,8 @@
 // simulator (backend/sim/) use. Header-only and torch-free, so the language core can include it.
 #pragma once
 
+#include <cstdint>
+
 namespace loom {
 
 // Bytes per parameter element of each model state.
@@ -16,6 +18,15 @@ struct StateBytes {
   static StateBytes loom_adamw() { return {4, 4, 8}; }
   // lins.txt §IV-D: fp16 parameters and gradients; fp32 master weights, momentum and variance.
   static StateBytes mixed_precision_adam() { return {2, 2, 12}; }
+};
+
+// What a profile measured on a GPU says of the two things the memory model cannot see there
+// (backend/sim/memory_calibration.h): the traced activations are fp32, on the meta device,
+// while bf16 autocast saves some in bf16 and caches bf16 copies of the weights for the forward;
+// and the GPU libraries hold memory of their own for the whole run (cuBLAS's workspaces).
+struct MemoryCalibration {
+  double activation_scale = 1;  // measured forward growth over the traced activations'
+  int64_t outside_bytes = 0;    // held beyond the model's states from the step's start on
 };
 
 // lins.txt §IV-D's D_modelstate for `params` elements: each state divided by its sharding

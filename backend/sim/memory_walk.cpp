@@ -125,7 +125,8 @@ Effect compute_effect(const ir::Program& p, const Instr& in, const InstructionCo
   bool backward = in.kind == OpKind::Compute && in.phase == Phase::Backward;  // frees what forward saved
   int64_t workspace = cost ? cost->workspace_bytes(p, in) : 0;
   if (in.kind == OpKind::OptimizerStep) workspace += optimizer_step_workspace(p, in);
-  return {workspace, backward ? -in.activation_bytes : in.activation_bytes};
+  int64_t saved = cost ? cost->activation_bytes(p, in) : in.activation_bytes;
+  return {workspace, backward ? -saved : saved};
 }
 
 }  // namespace
@@ -291,7 +292,7 @@ int64_t StateCopies::change(const Instr& in) const {
 
 std::vector<int64_t> memory_around_each(const ir::Program& p, const StateBytes& state_bytes, const InstructionCost* cost) {
   std::vector<int64_t> around(p.instrs.size(), 0);
-  int64_t in_use = resident_bytes(p, state_bytes);
+  int64_t in_use = resident_bytes(p, state_bytes) + (cost ? cost->outside_bytes(p) : 0);
   StepMemory memory(p, cost);
   for (const Run& run : runs_of(p)) {
     Effect e = memory.effect(p.instrs[run.instr]);

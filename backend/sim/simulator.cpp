@@ -44,6 +44,7 @@ class Simulator {
   Simulator(const std::vector<ir::Program>& stages, const InstructionCost& cost, const StateBytes& state_bytes, bool timeline)
       : cost_(cost), timeline_(timeline) {
     result_.memory.resize(stages.size());
+    result_.stage_peak_bytes.assign(stages.size(), 0);
     for (size_t s = 0; s < stages.size(); ++s) {
       Rank r;
       r.stage = static_cast<int>(s);
@@ -52,7 +53,7 @@ class Simulator {
       int handles = stages[s].next_handle;
       for (const Instr& in : stages[s].instrs) handles = std::max(handles, in.handle + 1);
       r.handle_end.assign(static_cast<size_t>(handles), -1);
-      r.memory = memory::resident_bytes(stages[s], state_bytes);
+      r.memory = memory::resident_bytes(stages[s], state_bytes) + cost_.outside_bytes(stages[s]);
       r.allocations = std::make_unique<memory::StepMemory>(stages[s], &cost_);
       ranks_.push_back(std::move(r));
       note_memory(ranks_.back(), 0);
@@ -204,6 +205,8 @@ class Simulator {
 
   void note_memory(const Rank& r, size_t instr) {
     if (timeline_) result_.memory[static_cast<size_t>(r.stage)].push_back({r.host, r.memory});
+    int64_t& stage_peak = result_.stage_peak_bytes[static_cast<size_t>(r.stage)];
+    stage_peak = std::max(stage_peak, r.memory);
     if (r.memory > result_.peak_bytes) {
       result_.peak_bytes = r.memory;
       result_.peak_stage = r.stage;

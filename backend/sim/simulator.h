@@ -43,6 +43,7 @@ struct SimResult {
   int64_t peak_bytes = 0;     // the largest memory in use on any stage
   int peak_stage = 0;
   size_t peak_instr = 0;      // the instruction at that peak (index into its stage's program)
+  std::vector<int64_t> stage_peak_bytes;  // each stage's own peak (a run's metrics give rank 0's)
   int critical_stage = 0;     // the stage whose end is the step's
   std::vector<SimEvent> events;
   std::vector<std::vector<MemorySample>> memory;  // per stage, after each change

@@ -104,6 +104,7 @@ void finish_rank(RankRun& r);
 // opens it at the first measured step (`loom profile`'s, a re-plan round's).
 struct StepCollectives {
   std::vector<CollectiveSpan> spans;
+  std::vector<double> step_starts;  // when each measured step began
   int unknown = 0;  // collectives without a completion time
 };
 StepCollectives close_collective_log(RankRun& r);

@@ -18,6 +18,7 @@
 #include "backend/instrument/op_profiler.h"
 #include "backend/lower/lower_step.h"
 #include "backend/passes/pass_pipeline.h"
+#include "backend/sim/memory_calibration.h"
 #include "backend/sim/simulator.h"
 #include "lang/diagnostics.h"
 #include "lang/value.h"
@@ -81,8 +82,12 @@ struct Prediction {
 Prediction predict(const RankRun& r, const ir::Program& next, const Profile& profile) {
   // A profile's cost prices the very programs it was built over: one vector each, kept.
   std::vector<ir::Program> current_stages{*r.step}, next_stages{next};
-  return {simulate(current_stages, ProfileCost(current_stages, profile, "the run's measurements")),
-          simulate(next_stages, ProfileCost(next_stages, profile, "the run's measurements"))};
+  auto simulated = [&](const std::vector<ir::Program>& stages) {
+    ProfileCost cost(stages, profile, "the run's measurements");
+    memory::calibrate_to_profile(cost, stages, profile);
+    return simulate(stages, cost);
+  };
+  return {simulated(current_stages), simulated(next_stages)};
 }
 
 void log_replan(const RankRun& r, const ir::Program& next, const std::vector<PassRecord>& records, const Prediction* predicted,

@@ -84,7 +84,7 @@ void write_metrics_row(std::ofstream& out, const std::string& path, const StepMe
 
 StepCollectives close_collective_log(RankRun& r) {
   StepCollectives measured;
-  if (r.collective_log) measured.spans = r.collective_log->spans(&measured.unknown);
+  if (r.collective_log) measured.spans = r.collective_log->spans(&measured.unknown), measured.step_starts = r.collective_log->step_starts();
   r.collective_log.reset();
   return measured;
 }
@@ -93,7 +93,7 @@ double mean_in_step_scale(RankRun& r, const StepCollectives& measured, const Pro
   // Every rank reaches the all-reduce below, whatever its own figure.
   double scale = 0;
   try {
-    if (measured.unknown == 0 && r.step) scale = in_step_scale(*r.step, profile, measured.spans, profile.measured_steps);
+    if (measured.unknown == 0 && r.step) scale = in_step_scale(*r.step, profile, measured.spans, measured.step_starts);
   } catch (const std::exception&) {
     scale = 0;  // not told here; the other ranks' figures stand
   }
@@ -306,6 +306,7 @@ StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
   // when the collective is queued, not done, so its spans would say nothing.
   if (r.profiler && !r.nccl && measures_step(o, step) && !r.collective_log)
     r.collective_log = std::make_unique<comm::CollectiveLog>();
+  if (r.collective_log && measures_step(o, step)) r.collective_log->begin_step();
   auto t0 = std::chrono::steady_clock::now();
   std::optional<timeline::Span> step_span;  // ends with the metrics, before a checkpoint is written
   step_span.emplace("step " + std::to_string(step + 1), "step");
@@ -313,7 +314,7 @@ StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
   if (r.cuda) compat::cuda_reset_peak(r.gpu);
   double lr = learning_rate(o, step);
   for (auto& group : r.optimizer->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-  r.optimizer->zero_grad();
+  compat::zero_gradients(*r.optimizer);
   double loss_sum = 0;
   int64_t between_micro_batches = -1;
   for (int64_t micro = 0; micro < o.accum; ++micro) {

@@ -194,10 +194,10 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
   CHECK(e.collective_ms == doctest::Approx(1.5));
   CHECK(e.optimizer_ms == 0);
 
-  // The in-step scale: two measured steps whose collectives kept the stream busy 3 ms a step
-  // (0-2, then 2-4 for the one launched at 1 ms, then 10-12), against the 1.5 ms priced: 2. A
-  // pipeline's send, priced by the profile too, is not on the collective stream: it does not
-  // count. Nothing measured: 0.
+  // The in-step scale: two measured steps, from 0 and 10 ms, whose collectives kept the stream
+  // busy 4 ms (0-2, then 2-4 for the one launched at 1 ms) and 2 ms (10-12), against the 1.5 ms
+  // priced: the median of 2.67 and 1.33, 2. A pipeline's send, priced by the profile too, is not
+  // on the collective stream: it does not count. Nothing measured: 0.
   ir::Instr send = gather;
   send.kind = ir::OpKind::Send, send.group = {ir::Role::StagePair, 2};
   step.instrs.push_back(send);
@@ -205,11 +205,14 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
   transfer.collective = "send", transfer.group = "stage_pair";
   p.collectives.push_back(transfer);
   CHECK(estimate_step(step, p, "p.json").collective_ms == doctest::Approx(3.0));
-  CHECK(in_step_scale(step, p, {{0, 2}, {1, 4}, {10, 12}}, 2) == doctest::Approx(2.0));
-  CHECK(in_step_scale(step, p, {}, 2) == 0);
+  CHECK(in_step_scale(step, p, {{0, 2}, {1, 4}, {10, 12}}, {0, 10}) == doctest::Approx(2.0));
+  CHECK(in_step_scale(step, p, {}, {0, 10}) == 0);
+  // A step in which this rank waited 60 ms for a late peer does not set it: the median of 1.33,
+  // 1.33 and 40.
+  CHECK(in_step_scale(step, p, {{0, 2}, {10, 12}, {20, 80}}, {0, 10, 20}) == doctest::Approx(2 / 1.5));
   ir::Program stage = step;
   stage.mesh.pp = 2;  // a pipeline stage's spans wait for the other stage: not told
-  CHECK(in_step_scale(stage, p, {{0, 2}, {1, 4}, {10, 12}}, 2) == 0);
+  CHECK(in_step_scale(stage, p, {{0, 2}, {1, 4}, {10, 12}}, {0, 10}) == 0);
   // Applied to every collective but the transfers it left out.
   Profile scaled = p;
   apply_in_step_scale(scaled, 2.0);

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "backend/sim/memory_calibration.h"
 #include "backend/sim/simulator.h"
 #include "lang/diagnostics.h"
 
@@ -197,4 +198,78 @@ TEST_CASE("offload: copies hold the host on the copy stream, and the offloaded s
   // 1000 x (4/2 + 8/2) less the 4000 bytes of optimizer states on the host; the recompute saves 300.
   CHECK(r.memory[0].front().bytes == 2000);
   CHECK(r.peak_bytes == 2300);
+}
+
+namespace {
+
+// A step that saves 500 bytes in `a`'s forward and 1000 in `b`'s, on data parallelism at world 2
+// (1000 fp32 elements: 16000 bytes of model states), and a profile of it measured on `device`
+// with 3000 bytes held outside the model from the start and the forward saving 1200 bytes, not
+// the traced 1500 (autocast keeps some in bf16).
+ir::Program two_ops() {
+  ir::Program p;
+  p.params = {{"w", 1000, 4}};
+  p.sharding = {2, 1, 1, 1};
+  ir::Instr a = instr(OpKind::Compute, Phase::Forward, "a"), b = instr(OpKind::Compute, Phase::Forward, "b");
+  a.activation_bytes = 500, b.activation_bytes = 1000;
+  ir::Instr b_back = b, a_back = a;
+  b_back.phase = a_back.phase = Phase::Backward;
+  p.instrs = {a, b, b_back, a_back};
+  return p;
+}
+Profile measured_on(const std::string& device) {
+  Profile profile;
+  profile.device = device;
+  profile.measured_steps = 1;
+  profile.ops = {{"a", 1, 1, 19000, 19400, 19400, 19400}, {"b", 1, 1, 19400, 20200, 20200, 20200}};
+  return profile;
+}
+
+}  // namespace
+
+TEST_CASE("a GPU profile calibrates the memory walk: the bytes held outside the model and the activations' size") {
+  std::vector<ir::Program> stages{two_ops()};
+  Profile profile = measured_on("cuda");
+  ProfileCost cost(stages, profile, "a test profile");
+  std::vector<MemoryCalibration> calibrated = memory::calibrate_to_profile(cost, stages, profile);
+  REQUIRE(calibrated.size() == 1);
+  // Measured 19000 before `a` against the walk's 16000; 1200 saved up to `b`'s backward against 1500 traced.
+  CHECK(calibrated[0].outside_bytes == 3000);
+  CHECK(calibrated[0].activation_scale == doctest::Approx(0.8));
+  SimResult r = simulate(stages, cost);
+  std::vector<int64_t> after;
+  for (const auto& point : r.memory[0]) after.push_back(point.bytes);
+  CHECK(after == std::vector<int64_t>{19000, 19400, 20200, 19400, 19000});
+  CHECK(r.peak_bytes == 20200);
+
+  // On CPU the traced tensors are what runs: nothing is calibrated.
+  Profile on_cpu = measured_on("cpu");
+  ProfileCost cpu_cost(stages, on_cpu, "a test profile");
+  CHECK(memory::calibrate_to_profile(cpu_cost, stages, on_cpu)[0].outside_bytes == 0);
+  CHECK(simulate(stages, cpu_cost).peak_bytes == 16000 + 1500);
+}
+
+TEST_CASE("a pipeline's stages are calibrated at modules that only they run") {
+  // Both stages run the embedding `e` (a pipeline runs the modules outside its split list on
+  // every stage); the profile keeps the most any rank measured of it: the second stage's.
+  ir::Program first = two_ops(), second = two_ops();
+  ir::Instr e = instr(OpKind::Compute, Phase::Forward, "e");
+  first.instrs.insert(first.instrs.begin(), e);
+  second.instrs.insert(second.instrs.begin(), e);
+  for (ir::Instr& in : second.instrs)
+    if (in.module != "e") in.module = "late_" + in.module;
+  first.mesh.pp = second.mesh.pp = 2;
+  second.mesh.stage = 1;
+  Profile profile = measured_on("cuda");
+  profile.ops.insert(profile.ops.begin(), OpProfile{"e", 1, 1, 90000, 90000, 90000, 90000});
+  profile.ops.push_back({"late_a", 1, 1, 17000, 17500, 17500, 17500});
+  profile.ops.push_back({"late_b", 1, 1, 17500, 18500, 18500, 18500});
+  std::vector<ir::Program> stages{first, second};
+  ProfileCost cost(stages, profile, "a test profile");
+  std::vector<MemoryCalibration> calibrated = memory::calibrate_to_profile(cost, stages, profile);
+  REQUIRE(calibrated.size() == 2);
+  CHECK(calibrated[0].outside_bytes == 3000);
+  CHECK(calibrated[0].activation_scale == doctest::Approx(0.8));
+  CHECK(calibrated[1].outside_bytes == 1000);
+  CHECK(calibrated[1].activation_scale == doctest::Approx(1));
 }
