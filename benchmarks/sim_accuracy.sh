@@ -13,13 +13,14 @@
 # the model and shape (default "--model gpt:tiny --micro-batch 4 --seq 128"). KEEP=DIR keeps
 # the profiles, simulations and metrics there.
 set -euo pipefail
+[ -z "${KEEP:-}" ] || KEEP=$(realpath -m "$KEEP")
 cd "$(dirname "$0")/.."
 loom=$PWD/${LOOM:-build/loom}
 world=2 link=loopback device=cpu
 while [ $# -gt 0 ]; do
   case "$1" in
     --link) link=1gbit ;;
-    --device) device=$2; shift ;;
+    --device) device=${2:?--device takes cpu or cuda}; shift ;;
     *) world=$1 ;;
   esac
   shift

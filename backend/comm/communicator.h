@@ -91,7 +91,8 @@ struct BroadcastOptions {
 Work broadcast(Group& group, at::Tensor& tensor, const BroadcastOptions& options = {});
 
 // Point to point: `peer` is a group rank; a send and its recv carry the same tag. On gloo a
-// CUDA tensor goes through a host copy (gloo's send and recv take host memory).
+// CUDA tensor goes through a host copy (gloo's send and recv take host memory), which recv
+// copies into `tensor` at its wait: wait for every recv before reading what it received.
 struct PointToPointOptions {
   int tag = 0;
 };

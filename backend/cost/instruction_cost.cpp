@@ -1,6 +1,7 @@
 #include "backend/cost/instruction_cost.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <string>
 
@@ -127,7 +128,7 @@ int64_t ProfileCost::workspace_bytes(const ir::Program& program, const ir::Instr
 }
 
 int64_t ProfileCost::activation_bytes(const ir::Program& program, const ir::Instr& in) const {
-  return static_cast<int64_t>(static_cast<double>(in.activation_bytes) * memory_[index_of(program)].activation_scale);
+  return std::llround(static_cast<double>(in.activation_bytes) * memory_[index_of(program)].activation_scale);
 }
 
 int64_t ProfileCost::outside_bytes(const ir::Program& program) const { return memory_[index_of(program)].outside_bytes; }

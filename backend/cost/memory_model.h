@@ -1,6 +1,6 @@
 // The bytes of model states one rank holds (issue #15 §1), by the sharding factors: the one
 // memory model that the verifier's memory rule (verifier/rules/memory_fits.cpp) and the
-// simulator (backend/sim/) use. Header-only and torch-free, so the language core can include it.
+// simulator (backend/sim/) use; and the calibration a GPU profile gives the simulator's walk. Header-only and torch-free, so the language core can include it.
 #pragma once
 
 #include <cstdint>

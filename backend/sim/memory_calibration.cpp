@@ -10,16 +10,21 @@
 namespace loom::memory {
 namespace {
 
-const OpProfile* measured(const Profile& profile, const std::string& module) {
+// The profile's op of `module`: its first call in forward, or (`last`) its last, whose backward
+// comes first (as estimate_step matches them).
+const OpProfile* measured(const Profile& profile, const std::string& module, bool last) {
+  const OpProfile* found = nullptr;
   for (const OpProfile& op : profile.ops)
-    if (op.module == module) return &op;
-  return nullptr;
+    if (op.module == module) {
+      found = &op;
+      if (!last) break;
+    }
+  return found;
 }
 
 // The walk's memory in use before the first forward and the first backward compute, as the
-// op profiler reads it (the most over the step's runs of each: a pipeline's first stage starts
-// a micro-batch's forward while an earlier one's activations are held), and the activations
-// the first micro-batch saves between them.
+// op profiler reads it (the most over the step's runs of each, as it keeps the most over an
+// op's calls), and the activations the first micro-batch saves between them.
 struct WalkPoints {
   const ir::Instr* first_forward = nullptr;
   const ir::Instr* first_backward = nullptr;
@@ -53,6 +58,7 @@ std::optional<WalkPoints> walk_points(const ir::Program& p, const StateBytes& st
     if (saving && first_micro_batch && saves) points.saved += in.activation_bytes;
     in_use += memory.effect(in).change;
   }
+  if (points.w0 == std::numeric_limits<int64_t>::min() || points.w1 == std::numeric_limits<int64_t>::min()) return std::nullopt;
   return points;
 }
 
@@ -63,8 +69,8 @@ MemoryCalibration measured_memory_calibration(const ir::Program& p, const Profil
   if (profile.device != "cuda") return {};
   std::optional<WalkPoints> walk = walk_points(p, state_bytes, shared);
   if (!walk) return {};
-  const OpProfile* first = measured(profile, walk->first_forward->module);
-  const OpProfile* last = measured(profile, walk->first_backward->module);
+  const OpProfile* first = measured(profile, walk->first_forward->module, false);
+  const OpProfile* last = measured(profile, walk->first_backward->module, true);
   if (!first || !last) return {};
   int64_t m0 = first->memory_before_bytes, m1 = last->backward_before_bytes;
   MemoryCalibration calibration{1, m0 - walk->w0};

@@ -29,8 +29,9 @@ MemoryCalibration measured_memory_calibration(const ir::Program& p, const Profil
                                               const std::set<std::string>& shared = {});
 
 // Calibrates `cost`, which prices `stages`, from the profile it was built with; returns the
-// calibration of each stage.
+// calibration of each stage. `stages` must be the programs the profile measured: against
+// another schedule's, outside_bytes would take up the difference between the two.
 std::vector<MemoryCalibration> calibrate_to_profile(ProfileCost& cost, const std::vector<ir::Program>& stages, const Profile& profile,
-                          const StateBytes& state_bytes = StateBytes::loom_adamw());
+                                                    const StateBytes& state_bytes = StateBytes::loom_adamw());
 
 }  // namespace loom::memory

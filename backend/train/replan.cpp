@@ -81,13 +81,13 @@ struct Prediction {
 
 Prediction predict(const RankRun& r, const ir::Program& next, const Profile& profile) {
   // A profile's cost prices the very programs it was built over: one vector each, kept.
+  // The memory is calibrated against the program that was measured, and the next program takes
+  // the same calibration (against it, outside_bytes would take up what the re-plan changes).
   std::vector<ir::Program> current_stages{*r.step}, next_stages{next};
-  auto simulated = [&](const std::vector<ir::Program>& stages) {
-    ProfileCost cost(stages, profile, "the run's measurements");
-    memory::calibrate_to_profile(cost, stages, profile);
-    return simulate(stages, cost);
-  };
-  return {simulated(current_stages), simulated(next_stages)};
+  ProfileCost current_cost(current_stages, profile, "the run's measurements");
+  ProfileCost next_cost(next_stages, profile, "the run's measurements");
+  next_cost.calibrate_memory(memory::calibrate_to_profile(current_cost, current_stages, profile));
+  return {simulate(current_stages, current_cost), simulate(next_stages, next_cost)};
 }
 
 void log_replan(const RankRun& r, const ir::Program& next, const std::vector<PassRecord>& records, const Prediction* predicted,

@@ -84,7 +84,10 @@ void write_metrics_row(std::ofstream& out, const std::string& path, const StepMe
 
 StepCollectives close_collective_log(RankRun& r) {
   StepCollectives measured;
-  if (r.collective_log) measured.spans = r.collective_log->spans(&measured.unknown), measured.step_starts = r.collective_log->step_starts();
+  if (r.collective_log) {
+    measured.spans = r.collective_log->spans(&measured.unknown);
+    measured.step_starts = r.collective_log->step_starts();
+  }
   r.collective_log.reset();
   return measured;
 }

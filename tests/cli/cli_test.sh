@@ -184,11 +184,16 @@ print('one in-step scale' if len(scales) == 1 and min(scales) > 0 and scales != 
 expect "explain --profile" 0 "# estimate from $tmp/profile.json (serial sums" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --profile "$tmp/profile.json"
 # ... and the passes plan with its times: bucket(size=auto) sizes buckets for overlap (the program
 # a run's --replan-at settles on) where without times it buckets each block whole. The measured
-# compute is scaled down 1000x so that the overlap constraint binds whatever load this machine
-# measured under (with the measured times alone, a loaded machine can land on whole blocks too).
+# compute is scaled down 1000x and the collectives up 1000x, so that no gather hides behind
+# compute and each is a bucket of its own, whatever load this machine measured under (with the
+# measured times alone, or only the compute scaled, a loaded machine has landed on as many
+# buckets as blocks).
 printf 'import "stdlib/zero3.sched"\nsch.blocks().bucket(size=auto)\n' > "$tmp/bucket_auto.sched"
 /usr/bin/python3 -c "import json, sys; p = json.load(open(sys.argv[1]))
 for op in p['ops']: op['forward_ms'] /= 1000; op['backward_ms'] /= 1000
+for c in p['collectives']:
+    c['alpha_ms'] *= 1000; c['beta_ms_per_byte'] *= 1000
+    c['samples_bytes_ms'] = [[b, ms * 1000] for b, ms in c['samples_bytes_ms']]
 json.dump(p, open(sys.argv[2], 'w'))" "$tmp/profile.json" "$tmp/fast_compute.json"
 expect "explain --profile plans with the measured times" 0 "the buckets differ" -- bash -c "
   a=\$(\"$loom\" explain \"$tmp/bucket_auto.sched\" --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --memory-limit 1GiB | grep -c all_gather)

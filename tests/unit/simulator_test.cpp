@@ -273,3 +273,23 @@ TEST_CASE("a pipeline's stages are calibrated at modules that only they run") {
   CHECK(calibrated[1].outside_bytes == 1000);
   CHECK(calibrated[1].activation_scale == doctest::Approx(1));
 }
+
+TEST_CASE("a module called twice in forward: its last call's backward comes first, and is the one compared") {
+  ir::Program p;
+  p.params = {{"w", 1000, 4}};
+  p.sharding = {2, 1, 1, 1};
+  ir::Instr a = instr(OpKind::Compute, Phase::Forward, "a");
+  a.activation_bytes = 500;
+  ir::Instr back = a;
+  back.phase = Phase::Backward;
+  p.instrs = {a, a, back, back};
+  Profile profile;
+  profile.device = "cuda";
+  profile.measured_steps = 1;
+  // The first call starts at 19000, the second at 19600; the second's backward starts at 20200,
+  // the first's (after the second's frees its 600) at 19600.
+  profile.ops = {{"a", 1, 1, 19000, 19600, 19600, 19600}, {"a", 1, 1, 19600, 20200, 20200, 20200}};
+  MemoryCalibration c = memory::measured_memory_calibration(p, profile, StateBytes::loom_adamw());
+  CHECK(c.outside_bytes == 3000);
+  CHECK(c.activation_scale == doctest::Approx(1.2));  // 1200 saved against the traced 1000
+}
