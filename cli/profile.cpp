@@ -90,6 +90,11 @@ void print_profile(const Profile& p, std::ostream& out) {
   // One scale for every collective but a pipeline's transfers (apply_in_step_scale).
   out << "  in the measured steps the collectives kept the collective stream busy " << fixed(p.collectives[0].in_step_scale, 2)
       << "x as long as these sweeps price them (in_step_scale: the 1 MiB column and every prediction include it)\n";
+  // The scale is a median over the steps (in_step_collectives.h): with fewer than three, one
+  // step in which a rank waited for a late peer sets it.
+  if (p.measured_steps < 3 && p.collectives[0].in_step_scale != 1)
+    out << "  (from " << p.measured_steps << " measured step" << (p.measured_steps == 1 ? "" : "s")
+        << ": one in which a rank waited for a late peer would set it; --steps 3 or more take the median)\n";
 }
 
 int profile(ProfileOptions o) {
