@@ -306,11 +306,9 @@ bool staged_through_host(const Group& group, const at::Tensor& tensor) {
 Work send(Group& group, const at::Tensor& tensor, int peer, const PointToPointOptions& options) {
   require_contiguous(tensor, "send");
   if (tensor.numel() == 0) return Work();
-  bool staged = staged_through_host(group, tensor);
-  std::vector<at::Tensor> ts{staged ? tensor.to(at::kCPU) : tensor};
-  std::function<void()> keep_host_copy;  // until the send is waited for
-  if (staged) keep_host_copy = [host = ts[0]] {};
-  return Work(group.impl().pg->send(ts, peer, options.tag), std::move(keep_host_copy), "send on " + group.name());
+  // The process group's work holds the host copy until the send is done.
+  std::vector<at::Tensor> ts{staged_through_host(group, tensor) ? tensor.to(at::kCPU) : tensor};
+  return Work(group.impl().pg->send(ts, peer, options.tag), nullptr, "send on " + group.name());
 }
 
 Work recv(Group& group, at::Tensor& tensor, int peer, const PointToPointOptions& options) {

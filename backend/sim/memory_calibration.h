@@ -22,9 +22,9 @@ namespace loom::memory {
 // The two computes are the first whose module is not in `shared` (a pipeline's modules that
 // several stages run: the profile holds the most any rank measured of them). Only a CUDA profile
 // is calibrated: on CPU the trace's fp32 tensors are what runs and the memory counter sees
-// tensors only. Without the figures (a module the profile did not measure)
-// nothing is calibrated; without activations saved in forward (checkpoint() drops them) or with
-// a scale that is not positive, the traced activations stand.
+// tensors only. Without the figures (a module the profile did not measure) nothing is
+// calibrated; without activations saved between the two points, or with a scale that is not
+// positive, the traced activations stand.
 MemoryCalibration measured_memory_calibration(const ir::Program& p, const Profile& profile, const StateBytes& state_bytes,
                                               const std::set<std::string>& shared = {});
 

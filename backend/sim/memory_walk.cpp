@@ -66,6 +66,10 @@ int64_t resident_bytes(const ir::Program& p, const StateBytes& state_bytes) {
          reduction_buffer_bytes(p);
 }
 
+int64_t step_start_bytes(const ir::Program& p, const StateBytes& state_bytes, const InstructionCost* cost) {
+  return resident_bytes(p, state_bytes) + (cost ? cost->outside_bytes(p) : 0);
+}
+
 int64_t padded_bytes(const ir::Program& p, int q) {
   const ir::TracedParam& t = p.params[static_cast<size_t>(q)];
   int64_t padded = (t.numel + p.sharding.optim - 1) / p.sharding.optim * p.sharding.optim;
@@ -292,7 +296,7 @@ int64_t StateCopies::change(const Instr& in) const {
 
 std::vector<int64_t> memory_around_each(const ir::Program& p, const StateBytes& state_bytes, const InstructionCost* cost) {
   std::vector<int64_t> around(p.instrs.size(), 0);
-  int64_t in_use = resident_bytes(p, state_bytes) + (cost ? cost->outside_bytes(p) : 0);
+  int64_t in_use = step_start_bytes(p, state_bytes, cost);
   StepMemory memory(p, cost);
   for (const Run& run : runs_of(p)) {
     Effect e = memory.effect(p.instrs[run.instr]);

@@ -26,6 +26,9 @@ std::vector<Run> runs_of(const ir::Program& p);
 
 // Bytes held for the whole step: the rank's model states on the device and the reducer's buckets.
 int64_t resident_bytes(const ir::Program& p, const StateBytes& state_bytes);
+// What is in use as the step starts: those, and what `cost` (may be null) says the runtime holds
+// beyond the model (a GPU profile's outside_bytes). Where the simulator and the walk begin.
+int64_t step_start_bytes(const ir::Program& p, const StateBytes& state_bytes, const InstructionCost* cost);
 
 // Parameter q's bytes padded to a multiple of s_os elements: its gathered output, and its
 // full-size gradient buffer, in the sharded executor.

@@ -53,7 +53,7 @@ class Simulator {
       int handles = stages[s].next_handle;
       for (const Instr& in : stages[s].instrs) handles = std::max(handles, in.handle + 1);
       r.handle_end.assign(static_cast<size_t>(handles), -1);
-      r.memory = memory::resident_bytes(stages[s], state_bytes) + cost_.outside_bytes(stages[s]);
+      r.memory = memory::step_start_bytes(stages[s], state_bytes, &cost_);
       r.allocations = std::make_unique<memory::StepMemory>(stages[s], &cost_);
       ranks_.push_back(std::move(r));
       note_memory(ranks_.back(), 0);
