@@ -8,8 +8,10 @@
 # the measured peak against the limit, and the simulated step and peak against the measured.
 # `--link` (as root, with iproute2 and tc) runs everything in a network namespace whose loopback
 # is shaped to 1 Gbit/s, as benchmarks/sim_accuracy.sh does.
+# KEEP=DIR keeps the profiles, simulations and metrics.
 #   bash benchmarks/memory_passes.sh [WORLD] [--link] [--limit 600MiB]
 set -euo pipefail
+[ -z "${KEEP:-}" ] || KEEP=$(realpath -m "$KEEP")
 cd "$(dirname "$0")/.."
 loom=$PWD/${LOOM:-build/loom}
 world=2 link=loopback limit=600MiB
@@ -22,7 +24,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 out=$(mktemp -d)
-trap 'ip netns del loom_mem 2>/dev/null || true; rm -rf "$out"' EXIT
+trap 'ip netns del loom_mem 2>/dev/null || true; [ -z "${KEEP:-}" ] || { mkdir -p "$KEEP"; cp "$out"/*.json* "$out"/*.sched "$KEEP"/; }; rm -rf "$out"' EXIT
 LINK=$link NETNS=loom_mem source benchmarks/slow_link.sh
 : > "$out/ddp.sched"
 printf 'sch.zero(stage=3)\n' > "$out/zero3.sched"

@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <thread>
 
 #include "backend/build_info.h"
@@ -38,9 +39,13 @@ const std::vector<int>& Group::global_ranks() const { return impl_->ranks; }
 const std::string& Group::name() const { return impl_->name; }
 
 Work::Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what)
-    : work_(std::move(work)), finish_(std::move(finish)), what_(std::move(what)),
+    : Work(std::vector<c10::intrusive_ptr<c10d::Work>>{std::move(work)}, std::move(finish), std::move(what)) {}
+
+Work::Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish, std::string what)
+    : works_(std::move(works)), finish_(std::move(finish)), what_(std::move(what)),
       launched_us_(timeline::enabled() ? timeline::now_us() : 0) {
-  CollectiveLog::note_launch(work_);
+  works_.erase(std::remove(works_.begin(), works_.end(), nullptr), works_.end());
+  for (const auto& work : works_) CollectiveLog::note_launch(work);
 }
 
 namespace {
@@ -59,13 +64,13 @@ void Work::wait() {
   BlockedClock blocked;
   double waited_from = timeline::enabled() ? timeline::now_us() : 0;
   try {
-    if (work_) work_->wait();
+    for (auto& work : works_) work->wait();
   } catch (const std::exception& e) {
-    work_.reset();
+    works_.clear();
     finish_ = nullptr;
     throw CommError(what_ + " failed: " + exception_text(e, false));
   }
-  work_.reset();
+  works_.clear();
   if (finish_) {
     auto f = std::move(finish_);
     finish_ = nullptr;
@@ -335,9 +340,27 @@ Work all_gather(Group& group, const at::Tensor& shard, at::Tensor& out) {
     out.view({-1}).copy_(shard.view({-1}));
     return Work();
   }
-  // The list form gloo supports, with each output a view into the flat buffer.
-  std::vector<std::vector<at::Tensor>> outputs(1);
   at::Tensor flat = out.view({-1});
+  if (group.impl().backend == Backend::Nccl) {
+    at::Tensor input = shard.view({-1});
+    c10d::AllgatherOptions o;
+    o.timeout = group.impl().timeout;
+    return Work(group.impl().pg->_allgather_base(flat, input, o), nullptr, "all_gather on " + group.name());
+  }
+  if (out.device().is_cpu()) {
+    flat.narrow(0, group.rank() * n, n).copy_(shard.view({-1}));
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    for (int root = 0; root < group.size(); ++root) {
+      std::vector<at::Tensor> chunk{flat.narrow(0, root * n, n)};
+      c10d::BroadcastOptions o;
+      o.rootRank = root;
+      o.timeout = group.impl().timeout;
+      works.push_back(group.impl().pg->broadcast(chunk, o));
+    }
+    return Work(std::move(works), nullptr, "all_gather on " + group.name());
+  }
+  // gloo with CUDA tensors: the list form, whose staging buffers are host memory.
+  std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < group.size(); ++r) outputs[0].push_back(flat.narrow(0, r * n, n));
   std::vector<at::Tensor> inputs{shard.view({-1})};
   c10d::AllgatherOptions o;

@@ -44,11 +44,13 @@ class Work {
  public:
   Work() = default;
   Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what);
+  // One operation made of several process-group works (gloo's all-gather: a broadcast per rank).
+  Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish, std::string what);
   void wait();
-  bool done() const { return !work_ && !finish_; }
+  bool done() const { return works_.empty() && !finish_; }
 
  private:
-  c10::intrusive_ptr<c10d::Work> work_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
   std::function<void()> finish_;  // local post-processing after the transfer (e.g. summing)
   std::string what_;
   double launched_us_ = 0;        // for the timeline
@@ -101,6 +103,11 @@ Work send(Group& group, const at::Tensor& tensor, int peer, const PointToPointOp
 Work recv(Group& group, at::Tensor& tensor, int peer, const PointToPointOptions& options = {});
 
 // Flat all-gather: `out` (size() * shard.numel() elements) receives every rank's shard in rank order.
+// It allocates nothing beyond `out` on the device, as the memory walk counts (backend/sim/memory_walk.h):
+// NCCL gathers into `out` itself; gloo with host tensors broadcasts each rank's chunk of `out` in
+// place (gloo's own all-gather fills a flat buffer of the whole output on its worker thread and
+// copies it out; the broadcasts move the same bytes as its ring); gloo with CUDA tensors stages
+// through host memory.
 Work all_gather(Group& group, const at::Tensor& shard, at::Tensor& out);
 
 struct ReduceScatterOptions {

@@ -69,8 +69,6 @@ void plan_phase(const ir::Program& p, ir::Phase phase, const std::vector<bool>& 
       if (around[above] + buffer > m.limit || ahead[above] + buffer > group_limit) break;
       --to;
     }
-    // Where it lands it also holds gloo's receive buffer while it runs (memory::gather_peak_bytes).
-    while (to < k && around[order[to]] + memory::gather_peak_bytes(p, g) > m.limit) ++to;
     if (to == k) {
       floor = k + 1;
       continue;
@@ -124,15 +122,15 @@ size_t wait_index(const ir::Program& p, const Instr& gather, size_t from) {
 
 // Whether the fused gather `both`, landing before instruction `from`, stays within the limit:
 // beside what `around` holds (the members' outputs, and `already` of the fused gather's own
-// extra), its concatenated send, and for a moment gloo's receive buffer at its launch or every
-// member's full storage at its wait (memory::gather_peak_bytes), over the instructions from its
-// landing to its wait; there the gathers that land beside it also hold their receive buffers
-// for a moment (`landing_flat`), which their own moves planned without this fusion's extra.
+// extra), its concatenated send from its landing to its wait, and at its wait every member's
+// full storage beside the output (memory::gather_peak_bytes).
 bool fusion_fits(const ir::Program& p, const Instr& both, size_t from, const std::vector<int64_t>& around,
-                 const std::vector<int64_t>& landing_flat, int64_t already, const MemoryPlanning& m) {
-  int64_t extra = memory::gather_peak_bytes(p, both) - separate_outputs(p, both) - already;
-  for (size_t i = from, end = wait_index(p, both, from); i <= end; ++i)
-    if (around[i] + extra + landing_flat[i] > m.limit) return false;
+                 int64_t already, const MemoryPlanning& m) {
+  int64_t held = fused_extra_held(p, both) - already;
+  int64_t at_wait = memory::gather_peak_bytes(p, both) - separate_outputs(p, both) - already;
+  size_t end = wait_index(p, both, from);
+  for (size_t i = from; i <= end; ++i)
+    if (around[i] + (i == end ? at_wait : held) > m.limit) return false;
   return true;
 }
 
@@ -147,12 +145,7 @@ void hold(const ir::Program& p, const Instr& gather, size_t from, int64_t bytes,
 void apply(ir::Program& p, std::vector<Move>& moves, std::vector<int64_t> around, const MemoryPlanning& m) {
   std::stable_sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) { return a.before < b.before; });
   std::vector<bool> moved(p.instrs.size(), false);
-  std::vector<int64_t> landing_flat(p.instrs.size(), 0);  // the largest receive buffer of a gather landing before each
-  for (const Move& mv : moves) {
-    moved[mv.gather] = true;
-    const Instr& g = p.instrs[mv.gather];
-    landing_flat[mv.before] = std::max(landing_flat[mv.before], memory::gather_peak_bytes(p, g) - memory::gather_launch_bytes(p, g));
-  }
+  for (const Move& mv : moves) moved[mv.gather] = true;
   std::unordered_map<int, int> fused_into;  // a fused gather's handle -> the handle of the one it joined
   std::vector<Instr> out;
   out.reserve(p.instrs.size());
@@ -163,7 +156,7 @@ void apply(ir::Program& p, std::vector<Move>& moves, std::vector<int64_t> around
     for (; next != moves.end() && next->before == i; ++next) {
       Instr& g = p.instrs[next->gather];
       if (out.size() > first_here && fusion_pays(p, out.back(), g, m) &&
-          fusion_fits(p, fused_with(out.back(), g), i, around, landing_flat, held, m)) {
+          fusion_fits(p, fused_with(out.back(), g), i, around, held, m)) {
         fused_into[g.handle] = out.back().handle;
         out.back() = fused_with(out.back(), g);
         int64_t now = fused_extra_held(p, out.back());

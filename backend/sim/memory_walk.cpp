@@ -111,7 +111,7 @@ bool gathers_in_place(const ir::Program& p, const Instr& in) {
 }  // namespace
 
 int64_t gather_peak_bytes(const ir::Program& p, const Instr& in) {
-  return gather_launch_bytes(p, in) + padded_total(p, in);
+  return gather_launch_bytes(p, in) + (gathers_in_place(p, in) ? 0 : full_bytes(p, in.params));
 }
 
 int64_t optimizer_step_workspace(const ir::Program& p, const Instr& step) {
@@ -141,7 +141,6 @@ GatherBuffers::GatherBuffers(const ir::Program& p) : p_(p) {
     if (static_cast<size_t>(in.handle) >= by_handle_.size()) by_handle_.resize(static_cast<size_t>(in.handle) + 1);
     Gather& g = by_handle_[static_cast<size_t>(in.handle)];
     g.held = gather_launch_bytes(p, in);
-    g.output = padded_total(p, in);
     g.full = full_bytes(p, in.params);
     g.direct = gathers_in_place(p, in);
   }
@@ -152,7 +151,7 @@ Effect GatherBuffers::effect(const Instr& in) const {
   if (in.kind == OpKind::Release) return p_.sharding.params > 1 ? Effect{0, -full_bytes(p_, in.params)} : Effect{};  // replicated stay
   if (!gathered) return {};
   const Gather& g = by_handle_[static_cast<size_t>(in.handle)];
-  if (in.kind == OpKind::AllGather) return {g.held + g.output, g.held};
+  if (in.kind == OpKind::AllGather) return {0, g.held};
   if (in.kind == OpKind::Wait) return g.direct ? Effect{0, g.full - g.held} : Effect{g.full, g.full - g.held};
   return {};
 }

@@ -38,10 +38,8 @@ int64_t padded_bytes(const ir::Program& p, int q);
 // (their padded full sizes) and, with several members, their shards' concatenated copy it sends.
 // A gathered parameter holds its full size from the gather's wait to its release.
 int64_t gather_launch_bytes(const ir::Program& p, const ir::Instr& in);
-// The most such a gather holds at once: while gloo runs it, the process group's own flat
-// receive buffer beside the output (comm::all_gather's list form; gloo frees it as the
-// collective completes, before the wait); at its wait, with several members or a padded one,
-// the members' full storage beside the output, never more than that buffer.
+// The most such a gather holds at once: at its wait, with several members or a padded one, the
+// members' full storage beside the output (comm::all_gather itself allocates nothing more).
 int64_t gather_peak_bytes(const ir::Program& p, const ir::Instr& in);
 
 // What the optimizer step `step` holds while it runs, beyond the model states: LibTorch's AdamW
@@ -125,8 +123,7 @@ class StateCopies {
 };
 
 // The sharded executor's gathered parameters (backend/exec/sharded_executor.cpp): an all-gather
-// allocates its output at its launch, and gloo its flat receive buffer while it runs (counted
-// at the launch: on an idle collective stream it runs at once). One member whose shards tile it exactly is gathered into
+// allocates its output at its launch. One member whose shards tile it exactly is gathered into
 // its own storage, so its wait changes nothing; otherwise the wait refills every member's full
 // storage while the output is still held (the transient), then frees the output and the sent
 // copy. A release frees the full storage.
@@ -138,7 +135,6 @@ class GatherBuffers {
  private:
   struct Gather {
     int64_t held = 0;    // gather_launch_bytes
-    int64_t output = 0;  // gloo's flat receive buffer, while the collective runs
     int64_t full = 0;    // its members' full sizes
     bool direct = false;
   };

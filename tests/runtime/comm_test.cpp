@@ -8,6 +8,7 @@
 #include "backend/comm/communicator.h"
 #include "backend/comm/mesh_groups.h"
 #include "backend/comm/shard_groups.h"
+#include "backend/instrument/memory_counter.h"
 #include "backend/train/launcher.h"
 #include "backend/train/rank_env.h"
 
@@ -52,7 +53,26 @@ void check_mesh_groups(comm::Group& world, int r) {
          "mesh groups: dp and tp pairs", r);
 }
 
+// Two all-gathers in flight allocate nothing beyond their outputs (the memory walk counts those
+// alone): gloo's own all-gather would fill a flat buffer of the whole output on its worker thread.
+void check_gather_memory(comm::Group& world, int r) {
+  const int64_t n = 1 << 16;
+  auto shard1 = torch::full({n}, static_cast<float>(r)), shard2 = shard1 + 1;
+  auto out1 = torch::empty({n * world.size()}), out2 = torch::empty({n * world.size()});
+  memory::reset_peak();
+  int64_t before = memory::current_bytes();
+  auto w1 = comm::all_gather(world, shard1, out1);
+  auto w2 = comm::all_gather(world, shard2, out2);
+  w1.wait(), w2.wait();
+  int64_t grew = memory::peak_bytes() - before;
+  expect(grew < n * 4, "two all-gathers in flight allocated " + std::to_string(grew) + " bytes beyond their outputs", r);
+  bool ok = true;
+  for (int q = 0; q < world.size(); ++q) ok = ok && torch::equal(out2.narrow(0, q * n, n), torch::full({n}, q + 1.0f));
+  expect(ok, "two all-gathers in flight: the second's values", r);
+}
+
 int worker(const RankEnv& env) {
+  memory::install_counting_allocator();
   torch::set_num_threads(1);
   comm::WorldOptions wo;
   wo.timeout = std::chrono::seconds(60);
@@ -123,6 +143,7 @@ int worker(const RankEnv& env) {
     expect(sub->size() == static_cast<int>(members.size()), "subgroup size", r);
   }
   if (W == 4) check_mesh_groups(*world, r);
+  check_gather_memory(*world, r);
   comm::barrier(*world);
   return failures == 0 ? 0 : 1;
 }

@@ -26,7 +26,7 @@ namespace {
 // starts with, 300 elements at (2, 2, 2), are the parameter shards and optimizer slices: 300 x
 // (4/2 + 8/2) = 1,800 bytes (gradient shards are held from their reductions to the optimizer
 // step). A gather holds its 400-byte parameter, gathered in place, from its launch to its
-// release, and at its launch also gloo's 400-byte flat receive buffer (freed as it completes).
+// release (comm::all_gather allocates nothing more).
 ir::OpTrace three_layers(int64_t activation_bytes = 0) {
   ir::OpTrace t;
   t.model = "three";
@@ -80,7 +80,7 @@ TEST_CASE("the memory walk: model states, gathered buffers from gather to releas
     return int64_t{-1};
   };
   CHECK(memory::resident_bytes(p, StateBytes::loom_adamw()) == kStates);
-  CHECK(at(OpKind::AllGather, ir::Phase::Forward, 0) == kStates + 2 * kFull);  // its output and gloo's receive buffer
+  CHECK(at(OpKind::AllGather, ir::Phase::Forward, 0) == kStates + kFull);      // its output
   CHECK(at(OpKind::Wait, ir::Phase::Forward, 0) == kStates + kFull);            // gathered in place: nothing changes
   CHECK(at(OpKind::Compute, ir::Phase::Forward, 0) == kStates + kFull + 50);    // its saved activation at its end
   CHECK(at(OpKind::Release, ir::Phase::Forward, 0) == kStates + kFull + 50);    // the peak around it: before it frees
@@ -135,16 +135,15 @@ TEST_CASE("a tied parameter's first gradient is held by autograd from its first 
 }
 
 TEST_CASE("proactive prefetch places Fig. 6's gathers: two at the start, the third after the first release") {
-  // Room for two gathers beside the states with one receive buffer (3,000 bytes), not for the
-  // third above l0's release (the states, l0.w, l1.w, and its own output and receive buffer:
-  // 3,400); after l0's release it needs 3,000.
-  ir::Program p = lowered(three_layers(), auto_prefetch(kStates + 3 * kFull + 100));
+  // Room for two gathers beside the states (2,600 bytes), not for the third above l0's release
+  // (the states, l0.w, l1.w and its own output: 3,000); after l0's release it needs 2,600.
+  ir::Program p = lowered(three_layers(), auto_prefetch(kStates + 2 * kFull + 200));
   CHECK(words(p, ir::Phase::Forward) == std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "wait", "c(l0)", "rel(l0.w)", "ag(l2.w)",
                                                                   "wait", "c(l1)", "rel(l1.w)", "wait", "c(l2)", "rel(l2.w)"});
   // The forward never holds more than the limit.
   std::vector<int64_t> around = memory::memory_around_each(p, StateBytes::loom_adamw(), nullptr);
   for (size_t i = 0; i < p.instrs.size(); ++i)
-    if (p.instrs[i].phase == ir::Phase::Forward) CHECK(around[i] <= kStates + 3 * kFull + 100);
+    if (p.instrs[i].phase == ir::Phase::Forward) CHECK(around[i] <= kStates + 2 * kFull + 200);
   // In backward a full gradient (400 bytes until its reduce-scatter completes) and the
   // reduce-scatter's own buffers (its 200-byte output and the 400 it receives into) leave no room
   // for a gather above the last layer's release, so nothing moves there.
@@ -153,23 +152,23 @@ TEST_CASE("proactive prefetch places Fig. 6's gathers: two at the start, the thi
 }
 
 TEST_CASE("proactive prefetch: room for one buffer moves nothing, room for all moves every gather to the start") {
-  // ZeRO-3's own peak is 2,600 (the states, a gather and its receive buffer); one gather ahead needs 3,000.
-  ir::Program tight = lowered(three_layers(), auto_prefetch(kStates + 2 * kFull + 100));
+  // ZeRO-3's forward holds 2,200 at most (the states and a gather); one gather ahead needs 2,600.
+  ir::Program tight = lowered(three_layers(), auto_prefetch(kStates + kFull + 100));
   CHECK(words(tight, ir::Phase::Forward) == words(lowered(three_layers(), {}), ir::Phase::Forward));
-  ir::Program roomy = lowered(three_layers(), auto_prefetch(kStates + 4 * kFull));  // three outputs, one receive buffer
+  ir::Program roomy = lowered(three_layers(), auto_prefetch(kStates + 3 * kFull));  // three outputs
   std::vector<std::string> forward = words(roomy, ir::Phase::Forward);
   CHECK(std::vector<std::string>(forward.begin(), forward.begin() + 3) ==
         std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "ag(l2.w)"});
-  // Activations count: with 150 bytes saved per layer and a 3,300-byte limit, the third gather
-  // fits from l1's wait on (the states, l0's activation, l1.w, and its own output and receive
-  // buffer: 3,150 bytes), not above l0's release (the states, l0.w and its activation, l1.w, its
-  // own and the receive buffer: 3,550).
-  ir::Program saving = lowered(three_layers(150), auto_prefetch(kStates + 3 * kFull + 300));
+  // Activations count: without them a 3,100-byte limit takes every gather to the start (3,000).
+  // With 150 bytes saved per layer the third fits from l0's release on (the states, l0's
+  // activation, l1.w and its own output: 2,750 bytes), not above it (the states, l0.w and its
+  // activation, l1.w and its own output: 3,150).
+  ir::Program saving = lowered(three_layers(150), auto_prefetch(kStates + 3 * kFull + 100));
   CHECK(words(saving, ir::Phase::Forward) == std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "wait", "c(l0)", "rel(l0.w)",
                                                                        "ag(l2.w)", "wait", "c(l1)", "rel(l1.w)", "wait", "c(l2)",
                                                                        "rel(l2.w)"});
   // M_prefetch bounds the bytes gathered ahead: one buffer ahead at a time.
-  passes::PassInputs grouped = auto_prefetch(kStates + 4 * kFull);
+  passes::PassInputs grouped = auto_prefetch(kStates + 3 * kFull);
   grouped.memory.prefetch_group_bytes = kFull;
   CHECK(words(lowered(three_layers(), grouped), ir::Phase::Forward) ==
         std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "wait", "c(l0)", "rel(l0.w)", "ag(l2.w)", "wait", "c(l1)", "rel(l1.w)",
@@ -178,7 +177,8 @@ TEST_CASE("proactive prefetch: room for one buffer moves nothing, room for all m
 
 TEST_CASE("proactive prefetch fuses gathers that land together when T_c(V1) + T_c(V2) > 1.5 T_c(V1 + V2)") {
   // Room for every gather at the start and for the fused one's extra 1,200 bytes over the
-  // separate outputs (its members' shards concatenated, 400, and gloo's 800-byte receive buffer).
+  // separate outputs (its members' shards concatenated, 400, and at its wait their 800 bytes of
+  // storage beside the output).
   passes::PassInputs in = auto_prefetch(kStates + 4 * kFull + 1200);
   double alpha = 1.0, beta = 0.001;  // seconds, seconds per byte
   in.memory.instruction_seconds = [&](const ir::Program&, const ir::Instr& g) { return alpha + beta * static_cast<double>(g.bytes); };
@@ -331,9 +331,9 @@ TEST_CASE("bucket(size=auto) grows a bucket while its gather hides behind the pr
 }
 
 TEST_CASE("bucket(size=auto): the memory constraint closes a bucket, and the next is prefetched one bucket ahead") {
-  // 5,600 bytes: the forward's 3,200 around each gather (the states, 2,400, a gather's output and
-  // gloo's receive buffer) leave room for a bucket of two (its 800-byte output, the members'
-  // shards concatenated, 400, and gloo's receive buffer, 800: 2,000), not of three (3,000).
+  // 5,600 bytes: the forward's 2,800 around each gather (the states, 2,400, and a gather's output)
+  // leave room for a bucket of two (its 800-byte output, the members' shards concatenated, 400,
+  // and at its wait their 800 bytes of storage: 2,000), not of three (3,000).
   ir::Program p = lowered(four_layers(), auto_buckets(5600));
   CHECK(words(p, ir::Phase::Forward) == std::vector<std::string>{"ag(l0.w)", "ag(l1.w,l2.w)", "wait", "c(l0)", "rel(l0.w)",
                                                                   "ag(l3.w)", "wait", "c(l1)", "rel(l1.w)", "c(l2)", "rel(l2.w)",

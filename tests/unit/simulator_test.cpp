@@ -113,15 +113,15 @@ TEST_CASE("the memory timeline: model states, a gathered parameter until its rel
                              instr(OpKind::Release, Phase::Forward), backward});
   SimResult r = simulate({p}, cost);
   // The step starts with 1000 elements x (4/2 + 8/2) = 6000 (parameter shard and optimizer
-  // slice; gradient shards come with their reductions). The gather holds 8000 until its wait
-  // (the 4000-byte parameter, gathered in place, and the process group's flat output), then the
-  // parameter's 4000 until its release; the forward saves 500 until the backward.
+  // slice; gradient shards come with their reductions). The gather holds the 4000-byte
+  // parameter, gathered in place, from its launch to its release; the forward saves 500 until
+  // the backward.
   CHECK(r.memory[0].front().bytes == 6000);
-  CHECK(r.peak_bytes == 14000);
-  CHECK(r.peak_instr == 0);
+  CHECK(r.peak_bytes == 10500);
+  CHECK(r.peak_instr == 2);
   std::vector<int64_t> after;
   for (const auto& point : r.memory[0]) after.push_back(point.bytes);
-  CHECK(after == std::vector<int64_t>{6000, 14000, 10000, 10500, 6500, 6000});
+  CHECK(after == std::vector<int64_t>{6000, 10000, 10500, 6500, 6000});
   CHECK(r.memory[0].back().bytes == 6000);
 }
 
