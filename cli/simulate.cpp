@@ -13,6 +13,7 @@
 #include "backend/data_dirs.h"
 #include "backend/cost/instruction_cost.h"
 #include "backend/cost/machine_cluster.h"
+#include "backend/cost/profile_times.h"
 #include "backend/instrument/model_trace.h"
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
@@ -57,11 +58,15 @@ std::shared_ptr<InstructionCost> cost_model(const SimulateOptions& o, std::share
 
 // What the memory-aware passes plan with. On a cluster: the limit (by default its device's, as
 // `loom run` on a GPU takes) and its instruction times. On a profile, as `loom run` plans: the
-// limit alone, so the simulated program is the one the run executes.
+// limit alone, so the simulated program is the one the run starts with; with --replanned also
+// the profile's times, as a run's re-plan (--replan-at) plans on its own measurements.
 MemoryPlanning memory_planning(const SimulateOptions& o, const std::shared_ptr<ClusterCost>& cluster_cost) {
   MemoryPlanning m;
   m.limit = o.memory_limit;
-  if (!cluster_cost) return m;
+  if (!cluster_cost) {
+    if (o.replanned) m.instruction_seconds = profile_instruction_seconds(load_profile(o.profile));
+    return m;
+  }
   if (m.limit <= 0) m.limit = MemoryPlanning::device_default(cluster_cost->cluster().device.memory_bytes);
   m.instruction_seconds = [cluster_cost](const ir::Program& p, const ir::Instr& in) { return cluster_cost->seconds(p, in); };
   m.cost = cluster_cost.get();  // kept alive by instruction_seconds
@@ -134,6 +139,9 @@ void check_cost_model(const SimulateOptions& o) {
   if (o.cluster.empty() == o.profile.empty())
     throw UserError(SourceRange{}, "loom simulate needs one cost model: --cluster NAME or --profile FILE",
                     "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`");
+  if (o.replanned && o.profile.empty())
+    throw UserError(SourceRange{}, "--replanned plans with a profile's measured times; this run is priced on a cluster",
+                    "give --profile FILE instead of --cluster (on a cluster the passes always plan with its times)");
 }
 
 nlohmann::json calibration_json(const std::vector<MemoryCalibration>& by_stage) {
@@ -235,6 +243,9 @@ void add_simulate(CLI::App& app, std::function<int()>& run) {
                 "bytes per rank, e.g. 600MiB: prefetch(budget=auto), unshard(auto) and bucket(size=auto) plan within it "
                 "(default on a cluster: 90% of its device's memory, as a GPU run; on a profile: none)")
       ->transform(byte_size());
+  c->add_flag("--replanned", o->replanned,
+              "with --profile: the passes plan with the profile's measured times, the program a run's --replan-at "
+              "switches to (as `loom explain --profile` shows); default: the program a run starts with");
   c->add_option("--trace", o->trace, "write the simulated timeline in Chrome trace format (open it beside `loom run --trace`'s)");
   c->add_option("--memory-plot", o->memory_plot, "draw the simulated memory timeline as an SVG file");
   c->add_option("--save-cluster", o->save_cluster,

@@ -38,6 +38,7 @@ struct SimulateOptions {
   std::string memory_plot;
   std::string save_cluster;
   int64_t memory_limit = 0;
+  bool replanned = false;  // with a profile: the passes plan with its times (the program --replan-at settles on)
   std::string stdlib;
 };
 // `schedule` (its model, world and ranks per node) simulated as `loom simulate --json` reports it;

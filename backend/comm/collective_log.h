@@ -39,7 +39,7 @@ class CollectiveLog {
   // When each measured step began, on the spans' clock.
   std::vector<double> step_starts() const;
 
-  // comm::Work calls it for each collective it launches.
+  // comm::Work calls it for each process-group work it launches (gloo's all-gather is one per rank).
   static void note_launch(const c10::intrusive_ptr<c10d::Work>& work);
 
  private:

@@ -44,7 +44,7 @@ Work::Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, st
 Work::Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish, std::string what)
     : works_(std::move(works)), finish_(std::move(finish)), what_(std::move(what)),
       launched_us_(timeline::enabled() ? timeline::now_us() : 0) {
-  works_.erase(std::remove(works_.begin(), works_.end(), nullptr), works_.end());
+  works_.erase(std::remove(works_.begin(), works_.end(), nullptr), works_.end());  // nothing to wait for
   for (const auto& work : works_) CollectiveLog::note_launch(work);
 }
 
@@ -66,6 +66,8 @@ void Work::wait() {
   try {
     for (auto& work : works_) work->wait();
   } catch (const std::exception& e) {
+    // The works not waited for stay queued in the process group with their tensors; the run
+    // ends on this error (a peer died or the network broke), so nothing reads them.
     works_.clear();
     finish_ = nullptr;
     throw CommError(what_ + " failed: " + exception_text(e, false));
@@ -328,6 +330,24 @@ Work recv(Group& group, at::Tensor& tensor, int peer, const PointToPointOptions&
   return Work(group.impl().pg->recv(ts, peer, options.tag), std::move(finish), "recv on " + group.name());
 }
 
+namespace {
+// gloo's all-gather on host tensors, into `flat` itself: this rank's chunk is copied in at the
+// launch, then each rank broadcasts its chunk, in rank order on every rank.
+Work gather_by_broadcasts(Group& group, const at::Tensor& shard, at::Tensor& flat) {
+  int64_t n = shard.numel();
+  flat.narrow(0, group.rank() * n, n).copy_(shard.view({-1}));
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (int root = 0; root < group.size(); ++root) {
+    std::vector<at::Tensor> chunk{flat.narrow(0, root * n, n)};  // the work keeps it, and so `flat`, alive
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    o.timeout = group.impl().timeout;
+    works.push_back(group.impl().pg->broadcast(chunk, o));
+  }
+  return Work(std::move(works), nullptr, "all_gather on " + group.name());
+}
+}  // namespace
+
 Work all_gather(Group& group, const at::Tensor& shard, at::Tensor& out) {
   require_contiguous(shard, "all_gather");
   require_contiguous(out, "all_gather");
@@ -347,18 +367,9 @@ Work all_gather(Group& group, const at::Tensor& shard, at::Tensor& out) {
     o.timeout = group.impl().timeout;
     return Work(group.impl().pg->_allgather_base(flat, input, o), nullptr, "all_gather on " + group.name());
   }
-  if (out.device().is_cpu()) {
-    flat.narrow(0, group.rank() * n, n).copy_(shard.view({-1}));
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
-    for (int root = 0; root < group.size(); ++root) {
-      std::vector<at::Tensor> chunk{flat.narrow(0, root * n, n)};
-      c10d::BroadcastOptions o;
-      o.rootRank = root;
-      o.timeout = group.impl().timeout;
-      works.push_back(group.impl().pg->broadcast(chunk, o));
-    }
-    return Work(std::move(works), nullptr, "all_gather on " + group.name());
-  }
+  // Every rank takes the same branch (the tensors' device is the run's), so the process group's
+  // collectives, and their tags, match.
+  if (out.device().is_cpu()) return gather_by_broadcasts(group, shard, flat);
   // gloo with CUDA tensors: the list form, whose staging buffers are host memory.
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < group.size(); ++r) outputs[0].push_back(flat.narrow(0, r * n, n));

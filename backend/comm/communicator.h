@@ -106,8 +106,8 @@ Work recv(Group& group, at::Tensor& tensor, int peer, const PointToPointOptions&
 // It allocates nothing beyond `out` on the device, as the memory walk counts (backend/sim/memory_walk.h):
 // NCCL gathers into `out` itself; gloo with host tensors broadcasts each rank's chunk of `out` in
 // place (gloo's own all-gather fills a flat buffer of the whole output on its worker thread and
-// copies it out; the broadcasts move the same bytes as its ring); gloo with CUDA tensors stages
-// through host memory.
+// copies it out; the broadcasts move the same bytes in all as its ring, in more rounds beyond
+// two ranks); gloo with CUDA tensors stages through host memory.
 Work all_gather(Group& group, const at::Tensor& shard, at::Tensor& out);
 
 struct ReduceScatterOptions {

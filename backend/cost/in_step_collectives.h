@@ -12,8 +12,8 @@
 
 namespace loom {
 
-// One collective: when a rank launched it and when its transfer completed (milliseconds on
-// one clock).
+// One collective (or one process-group work of it: gloo's all-gather is a broadcast per rank):
+// when a rank launched it and when its transfer completed (milliseconds on one clock).
 struct CollectiveSpan {
   double launched_ms = 0;
   double completed_ms = 0;

@@ -72,8 +72,9 @@ std::vector<Candidate> candidates(const ir::Program& p, ir::Phase phase, const s
 // Decides the buckets of one phase, as lists of candidate indices.
 class BucketPlanner {
  public:
-  BucketPlanner(const ir::Program& p, ir::Phase phase, const MemoryPlanning& m, const std::vector<Candidate>& c)
-      : p_(p), phase_(phase), m_(m), c_(c) {
+  BucketPlanner(const ir::Program& p, ir::Phase phase, const MemoryPlanning& m, int reductions_in_flight,
+                const std::vector<Candidate>& c)
+      : p_(p), phase_(phase), m_(m), reductions_in_flight_(reductions_in_flight), c_(c) {
     if (m.limit > 0) around_ = memory::memory_around_each(p, m.state_bytes, m.cost);
     for (size_t i = 0; i < p.instrs.size(); ++i)
       if (p.instrs[i].kind == OpKind::ReduceScatter && p.instrs[i].phase == ir::Phase::Backward)
@@ -83,15 +84,17 @@ class BucketPlanner {
   std::vector<std::vector<size_t>> buckets() const {
     std::vector<std::vector<size_t>> out;
     for (size_t i = 0; i < c_.size(); ++i) {
-      const std::vector<size_t>* previous = out.size() >= 2 ? &out[out.size() - 2] : nullptr;
-      if (!out.empty() && joins(out.back(), previous, i)) out.back().push_back(i);
+      if (!out.empty() && joins(out, i)) out.back().push_back(i);
       else out.push_back({i});
     }
     return out;
   }
 
  private:
-  bool joins(const std::vector<size_t>& bucket, const std::vector<size_t>* previous, size_t i) const {
+  // Whether candidate `i` joins the last of the buckets `out` holds so far.
+  bool joins(const std::vector<std::vector<size_t>>& out, size_t i) const {
+    const std::vector<size_t>& bucket = out.back();
+    const std::vector<size_t>* previous = out.size() >= 2 ? &out[out.size() - 2] : nullptr;
     const BucketRequest& r = *c_[i].request;
     const BucketRequest& first = *c_[bucket[0]].request;
     if (c_[i].starts_run || r.automatic != first.automatic || r.size != first.size) return false;
@@ -104,7 +107,7 @@ class BucketPlanner {
     } else if (!hides(with, previous)) {
       return false;
     }
-    return fits(with, previous);
+    return fits(with, out);
   }
 
   // SimpleFSDP's time constraint: the bucket's all-gather (and, backward, the previous bucket's
@@ -125,8 +128,11 @@ class BucketPlanner {
   // The memory constraint: the bucket's buffers, gathered while the previous bucket computes (and
   // all at its first member's place), within the limit over both buckets' instructions; in
   // backward also its one reduction's buffers, with every member's full gradient held until it
-  // completes (memory::reduction_launch_bytes).
-  bool fits(const std::vector<size_t>& with, const std::vector<size_t>* previous) const {
+  // completes (memory::reduction_launch_bytes), and the reductions of the buckets before it that
+  // window_reductions keeps in flight when this one launches, with their members' gradients
+  // (`around_`, before that pass, completes each reduction where it launches).
+  bool fits(const std::vector<size_t>& with, const std::vector<std::vector<size_t>>& out) const {
+    const std::vector<size_t>* previous = out.size() >= 2 ? &out[out.size() - 2] : nullptr;
     if (m_.limit <= 0) return true;
     int64_t high = 0;
     size_t from = c_[previous ? previous->front() : with.front()].gather;
@@ -137,6 +143,12 @@ class BucketPlanner {
       if (reduction.params.size() > 1) {
         extra += memory::reduction_launch_bytes(p_, reduction);
         for (int q : reduction.params) extra += memory::padded_bytes(p_, q);
+      }
+      for (size_t back = 2; back <= out.size() && back <= static_cast<size_t>(reductions_in_flight_) + 1; ++back) {
+        Instr in_flight = merged(out[out.size() - back], true);
+        if (in_flight.params.empty()) continue;
+        extra += memory::reduction_launch_bytes(p_, in_flight);
+        for (int q : in_flight.params) extra += memory::padded_bytes(p_, q);
       }
     }
     return high + extra <= m_.limit;
@@ -172,6 +184,7 @@ class BucketPlanner {
   const ir::Program& p_;
   ir::Phase phase_;
   const MemoryPlanning& m_;
+  int reductions_in_flight_;
   const std::vector<Candidate>& c_;
   std::vector<int64_t> around_;
   std::unordered_map<int, size_t> reduction_of_;
@@ -187,11 +200,27 @@ size_t gather_of(const ir::Program& p, ir::Phase phase, int q, size_t from = 0) 
   return p.instrs.size();
 }
 
+// What the last `in_flight` backward reductions launched before instruction `at` hold there
+// once window_reductions keeps them in flight (before that pass each completes where it
+// launches, so the walk does not count them at `at`): their buffers and members' gradients.
+int64_t reductions_in_flight_bytes(const ir::Program& p, size_t at, int in_flight) {
+  int64_t bytes = 0;
+  int found = 0;
+  for (size_t i = at; i-- > 0 && found < in_flight && p.instrs[i].phase == ir::Phase::Backward;) {
+    const Instr& in = p.instrs[i];
+    if (in.kind != OpKind::ReduceScatter) continue;
+    ++found;
+    bytes += memory::reduction_launch_bytes(p, in);
+    for (int q : in.params) bytes += memory::padded_bytes(p, q);
+  }
+  return bytes;
+}
+
 // Moves bucket k's gather to just before the wait of bucket k-1's (simplefsdp.txt §3.2.2), unless
 // a release or gather of one of its parameters lies between, or its buffer would not fit under
-// the limit over the instructions it moves above.
+// the limit over the instructions it moves above (in backward beside the reductions in flight).
 void reorder(ir::Program& p, ir::Phase phase, const std::vector<std::vector<int>>& params, const std::vector<bool>& starts_run,
-             const MemoryPlanning& m) {
+             const MemoryPlanning& m, int reductions_in_flight) {
   for (size_t k = 1; k < params.size(); ++k) {
     if (starts_run[k]) continue;
     size_t before = gather_of(p, phase, params[k - 1][0]), g = gather_of(p, phase, params[k][0]);
@@ -208,7 +237,8 @@ void reorder(ir::Program& p, ir::Phase phase, const std::vector<std::vector<int>
     if (m.limit > 0) {
       std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost);
       int64_t high = *std::max_element(around.begin() + static_cast<long>(wait), around.begin() + static_cast<long>(g));
-      if (high + memory::gather_peak_bytes(p, gather) > m.limit) continue;
+      int64_t in_flight = phase == ir::Phase::Backward ? reductions_in_flight_bytes(p, wait, reductions_in_flight) : 0;
+      if (high + memory::gather_peak_bytes(p, gather) + in_flight > m.limit) continue;
     }
     Instr moved = std::move(p.instrs[g]);
     p.instrs.erase(p.instrs.begin() + static_cast<long>(g));
@@ -216,10 +246,11 @@ void reorder(ir::Program& p, ir::Phase phase, const std::vector<std::vector<int>
   }
 }
 
-bool bucket_phase(ir::Program& p, ir::Phase phase, const std::vector<const BucketRequest*>& of, const MemoryPlanning& m) {
+bool bucket_phase(ir::Program& p, ir::Phase phase, const std::vector<const BucketRequest*>& of, const PassInputs& inputs) {
+  const MemoryPlanning& m = inputs.memory;
   std::vector<Candidate> c = candidates(p, phase, of, m);
   if (c.size() < 2) return false;
-  std::vector<std::vector<size_t>> buckets = BucketPlanner(p, phase, m, c).buckets();
+  std::vector<std::vector<size_t>> buckets = BucketPlanner(p, phase, m, inputs.reductions_in_flight, c).buckets();
   std::vector<std::vector<int>> params;
   std::vector<bool> starts_run;
   for (const std::vector<size_t>& b : buckets) {
@@ -235,7 +266,7 @@ bool bucket_phase(ir::Program& p, ir::Phase phase, const std::vector<const Bucke
     std::unordered_set<int> set(members.begin(), members.end());
     merge_collectives(p, [&](int q) { return set.count(q) > 0; }, &phase);
   }
-  reorder(p, phase, params, starts_run, m);
+  reorder(p, phase, params, starts_run, m, inputs.reductions_in_flight);
   return true;
 }
 
@@ -244,8 +275,8 @@ bool bucket_phase(ir::Program& p, ir::Phase phase, const std::vector<const Bucke
 bool auto_bucket(ir::Program& p, const PassInputs& inputs) {
   if (p.sharding.params <= 1 || inputs.sized_buckets.empty()) return false;
   std::vector<const BucketRequest*> of = requests_of(p, inputs);
-  bool forward = bucket_phase(p, ir::Phase::Forward, of, inputs.memory);
-  bool backward = bucket_phase(p, ir::Phase::Backward, of, inputs.memory);
+  bool forward = bucket_phase(p, ir::Phase::Forward, of, inputs);
+  bool backward = bucket_phase(p, ir::Phase::Backward, of, inputs);
   return forward || backward;
 }
 

@@ -200,6 +200,19 @@ expect "explain --profile plans with the measured times" 0 "the buckets differ" 
   a=\$(\"$loom\" explain \"$tmp/bucket_auto.sched\" --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --memory-limit 1GiB | grep -c all_gather)
   b=\$(\"$loom\" explain \"$tmp/bucket_auto.sched\" --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --memory-limit 1GiB --profile \"$tmp/fast_compute.json\" | grep -c all_gather)
   echo \"all_gathers without times \$a, with \$b\"; [ \"\$a\" != \"\$b\" ] && echo 'the buckets differ'"
+# loom simulate --replanned prices that program: the step differs from the one a run starts with.
+expect "simulate --replanned plans with the profile's times" 0 "the steps differ" -- python3 -c "
+import json, subprocess
+def step(*extra):
+    out = subprocess.run(['$loom', 'simulate', '$tmp/bucket_auto.sched', '--model', 'gpt:tiny', '--nproc', '2', '--seq', '32',
+                          '--micro-batch', '2', '--memory-limit', '1GiB', '--profile', '$tmp/fast_compute.json', '--json', *extra],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)['step_s']
+start, replanned = step(), step('--replanned')
+print('start %.6f s, replanned %.6f s' % (start, replanned)); print('the steps differ' if start != replanned else 'same')"
+expect "simulate --replanned on a cluster" 2 "error: --replanned plans with a profile's measured times; this run is priced on a cluster" \
+  "hint: give --profile FILE instead of --cluster" \
+  -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --cluster dgx-a100 --replanned
 expect "explain --profile other model" 2 "error: $tmp/profile.json was measured for other compute ops: the step's op 0 is \`embed_tokens\`, the profile's is \`wpe\`" -- "$loom" explain --model llama:tiny --nproc 2 --profile "$tmp/profile.json"
 expect "explain --profile missing" 2 "error: cannot read the profile '$tmp/none.json'" -- "$loom" explain --model gpt:tiny --nproc 2 --profile "$tmp/none.json"
 expect "explain --profile not a profile" 2 "is not a readable Loom profile" -- "$loom" explain --model gpt:tiny --nproc 2 --profile stdlib_schedules/zero3.sched

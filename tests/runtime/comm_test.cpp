@@ -61,14 +61,18 @@ void check_gather_memory(comm::Group& world, int r) {
   auto out1 = torch::empty({n * world.size()}), out2 = torch::empty({n * world.size()});
   memory::reset_peak();
   int64_t before = memory::current_bytes();
+  auto between = torch::full({3}, 1.0f);
   auto w1 = comm::all_gather(world, shard1, out1);
+  auto w3 = comm::all_reduce(world, between);  // another collective's tags between the two
   auto w2 = comm::all_gather(world, shard2, out2);
-  w1.wait(), w2.wait();
+  w1.wait(), w3.wait(), w2.wait();
   int64_t grew = memory::peak_bytes() - before;
   expect(grew < n * 4, "two all-gathers in flight allocated " + std::to_string(grew) + " bytes beyond their outputs", r);
-  bool ok = true;
-  for (int q = 0; q < world.size(); ++q) ok = ok && torch::equal(out2.narrow(0, q * n, n), torch::full({n}, q + 1.0f));
-  expect(ok, "two all-gathers in flight: the second's values", r);
+  bool ok = torch::equal(between, torch::full({3}, static_cast<float>(world.size())));
+  for (int q = 0; q < world.size(); ++q)
+    ok = ok && torch::equal(out1.narrow(0, q * n, n), torch::full({n}, static_cast<float>(q))) &&
+         torch::equal(out2.narrow(0, q * n, n), torch::full({n}, q + 1.0f));
+  expect(ok, "two all-gathers and an all-reduce in flight: every value", r);
 }
 
 int worker(const RankEnv& env) {

@@ -62,6 +62,12 @@ std::vector<std::string> words(const ir::Program& p, ir::Phase phase) {
   return out;
 }
 
+// The most the memory walk holds at once over the step.
+int64_t walk_peak(const ir::Program& p) {
+  std::vector<int64_t> around = memory::memory_around_each(p, StateBytes::loom_adamw(), nullptr);
+  return *std::max_element(around.begin(), around.end());
+}
+
 passes::PassInputs auto_prefetch(int64_t limit) {
   passes::PassInputs in;
   in.prefetch = {{"l0", 0}, {"l1", 0}, {"l2", 0}};
@@ -347,6 +353,32 @@ TEST_CASE("bucket(size=auto): the memory constraint closes a bucket, and the nex
   CHECK(ir::verify_complete(p) == "");
 }
 
+TEST_CASE("bucket(size=auto) counts the reductions window_reductions keeps in flight: the step stays within the limit") {
+  // Eight layers whose backward compute hides any reduction: the buckets grow until memory stops
+  // them. Each bucket's reduce-scatter holds its output, what it receives, its members' copy and
+  // their gradients until its wait, which comes two launches later: at a launch the two buckets
+  // before it are in flight too. Whatever the limit, the lowered step's walk stays within it.
+  ir::OpTrace t;
+  t.model = "eight";
+  for (int l = 0; l < 8; ++l) {
+    std::string name = "l" + std::to_string(l);
+    t.params.push_back({name + ".w", 100, 4});
+    t.forward.push_back({name, {name + ".w"}});
+  }
+  int64_t base = walk_peak(lowered(t, {}));
+  bool grew = false;
+  for (int64_t limit = base; limit <= base + 6000; limit += 200) {
+    CAPTURE(limit);
+    passes::PassInputs in = auto_buckets(limit);
+    in.sized_buckets.clear();
+    for (int l = 0; l < 8; ++l) in.sized_buckets.push_back({"l" + std::to_string(l), 0, true});
+    ir::Program p = lowered(t, in);
+    CHECK(walk_peak(p) <= limit);
+    for (const std::string& w : words(p, ir::Phase::Backward)) grew |= w.find(',') != std::string::npos;
+  }
+  CHECK(grew);  // some limit leaves room for buckets in backward
+}
+
 TEST_CASE("bucket(size=BYTES) caps each bucket; bucket(size=auto) without times buckets each module whole") {
   passes::PassInputs capped;
   capped.sized_buckets = {{"l0", 800, false}, {"l1", 800, false}, {"l2", 800, false}, {"l3", 800, false}};
@@ -394,11 +426,6 @@ std::vector<std::string> copy_words(const ir::Program& p, ir::Phase phase) {
     }
   }
   return out;
-}
-
-int64_t walk_peak(const ir::Program& p) {
-  std::vector<int64_t> around = memory::memory_around_each(p, StateBytes::loom_adamw(), nullptr);
-  return *std::max_element(around.begin(), around.end());
 }
 
 }  // namespace
