@@ -44,15 +44,22 @@ std::optional<Cluster> chosen_cluster(const SimulateOptions& o, int& local_world
   return cluster;
 }
 
+// The profile --profile names, checked against the run it prices (none on a cluster).
+std::optional<Profile> chosen_profile(const SimulateOptions& o) {
+  if (o.profile.empty()) return std::nullopt;
+  Profile profile = load_profile(o.profile);
+  check_profile_fits(profile, o.profile, {o.model, "", o.nproc, 0, o.micro_batch, o.seq, o.accum});
+  return profile;
+}
+
 // The cost model: the cluster's, or the profile's for the programs it prices, with the memory
 // the profile measured (`calibration`, by stage; identity off a GPU).
 std::shared_ptr<InstructionCost> cost_model(const SimulateOptions& o, std::shared_ptr<ClusterCost> cluster_cost,
-                                            const std::vector<ir::Program>& stages, std::vector<MemoryCalibration>& calibration) {
+                                            const std::optional<Profile>& profile, const std::vector<ir::Program>& stages,
+                                            std::vector<MemoryCalibration>& calibration) {
   if (cluster_cost) return cluster_cost;
-  Profile profile = load_profile(o.profile);
-  check_profile_fits(profile, o.profile, {o.model, "", o.nproc, 0, o.micro_batch, o.seq, o.accum});
-  auto cost = std::make_shared<ProfileCost>(stages, profile, o.profile);
-  calibration = memory::calibrate_to_profile(*cost, stages, profile);
+  auto cost = std::make_shared<ProfileCost>(stages, *profile, o.profile);
+  calibration = memory::calibrate_to_profile(*cost, stages, *profile);
   return cost;
 }
 
@@ -60,11 +67,12 @@ std::shared_ptr<InstructionCost> cost_model(const SimulateOptions& o, std::share
 // `loom run` on a GPU takes) and its instruction times. On a profile, as `loom run` plans: the
 // limit alone, so the simulated program is the one the run starts with; with --replanned also
 // the profile's times, as a run's re-plan (--replan-at) plans on its own measurements.
-MemoryPlanning memory_planning(const SimulateOptions& o, const std::shared_ptr<ClusterCost>& cluster_cost) {
+MemoryPlanning memory_planning(const SimulateOptions& o, const std::shared_ptr<ClusterCost>& cluster_cost,
+                               const std::optional<Profile>& profile) {
   MemoryPlanning m;
   m.limit = o.memory_limit;
   if (!cluster_cost) {
-    if (o.replanned) m.instruction_seconds = profile_instruction_seconds(load_profile(o.profile));
+    if (o.replanned) m.instruction_seconds = profile_instruction_seconds(*profile);
     return m;
   }
   if (m.limit <= 0) m.limit = MemoryPlanning::device_default(cluster_cost->cluster().device.memory_bytes);
@@ -123,12 +131,13 @@ Simulation simulate_planned(const Schedule& sch, SimulateOptions& o, std::option
   std::shared_ptr<ClusterCost> cluster_cost;
   if (cluster)
     cluster_cost = std::make_shared<ClusterCost>(std::move(*cluster), o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, local_world);
+  std::optional<Profile> profile = chosen_profile(o);
   StepOptions step_options;
   step_options.grad_norm = o.clip > 0;
   step_options.accum = o.accum;
-  step_options.memory = memory_planning(o, cluster_cost);
+  step_options.memory = memory_planning(o, cluster_cost, profile);
   s.stages = lower_stage_programs(s.plan, trace_model(o.model, {o.micro_batch, o.seq}, s.plan.replacements), o.nproc, step_options);
-  s.result = simulate(s.stages, *cost_model(o, cluster_cost, s.stages, s.memory_calibration));
+  s.result = simulate(s.stages, *cost_model(o, cluster_cost, profile, s.stages, s.memory_calibration));
   // A replica's tokens are shared by its tp x pp ranks.
   double tokens_per_rank = static_cast<double>(o.micro_batch * o.seq * o.accum) / (s.plan.tp * s.plan.pp);
   s.tokens_per_s_per_rank = s.result.step_s > 0 ? tokens_per_rank / s.result.step_s : 0;

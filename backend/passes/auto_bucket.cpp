@@ -22,6 +22,14 @@ struct Candidate {
   bool starts_run = false;  // the phase's first, or after a gather outside the selection
 };
 
+// What a backward reduction holds from its launch to its wait: its buffers
+// (memory::reduction_launch_bytes) and every member's full gradient.
+int64_t reduction_held_bytes(const ir::Program& p, const Instr& reduction) {
+  int64_t bytes = memory::reduction_launch_bytes(p, reduction);
+  for (int q : reduction.params) bytes += memory::padded_bytes(p, q);
+  return bytes;
+}
+
 // The sized bucket request each parameter lies in (the first that names it), or null.
 std::vector<const BucketRequest*> requests_of(const ir::Program& p, const PassInputs& inputs) {
   std::vector<const BucketRequest*> of(p.params.size(), nullptr);
@@ -140,15 +148,10 @@ class BucketPlanner {
     int64_t extra = memory::gather_peak_bytes(p_, merged(with, false));
     if (phase_ == ir::Phase::Backward) {
       Instr reduction = merged(with, true);
-      if (reduction.params.size() > 1) {
-        extra += memory::reduction_launch_bytes(p_, reduction);
-        for (int q : reduction.params) extra += memory::padded_bytes(p_, q);
-      }
+      if (reduction.params.size() > 1) extra += reduction_held_bytes(p_, reduction);
       for (size_t back = 2; back <= out.size() && back <= static_cast<size_t>(reductions_in_flight_) + 1; ++back) {
         Instr in_flight = merged(out[out.size() - back], true);
-        if (in_flight.params.empty()) continue;
-        extra += memory::reduction_launch_bytes(p_, in_flight);
-        for (int q : in_flight.params) extra += memory::padded_bytes(p_, q);
+        if (!in_flight.params.empty()) extra += reduction_held_bytes(p_, in_flight);
       }
     }
     return high + extra <= m_.limit;
@@ -210,8 +213,7 @@ int64_t reductions_in_flight_bytes(const ir::Program& p, size_t at, int in_fligh
     const Instr& in = p.instrs[i];
     if (in.kind != OpKind::ReduceScatter) continue;
     ++found;
-    bytes += memory::reduction_launch_bytes(p, in);
-    for (int q : in.params) bytes += memory::padded_bytes(p, q);
+    bytes += reduction_held_bytes(p, in);
   }
   return bytes;
 }
