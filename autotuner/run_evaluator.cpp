@@ -79,12 +79,38 @@ bool RunEvaluator::scale_effort(int scale) {
   return true;
 }
 
+RunEvaluator::~RunEvaluator() {
+  std::error_code ignored;
+  std::filesystem::remove(s_.work_dir, ignored);  // only if empty: a failed trial's log stays
+}
+
 Trial RunEvaluator::evaluate(const Point& point) {
+  std::string base = (std::filesystem::path(s_.work_dir) / ("trial-" + std::to_string(++trials_))).string();
+  auto remove_files = [&base] {
+    std::error_code ignored;
+    std::filesystem::remove(base + ".log", ignored);
+    std::filesystem::remove(base + ".jsonl", ignored);
+  };
+  Trial t;
+  try {
+    t = run_trial(point, base);
+  } catch (const SweepInterrupted&) {
+    remove_files();  // the trial was stopped, not failed: nothing to look at
+    throw;
+  }
+  if (t.status == TrialStatus::Ok || t.status == TrialStatus::Infeasible) {
+    remove_files();
+  } else {
+    t.message += " (its log: " + base + ".log)";
+  }
+  return t;
+}
+
+Trial RunEvaluator::run_trial(const Point& point, const std::string& base) {
   auto started = std::chrono::steady_clock::now();
   Trial t;
   t.knobs = point;
   t.steps = s_.steps;
-  std::string base = (std::filesystem::path(s_.work_dir) / ("trial-" + std::to_string(++trials_))).string();
   std::vector<std::string> args{s_.loom, "run", s_.schedule};
   args.insert(args.end(), s_.run_args.begin(), s_.run_args.end());
   args.insert(args.end(), {"--steps", std::to_string(s_.steps), "--metrics", base + ".jsonl", "--no-verify"});

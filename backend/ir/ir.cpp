@@ -219,6 +219,12 @@ bool Program::operator==(const Program& o) const { return to_json() == o.to_json
 
 int64_t param_bytes(const Program& p, int q) { return p.params[q].numel * p.params[q].element_bytes; }
 
+int64_t total_param_bytes(const Program& p, const std::vector<int>& params) {
+  int64_t bytes = 0;
+  for (int q : params) bytes += param_bytes(p, q);
+  return bytes;
+}
+
 int64_t optimizer_slice_elements(const Program& p, int q) {
   int64_t n = p.params[static_cast<size_t>(q)].numel, s = p.sharding.optim;
   return (n + s - 1) / s;

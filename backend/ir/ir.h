@@ -146,6 +146,8 @@ struct Program {
 // The instructions passes insert, built in one place.
 // The whole size of parameter `q` in bytes.
 int64_t param_bytes(const Program& program, int q);
+// The whole sizes of parameters `params` together, in bytes (a bucket's members).
+int64_t total_param_bytes(const Program& program, const std::vector<int>& params);
 // The elements of parameter `q` one rank's optimizer updates: its 1/s_os slice, rounded up as
 // the sharded executor pads.
 int64_t optimizer_slice_elements(const Program& program, int q);

@@ -97,12 +97,6 @@ int64_t reduction_launch_bytes(const ir::Program& p, const Instr& in) {
 
 namespace {
 
-int64_t full_bytes(const ir::Program& p, const std::vector<int>& params) {
-  int64_t bytes = 0;
-  for (int q : params) bytes += ir::param_bytes(p, q);
-  return bytes;
-}
-
 // Whether the executor gathers `in` straight into its one member's storage.
 bool gathers_in_place(const ir::Program& p, const Instr& in) {
   return in.params.size() == 1 && ir::param_bytes(p, in.params[0]) == padded_bytes(p, in.params[0]);
@@ -111,7 +105,7 @@ bool gathers_in_place(const ir::Program& p, const Instr& in) {
 }  // namespace
 
 int64_t gather_peak_bytes(const ir::Program& p, const Instr& in) {
-  return gather_launch_bytes(p, in) + (gathers_in_place(p, in) ? 0 : full_bytes(p, in.params));
+  return gather_launch_bytes(p, in) + (gathers_in_place(p, in) ? 0 : ir::total_param_bytes(p, in.params));
 }
 
 int64_t optimizer_step_workspace(const ir::Program& p, const Instr& step) {
@@ -141,14 +135,14 @@ GatherBuffers::GatherBuffers(const ir::Program& p) : p_(p) {
     if (static_cast<size_t>(in.handle) >= by_handle_.size()) by_handle_.resize(static_cast<size_t>(in.handle) + 1);
     Gather& g = by_handle_[static_cast<size_t>(in.handle)];
     g.held = gather_launch_bytes(p, in);
-    g.full = full_bytes(p, in.params);
+    g.full = ir::total_param_bytes(p, in.params);
     g.direct = gathers_in_place(p, in);
   }
 }
 
 Effect GatherBuffers::effect(const Instr& in) const {
   bool gathered = in.handle >= 0 && static_cast<size_t>(in.handle) < by_handle_.size() && by_handle_[static_cast<size_t>(in.handle)].held > 0;
-  if (in.kind == OpKind::Release) return p_.sharding.params > 1 ? Effect{0, -full_bytes(p_, in.params)} : Effect{};  // replicated stay
+  if (in.kind == OpKind::Release) return p_.sharding.params > 1 ? Effect{0, -ir::total_param_bytes(p_, in.params)} : Effect{};  // replicated stay
   if (!gathered) return {};
   const Gather& g = by_handle_[static_cast<size_t>(in.handle)];
   if (in.kind == OpKind::AllGather) return {0, g.held};

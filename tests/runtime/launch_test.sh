@@ -222,18 +222,26 @@ printf '%s\n' 'let mode = tune("mode", ["plain", "refused"])' 'if mode == "refus
 tune_run="tune --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --evaluator run --strategy exhaustive"
 "$loom" $tune_run "$tmp/tune_fail.sched" --steps 3 --json > "$tmp/tune.json" 2> "$tmp/err"
 if [ $? -eq 0 ] && python3 -c "
-import json, sys
+import json, os, shutil, sys
 d = json.load(open('$tmp/tune.json'))
 s = {t['knobs']['mode']: t for t in d['trials']}
-sys.exit(not (s['plain']['status'] == 'ok' and s['plain']['objective'] > 0 and s['refused']['status'] == 'failed'
-              and 'compress is not yet supported at runtime' in s['refused']['message'] and d['best']['knobs'] == {'mode': 'plain'}))"
-then ok; else bad "a failing trial is recorded and the sweep goes on"; fi
+log = s['refused']['message'].split('(its log: ')[-1].rstrip(')')
+good = (s['plain']['status'] == 'ok' and s['plain']['objective'] > 0 and s['refused']['status'] == 'failed'
+        and 'compress is not yet supported at runtime' in s['refused']['message'] and d['best']['knobs'] == {'mode': 'plain'}
+        and os.path.isfile(log) and sorted(os.listdir(os.path.dirname(log))) == [os.path.basename(log)])
+shutil.rmtree(os.path.dirname(log), True)
+sys.exit(not good)"
+then ok; else bad "a failing trial is recorded, its log kept (the measured trial's files removed), and the sweep goes on"; fi
 "$loom" $tune_run "$tmp/tune_fail.sched" --steps 3 --trial-timeout 1 --json > "$tmp/tune.json" 2> "$tmp/err"
 if [ $? -eq 1 ] && python3 -c "
-import json, sys
+import json, os, shutil, sys
 d = json.load(open('$tmp/tune.json'))
-sys.exit(not (d['trials'][0]['status'] == 'timed_out' and d['trials'][0]['message'] == 'killed after 1 s (--trial-timeout)'))"
-then ok; else bad "a trial past --trial-timeout is killed and recorded as timed out"; fi
+m = d['trials'][0]['message']
+log = m.split('(its log: ')[-1].rstrip(')')
+good = d['trials'][0]['status'] == 'timed_out' and m.startswith('killed after 1 s (--trial-timeout) (its log: ') and os.path.isfile(log)
+shutil.rmtree(os.path.dirname(log), True)
+sys.exit(not good)"
+then ok; else bad "a trial past --trial-timeout is killed and recorded as timed out, its log kept"; fi
 "$loom" $tune_run examples/gpt_tuned.sched --steps 1000 --db "$tmp/tune.jsonl" > /dev/null 2> "$tmp/err" &
 tuner=$!
 sleep 4  # inside the first trial (its ranks start in about 2 s)

@@ -23,14 +23,24 @@ using namespace loom;
 
 namespace {
 
+fs::path scratch_path() { return fs::temp_directory_path() / ("loom_training_test_" + std::to_string(::getpid())); }
+
 fs::path scratch() {
   static fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("loom_training_test_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
+    fs::create_directories(scratch_path());
+    return scratch_path();
   }();
   return dir;
 }
+
+// The runs' checkpoints and logs go when the tests end (tens of MiB a run of the suite);
+// LOOM_KEEP_TEST_DIRS=1 keeps them to look at.
+struct ScratchRemover {
+  ~ScratchRemover() {
+    std::error_code ignored;
+    if (!std::getenv("LOOM_KEEP_TEST_DIRS")) fs::remove_all(scratch_path(), ignored);
+  }
+} scratch_remover;
 
 // `env`: variables set for the run ("NAME=value ...").
 int run_loom(const std::string& args, const std::string& env = "") {

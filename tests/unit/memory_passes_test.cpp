@@ -321,6 +321,46 @@ TEST_CASE("selective unsharding ranks by T_c(B)/B: of two parameters with one in
   CHECK(std::count(by_time.begin(), by_time.end(), "rel(l0.b)") == 1);
 }
 
+TEST_CASE("unsharding part of a bucket leaves its gather and release the bytes of the members they still hold") {
+  // l0's bucket gathers its 400-byte weight and 40-byte bias, 440 bytes. unshard(auto), which
+  // runs after the buckets, has room for the bias only (smallest first without times): the
+  // bucket's backward gather and forward release then hold the weight alone, 400 bytes, not half
+  // the bucket's by member count (220), which the cost model priced and the executor never moved.
+  ir::OpTrace t;
+  t.model = "bucketed";
+  t.params = {{"l0.w", 100, 4}, {"l0.b", 10, 4}, {"l1.w", 100, 4}};
+  t.forward = {{"l0", {"l0.w", "l0.b"}}, {"l1", {"l1.w"}}};
+  passes::PassInputs in;
+  in.buckets = {"l0"};
+  ir::Program base = lowered(t, in);
+  int l0_weight = 0;
+  while (base.params[static_cast<size_t>(l0_weight)].name != "l0.w") ++l0_weight;
+  auto holds_weight = [l0_weight](const ir::Instr& in) { return std::count(in.params.begin(), in.params.end(), l0_weight) > 0; };
+  size_t release = base.instrs.size(), gather = base.instrs.size();
+  for (size_t i = 0; i < base.instrs.size(); ++i) {
+    const ir::Instr& in = base.instrs[i];
+    if (holds_weight(in) && in.kind == OpKind::Release && in.phase == ir::Phase::Forward) release = i;
+    if (holds_weight(in) && in.kind == OpKind::AllGather && in.phase == ir::Phase::Backward) gather = i;
+  }
+  REQUIRE(release < gather);
+  REQUIRE(base.instrs[gather].params.size() == 2);
+  REQUIRE(base.instrs[gather].bytes == 440);
+  std::vector<int64_t> around = memory::memory_around_each(base, StateBytes::loom_adamw(), nullptr);
+  in.unshard = {{"l0", true}};
+  in.memory.limit = *std::max_element(around.begin() + static_cast<long>(release) + 1, around.begin() + static_cast<long>(gather)) + 100;
+  ir::Program p = lowered(t, in);
+  int checked = 0;
+  for (const ir::Instr& in : p.instrs) {
+    bool backward_gather = in.phase == ir::Phase::Backward && in.kind == OpKind::AllGather;
+    bool forward_release = in.phase == ir::Phase::Forward && in.kind == OpKind::Release;
+    if (!(backward_gather || forward_release) || in.params != std::vector<int>{l0_weight}) continue;
+    CHECK(in.bytes == 400);
+    ++checked;
+  }
+  CHECK(checked == 2);
+  CHECK(ir::verify_complete(p) == "");
+}
+
 TEST_CASE("bucket(size=auto) grows a bucket while its gather hides behind the previous bucket's compute (SimpleFSDP Alg. 1)") {
   // Forward: the first bucket keeps l0 (nothing before it to hide behind); the next takes l1 and
   // l2 (0.3 + 0.4 s <= l0's 1 s) and l3 (0.3 + 0.6 s <= 1 s). Backward likewise, with the previous
