@@ -1,8 +1,11 @@
 #include "autotuner/run_evaluator.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lang/diagnostics.h"
 #include "lang/value.h"
 
 namespace loom::tune {
@@ -79,30 +83,33 @@ bool RunEvaluator::scale_effort(int scale) {
   return true;
 }
 
+RunEvaluator::RunEvaluator(RunSettings settings, const std::atomic<bool>* stop) : s_(std::move(settings)), stop_(stop) {
+  std::string pattern = (std::filesystem::temp_directory_path() / "loom-tune-XXXXXX").string();
+  if (!mkdtemp(pattern.data()))
+    throw UserError(SourceRange{}, "cannot create a work directory for the trials' logs (" + pattern + "): " + std::strerror(errno),
+                    "point TMPDIR at a writable directory");
+  work_dir_ = pattern;
+}
+
 RunEvaluator::~RunEvaluator() {
   std::error_code ignored;
-  std::filesystem::remove(s_.work_dir, ignored);  // only if empty: a failed trial's log stays
+  std::filesystem::remove(work_dir_, ignored);  // only if empty: a failed trial's log stays
 }
 
 Trial RunEvaluator::evaluate(const Point& point) {
-  std::string base = (std::filesystem::path(s_.work_dir) / ("trial-" + std::to_string(++trials_))).string();
-  auto remove_files = [&base] {
-    std::error_code ignored;
-    std::filesystem::remove(base + ".log", ignored);
-    std::filesystem::remove(base + ".jsonl", ignored);
-  };
+  std::string base = (std::filesystem::path(work_dir_) / ("trial-" + std::to_string(++trials_))).string();
+  std::error_code ignored;
   Trial t;
   try {
     t = run_trial(point, base);
   } catch (const SweepInterrupted&) {
-    remove_files();  // the trial was stopped, not failed: nothing to look at
+    std::filesystem::remove(base + ".log", ignored);  // stopped, not failed: nothing to look at
+    std::filesystem::remove(base + ".jsonl", ignored);
     throw;
   }
-  if (t.status == TrialStatus::Ok || t.status == TrialStatus::Infeasible) {
-    remove_files();
-  } else {
-    t.message += " (its log: " + base + ".log)";
-  }
+  std::filesystem::remove(base + ".jsonl", ignored);  // read, or partial
+  if (t.status == TrialStatus::Ok || t.status == TrialStatus::Infeasible) std::filesystem::remove(base + ".log", ignored);
+  else t.message += "; its log: " + base + ".log";
   return t;
 }
 

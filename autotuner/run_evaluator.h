@@ -25,7 +25,6 @@ struct RunSettings {
   int world = 1;
   double timeout_s = 300;
   int64_t memory_limit = 0;  // bytes per rank; 0: none
-  std::string work_dir;      // each trial's log and metrics while it runs; removed at the end when empty
 };
 
 // Thrown when a stop was requested: the running trial's ranks were killed.
@@ -35,17 +34,19 @@ struct SweepInterrupted : std::runtime_error {
 
 class RunEvaluator : public Evaluator {
  public:
-  RunEvaluator(RunSettings settings, const std::atomic<bool>* stop) : s_(std::move(settings)), stop_(stop) {}
+  // Makes a work directory for the trials' logs and metrics (loom-tune-XXXXXX in $TMPDIR, or /tmp).
+  RunEvaluator(RunSettings settings, const std::atomic<bool>* stop);
   ~RunEvaluator() override;  // removes the work directory unless a failed trial's log is in it
   std::string context() const override;
-  // A trial's log and metrics are removed once it is measured; a failed or timed-out trial
-  // keeps its log, which its message names.
+  // A trial's metrics are removed once it is read, and its log too unless the trial failed or
+  // timed out: that log stays, and the trial's message names it.
   Trial evaluate(const Point& point) override;
   bool scale_effort(int scale) override;
 
  private:
   Trial run_trial(const Point& point, const std::string& base);  // `base`: the log's and metrics' path less .log/.jsonl
   RunSettings s_;
+  std::string work_dir_;
   int base_steps_ = s_.steps;
   double base_timeout_s_ = s_.timeout_s;
   const std::atomic<bool>* stop_;

@@ -114,8 +114,6 @@ std::unique_ptr<tune::Evaluator> run_evaluator(const TuneCommand& o, int& local_
   s.world = o.nproc;
   s.timeout_s = o.trial_timeout;
   s.memory_limit = o.memory_limit.empty() ? 0 : memory_limit_bytes(o.memory_limit);
-  char dir[] = "/tmp/loom-tune-XXXXXX";
-  s.work_dir = mkdtemp(dir);
   return std::make_unique<tune::RunEvaluator>(s, &stop_requested);
 }
 

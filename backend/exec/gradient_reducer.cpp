@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "backend/instrument/gradient_hooks.h"
 #include "lang/diagnostics.h"
 
 namespace loom {
@@ -40,6 +41,7 @@ struct GradientReducer::State {
   }
 
   void on_grad(size_t p, const torch::Tensor& incoming) {
+    instrument::gradient_hook_begins();
     if (!sync) return;
     // The gradient this step: what was accumulated before plus what arrives now.
     const torch::Tensor& acc = params[p].grad();

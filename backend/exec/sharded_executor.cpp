@@ -12,6 +12,7 @@
 #include "backend/exec/sharded_grad_clip.h"
 #include "backend/exec/state_copier.h"
 #include "backend/exec/storage_release.h"
+#include "backend/instrument/gradient_hooks.h"
 #include "lang/diagnostics.h"
 #include "models/zoo_torch.h"
 
@@ -322,6 +323,7 @@ struct ShardedExecutor::State {
   }
 
   void on_grad(size_t p, const torch::Tensor& grad) {
+    instrument::gradient_hook_begins();
     Param& q = params[p];
     if (q.grad_ready)
       throw InternalError("sharded executor: parameter " + program.params[p].name + " received gradient " +

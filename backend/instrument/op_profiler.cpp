@@ -8,6 +8,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "backend/instrument/gradient_hooks.h"
 #include "backend/instrument/memory_counter.h"
 #include "backend/torch_compat.h"
 #include "models/zoo_torch.h"
@@ -44,6 +45,7 @@ struct OpProfiler::State {
     int inputs_left = 0;
     Mark start;
     int64_t window = 0;
+    int64_t peak_at_hook = -1;  // the window's peak when the first gradient hook began (-1: none yet)
     double between_ms = 0;
   };
 
@@ -101,6 +103,13 @@ struct OpProfiler::State {
   int64_t end_window(int64_t token) const {
     return cuda_device >= 0 ? compat::cuda_peak_bytes(cuda_device) : memory::end_window(token);
   }
+  int64_t window_peak_so_far() const { return cuda_device >= 0 ? compat::cuda_peak_bytes(cuda_device) : memory::peak_bytes(); }
+
+  // An executor's gradient hook begins inside the open backward (instrument/gradient_hooks.h):
+  // what it allocates is not the op's, so the op's peak is what the window held until now.
+  void gradient_hook_begins() {
+    if (open.op >= 0 && open.peak_at_hook < 0) open.peak_at_hook = window_peak_so_far();
+  }
 
   // The op a call of `path` is: its k-th call in this forward, or in backward (a checkpoint()
   // recomputation) the first of its ops whose backward has not started.
@@ -121,7 +130,8 @@ struct OpProfiler::State {
     Samples& s = samples[open.op];
     Mark end = now();
     unread.push_back({open.op, true, open.start, end, open.between_ms});
-    s.backward_peak = std::max(s.backward_peak, end_window(open.window));
+    int64_t peak = end_window(open.window);  // ends the window whatever the hooks did: the step's peak stays whole
+    s.backward_peak = std::max(s.backward_peak, open.peak_at_hook >= 0 ? open.peak_at_hook : peak);
     open = OpenBackward{};
     backward_gap_from = clock_at(end);
   }
@@ -192,9 +202,10 @@ OpProfiler::OpProfiler(torch::nn::Module& model, const ir::OpTrace& trace, nn::C
   for (size_t i = 0; i < trace.forward.size(); ++i) s_->ops_of_path[trace.forward[i].module].push_back(static_cast<int>(i));
   s_->samples.resize(trace.forward.size());
   s_->backward_started.assign(trace.forward.size(), false);
+  instrument::set_gradient_hook_listener([](void* state) { static_cast<State*>(state)->gradient_hook_begins(); }, s_.get());
 }
 
-OpProfiler::~OpProfiler() = default;
+OpProfiler::~OpProfiler() { instrument::set_gradient_hook_listener(nullptr, nullptr); }
 
 void OpProfiler::begin_forward(bool measured) {
   s_->read_intervals();

@@ -70,10 +70,13 @@ std::string verify(const Program& p) {
         break;
       case OpKind::AllGather:
         if (!sharded) return at(i, p, "gathers although parameters are not sharded");
+        if (in.bytes != total_param_bytes(p, in.params))  // what the cost model prices it by
+          return at(i, p, "moves " + std::to_string(in.bytes) + " bytes where its parameters hold " +
+                              std::to_string(total_param_bytes(p, in.params)));
         for (int q : in.params) {
           if (state[q] != State::Sharded) return at(i, p, "gathers " + p.params[q].name + ", which is already gathered");
           state[q] = State::InFlight;
-          gathered += p.params[q].numel * p.params[q].element_bytes;
+          gathered += param_bytes(p, q);
         }
         if (p.memory_limit > 0 && gathered > p.memory_limit)
           return at(i, p, "gathered parameters take " + std::to_string(gathered) + " bytes, over the limit of " + std::to_string(p.memory_limit));
@@ -115,7 +118,7 @@ std::string verify(const Program& p) {
         for (int q : in.params) {
           if (state[q] != State::Resident) return at(i, p, "releases " + p.params[q].name + ", which is not gathered");
           state[q] = State::Sharded;
-          gathered -= p.params[q].numel * p.params[q].element_bytes;
+          gathered -= param_bytes(p, q);
         }
         break;
       case OpKind::ReduceScatter:

@@ -176,9 +176,7 @@ class BucketPlanner {
         if (!reductions) {
           add(g, q, k == 0 ? g.bytes : 0);  // a gather's bytes, whole, with its first parameter
         } else if (auto at = reduction_of_.find(q); at != reduction_of_.end()) {
-          const Instr& rs = p_.instrs[at->second];
-          double share = static_cast<double>(ir::param_bytes(p_, q)) / static_cast<double>(std::max<int64_t>(1, ir::total_param_bytes(p_, rs.params)));
-          add(rs, q, static_cast<int64_t>(static_cast<double>(rs.bytes) * share));  // its members differ in size
+          add(p_.instrs[at->second], q, ir::param_bytes(p_, q));  // a reduce-scatter moves its members' full gradients
         }
       }
     }

@@ -14,12 +14,8 @@ void keep_gathered(ir::Program& p, const std::vector<bool>& kept) {
     bool forward_release = in.phase == ir::Phase::Forward && in.kind == ir::OpKind::Release;
     bool backward_gather = in.phase == ir::Phase::Backward && in.kind == ir::OpKind::AllGather;
     if (forward_release || backward_gather) {
-      int64_t all_bytes = ir::total_param_bytes(p, in.params);
       in.params.erase(std::remove_if(in.params.begin(), in.params.end(), is_kept), in.params.end());
-      // A bucket's members differ in size: what it still moves is its remaining members' share.
-      int64_t left_bytes = ir::total_param_bytes(p, in.params);
-      if (left_bytes != all_bytes && all_bytes > 0)
-        in.bytes = static_cast<int64_t>(static_cast<double>(in.bytes) * static_cast<double>(left_bytes) / static_cast<double>(all_bytes));
+      in.bytes = ir::total_param_bytes(p, in.params);  // a bucket's members differ in size: by bytes, not by count
       if (in.params.empty()) {
         if (backward_gather) dropped_handles.insert(in.handle);
         continue;

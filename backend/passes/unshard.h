@@ -15,6 +15,7 @@ bool unshard(ir::Program& program, const PassInputs& inputs);
 
 // Keeps the parameters `kept` marks (by index) gathered from forward to backward: drops them
 // from the forward releases and the backward all-gathers, and the waits of gathers left empty.
+// A bucket's gather that keeps some members moves the bytes of the members it still gathers.
 void keep_gathered(ir::Program& program, const std::vector<bool>& kept);
 
 }  // namespace loom::passes

@@ -220,28 +220,30 @@ grep -q '"grad_norm":[0-9]' "$tmp/noclip.jsonl" && ok || bad "grad_norm with --c
 printf '%s\n' 'let mode = tune("mode", ["plain", "refused"])' 'if mode == "refused" {' \
   '    sch["h.0"].compress(ratio=4)' '}' > "$tmp/tune_fail.sched"
 tune_run="tune --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --evaluator run --strategy exhaustive"
+# The trials' work directories go to $TMPDIR: each sweep below leaves one only for a failed trial's log.
+export TMPDIR="$tmp/tune_tmp"
+mkdir -p "$TMPDIR"
 "$loom" $tune_run "$tmp/tune_fail.sched" --steps 3 --json > "$tmp/tune.json" 2> "$tmp/err"
 if [ $? -eq 0 ] && python3 -c "
-import json, os, shutil, sys
+import glob, json, os, sys
 d = json.load(open('$tmp/tune.json'))
 s = {t['knobs']['mode']: t for t in d['trials']}
-log = s['refused']['message'].split('(its log: ')[-1].rstrip(')')
-good = (s['plain']['status'] == 'ok' and s['plain']['objective'] > 0 and s['refused']['status'] == 'failed'
-        and 'compress is not yet supported at runtime' in s['refused']['message'] and d['best']['knobs'] == {'mode': 'plain'}
-        and os.path.isfile(log) and sorted(os.listdir(os.path.dirname(log))) == [os.path.basename(log)])
-shutil.rmtree(os.path.dirname(log), True)
-sys.exit(not good)"
+log = s['refused']['message'].split('; its log: ')[-1]
+sys.exit(not (s['plain']['status'] == 'ok' and s['plain']['objective'] > 0 and s['refused']['status'] == 'failed'
+              and 'compress is not yet supported at runtime' in s['refused']['message'] and d['best']['knobs'] == {'mode': 'plain'}
+              and glob.glob('$TMPDIR/loom-tune-*/*') == [log] and 'compress' in open(log).read()))"
 then ok; else bad "a failing trial is recorded, its log kept (the measured trial's files removed), and the sweep goes on"; fi
+rm -rf "$TMPDIR"/loom-tune-*
 "$loom" $tune_run "$tmp/tune_fail.sched" --steps 3 --trial-timeout 1 --json > "$tmp/tune.json" 2> "$tmp/err"
 if [ $? -eq 1 ] && python3 -c "
-import json, os, shutil, sys
+import glob, json, sys
 d = json.load(open('$tmp/tune.json'))
 m = d['trials'][0]['message']
-log = m.split('(its log: ')[-1].rstrip(')')
-good = d['trials'][0]['status'] == 'timed_out' and m.startswith('killed after 1 s (--trial-timeout) (its log: ') and os.path.isfile(log)
-shutil.rmtree(os.path.dirname(log), True)
-sys.exit(not good)"
-then ok; else bad "a trial past --trial-timeout is killed and recorded as timed out, its log kept"; fi
+logs = sorted(t['message'].split('; its log: ')[-1] for t in d['trials'])  # both fail: the second is refused
+sys.exit(not (d['trials'][0]['status'] == 'timed_out' and m.startswith('killed after 1 s (--trial-timeout); its log: ')
+              and sorted(glob.glob('$TMPDIR/loom-tune-*/*')) == logs))"
+then ok; else bad "a trial past --trial-timeout is killed and recorded as timed out, the failed trials' logs kept and nothing else"; fi
+rm -rf "$TMPDIR"/loom-tune-*
 "$loom" $tune_run examples/gpt_tuned.sched --steps 1000 --db "$tmp/tune.jsonl" > /dev/null 2> "$tmp/err" &
 tuner=$!
 sleep 4  # inside the first trial (its ranks start in about 2 s)
@@ -256,6 +258,8 @@ else bad "Ctrl-C stops the running trial's ranks (rc=$rc)"; fi
 "$loom" $tune_run examples/gpt_tuned.sched --steps 3 --max-trials 1 --db "$tmp/tune.jsonl" --resume > /dev/null 2> "$tmp/err"
 if [ $? -eq 0 ] && grep -q "resuming: 2 trials of this sweep" "$tmp/err" && [ "$(grep -c 'from the database' "$tmp/err")" -eq 2 ] &&
    [ "$(wc -l < "$tmp/tune.jsonl")" -eq 3 ]; then ok; else bad "--resume skips the trials in the database"; fi
+[ -z "$(ls -d "$TMPDIR"/loom-tune-* 2> /dev/null)" ] && ok || bad "interrupted and measured sweeps leave no work directory: $(ls "$TMPDIR")"
+unset TMPDIR
 # Successive halving (real runs): three ZeRO stages for 3 steps each, the better two for 6, one left.
 printf '%s\n' 'let stage = tune("stage", [1, 2, 3])' 'sch.zero(stage=stage)' > "$tmp/tune_stages.sched"
 "$loom" tune "$tmp/tune_stages.sched" --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --evaluator run --strategy successive-halving \

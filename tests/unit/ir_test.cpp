@@ -83,6 +83,12 @@ TEST_CASE("gather just before first use, release right after last use; a paramet
   CHECK(find(p, OpKind::Release, F, "wte") == find(p, OpKind::Compute, F, "head") + 1);
   CHECK(count(p, OpKind::AllGather) == 6);  // each parameter once per phase
   CHECK(ir::verify(p) == "");
+  // A gather moves its parameters' bytes, what the cost model prices it by: the verifier says
+  // where a pass got that wrong.
+  p.instrs[static_cast<size_t>(gather_w1)].bytes /= 2;
+  CHECK(ir::verify(p).find("moves " + std::to_string(ir::param_bytes(p, p.instrs[static_cast<size_t>(gather_w1)].params[0]) / 2) +
+                           " bytes where its parameters hold " + std::to_string(ir::param_bytes(p, p.instrs[static_cast<size_t>(gather_w1)].params[0]))) !=
+        std::string::npos);
 }
 
 TEST_CASE("gradient reduction follows the sharding factors") {

@@ -321,11 +321,12 @@ TEST_CASE("selective unsharding ranks by T_c(B)/B: of two parameters with one in
   CHECK(std::count(by_time.begin(), by_time.end(), "rel(l0.b)") == 1);
 }
 
-TEST_CASE("unsharding part of a bucket leaves its gather and release the bytes of the members they still hold") {
+TEST_CASE("unsharding part of a bucket leaves its backward gather the bytes of the members it still gathers") {
   // l0's bucket gathers its 400-byte weight and 40-byte bias, 440 bytes. unshard(auto), which
   // runs after the buckets, has room for the bias only (smallest first without times): the
-  // bucket's backward gather and forward release then hold the weight alone, 400 bytes, not half
-  // the bucket's by member count (220), which the cost model priced and the executor never moved.
+  // bucket's backward gather then moves the weight alone, 400 bytes, not half the bucket's by
+  // member count (220), which the cost model priced and the executor never moved. (Releases are
+  // one parameter each: the weight's stays 400.)
   ir::OpTrace t;
   t.model = "bucketed";
   t.params = {{"l0.w", 100, 4}, {"l0.b", 10, 4}, {"l1.w", 100, 4}};
