@@ -15,6 +15,11 @@ void set_gradient_hook_listener(GradientHookListener l, void* context) {
   listener = l;
 }
 
+void clear_gradient_hook_listener(void* context) {
+  void* expected = context;
+  if (listener_context.compare_exchange_strong(expected, nullptr)) listener = nullptr;
+}
+
 void gradient_hook_begins() {
   if (GradientHookListener l = listener.load()) l(listener_context.load());
 }

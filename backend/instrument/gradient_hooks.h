@@ -10,8 +10,10 @@ namespace loom::instrument {
 // Called at the start of every gradient hook's work; `context` is the listener's own.
 using GradientHookListener = void (*)(void* context);
 
-// One listener at a time (the op profiler, while it lives); nullptr: none.
+// One listener at a time (the op profiler, while it lives).
 void set_gradient_hook_listener(GradientHookListener listener, void* context);
+// Removes the listener if it is still `context`'s (a newer one stays).
+void clear_gradient_hook_listener(void* context);
 
 // An executor's gradient hook begins its work.
 void gradient_hook_begins();

@@ -202,10 +202,14 @@ OpProfiler::OpProfiler(torch::nn::Module& model, const ir::OpTrace& trace, nn::C
   for (size_t i = 0; i < trace.forward.size(); ++i) s_->ops_of_path[trace.forward[i].module].push_back(static_cast<int>(i));
   s_->samples.resize(trace.forward.size());
   s_->backward_started.assign(trace.forward.size(), false);
-  instrument::set_gradient_hook_listener([](void* state) { static_cast<State*>(state)->gradient_hook_begins(); }, s_.get());
+  instrument::set_gradient_hook_listener(
+      [](void* state) {
+        if (state) static_cast<State*>(state)->gradient_hook_begins();
+      },
+      s_.get());
 }
 
-OpProfiler::~OpProfiler() { instrument::set_gradient_hook_listener(nullptr, nullptr); }
+OpProfiler::~OpProfiler() { instrument::clear_gradient_hook_listener(s_.get()); }
 
 void OpProfiler::begin_forward(bool measured) {
   s_->read_intervals();
