@@ -5,7 +5,6 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
-#include <cstring>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
@@ -84,10 +83,16 @@ bool RunEvaluator::scale_effort(int scale) {
 }
 
 RunEvaluator::RunEvaluator(RunSettings settings, const std::atomic<bool>* stop) : s_(std::move(settings)), stop_(stop) {
-  std::string pattern = (std::filesystem::temp_directory_path() / "loom-tune-XXXXXX").string();
-  if (!mkdtemp(pattern.data()))
-    throw UserError(SourceRange{}, "cannot create a work directory for the trials' logs (" + pattern + "): " + std::strerror(errno),
+  std::error_code error;
+  std::filesystem::path temp = std::filesystem::temp_directory_path(error);  // $TMPDIR, else /tmp
+  std::string pattern = (temp / "loom-tune-XXXXXX").string();
+  if (!error && !mkdtemp(pattern.data())) error = std::error_code(errno, std::generic_category());
+  if (error) {
+    const char* tmpdir = std::getenv("TMPDIR");
+    std::string where = !temp.empty() ? temp.string() : tmpdir ? "$TMPDIR (" + std::string(tmpdir) + ")" : "the temporary directory";
+    throw UserError(SourceRange{}, "cannot create a work directory for the trials' logs in " + where + ": " + error.message(),
                     "point TMPDIR at a writable directory");
+  }
   work_dir_ = pattern;
 }
 

@@ -260,6 +260,9 @@ if [ $? -eq 0 ] && grep -q "resuming: 2 trials of this sweep" "$tmp/err" && [ "$
    [ "$(wc -l < "$tmp/tune.jsonl")" -eq 3 ]; then ok; else bad "--resume skips the trials in the database"; fi
 [ -z "$(ls -d "$TMPDIR"/loom-tune-* 2> /dev/null)" ] && ok || bad "interrupted and measured sweeps leave no work directory: $(ls "$TMPDIR")"
 unset TMPDIR
+TMPDIR="$tmp/no_such_dir" "$loom" $tune_run examples/gpt_tuned.sched --steps 3 > /dev/null 2> "$tmp/err"
+if [ $? -eq 1 ] && grep -qF "error: cannot create a work directory for the trials' logs in \$TMPDIR ($tmp/no_such_dir): No such file or directory" "$tmp/err" &&
+   grep -qF "hint: point TMPDIR at a writable directory" "$tmp/err"; then ok; else bad "a TMPDIR that does not exist is a user error naming it"; fi
 # Successive halving (real runs): three ZeRO stages for 3 steps each, the better two for 6, one left.
 printf '%s\n' 'let stage = tune("stage", [1, 2, 3])' 'sch.zero(stage=stage)' > "$tmp/tune_stages.sched"
 "$loom" tune "$tmp/tune_stages.sched" --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --evaluator run --strategy successive-halving \
