@@ -19,6 +19,7 @@
 #include "backend/lower/lower_step.h"
 #include "backend/sim/memory_calibration.h"
 #include "backend/sim/memory_plot.h"
+#include "backend/sim/profile_simulation.h"
 #include "backend/sim/simulator.h"
 #include "backend/train/output_paths.h"
 #include "cli/workflow.h"
@@ -52,15 +53,13 @@ std::optional<Profile> chosen_profile(const SimulateOptions& o) {
   return profile;
 }
 
-// The cost model: the cluster's, or the profile's for the programs it prices, with the memory
-// the profile measured (`calibration`, by stage; identity off a GPU).
-std::shared_ptr<InstructionCost> cost_model(const SimulateOptions& o, std::shared_ptr<ClusterCost> cluster_cost,
-                                            const std::optional<Profile>& profile, const std::vector<ir::Program>& stages,
-                                            std::vector<MemoryCalibration>& calibration) {
-  if (cluster_cost) return cluster_cost;
-  auto cost = std::make_shared<ProfileCost>(stages, *profile, o.profile);
-  calibration = memory::calibrate_to_profile(*cost, stages, *profile);
-  return cost;
+// The step on a profile, with the memory the profile measured (`calibration`, by stage; identity
+// off a GPU): each rank at its own op times where the profile has them (profile_simulation.h).
+SimResult simulate_profiled(const SimulateOptions& o, const Profile& profile, const std::vector<ir::Program>& stages,
+                            std::vector<MemoryCalibration>& calibration) {
+  ProfileCost cost(stages, profile, o.profile);
+  calibration = memory::calibrate_to_profile(cost, stages, profile);
+  return simulate_on_profile(stages, profile, o.profile, calibration);
 }
 
 // What the memory-aware passes plan with. On a cluster: the limit (by default its device's, as
@@ -92,25 +91,6 @@ void save_machine_cluster(const SimulateOptions& o, const ir::Program& program) 
                    cluster_json(machine_cluster(load_profile(o.profile), program, o.nproc, machine_memory_per_rank(o.nproc), name)));
 }
 
-void print_report(const SimulateOptions& o, const RuntimePlan& plan, const std::vector<ir::Program>& stages, const SimResult& r,
-                  const std::string& priced_by, double tokens_per_s_per_rank, const std::vector<MemoryCalibration>& calibration) {
-  std::printf("loom simulate: %s at %d ranks (tp %d, pp %d, dp %d), %s, %lld micro-batch(es) of %lld x %lld tokens per rank\n",
-              o.model.c_str(), o.nproc, plan.tp, plan.pp, o.nproc / (plan.tp * plan.pp), priced_by.c_str(),
-              static_cast<long long>(o.accum), static_cast<long long>(o.micro_batch), static_cast<long long>(o.seq));
-  std::printf("  step            %10.3f ms  (stage %d ends last)\n", r.step_s * 1e3, r.critical_stage);
-  std::printf("  compute         %10.3f ms\n", r.compute_s * 1e3);
-  std::printf("  exposed comm    %10.3f ms  (communication, copies and waits not hidden by compute)\n", r.exposed_comm_s * 1e3);
-  std::printf("  peak memory     %10s     on stage %d, at instruction %s\n", format_size(r.peak_bytes).c_str(), r.peak_stage,
-              instruction_line(stages[static_cast<size_t>(r.peak_stage)], r.peak_instr).c_str());
-  std::printf("  tokens/s/rank   %10.0f\n", tokens_per_s_per_rank);
-  for (size_t stage = 0; stage < calibration.size(); ++stage) {
-    const MemoryCalibration& c = calibration[stage];
-    if (c.activation_scale == 1 && c.outside_bytes == 0) continue;
-    std::printf("  stage %zu's memory as the GPU profile measured it: activations x%.2f of the traced fp32 bytes, %s held outside the model\n",
-                stage, c.activation_scale, format_size(c.outside_bytes).c_str());
-  }
-}
-
 // What a simulation found, for the report.
 struct Simulation {
   RuntimePlan plan;
@@ -119,7 +99,33 @@ struct Simulation {
   std::string priced_by;  // "cluster NAME" or "profile FILE"
   double tokens_per_s_per_rank = 0;
   std::vector<MemoryCalibration> memory_calibration;  // by stage, from a GPU profile (else identity or none)
+  int ranks_simulated = 1;  // each rank at its own op times, or one representative per stage
 };
+
+void print_report(const SimulateOptions& o, const Simulation& s) {
+  const RuntimePlan& plan = s.plan;
+  const SimResult& r = s.result;
+  const std::string& priced_by = s.priced_by;
+  const std::vector<MemoryCalibration>& calibration = s.memory_calibration;
+  std::printf("loom simulate: %s at %d ranks (tp %d, pp %d, dp %d), %s, %lld micro-batch(es) of %lld x %lld tokens per rank\n",
+              o.model.c_str(), o.nproc, plan.tp, plan.pp, o.nproc / (plan.tp * plan.pp), priced_by.c_str(),
+              static_cast<long long>(o.accum), static_cast<long long>(o.micro_batch), static_cast<long long>(o.seq));
+  std::printf("  step            %10.3f ms  (stage %d ends last)\n", r.step_s * 1e3, r.critical_stage);
+  std::printf("  compute         %10.3f ms\n", r.compute_s * 1e3);
+  std::printf("  exposed comm    %10.3f ms  (communication, copies and waits not hidden by compute)\n", r.exposed_comm_s * 1e3);
+  std::printf("  peak memory     %10s     on stage %d, at instruction %s\n", format_size(r.peak_bytes).c_str(), r.peak_stage,
+              instruction_line(s.stages[static_cast<size_t>(r.peak_stage)], r.peak_instr).c_str());
+  std::printf("  tokens/s/rank   %10.0f\n", s.tokens_per_s_per_rank);
+  if (s.ranks_simulated > 1)
+    std::printf("  each of the %d ranks simulated at its own measured op times (the step ends with the slowest)\n",
+                s.ranks_simulated);
+  for (size_t stage = 0; stage < calibration.size(); ++stage) {
+    const MemoryCalibration& c = calibration[stage];
+    if (c.activation_scale == 1 && c.outside_bytes == 0) continue;
+    std::printf("  stage %zu's memory as the GPU profile measured it: activations x%.2f of the traced fp32 bytes, %s held outside the model\n",
+                stage, c.activation_scale, format_size(c.outside_bytes).c_str());
+  }
+}
 
 // `sch` lowered and replayed under the cost model `o` names; `o` takes the schedule's batch().
 Simulation simulate_planned(const Schedule& sch, SimulateOptions& o, std::optional<Cluster> cluster, int local_world) {
@@ -137,7 +143,12 @@ Simulation simulate_planned(const Schedule& sch, SimulateOptions& o, std::option
   step_options.accum = o.accum;
   step_options.memory = memory_planning(o, cluster_cost, profile);
   s.stages = lower_stage_programs(s.plan, trace_model(o.model, {o.micro_batch, o.seq}, s.plan.replacements), o.nproc, step_options);
-  s.result = simulate(s.stages, *cost_model(o, cluster_cost, profile, s.stages, s.memory_calibration));
+  if (cluster_cost) {
+    s.result = simulate(s.stages, *cluster_cost);
+  } else {
+    s.result = simulate_profiled(o, *profile, s.stages, s.memory_calibration);
+    if (simulates_each_rank(s.stages, *profile)) s.ranks_simulated = o.nproc;
+  }
   // A replica's tokens are shared by its tp x pp ranks.
   double tokens_per_rank = static_cast<double>(o.micro_batch * o.seq * o.accum) / (s.plan.tp * s.plan.pp);
   s.tokens_per_s_per_rank = s.result.step_s > 0 ? tokens_per_rank / s.result.step_s : 0;
@@ -171,6 +182,7 @@ nlohmann::json report_json(const Simulation& s) {
           {"critical_stage", r.critical_stage},
           {"tokens_per_s_per_rank", s.tokens_per_s_per_rank},
           {"priced_by", s.priced_by},
+          {"ranks_simulated", s.ranks_simulated},
           {"memory_calibration", calibration_json(s.memory_calibration)}};
 }
 
@@ -198,7 +210,7 @@ int simulate_schedule(const SimulateOptions& given) {
       write_whole_file(o.memory_plot, memory_plot_svg(r, "loom simulate: " + o.model + " at " + std::to_string(o.nproc) +
                                                               " ranks, " + s.priced_by));
     if (!o.json) {
-      print_report(o, s.plan, s.stages, r, s.priced_by, s.tokens_per_s_per_rank, s.memory_calibration);
+      print_report(o, s);
       return kOk;
     }
     std::cout << report_json(s).dump(1) << "\n";

@@ -38,6 +38,24 @@ const CollectiveProfile* Profile::collective(const std::string& name, const std:
   return other;
 }
 
+int Profile::ranks_timed() const {
+  if (ops.empty()) return 0;
+  size_t ranks = ops.front().forward_ms_by_rank.size();
+  for (const OpProfile& op : ops)
+    if (op.forward_ms_by_rank.size() != ranks || op.backward_ms_by_rank.size() != ranks) return 0;
+  return static_cast<int>(ranks);
+}
+
+Profile Profile::as_timed_on(int rank) const {
+  if (rank < 0 || rank >= ranks_timed()) throw InternalError("the profile has no times of rank " + std::to_string(rank));
+  Profile p = *this;
+  for (OpProfile& op : p.ops) {
+    op.forward_ms = op.forward_ms_by_rank[static_cast<size_t>(rank)];
+    op.backward_ms = op.backward_ms_by_rank[static_cast<size_t>(rank)];
+  }
+  return p;
+}
+
 std::string Profile::to_json() const {
   nlohmann::json j{{"format", "loom-profile-" + std::to_string(kFormat)},
                    {"key", key},
@@ -45,14 +63,20 @@ std::string Profile::to_json() const {
                    {"measured_steps", measured_steps},
                    {"optimizer_step_ms", optimizer_step_ms}};
   j["ops"] = nlohmann::json::array();
-  for (auto& op : ops)
-    j["ops"].push_back({{"module", op.module},
-                        {"forward_ms", op.forward_ms},
-                        {"backward_ms", op.backward_ms},
-                        {"memory_before_bytes", op.memory_before_bytes},
-                        {"forward_peak_bytes", op.forward_peak_bytes},
-                        {"backward_before_bytes", op.backward_before_bytes},
-                        {"backward_peak_bytes", op.backward_peak_bytes}});
+  for (auto& op : ops) {
+    nlohmann::json o{{"module", op.module},
+                     {"forward_ms", op.forward_ms},
+                     {"backward_ms", op.backward_ms},
+                     {"memory_before_bytes", op.memory_before_bytes},
+                     {"forward_peak_bytes", op.forward_peak_bytes},
+                     {"backward_before_bytes", op.backward_before_bytes},
+                     {"backward_peak_bytes", op.backward_peak_bytes}};
+    if (!op.forward_ms_by_rank.empty()) {
+      o["forward_ms_by_rank"] = op.forward_ms_by_rank;
+      o["backward_ms_by_rank"] = op.backward_ms_by_rank;
+    }
+    j["ops"].push_back(std::move(o));
+  }
   j["collectives"] = nlohmann::json::array();
   for (auto& c : collectives) {
     nlohmann::json samples = nlohmann::json::array();
@@ -80,10 +104,15 @@ Profile Profile::from_json(const std::string& text, const std::string& origin) {
     p.device = j.at("device").get<std::string>();
     p.measured_steps = j.at("measured_steps").get<int>();
     p.optimizer_step_ms = j.at("optimizer_step_ms").get<double>();
-    for (auto& o : j.at("ops"))
+    for (auto& o : j.at("ops")) {
       p.ops.push_back({o.at("module").get<std::string>(), o.at("forward_ms").get<double>(), o.at("backward_ms").get<double>(),
                        o.at("memory_before_bytes").get<int64_t>(), o.at("forward_peak_bytes").get<int64_t>(),
                        o.at("backward_before_bytes").get<int64_t>(), o.at("backward_peak_bytes").get<int64_t>()});
+      if (o.contains("forward_ms_by_rank")) {
+        p.ops.back().forward_ms_by_rank = o.at("forward_ms_by_rank").get<std::vector<double>>();
+        p.ops.back().backward_ms_by_rank = o.at("backward_ms_by_rank").get<std::vector<double>>();
+      }
+    }
     for (auto& c : j.at("collectives")) {
       CollectiveProfile cp;
       cp.collective = c.at("collective").get<std::string>();

@@ -2,7 +2,8 @@
 // forward and backward time and memory, per collective and process-group role its time as a
 // function of bytes. Written by `loom profile`, saved in a cache keyed by everything that
 // changes the figures, and read by passes. Every figure was reduced (max) across ranks before
-// it was saved, so every rank holds the same profile. Torch-free.
+// it was saved, so every rank holds the same profile; each rank's own op times are kept beside
+// them. Torch-free.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,9 @@ struct OpProfile {
   int64_t forward_peak_bytes = 0;    // the peak during its forward
   int64_t backward_before_bytes = 0; // in use just before its backward
   int64_t backward_peak_bytes = 0;   // the peak during its backward
+  // Each rank's own median times, by rank (the figures above are the slowest rank's, op by op);
+  // empty for one rank and in profiles written before they were kept.
+  std::vector<double> forward_ms_by_rank, backward_ms_by_rank;
 };
 
 // One collective on one process-group role ("world", "params", "grad_peers", "optim_peers",
@@ -60,6 +64,11 @@ struct Profile {
   // The collective on that role in the regime asked for, else in the other; nullptr when this
   // profile has no such collective on that role.
   const CollectiveProfile* collective(const std::string& collective, const std::string& group, bool beside_compute) const;
+  // How many ranks' own op times the profile holds (0: only the slowest rank's).
+  int ranks_timed() const;
+  // The profile with every op at rank `rank`'s own times (its memory figures stay the ranks'
+  // maxima). Needs 0 <= rank < ranks_timed().
+  Profile as_timed_on(int rank) const;
   std::string to_json() const;
   // Throws UserError when `text` is not a Loom profile.
   static Profile from_json(const std::string& text, const std::string& origin);

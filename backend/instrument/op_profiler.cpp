@@ -325,7 +325,30 @@ std::vector<OpProfile> OpProfiler::result(comm::Group& world) const {
   for (int64_t i = 0; i < n; ++i)
     out.push_back({s.trace->forward[i].module, a[i][0], a[i][1], static_cast<int64_t>(a[i][2]), static_cast<int64_t>(a[i][3]),
                    static_cast<int64_t>(a[i][4]), static_cast<int64_t>(a[i][5])});
+  if (world.size() > 1) add_rank_times(world, out);
   return out;
+}
+
+// Each rank's own median times of every op (the figures above are the slowest rank's): a
+// simulation of each rank sees which rank is late where (backend/sim/simulator.h).
+void OpProfiler::add_rank_times(comm::Group& world, std::vector<OpProfile>& ops) const {
+  const State& s = *s_;
+  int64_t n = static_cast<int64_t>(s.samples.size()), ranks = world.size();
+  torch::Tensor t = torch::zeros({ranks, n, 2}, torch::kDouble);
+  auto a = t.accessor<double, 3>();
+  for (int64_t i = 0; i < n; ++i) {
+    a[world.rank()][i][0] = median(s.samples[i].forward_ms);
+    a[world.rank()][i][1] = median(s.samples[i].backward_ms);
+  }
+  torch::Tensor on_device = s.cuda_device >= 0 ? t.to(torch::Device(torch::kCUDA, s.cuda_device)) : t;
+  comm::all_reduce(world, on_device).wait();  // each rank's row, the others' zeros
+  t = on_device.cpu();
+  a = t.accessor<double, 3>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t r = 0; r < ranks; ++r) {
+      ops[i].forward_ms_by_rank.push_back(a[r][i][0]);
+      ops[i].backward_ms_by_rank.push_back(a[r][i][1]);
+    }
 }
 
 double OpProfiler::optimizer_step_ms(comm::Group& world) const {

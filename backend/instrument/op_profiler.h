@@ -32,7 +32,8 @@ class OpProfiler : public nn::CallInterceptor {
                           const nn::Forward& forward) override;
 
   // Per traced op, in forward order: medians of the times, maxima of the memory figures,
-  // then the maximum of each over the ranks of `world`, so every rank returns the same.
+  // then the maximum of each over the ranks of `world`, so every rank returns the same; with
+  // more than one rank also each rank's own times (OpProfile::forward_ms_by_rank).
   std::vector<OpProfile> result(comm::Group& world) const;
   // The median update time, the maximum over the ranks of `world`; -1 when none was measured.
   double optimizer_step_ms(comm::Group& world) const;
@@ -44,6 +45,7 @@ class OpProfiler : public nn::CallInterceptor {
 
  private:
   std::unique_ptr<State> s_;
+  void add_rank_times(comm::Group& world, std::vector<OpProfile>& ops) const;
 };
 
 }  // namespace loom

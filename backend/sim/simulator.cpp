@@ -17,17 +17,19 @@ using ir::OpKind;
 using ir::Phase;
 using memory::Run;
 
-// A collective over ranks of several stages, or a pipeline transfer: it starts when every
-// participant has issued it.
+// A collective over ranks of several stages (or over ranks simulated each), or a pipeline
+// transfer: it starts when every participant has issued it.
 struct Meeting {
   size_t participants = 0;
-  std::map<int, double> issued, seconds;  // by stage
+  std::map<size_t, double> issued, seconds;  // by simulated rank
   double start = -1, end = -1;
 };
 
 struct Rank {
+  size_t index = 0;  // among the simulated ranks
   int stage = 0;
   const ir::Program* program = nullptr;
+  const InstructionCost* cost = nullptr;
   std::vector<Run> runs;
   size_t cursor = 0;
   double host = 0, compute_free = 0, collective_free = 0, copy_free = 0, compute_s = 0;
@@ -41,23 +43,21 @@ struct Rank {
 
 class Simulator {
  public:
+  // One representative per stage, all priced by `cost`.
   Simulator(const std::vector<ir::Program>& stages, const InstructionCost& cost, const StateBytes& state_bytes, bool timeline)
-      : cost_(cost), timeline_(timeline) {
+      : timeline_(timeline) {
     result_.memory.resize(stages.size());
     result_.stage_peak_bytes.assign(stages.size(), 0);
-    for (size_t s = 0; s < stages.size(); ++s) {
-      Rank r;
-      r.stage = static_cast<int>(s);
-      r.program = &stages[s];
-      r.runs = memory::runs_of(stages[s]);
-      int handles = stages[s].next_handle;
-      for (const Instr& in : stages[s].instrs) handles = std::max(handles, in.handle + 1);
-      r.handle_end.assign(static_cast<size_t>(handles), -1);
-      r.memory = memory::step_start_bytes(stages[s], state_bytes, &cost_);
-      r.allocations = std::make_unique<memory::StepMemory>(stages[s], &cost_);
-      ranks_.push_back(std::move(r));
-      note_memory(ranks_.back(), 0);
-    }
+    for (size_t s = 0; s < stages.size(); ++s) add_rank(static_cast<int>(s), stages[s], cost, state_bytes);
+  }
+
+  // Every rank of a one-stage step, each priced by its own cost.
+  Simulator(const ir::Program& program, const std::vector<const InstructionCost*>& rank_costs, const StateBytes& state_bytes,
+            bool timeline)
+      : timeline_(timeline), each_rank_(true) {
+    result_.memory.resize(1);
+    result_.stage_peak_bytes.assign(1, 0);
+    for (const InstructionCost* cost : rank_costs) add_rank(0, program, *cost, state_bytes);
   }
 
   SimResult run() {
@@ -75,7 +75,7 @@ class Simulator {
       }
     for (const Rank& r : ranks_) {
       double end = std::max({r.host, r.compute_free, r.collective_free, r.copy_free});
-      if (end > result_.step_s || r.stage == 0) {
+      if (end > result_.step_s || r.index == 0) {
         result_.step_s = end;
         result_.critical_stage = r.stage;
         result_.compute_s = r.compute_s;
@@ -86,6 +86,22 @@ class Simulator {
   }
 
  private:
+  void add_rank(int stage, const ir::Program& program, const InstructionCost& cost, const StateBytes& state_bytes) {
+    Rank r;
+    r.index = ranks_.size();
+    r.stage = stage;
+    r.program = &program;
+    r.cost = &cost;
+    r.runs = memory::runs_of(program);
+    int handles = program.next_handle;
+    for (const Instr& in : program.instrs) handles = std::max(handles, in.handle + 1);
+    r.handle_end.assign(static_cast<size_t>(handles), -1);
+    r.memory = memory::step_start_bytes(program, state_bytes, &cost);
+    r.allocations = std::make_unique<memory::StepMemory>(program, &cost);
+    ranks_.push_back(std::move(r));
+    note_memory(ranks_.back(), 0);
+  }
+
   // Runs the rank's next instruction; false when it must wait for another stage first.
   bool advance(Rank& r) {
     const Run& run = r.runs[r.cursor];
@@ -100,7 +116,7 @@ class Simulator {
       case OpKind::Recompute:
       case OpKind::OptimizerStep:
       case OpKind::SelectDrop: {
-        double start = std::max(r.host, r.compute_free), seconds = cost_.seconds(p, in);
+        double start = std::max(r.host, r.compute_free), seconds = r.cost->seconds(p, in);
         r.host = r.compute_free = start + seconds;
         r.compute_s += seconds;
         record(r, run, "compute", start, r.host);
@@ -109,14 +125,14 @@ class Simulator {
       case OpKind::Offload:
       case OpKind::Reload: {
         double start = std::max(r.host, r.copy_free);
-        r.host = r.copy_free = start + cost_.seconds(p, in);
+        r.host = r.copy_free = start + r.cost->seconds(p, in);
         record(r, run, "copy", start, r.host);
         break;
       }
       case OpKind::OffloadStates:
       case OpKind::ReloadStates: {  // on the copy stream, while the host goes on
         double start = std::max(r.host, r.copy_free);
-        r.copy_free = start + cost_.seconds(p, in);
+        r.copy_free = start + r.cost->seconds(p, in);
         r.handle_end[static_cast<size_t>(in.handle)] = r.copy_free;
         record(r, run, "copy", start, r.copy_free);
         break;
@@ -128,7 +144,7 @@ class Simulator {
         }
         if (std::string key = meeting_key(r, in); !key.empty()) return meet(r, run, key);
         double start = std::max(r.host, r.collective_free);
-        r.collective_free = start + cost_.seconds(p, in);
+        r.collective_free = start + r.cost->seconds(p, in);
         r.handle_end[static_cast<size_t>(in.handle)] = r.collective_free;
         record(r, run, "collective", start, r.collective_free);
     }
@@ -162,7 +178,8 @@ class Simulator {
       int from = in.kind == OpKind::Send ? r.stage : (forward ? r.stage - 1 : r.stage + 1);
       int to = in.kind == OpKind::Send ? (forward ? r.stage + 1 : r.stage - 1) : r.stage;
       kind = std::string(forward ? "fwd" : "bwd") + " " + std::to_string(from) + "->" + std::to_string(to);
-    } else if (ranks_.size() > 1 && (in.group.role == ir::Role::Pipeline || in.group.role == ir::Role::Model || in.group.role == ir::Role::World)) {
+    } else if (each_rank_ || (ranks_.size() > 1 && (in.group.role == ir::Role::Pipeline || in.group.role == ir::Role::Model ||
+                                                     in.group.role == ir::Role::World))) {
       kind = std::string(ir::role_name(in.group.role)) + " " + ir::op_name(in.kind);
     } else {
       return "";
@@ -178,15 +195,15 @@ class Simulator {
   bool meet(Rank& r, const Run& run, const std::string& key) {
     const Instr& in = r.program->instrs[run.instr];
     Meeting& m = meetings_[key];
-    if (!m.issued.count(r.stage)) {
-      m.issued[r.stage] = std::max(r.host, r.collective_free);
-      m.seconds[r.stage] = cost_.seconds(*r.program, in);
+    if (!m.issued.count(r.index)) {
+      m.issued[r.index] = std::max(r.host, r.collective_free);
+      m.seconds[r.index] = r.cost->seconds(*r.program, in);
     }
     if (m.issued.size() < m.participants) return false;
     if (m.end < 0) {
-      for (const auto& [stage, at] : m.issued) m.start = std::max(m.start, at);
+      for (const auto& [rank, at] : m.issued) m.start = std::max(m.start, at);
       double longest = 0;
-      for (const auto& [stage, s] : m.seconds) longest = std::max(longest, s);
+      for (const auto& [rank, s] : m.seconds) longest = std::max(longest, s);
       m.end = m.start + longest;
     }
     r.collective_free = m.end;
@@ -198,13 +215,14 @@ class Simulator {
     return true;
   }
 
+  // The timeline shows one rank per stage (with every rank simulated, the first).
   void record(const Rank& r, const Run& run, const char* stream, double start, double end) {
-    if (end <= start || !timeline_) return;
+    if (end <= start || !timeline_ || (each_rank_ && r.index > 0)) return;
     result_.events.push_back({r.stage, run.instr, run.micro_batch, stream, start, end});
   }
 
   void note_memory(const Rank& r, size_t instr) {
-    if (timeline_) result_.memory[static_cast<size_t>(r.stage)].push_back({r.host, r.memory});
+    if (timeline_ && !(each_rank_ && r.index > 0)) result_.memory[static_cast<size_t>(r.stage)].push_back({r.host, r.memory});
     int64_t& stage_peak = result_.stage_peak_bytes[static_cast<size_t>(r.stage)];
     stage_peak = std::max(stage_peak, r.memory);
     if (r.memory > result_.peak_bytes) {
@@ -214,8 +232,8 @@ class Simulator {
     }
   }
 
-  const InstructionCost& cost_;
   bool timeline_;
+  bool each_rank_ = false;  // every rank of one stage simulated, each collective a meeting of them all
   std::vector<Rank> ranks_;
   std::map<std::string, Meeting> meetings_;
   SimResult result_;
@@ -227,6 +245,16 @@ SimResult simulate(const std::vector<ir::Program>& stages, const InstructionCost
                    bool timeline) {
   if (stages.empty()) throw InternalError("simulator: no program to simulate");
   return Simulator(stages, cost, state_bytes, timeline).run();
+}
+
+SimResult simulate_each_rank(const ir::Program& program, const std::vector<const InstructionCost*>& rank_costs,
+                             const StateBytes& state_bytes, bool timeline) {
+  if (rank_costs.empty()) throw InternalError("simulator: no rank to simulate");
+  for (const ir::Instr& in : program.instrs)
+    if (ir::issued_collective(in) && in.group.size != static_cast<int>(rank_costs.size()))
+      throw InternalError("simulator: a collective over " + std::to_string(in.group.size) + " of the " +
+                          std::to_string(rank_costs.size()) + " ranks simulated each");
+  return Simulator(program, rank_costs, state_bytes, timeline).run();
 }
 
 std::string sim_trace_json(const SimResult& result, const std::vector<ir::Program>& stages) {

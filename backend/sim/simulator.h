@@ -4,7 +4,8 @@
 // stream from when it is issued (and the stream is free) and its `wait` holds the host until it
 // ends; compute holds the host. Symmetric ranks are simulated once: one program per pipeline
 // stage (its first data-parallel and tensor-parallel rank), so a 1,024-rank step costs what its
-// stages' programs do. A pipeline's send and recv meet (the transfer starts when both sides have
+// stages' programs do (simulate_each_rank simulates each rank instead, where a profile measured
+// each). A pipeline's send and recv meet (the transfer starts when both sides have
 // issued it), and a collective over ranks of several stages starts when every stage has issued
 // it. The memory timeline follows the IR: the rank's model states (less the optimizer states an
 // offload keeps on the host) and the data-parallel reducer's bucket buffers, gathered parameters
@@ -55,6 +56,14 @@ struct SimResult {
 // without its recv).
 SimResult simulate(const std::vector<ir::Program>& stages, const InstructionCost& cost,
                    const StateBytes& state_bytes = StateBytes::loom_adamw(), bool timeline = true);
+
+// Every rank of a one-stage step simulated, each priced by its own cost (`rank_costs`, by rank:
+// a profile's ranks' own op times, Profile::as_timed_on): a collective starts when the last rank
+// issues it, so the ranks' waits for whichever is late at each collective are in the step, and
+// the step ends with the slowest. Every collective of `program` must span all the ranks (data
+// parallelism and the ZeRO stages without a mesh or sub-groups). The timeline shows rank 0.
+SimResult simulate_each_rank(const ir::Program& program, const std::vector<const InstructionCost*>& rank_costs,
+                             const StateBytes& state_bytes = StateBytes::loom_adamw(), bool timeline = true);
 
 // The events as a Chrome trace (chrome://tracing, Perfetto): a process per stage, a thread per
 // stream, each event named by its instruction as `loom explain` prints it.

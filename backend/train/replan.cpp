@@ -19,6 +19,7 @@
 #include "backend/lower/lower_step.h"
 #include "backend/passes/pass_pipeline.h"
 #include "backend/sim/memory_calibration.h"
+#include "backend/sim/profile_simulation.h"
 #include "backend/sim/simulator.h"
 #include "lang/diagnostics.h"
 #include "lang/value.h"
@@ -84,10 +85,11 @@ Prediction predict(const RankRun& r, const ir::Program& next, const Profile& pro
   // The memory is calibrated against the program that was measured, and the next program takes
   // the same calibration (against it, outside_bytes would take up what the re-plan changes).
   std::vector<ir::Program> current_stages{*r.step}, next_stages{next};
-  ProfileCost current_cost(current_stages, profile, "the run's measurements");
-  ProfileCost next_cost(next_stages, profile, "the run's measurements");
-  next_cost.calibrate_memory(memory::calibrate_to_profile(current_cost, current_stages, profile));
-  return {simulate(current_stages, current_cost), simulate(next_stages, next_cost)};
+  const std::string origin = "the run's measurements";
+  ProfileCost current_cost(current_stages, profile, origin);
+  std::vector<MemoryCalibration> calibration = memory::calibrate_to_profile(current_cost, current_stages, profile);
+  return {simulate_on_profile(current_stages, profile, origin, calibration),
+          simulate_on_profile(next_stages, profile, origin, calibration)};
 }
 
 void log_replan(const RankRun& r, const ir::Program& next, const std::vector<PassRecord>& records, const Prediction* predicted,

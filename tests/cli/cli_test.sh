@@ -233,6 +233,10 @@ assert j['peak_bytes'] > 50e6 * 16 / 4 / 2, j  # gpt:50m's states, 16 bytes an e
 print('sane')"
 expect "simulate --profile" 0 "profile $tmp/profile.json" \
   -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json"
+expect "simulate --profile replays each rank at its own op times" 0 "each of the 2 ranks simulated at its own measured op times" \
+  -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json"
+expect "simulate --json: ranks simulated each" 0 '"ranks_simulated": 2' \
+  -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json" --json
 # This machine as a cluster, from the profile: loom plan plans for it.
 expect "simulate --save-cluster" 0 "step" -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 \
   --micro-batch 2 --profile "$tmp/profile.json" --save-cluster "$tmp/here.json"

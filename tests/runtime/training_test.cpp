@@ -3,6 +3,7 @@
 // saved models load into plain LibTorch modules.
 #include "../models/doctest_torch.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <set>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -583,6 +585,14 @@ TEST_CASE("loom profile measures every traced op and collective, identically on 
     CHECK(op.at("forward_ms").get<double>() > 0);
     CHECK(op.at("backward_ms").get<double>() > 0);
     CHECK(op.at("forward_peak_bytes").get<int64_t>() >= op.at("memory_before_bytes").get<int64_t>());
+    // Each rank's own times, the slowest of which is the op's.
+    auto forward = op.at("forward_ms_by_rank").get<std::vector<double>>();
+    auto backward = op.at("backward_ms_by_rank").get<std::vector<double>>();
+    REQUIRE(forward.size() == 2);
+    REQUIRE(backward.size() == 2);
+    CHECK(std::min(forward[0], forward[1]) > 0);
+    CHECK(std::max(forward[0], forward[1]) == op.at("forward_ms").get<double>());
+    CHECK(std::max(backward[0], backward[1]) == op.at("backward_ms").get<double>());
   }
   // c_fc's forward allocates its output: 4 x 128 tokens x 512 features in fp32, 1 MiB. Both
   // figures are maxima over the op's calls of a process-wide count, and a gather's output freed

@@ -127,6 +127,29 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
                        UserError);
 }
 
+TEST_CASE("a profile keeps each rank's own op times beside the slowest rank's, and times a copy on one rank") {
+  Profile p;
+  p.key = "k";
+  p.device = "cpu";
+  p.ops.push_back({"a", 3, 4, 10, 20, 30, 40, {3, 1}, {2, 4}});  // rank 0 is late in forward, rank 1 in backward
+  p.ops.push_back({"b", 2, 2, 10, 20, 30, 40, {1, 2}, {2, 1}});
+  Profile q = Profile::from_json(p.to_json(), "p.json");
+  CHECK(q.ranks_timed() == 2);
+  CHECK(q.ops[1].backward_ms_by_rank == std::vector<double>{2, 1});
+  Profile on_rank_1 = q.as_timed_on(1);
+  CHECK(on_rank_1.ops[0].forward_ms == 1);
+  CHECK(on_rank_1.ops[0].backward_ms == 4);
+  CHECK(on_rank_1.ops[1].forward_ms == 2);
+  CHECK(on_rank_1.ops[0].backward_peak_bytes == 40);  // the memory figures stay the maxima
+  CHECK_THROWS_AS(q.as_timed_on(2), InternalError);
+  // Without every op's times on every rank (one rank, or an older profile) only the slowest's count.
+  q.ops[1].forward_ms_by_rank.clear();
+  CHECK(q.ranks_timed() == 0);
+  Profile one_rank;
+  one_rank.ops.push_back({"a", 3, 4, 10, 20, 30, 40});
+  CHECK(Profile::from_json(one_rank.to_json(), "p.json").ranks_timed() == 0);
+}
+
 TEST_CASE("the cache key changes with everything the figures depend on, and names its file") {
   ProfileKeyInputs base{"gpt:tiny", "fsdp()", 2, 2, 4, 128, 1, "cpu", "fp32", 1};
   std::string key = profile_key(base);

@@ -103,6 +103,36 @@ TEST_CASE("pipeline stages meet at their sends and receives") {
                        InternalError);
 }
 
+TEST_CASE("each rank simulated at its own times: a collective starts when the last rank issues it") {
+  // Two forward ops, then an all-reduce over both ranks. Rank 0 is slow in a, rank 1 in b.
+  struct ByModule : InstructionCost {
+    std::map<std::string, double> compute;
+    double seconds(const ir::Program&, const ir::Instr& in) const override {
+      return in.kind == OpKind::Compute ? compute.at(in.module) : in.kind == OpKind::AllReduce ? 1 : 0;
+    }
+  };
+  ir::Program p = one_param({instr(OpKind::Compute, Phase::Forward, "a"), instr(OpKind::Compute, Phase::Forward, "b"),
+                             instr(OpKind::AllReduce, Phase::Backward, "", 0, {ir::Role::World, 2}), wait(0, Phase::Backward)});
+  ByModule rank0, rank1, slowest;
+  rank0.compute = {{"a", 3}, {"b", 1}};
+  rank1.compute = {{"a", 1}, {"b", 3}};
+  slowest.compute = {{"a", 3}, {"b", 3}};  // what a profile's per-op maxima would say
+  CHECK(simulate({p}, slowest).step_s == doctest::Approx(7));  // 3 + 3, then the all-reduce
+  SimResult each = simulate_each_rank(p, {&rank0, &rank1});
+  CHECK(each.step_s == doctest::Approx(5));  // both ranks issue at 4; the all-reduce 4-5
+  CHECK(each.compute_s == doctest::Approx(4));
+  // A rank that is slow throughout holds the other at the collective, which waits for it.
+  rank1.compute = {{"a", 3}, {"b", 3}};
+  SimResult waiting = simulate_each_rank(p, {&rank0, &rank1});
+  CHECK(waiting.step_s == doctest::Approx(7));  // rank 0 issues at 4, rank 1 at 6: 6-7
+  REQUIRE(waiting.events.size() == 3);          // the timeline is rank 0's
+  CHECK(waiting.events[2].start_s == doctest::Approx(6));
+  // A collective over fewer than all the ranks cannot be simulated this way.
+  ir::Program sub = one_param({instr(OpKind::AllReduce, Phase::Backward, "", 0, {ir::Role::Params, 2}), wait(0)});
+  CHECK_THROWS_WITH_AS(simulate_each_rank(sub, {&rank0, &rank1, &slowest}),
+                       "simulator: a collective over 2 of the 3 ranks simulated each", InternalError);
+}
+
 TEST_CASE("the memory timeline: model states, a gathered parameter until its release, activations until their backward") {
   FixedCost cost;
   ir::Instr forward = instr(OpKind::Compute, Phase::Forward, "a");
