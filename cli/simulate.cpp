@@ -54,12 +54,14 @@ std::optional<Profile> chosen_profile(const SimulateOptions& o) {
 }
 
 // The step on a profile, with the memory the profile measured (`calibration`, by stage; identity
-// off a GPU): each rank at its own op times where the profile has them (profile_simulation.h).
+// off a GPU): each rank at its own op times where the profile has them and the step allows,
+// unless --representative (profile_simulation.h).
 SimResult simulate_profiled(const SimulateOptions& o, const Profile& profile, const std::vector<ir::Program>& stages,
                             std::vector<MemoryCalibration>& calibration) {
   ProfileCost cost(stages, profile, o.profile);
   calibration = memory::calibrate_to_profile(cost, stages, profile);
-  return simulate_on_profile(stages, profile, o.profile, calibration);
+  bool each_rank = !o.representative && each_rank_simulable(stages, profile);
+  return simulate_on_profile(stages, profile, o.profile, calibration, each_rank);
 }
 
 // What the memory-aware passes plan with. On a cluster: the limit (by default its device's, as
@@ -99,7 +101,6 @@ struct Simulation {
   std::string priced_by;  // "cluster NAME" or "profile FILE"
   double tokens_per_s_per_rank = 0;
   std::vector<MemoryCalibration> memory_calibration;  // by stage, from a GPU profile (else identity or none)
-  int ranks_simulated = 1;  // each rank at its own op times, or one representative per stage
 };
 
 void print_report(const SimulateOptions& o, const Simulation& s) {
@@ -116,9 +117,9 @@ void print_report(const SimulateOptions& o, const Simulation& s) {
   std::printf("  peak memory     %10s     on stage %d, at instruction %s\n", format_size(r.peak_bytes).c_str(), r.peak_stage,
               instruction_line(s.stages[static_cast<size_t>(r.peak_stage)], r.peak_instr).c_str());
   std::printf("  tokens/s/rank   %10.0f\n", s.tokens_per_s_per_rank);
-  if (s.ranks_simulated > 1)
-    std::printf("  each of the %d ranks simulated at its own measured op times (the step ends with the slowest)\n",
-                s.ranks_simulated);
+  if (r.ranks_simulated > 1)
+    std::printf("  each of the %d ranks simulated at its own measured op times (the step ends with rank %d)\n",
+                r.ranks_simulated, r.critical_rank);
   for (size_t stage = 0; stage < calibration.size(); ++stage) {
     const MemoryCalibration& c = calibration[stage];
     if (c.activation_scale == 1 && c.outside_bytes == 0) continue;
@@ -143,12 +144,7 @@ Simulation simulate_planned(const Schedule& sch, SimulateOptions& o, std::option
   step_options.accum = o.accum;
   step_options.memory = memory_planning(o, cluster_cost, profile);
   s.stages = lower_stage_programs(s.plan, trace_model(o.model, {o.micro_batch, o.seq}, s.plan.replacements), o.nproc, step_options);
-  if (cluster_cost) {
-    s.result = simulate(s.stages, *cluster_cost);
-  } else {
-    s.result = simulate_profiled(o, *profile, s.stages, s.memory_calibration);
-    if (simulates_each_rank(s.stages, *profile)) s.ranks_simulated = o.nproc;
-  }
+  s.result = cluster_cost ? simulate(s.stages, *cluster_cost) : simulate_profiled(o, *profile, s.stages, s.memory_calibration);
   // A replica's tokens are shared by its tp x pp ranks.
   double tokens_per_rank = static_cast<double>(o.micro_batch * o.seq * o.accum) / (s.plan.tp * s.plan.pp);
   s.tokens_per_s_per_rank = s.result.step_s > 0 ? tokens_per_rank / s.result.step_s : 0;
@@ -159,6 +155,9 @@ void check_cost_model(const SimulateOptions& o) {
   if (o.cluster.empty() == o.profile.empty())
     throw UserError(SourceRange{}, "loom simulate needs one cost model: --cluster NAME or --profile FILE",
                     "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`");
+  if (o.representative && o.profile.empty())
+    throw UserError(SourceRange{}, "--representative chooses how a profile's ranks are simulated; this run is priced on a cluster",
+                    "give --profile FILE, or leave --representative out (a cluster's ranks are always simulated by one per stage)");
   if (o.replanned && o.profile.empty())
     throw UserError(SourceRange{}, "--replanned plans with a profile's measured times; this run is priced on a cluster",
                     "give --profile FILE instead of --cluster (on a cluster the passes always plan with its times)");
@@ -182,7 +181,8 @@ nlohmann::json report_json(const Simulation& s) {
           {"critical_stage", r.critical_stage},
           {"tokens_per_s_per_rank", s.tokens_per_s_per_rank},
           {"priced_by", s.priced_by},
-          {"ranks_simulated", s.ranks_simulated},
+          {"ranks_simulated", r.ranks_simulated},
+          {"critical_rank", r.critical_rank},
           {"memory_calibration", calibration_json(s.memory_calibration)}};
 }
 
@@ -267,6 +267,9 @@ void add_simulate(CLI::App& app, std::function<int()>& run) {
   c->add_flag("--replanned", o->replanned,
               "with --profile: the passes plan with the profile's measured times, the program a run's --replan-at "
               "switches to (as `loom explain --profile` shows); default: the program a run starts with");
+  c->add_flag("--representative", o->representative,
+              "with --profile: simulate one rank per stage at each op's slowest rank's time; default: each rank at its own "
+              "measured times where the step allows (one stage, every collective over all ranks)");
   c->add_option("--trace", o->trace, "write the simulated timeline in Chrome trace format (open it beside `loom run --trace`'s)");
   c->add_option("--memory-plot", o->memory_plot, "draw the simulated memory timeline as an SVG file");
   c->add_option("--save-cluster", o->save_cluster,

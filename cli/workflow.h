@@ -39,6 +39,7 @@ struct SimulateOptions {
   std::string save_cluster;
   int64_t memory_limit = 0;
   bool replanned = false;  // with a profile: the passes plan with its times (the program --replan-at settles on)
+  bool representative = false;  // with a profile: one rank per stage at the slowest rank's op times, not each rank
   std::string stdlib;
 };
 // `schedule` (its model, world and ranks per node) simulated as `loom simulate --json` reports it;

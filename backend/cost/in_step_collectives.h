@@ -29,7 +29,9 @@ double serial_busy_ms(std::vector<CollectiveSpan> spans);
 // measured step (`spans`, pipeline sends and receives not among them) kept the stream busy,
 // over what the profile's sweeps price the program's collectives at (sends and receives left
 // out alike); the median over the steps, so that a step in which this rank waited long for a
-// late peer (its spans then include the wait) does not set it. `step_starts`: when each
+// late peer (its spans then include the wait) does not set it. A rank that steadily leads its
+// peers still has some of their lateness in its spans, which a simulation of each rank
+// (simulate_each_rank) adds again: not separated yet (docs/simulate.md). `step_starts`: when each
 // measured step began, on the spans' clock; a span belongs to the step it was launched in. 0
 // when it cannot be told: nothing measured or priced, the profile lacks a collective the program
 // issues, or a pipeline's stage (its spans include waiting for the other stages, which the

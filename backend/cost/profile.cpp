@@ -1,5 +1,6 @@
 #include "backend/cost/profile.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +18,38 @@ namespace {
 // Bump when the measurement changes meaning (2: op times take the work between ops; 3: two
 // collective regimes, the mesh's groups and a pipeline's transfers).
 constexpr int kFormat = 4;
+
+// The world a profile's key names (0 when it names none).
+int key_world(const std::string& key) {
+  std::istringstream fields(key);
+  for (std::string field; fields >> field;)
+    if (field.rfind("world=", 0) == 0) {
+      long world = std::strtol(field.c_str() + 6, nullptr, 10);  // a foreign key's text may be anything
+      return world > 1 && world < (1 << 20) ? static_cast<int>(world) : 0;
+    }
+  return 0;
+}
+
+// Each rank's op times, where a profile has them: a forward and a backward time per rank of its
+// world for every op.
+void check_rank_times(const Profile& p, const std::string& origin) {
+  bool any = false;
+  for (const OpProfile& op : p.ops) any = any || !op.forward_ms_by_rank.empty() || !op.backward_ms_by_rank.empty();
+  if (!any) return;
+  int world = key_world(p.key);
+  size_t ranks = 2;  // without a world in the key: as many as the most any op has, and two or more
+  for (const OpProfile& op : p.ops) ranks = std::max({ranks, op.forward_ms_by_rank.size(), op.backward_ms_by_rank.size()});
+  if (world > 1) ranks = static_cast<size_t>(world);
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    const OpProfile& op = p.ops[i];
+    if (op.forward_ms_by_rank.size() == ranks && op.backward_ms_by_rank.size() == ranks) continue;
+    throw UserError(SourceRange{}, origin + ": op " + std::to_string(i) + " (`" + op.module + "`) has " +
+                                       std::to_string(op.forward_ms_by_rank.size()) + " forward and " +
+                                       std::to_string(op.backward_ms_by_rank.size()) + " backward times by rank, where every op needs " +
+                                       std::to_string(ranks) + " of each (one per rank" + (world > 1 ? " of its world" : "") + ")",
+                    "write it again with `loom profile`");
+  }
+}
 
 }  // namespace
 
@@ -52,6 +85,8 @@ Profile Profile::as_timed_on(int rank) const {
   for (OpProfile& op : p.ops) {
     op.forward_ms = op.forward_ms_by_rank[static_cast<size_t>(rank)];
     op.backward_ms = op.backward_ms_by_rank[static_cast<size_t>(rank)];
+    op.forward_ms_by_rank.clear();  // one rank's copy: the others' times would make R copies cost R^2
+    op.backward_ms_by_rank.clear();
   }
   return p;
 }
@@ -107,11 +142,8 @@ Profile Profile::from_json(const std::string& text, const std::string& origin) {
     for (auto& o : j.at("ops")) {
       p.ops.push_back({o.at("module").get<std::string>(), o.at("forward_ms").get<double>(), o.at("backward_ms").get<double>(),
                        o.at("memory_before_bytes").get<int64_t>(), o.at("forward_peak_bytes").get<int64_t>(),
-                       o.at("backward_before_bytes").get<int64_t>(), o.at("backward_peak_bytes").get<int64_t>()});
-      if (o.contains("forward_ms_by_rank")) {
-        p.ops.back().forward_ms_by_rank = o.at("forward_ms_by_rank").get<std::vector<double>>();
-        p.ops.back().backward_ms_by_rank = o.at("backward_ms_by_rank").get<std::vector<double>>();
-      }
+                       o.at("backward_before_bytes").get<int64_t>(), o.at("backward_peak_bytes").get<int64_t>(),
+                       o.value("forward_ms_by_rank", std::vector<double>{}), o.value("backward_ms_by_rank", std::vector<double>{})});
     }
     for (auto& c : j.at("collectives")) {
       CollectiveProfile cp;
@@ -128,6 +160,7 @@ Profile Profile::from_json(const std::string& text, const std::string& origin) {
                         "write it again with `loom profile`");
       p.collectives.push_back(std::move(cp));
     }
+    check_rank_times(p, origin);
     return p;
   } catch (const nlohmann::json::exception& e) {
     throw UserError(SourceRange{}, origin + " is not a readable Loom profile: " + e.what(), "write it again with `loom profile`");

@@ -324,7 +324,7 @@ std::vector<OpProfile> OpProfiler::result(comm::Group& world) const {
   std::vector<OpProfile> out;
   for (int64_t i = 0; i < n; ++i)
     out.push_back({s.trace->forward[i].module, a[i][0], a[i][1], static_cast<int64_t>(a[i][2]), static_cast<int64_t>(a[i][3]),
-                   static_cast<int64_t>(a[i][4]), static_cast<int64_t>(a[i][5])});
+                   static_cast<int64_t>(a[i][4]), static_cast<int64_t>(a[i][5]), {}, {}});
   if (world.size() > 1) add_rank_times(world, out);
   return out;
 }

@@ -44,8 +44,8 @@ class OpProfiler : public nn::CallInterceptor {
   struct State;
 
  private:
-  std::unique_ptr<State> s_;
   void add_rank_times(comm::Group& world, std::vector<OpProfile>& ops) const;
+  std::unique_ptr<State> s_;
 };
 
 }  // namespace loom

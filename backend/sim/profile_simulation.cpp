@@ -3,14 +3,17 @@
 #include <memory>
 
 #include "backend/cost/instruction_cost.h"
+#include "lang/diagnostics.h"
 
 namespace loom {
 
-bool simulates_each_rank(const std::vector<ir::Program>& stages, const Profile& profile) {
+bool each_rank_simulable(const std::vector<ir::Program>& stages, const Profile& profile) {
   int ranks = profile.ranks_timed();
-  if (stages.size() != 1 || ranks < 2) return false;
+  if (stages.size() != 1 || ranks < 2 || ranks > kMaxRanksSimulatedEach) return false;
+  const ir::Program& p = stages.front();
+  if (p.sharding.dp * p.mesh.model_parallel() != ranks) return false;
   bool collective = false;
-  for (const ir::Instr& in : stages.front().instrs)
+  for (const ir::Instr& in : p.instrs)
     if (ir::issued_collective(in)) {
       if (in.group.size != ranks) return false;
       collective = true;
@@ -19,12 +22,13 @@ bool simulates_each_rank(const std::vector<ir::Program>& stages, const Profile& 
 }
 
 SimResult simulate_on_profile(const std::vector<ir::Program>& stages, const Profile& profile, const std::string& origin,
-                              const std::vector<MemoryCalibration>& calibration, bool timeline) {
-  if (!simulates_each_rank(stages, profile)) {
+                              const std::vector<MemoryCalibration>& calibration, bool each_rank, bool timeline) {
+  if (!each_rank) {
     ProfileCost cost(stages, profile, origin);
     cost.calibrate_memory(calibration);
     return simulate(stages, cost, StateBytes::loom_adamw(), timeline);
   }
+  if (!each_rank_simulable(stages, profile)) throw InternalError("simulate_on_profile: these programs cannot be simulated rank by rank");
   std::vector<std::unique_ptr<ProfileCost>> costs;
   std::vector<const InstructionCost*> by_rank;
   for (int rank = 0; rank < profile.ranks_timed(); ++rank) {

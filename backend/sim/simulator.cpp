@@ -38,6 +38,9 @@ struct Rank {
   std::string meeting;              // the meeting its current instruction waits in, once issued
   int64_t memory = 0;
   std::unique_ptr<memory::StepMemory> allocations;  // what each run allocates and frees
+  // With every rank simulated, its own timeline until the slowest rank's is chosen.
+  std::vector<SimEvent> events;
+  std::vector<MemorySample> memory_samples;
   bool done() const { return cursor >= runs.size(); }
 };
 
@@ -69,19 +72,30 @@ class Simulator {
     for (const Rank& r : ranks_)
       if (!r.done()) {
         const Instr& in = r.program->instrs[r.runs[r.cursor].instr];
-        throw InternalError("simulator: stage " + std::to_string(r.stage) + " waits at instruction " +
+        throw InternalError("simulator: " + std::string(each_rank_ ? "rank " : "stage ") +
+                            std::to_string(each_rank_ ? r.index : static_cast<size_t>(r.stage)) + " waits at instruction " +
                             std::to_string(r.runs[r.cursor].instr) + " (" + ir::op_name(in.kind) +
                             ") for a partner that never issues it");
       }
+    size_t critical = 0;
     for (const Rank& r : ranks_) {
       double end = std::max({r.host, r.compute_free, r.collective_free, r.copy_free});
-      if (end > result_.step_s || r.index == 0) {
+      // Ranks that end together at a collective: the one with the most compute kept the others waiting.
+      bool later = end > result_.step_s || (end == result_.step_s && r.compute_s > result_.compute_s);
+      if (later || r.index == 0) {
         result_.step_s = end;
         result_.critical_stage = r.stage;
         result_.compute_s = r.compute_s;
+        critical = r.index;
       }
     }
     result_.exposed_comm_s = std::max(0.0, result_.step_s - result_.compute_s);
+    result_.ranks_simulated = each_rank_ ? static_cast<int>(ranks_.size()) : 1;
+    if (each_rank_) {
+      result_.critical_rank = static_cast<int>(critical);
+      result_.events = std::move(ranks_[critical].events);
+      result_.memory[0] = std::move(ranks_[critical].memory_samples);
+    }
     return std::move(result_);
   }
 
@@ -102,7 +116,7 @@ class Simulator {
     note_memory(ranks_.back(), 0);
   }
 
-  // Runs the rank's next instruction; false when it must wait for another stage first.
+  // Runs the rank's next instruction; false when it must wait for another simulated rank first.
   bool advance(Rank& r) {
     const Run& run = r.runs[r.cursor];
     const ir::Program& p = *r.program;
@@ -168,7 +182,8 @@ class Simulator {
   }
 
   // The meeting `in` belongs to, or "" for a collective among ranks of this stage alone
-  // (simulated by its representative, whose peers issue it at the same time).
+  // (simulated by its representative, whose peers issue it at the same time); with every rank
+  // simulated, each collective is a meeting of them all.
   std::string meeting_key(Rank& r, const Instr& in) {
     if (!r.meeting.empty()) return r.meeting;
     std::string kind;
@@ -216,13 +231,13 @@ class Simulator {
   }
 
   // The timeline shows one rank per stage (with every rank simulated, the first).
-  void record(const Rank& r, const Run& run, const char* stream, double start, double end) {
-    if (end <= start || !timeline_ || (each_rank_ && r.index > 0)) return;
-    result_.events.push_back({r.stage, run.instr, run.micro_batch, stream, start, end});
+  void record(Rank& r, const Run& run, const char* stream, double start, double end) {
+    if (end <= start || !timeline_) return;
+    (each_rank_ ? r.events : result_.events).push_back({r.stage, run.instr, run.micro_batch, stream, start, end});
   }
 
-  void note_memory(const Rank& r, size_t instr) {
-    if (timeline_ && !(each_rank_ && r.index > 0)) result_.memory[static_cast<size_t>(r.stage)].push_back({r.host, r.memory});
+  void note_memory(Rank& r, size_t instr) {
+    if (timeline_) (each_rank_ ? r.memory_samples : result_.memory[static_cast<size_t>(r.stage)]).push_back({r.host, r.memory});
     int64_t& stage_peak = result_.stage_peak_bytes[static_cast<size_t>(r.stage)];
     stage_peak = std::max(stage_peak, r.memory);
     if (r.memory > result_.peak_bytes) {

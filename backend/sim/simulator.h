@@ -38,14 +38,17 @@ struct MemorySample {
 };
 
 struct SimResult {
-  double step_s = 0;          // the slowest stage's end
-  double compute_s = 0;       // that stage's compute-stream time
+  double step_s = 0;          // the slowest stage's (or simulated rank's) end
+  double compute_s = 0;       // that stage's (or rank's) compute-stream time
   double exposed_comm_s = 0;  // step_s - compute_s: communication, copies and waiting for other stages not hidden by compute
   int64_t peak_bytes = 0;     // the largest memory in use on any stage
   int peak_stage = 0;
   size_t peak_instr = 0;      // the instruction at that peak (index into its stage's program)
   std::vector<int64_t> stage_peak_bytes;  // each stage's own peak (a run's metrics give rank 0's)
   int critical_stage = 0;     // the stage whose end is the step's
+  int ranks_simulated = 1;    // 1: one representative per stage; else every rank (simulate_each_rank)
+  int critical_rank = 0;      // with every rank simulated, the one whose end is the step's
+  // The timeline: one rank per stage; with every rank simulated, the critical rank's.
   std::vector<SimEvent> events;
   std::vector<std::vector<MemorySample>> memory;  // per stage, after each change
 };
@@ -61,7 +64,7 @@ SimResult simulate(const std::vector<ir::Program>& stages, const InstructionCost
 // a profile's ranks' own op times, Profile::as_timed_on): a collective starts when the last rank
 // issues it, so the ranks' waits for whichever is late at each collective are in the step, and
 // the step ends with the slowest. Every collective of `program` must span all the ranks (data
-// parallelism and the ZeRO stages without a mesh or sub-groups). The timeline shows rank 0.
+// parallelism and the ZeRO stages without sub-groups). The timeline is the slowest rank's.
 SimResult simulate_each_rank(const ir::Program& program, const std::vector<const InstructionCost*>& rank_costs,
                              const StateBytes& state_bytes = StateBytes::loom_adamw(), bool timeline = true);
 

@@ -88,8 +88,10 @@ Prediction predict(const RankRun& r, const ir::Program& next, const Profile& pro
   const std::string origin = "the run's measurements";
   ProfileCost current_cost(current_stages, profile, origin);
   std::vector<MemoryCalibration> calibration = memory::calibrate_to_profile(current_cost, current_stages, profile);
-  return {simulate_on_profile(current_stages, profile, origin, calibration),
-          simulate_on_profile(next_stages, profile, origin, calibration)};
+  // Both programs simulated alike, so that the two predictions compare.
+  bool each_rank = each_rank_simulable(current_stages, profile) && each_rank_simulable(next_stages, profile);
+  return {simulate_on_profile(current_stages, profile, origin, calibration, each_rank),
+          simulate_on_profile(next_stages, profile, origin, calibration, each_rank)};
 }
 
 void log_replan(const RankRun& r, const ir::Program& next, const std::vector<PassRecord>& records, const Prediction* predicted,

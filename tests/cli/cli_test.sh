@@ -237,6 +237,13 @@ expect "simulate --profile replays each rank at its own op times" 0 "each of the
   -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json"
 expect "simulate --json: ranks simulated each" 0 '"ranks_simulated": 2' \
   -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json" --json
+expect "simulate --representative: one rank at the slowest rank's times" 0 '"ranks_simulated": 1' \
+  -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json" \
+  --json --representative
+expect "--representative needs a profile" 2 \
+  "error: --representative chooses how a profile's ranks are simulated; this run is priced on a cluster" \
+  "hint: give --profile FILE, or leave --representative out (a cluster's ranks are always simulated by one per stage)" \
+  -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --cluster dgx-a100 --representative
 # This machine as a cluster, from the profile: loom plan plans for it.
 expect "simulate --save-cluster" 0 "step" -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 \
   --micro-batch 2 --profile "$tmp/profile.json" --save-cluster "$tmp/here.json"

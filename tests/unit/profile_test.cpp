@@ -12,6 +12,7 @@
 #include "backend/cost/in_step_collectives.h"
 #include "backend/cost/profile.h"
 #include "backend/cost/step_estimate.h"
+#include "backend/sim/profile_simulation.h"
 #include "lang/diagnostics.h"
 
 using namespace loom;
@@ -76,7 +77,7 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
   p.device = "cpu";
   p.measured_steps = 3;
   p.optimizer_step_ms = 2.5;
-  p.ops.push_back({"h.0.mlp.c_fc", 0.5, 1.25, 100, 200, 300, 400});
+  p.ops.push_back({"h.0.mlp.c_fc", 0.5, 1.25, 100, 200, 300, 400, {}, {}});
   CollectiveProfile c;
   c.collective = "all_gather";
   c.group = "params";
@@ -146,8 +147,59 @@ TEST_CASE("a profile keeps each rank's own op times beside the slowest rank's, a
   q.ops[1].forward_ms_by_rank.clear();
   CHECK(q.ranks_timed() == 0);
   Profile one_rank;
-  one_rank.ops.push_back({"a", 3, 4, 10, 20, 30, 40});
+  one_rank.ops.push_back({"a", 3, 4, 10, 20, 30, 40, {}, {}});
   CHECK(Profile::from_json(one_rank.to_json(), "p.json").ranks_timed() == 0);
+  CHECK(on_rank_1.ops[0].forward_ms_by_rank.empty());  // one rank's copy keeps no other rank's times
+
+  // A file whose times by rank do not cover its world, op by op, is refused.
+  p.key = "loom-profile-4 model=gpt:tiny world=2";
+  p.ops[1].backward_ms_by_rank = {2};
+  try {
+    Profile::from_json(p.to_json(), "short.json");
+    FAIL("times of one rank for a world of two were accepted");
+  } catch (const UserError& e) {
+    CHECK(e.diagnostic().message ==
+          "short.json: op 1 (`b`) has 2 forward and 1 backward times by rank, where every op needs 2 of each (one per rank of its world)");
+    CHECK(e.diagnostic().hint == "write it again with `loom profile`");
+  }
+  p.ops[1].backward_ms_by_rank = {2, 1};
+  p.key = "loom-profile-4 model=gpt:tiny world=4";
+  CHECK_THROWS_WITH_AS(Profile::from_json(p.to_json(), "world4.json"),
+                       doctest::Contains("world4.json: op 0 (`a`) has 2 forward and 2 backward times by rank, where every op needs 4"),
+                       UserError);
+}
+
+TEST_CASE("each rank is simulated where the profile timed each and every collective spans them all") {
+  Profile p;
+  p.key = "k";
+  p.device = "cpu";
+  p.ops.push_back({"h.0.mlp.c_fc", 1, 2, 0, 0, 0, 0, {1, 0.5}, {2, 1}});
+  auto program = [](int dp, ir::GroupRef group, int tp = 1) {
+    ir::Program prog;
+    prog.sharding.dp = dp;
+    prog.mesh.tp = tp;
+    ir::Instr in;
+    in.kind = ir::OpKind::AllReduce;
+    in.group = group;
+    in.handle = 0;
+    prog.instrs.push_back(in);
+    return prog;
+  };
+  ir::Program data_parallel = program(2, {ir::Role::World, 2});
+  CHECK(each_rank_simulable({data_parallel}, p));
+  CHECK_FALSE(each_rank_simulable({data_parallel, data_parallel}, p));             // a pipeline's stages
+  CHECK_FALSE(each_rank_simulable({program(4, {ir::Role::Params, 2})}, p));        // a sub-group, and a world of 4
+  CHECK_FALSE(each_rank_simulable({program(2, {ir::Role::World, 2}, 2)}, p));      // tp 2 x dp 2: four ranks, two timed
+  CHECK_FALSE(each_rank_simulable({program(2, {ir::Role::World, 1})}, p));         // no collective to meet at
+  Profile older = p;
+  older.ops[0].forward_ms_by_rank.clear();
+  older.ops[0].backward_ms_by_rank.clear();
+  CHECK_FALSE(each_rank_simulable({data_parallel}, older));  // only the slowest rank's times
+  Profile many = p;
+  many.ops[0].forward_ms_by_rank.assign(kMaxRanksSimulatedEach + 1, 1);
+  many.ops[0].backward_ms_by_rank.assign(kMaxRanksSimulatedEach + 1, 1);
+  int past_cap = kMaxRanksSimulatedEach + 1;
+  CHECK_FALSE(each_rank_simulable({program(past_cap, {ir::Role::World, past_cap})}, many));  // too many: the representative
 }
 
 TEST_CASE("the cache key changes with everything the figures depend on, and names its file") {

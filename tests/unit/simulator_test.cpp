@@ -104,29 +104,54 @@ TEST_CASE("pipeline stages meet at their sends and receives") {
 }
 
 TEST_CASE("each rank simulated at its own times: a collective starts when the last rank issues it") {
-  // Two forward ops, then an all-reduce over both ranks. Rank 0 is slow in a, rank 1 in b.
+  // Forward a and b, an all-reduce over both ranks, its wait, then c; later a second all-reduce.
   struct ByModule : InstructionCost {
     std::map<std::string, double> compute;
     double seconds(const ir::Program&, const ir::Instr& in) const override {
       return in.kind == OpKind::Compute ? compute.at(in.module) : in.kind == OpKind::AllReduce ? 1 : 0;
     }
   };
+  ir::GroupRef world{ir::Role::World, 2};
   ir::Program p = one_param({instr(OpKind::Compute, Phase::Forward, "a"), instr(OpKind::Compute, Phase::Forward, "b"),
-                             instr(OpKind::AllReduce, Phase::Backward, "", 0, {ir::Role::World, 2}), wait(0, Phase::Backward)});
+                             instr(OpKind::AllReduce, Phase::Backward, "", 0, world), wait(0, Phase::Backward),
+                             instr(OpKind::Compute, Phase::Backward, "c"), instr(OpKind::AllReduce, Phase::Backward, "", 1, world),
+                             wait(1, Phase::Backward)});
   ByModule rank0, rank1, slowest;
-  rank0.compute = {{"a", 3}, {"b", 1}};
-  rank1.compute = {{"a", 1}, {"b", 3}};
-  slowest.compute = {{"a", 3}, {"b", 3}};  // what a profile's per-op maxima would say
-  CHECK(simulate({p}, slowest).step_s == doctest::Approx(7));  // 3 + 3, then the all-reduce
+  rank0.compute = {{"a", 3}, {"b", 1}, {"c", 2}};  // late in a
+  rank1.compute = {{"a", 1}, {"b", 3}, {"c", 1}};  // late in b
+  slowest.compute = {{"a", 3}, {"b", 3}, {"c", 2}};  // what a profile's per-op maxima say
+  CHECK(simulate({p}, slowest).step_s == doctest::Approx(10));  // 3 + 3, all-reduce, 2, all-reduce
   SimResult each = simulate_each_rank(p, {&rank0, &rank1});
-  CHECK(each.step_s == doctest::Approx(5));  // both ranks issue at 4; the all-reduce 4-5
-  CHECK(each.compute_s == doctest::Approx(4));
-  // A rank that is slow throughout holds the other at the collective, which waits for it.
-  rank1.compute = {{"a", 3}, {"b", 3}};
+  // Both ranks issue the first all-reduce at 4 (4-5); rank 0's c ends at 7, rank 1's at 6, so the
+  // second all-reduce starts at 7 (7-8) on both: rank 1 waits a second for rank 0.
+  CHECK(each.step_s == doctest::Approx(8));
+  CHECK(each.ranks_simulated == 2);
+  CHECK(each.critical_rank == 0);
+  CHECK(each.compute_s == doctest::Approx(6));
+  CHECK(each.exposed_comm_s == doctest::Approx(2));
+  // A rank that is slow throughout holds the other at each collective.
+  rank1.compute = {{"a", 3}, {"b", 3}, {"c", 1}};
   SimResult waiting = simulate_each_rank(p, {&rank0, &rank1});
-  CHECK(waiting.step_s == doctest::Approx(7));  // rank 0 issues at 4, rank 1 at 6: 6-7
-  REQUIRE(waiting.events.size() == 3);          // the timeline is rank 0's
+  // Rank 0 issues at 4, rank 1 at 6: 6-7. Then c: rank 0 7-9, rank 1 7-8; the second 9-10.
+  CHECK(waiting.step_s == doctest::Approx(10));
+  // Both end at 10; rank 1, with more compute, kept rank 0 waiting, so it is the critical one.
+  CHECK(waiting.critical_rank == 1);
+  CHECK(waiting.compute_s == doctest::Approx(7));
+  CHECK(waiting.exposed_comm_s == doctest::Approx(3));
+  REQUIRE(waiting.events.size() == 5);  // a, b, the all-reduce, c, the all-reduce (waits take no time)
+  CHECK(waiting.events[2].stream == "collective");
   CHECK(waiting.events[2].start_s == doctest::Approx(6));
+  CHECK(waiting.events[3].end_s == doctest::Approx(8));  // rank 1's c; it then waits for rank 0's
+  CHECK(waiting.events[4].start_s == doctest::Approx(9));
+  // Rank 1 late at the end: the step is its, and so is the timeline.
+  rank1.compute = {{"a", 3}, {"b", 3}, {"c", 4}};
+  SimResult late = simulate_each_rank(p, {&rank0, &rank1});
+  CHECK(late.step_s == doctest::Approx(12));  // c 7-11 on rank 1, the second all-reduce 11-12
+  CHECK(late.critical_rank == 1);
+  CHECK(late.compute_s == doctest::Approx(10));
+  CHECK(late.events[3].end_s == doctest::Approx(11));  // rank 1's c
+  REQUIRE(late.memory.size() == 1);
+  CHECK(!late.memory[0].empty());
   // A collective over fewer than all the ranks cannot be simulated this way.
   ir::Program sub = one_param({instr(OpKind::AllReduce, Phase::Backward, "", 0, {ir::Role::Params, 2}), wait(0)});
   CHECK_THROWS_WITH_AS(simulate_each_rank(sub, {&rank0, &rank1, &slowest}),
@@ -291,9 +316,9 @@ TEST_CASE("a pipeline's stages are calibrated at modules that only they run") {
   first.mesh.pp = second.mesh.pp = 2;
   second.mesh.stage = 1;
   Profile profile = measured_on("cuda");
-  profile.ops.insert(profile.ops.begin(), OpProfile{"e", 1, 1, 90000, 90000, 90000, 90000});
-  profile.ops.push_back({"late_a", 1, 1, 17000, 17500, 17500, 17500});
-  profile.ops.push_back({"late_b", 1, 1, 17500, 18500, 18500, 18500});
+  profile.ops.insert(profile.ops.begin(), OpProfile{"e", 1, 1, 90000, 90000, 90000, 90000, {}, {}});
+  profile.ops.push_back({"late_a", 1, 1, 17000, 17500, 17500, 17500, {}, {}});
+  profile.ops.push_back({"late_b", 1, 1, 17500, 18500, 18500, 18500, {}, {}});
   std::vector<ir::Program> stages{first, second};
   ProfileCost cost(stages, profile, "a test profile");
   std::vector<MemoryCalibration> calibrated = memory::calibrate_to_profile(cost, stages, profile);
