@@ -4,7 +4,9 @@
 # collectives at world N (default 2; `bash benchmarks/sim_accuracy.sh 4` for 4) on this machine,
 # `loom simulate` replays the step on that profile, and `loom run` trains 12 steps; the table
 # gives the simulated and the measured median step (steps 3-12) and peak tensor memory, their
-# ratios, and whether the simulator ranks the schedules in the measured order. With `--link`
+# ratios (and `rep`: the same profile simulated with `--representative`, one rank at the slowest
+# rank's op times, against each rank at its own), and whether the simulator ranks the schedules
+# in the measured order. With `--link`
 # (as root, with iproute2 and tc) every command runs in a network namespace whose loopback is
 # shaped to 1 Gbit/s (TBF), which both directions share. `tp` splits every block's four
 # Linears over 2 ranks (Megatron-LM's pairs), `pp` runs the blocks in two pipeline stages.
@@ -51,6 +53,8 @@ for sched in $schedules; do
   [ -f "$f" ] || f=$out/$sched.sched
   "${in_net[@]}" "$loom" profile "$f" $shape $on_device --threads 1 --nproc "$world" --steps 6 --cache-dir "$out/cache" --out "$out/$sched.profile.json" > /dev/null
   "${in_net[@]}" "$loom" simulate "$f" $shape --nproc "$world" --profile "$out/$sched.profile.json" --json > "$out/$sched.sim.json"
+  "${in_net[@]}" "$loom" simulate "$f" $shape --nproc "$world" --profile "$out/$sched.profile.json" --json --representative \
+    > "$out/$sched.rep.json"
   "${in_net[@]}" "$loom" run "$f" $run --metrics "$out/$sched.jsonl" > /dev/null
   echo "$sched: profiled, simulated and run" >&2
 done
@@ -62,20 +66,24 @@ d, world, link, device, shape, schedules = sys.argv[1], sys.argv[2], sys.argv[3]
 over = "loopback" if link == "loopback" else "a loopback shaped to 1 Gbit/s"
 on = "" if device == "cpu" else f" on {device} (ranks share it over gloo)"
 print(f"{shape} at world {world} over {over}{on}, 1 thread per rank")
-print(f"{'schedule':<16}{'sim ms':>9}{'run ms':>9}{'sim/run':>9}{'sim peak':>11}{'run peak':>11}{'sim/run':>9}")
-errors, memory_errors, sim, run = [], [], {}, {}
+print(f"{'schedule':<16}{'sim ms':>9}{'run ms':>9}{'sim/run':>9}{'rep/run':>9}{'sim peak':>11}{'run peak':>11}{'sim/run':>9}")
+errors, rep_errors, memory_errors, sim, run = [], [], [], {}, {}
 for s in schedules:
     r = json.load(open(f"{d}/{s}.sim.json"))
+    rep = json.load(open(f"{d}/{s}.rep.json"))["step_s"]
     rows = [json.loads(l) for l in open(f"{d}/{s}.jsonl")][2:]
     ms = sorted(x["step_ms"] for x in rows)[len(rows) // 2]
     peak = max(x["peak_mem_bytes"] for x in rows)  # rank 0's, so the first stage's simulated peak
     sim_peak = r["stage_peak_bytes"][0]
     t, m = r["step_s"] * 1e3 / ms, sim_peak / peak
     errors.append(abs(t - 1))
+    rep_errors.append(abs(rep * 1e3 / ms - 1))
     memory_errors.append(abs(m - 1))
     sim[s], run[s] = r["step_s"], ms
-    print(f"{s:<16}{r['step_s'] * 1e3:>9.1f}{ms:>9.1f}{t:>9.2f}{sim_peak / 2**20:>10.1f}M{peak / 2**20:>10.1f}M{m:>9.2f}")
+    print(f"{s:<16}{r['step_s'] * 1e3:>9.1f}{ms:>9.1f}{t:>9.2f}{rep * 1e3 / ms:>9.2f}{sim_peak / 2**20:>10.1f}M{peak / 2**20:>10.1f}M{m:>9.2f}")
 print(f"mean |sim/run - 1|: step time {sum(errors) / len(errors):.2f}, peak memory {sum(memory_errors) / len(memory_errors):.2f}")
+print(f"rep: the same profile simulated by one rank per stage at each op's slowest rank's time (--representative): "
+      f"mean {sum(rep_errors) / len(rep_errors):.2f}")
 print("fastest first, simulated:", " ".join(sorted(schedules, key=sim.get)))
 print("fastest first, measured: ", " ".join(sorted(schedules, key=run.get)))
 PY

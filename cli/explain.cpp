@@ -114,9 +114,9 @@ int explain(const ExplainOptions& given) {
       std::printf("%-100s %s\n", line.c_str(), cost);
     }
     std::printf("# estimate from %s (serial sums; overlap is what --trace shows): forward compute %.2f ms, backward "
-                "compute %.2f ms, collectives %.2f ms, optimizer step %.2f ms\n",
+                "compute %.2f ms, collectives %.2f ms, optimizer step %.2f ms, gradient norm %.2f ms\n",
                 o.profile.c_str(), estimate.forward_compute_ms, estimate.backward_compute_ms, estimate.collective_ms,
-                estimate.optimizer_ms);
+                estimate.optimizer_ms, estimate.grad_norm_ms);
     return kOk;
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), &sources);

@@ -96,7 +96,8 @@ std::string Profile::to_json() const {
                    {"key", key},
                    {"device", device},
                    {"measured_steps", measured_steps},
-                   {"optimizer_step_ms", optimizer_step_ms}};
+                   {"optimizer_step_ms", optimizer_step_ms},
+                   {"grad_norm_ms", grad_norm_ms}};
   j["ops"] = nlohmann::json::array();
   for (auto& op : ops) {
     nlohmann::json o{{"module", op.module},
@@ -139,6 +140,7 @@ Profile Profile::from_json(const std::string& text, const std::string& origin) {
     p.device = j.at("device").get<std::string>();
     p.measured_steps = j.at("measured_steps").get<int>();
     p.optimizer_step_ms = j.at("optimizer_step_ms").get<double>();
+    p.grad_norm_ms = j.value("grad_norm_ms", -1.0);
     for (auto& o : j.at("ops")) {
       p.ops.push_back({o.at("module").get<std::string>(), o.at("forward_ms").get<double>(), o.at("backward_ms").get<double>(),
                        o.at("memory_before_bytes").get<int64_t>(), o.at("forward_peak_bytes").get<int64_t>(),

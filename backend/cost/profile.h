@@ -58,6 +58,9 @@ struct Profile {
   std::string device;    // "cpu" or "cuda"
   int measured_steps = 0;
   double optimizer_step_ms = -1;  // the optimizer's update (median over the measured steps); -1: not measured
+  // The gradient norm's own work (its norm and the clipping; its all-reduce is a collective's
+  // time), likewise; -1: not measured (no --clip, or a profile from before it was).
+  double grad_norm_ms = -1;
   std::vector<OpProfile> ops;
   std::vector<CollectiveProfile> collectives;
 

@@ -5,7 +5,8 @@
 // built with call by call, it prices the instructions passes make (merged and moved gathers):
 // a compute at the mean of its module's measured calls in that phase, a recompute at its ops'
 // forward times, a collective at its role's line as timed beside compute (else idle), the
-// optimizer step at its measured time, anything else (waits, releases, copies) at 0. Torch-free.
+// optimizer step at its measured time, the gradient norm at its own measured work plus its
+// all-reduce, anything else (waits, releases, copies) at 0. Torch-free.
 #pragma once
 
 #include <functional>

@@ -24,6 +24,7 @@ struct StepEstimate {
   double backward_compute_ms = 0;
   double collective_ms = 0;
   double optimizer_ms = 0;
+  double grad_norm_ms = 0;  // the gradient norm's own work (its all-reduce is in collective_ms)
 };
 
 // The profile's measurement of a collective on an IR group role: the role's own where the

@@ -64,7 +64,7 @@ struct OpProfiler::State {
   double recomputing_ms = 0;          // time in ops rerun by a checkpoint() recomputation
   long last_forward = -1;             // the unread interval of the forward op the coming gap follows
   Clock last_forward_end, backward_gap_from;
-  std::vector<double> optimizer_step_ms;
+  std::vector<double> optimizer_step_ms, grad_norm_ms;
 
   std::vector<Interval> unread;  // measured intervals whose times are not read yet
 
@@ -236,6 +236,10 @@ void OpProfiler::optimizer_step_took(double ms) {
   if (s_->measured) s_->optimizer_step_ms.push_back(ms);
 }
 
+void OpProfiler::grad_norm_took(double ms) {
+  if (s_->measured) s_->grad_norm_ms.push_back(ms);
+}
+
 void OpProfiler::end_backward() { s_->close_backward(); }
 
 void OpProfiler::reset() {
@@ -243,6 +247,7 @@ void OpProfiler::reset() {
   size_t ops = s_->samples.size();
   s_->samples.assign(ops, State::Samples{});
   s_->optimizer_step_ms.clear();
+  s_->grad_norm_ms.clear();
 }
 
 torch::Tensor OpProfiler::intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
@@ -351,8 +356,13 @@ void OpProfiler::add_rank_times(comm::Group& world, std::vector<OpProfile>& ops)
     }
 }
 
-double OpProfiler::optimizer_step_ms(comm::Group& world) const {
-  torch::Tensor t = torch::tensor({s_->optimizer_step_ms.empty() ? -1.0 : median(s_->optimizer_step_ms)}, torch::kDouble);
+double OpProfiler::optimizer_step_ms(comm::Group& world) const { return slowest_median(s_->optimizer_step_ms, world); }
+
+double OpProfiler::grad_norm_ms(comm::Group& world) const { return slowest_median(s_->grad_norm_ms, world); }
+
+// The median of `samples`, the maximum over the ranks of `world`; -1 when none was measured.
+double OpProfiler::slowest_median(const std::vector<double>& samples, comm::Group& world) const {
+  torch::Tensor t = torch::tensor({samples.empty() ? -1.0 : median(samples)}, torch::kDouble);
   if (world.size() > 1) {
     torch::Tensor on_device = s_->cuda_device >= 0 ? t.to(torch::Device(torch::kCUDA, s_->cuda_device)) : t;
     comm::all_reduce(world, on_device, {comm::ReduceOp::Max}).wait();

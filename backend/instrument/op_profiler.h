@@ -27,6 +27,9 @@ class OpProfiler : public nn::CallInterceptor {
   void end_backward();
   // The optimizer's update took `ms` (recorded in measured steps).
   void optimizer_step_took(double ms);
+  // The gradient norm's own work took `ms`: the norm and the clipping, less its waits for the
+  // all-reduce (recorded in measured steps).
+  void grad_norm_took(double ms);
 
   torch::Tensor intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
                           const nn::Forward& forward) override;
@@ -37,6 +40,8 @@ class OpProfiler : public nn::CallInterceptor {
   std::vector<OpProfile> result(comm::Group& world) const;
   // The median update time, the maximum over the ranks of `world`; -1 when none was measured.
   double optimizer_step_ms(comm::Group& world) const;
+  // The gradient norm's median, likewise.
+  double grad_norm_ms(comm::Group& world) const;
   // Forgets what was measured (between two steps): a re-planning run's next round measures the
   // program it switched to.
   void reset();
@@ -45,6 +50,7 @@ class OpProfiler : public nn::CallInterceptor {
 
  private:
   void add_rank_times(comm::Group& world, std::vector<OpProfile>& ops) const;
+  double slowest_median(const std::vector<double>& samples, comm::Group& world) const;
   std::unique_ptr<State> s_;
 };
 

@@ -129,13 +129,7 @@ class Simulator {
       case OpKind::Compute:
       case OpKind::Recompute:
       case OpKind::OptimizerStep:
-      case OpKind::SelectDrop: {
-        double start = std::max(r.host, r.compute_free), seconds = r.cost->seconds(p, in);
-        r.host = r.compute_free = start + seconds;
-        r.compute_s += seconds;
-        record(r, run, "compute", start, r.host);
-        break;
-      }
+      case OpKind::SelectDrop: compute(r, run, r.cost->seconds(p, in)); break;
       case OpKind::Offload:
       case OpKind::Reload: {
         double start = std::max(r.host, r.copy_free);
@@ -151,6 +145,13 @@ class Simulator {
         record(r, run, "copy", start, r.copy_free);
         break;
       }
+      case OpKind::GradNorm:
+        if (!ir::issued_collective(in)) {  // the norm of this rank's own gradients and their clipping
+          compute(r, run, r.cost->seconds(p, in));
+          if (in.handle >= 0) r.handle_end[static_cast<size_t>(in.handle)] = r.host;
+          break;
+        }
+        [[fallthrough]];  // priced with its all-reduce, on the collective stream, which the host waits for
       default:
         if (!ir::issued_collective(in)) {
           if (in.handle >= 0) r.handle_end[static_cast<size_t>(in.handle)] = r.host;  // a group of one: done at once
@@ -165,6 +166,14 @@ class Simulator {
     account_memory(r, run);
     ++r.cursor;
     return true;
+  }
+
+  // Work that holds the host on the compute stream.
+  void compute(Rank& r, const Run& run, double seconds) {
+    double start = std::max(r.host, r.compute_free);
+    r.host = r.compute_free = start + seconds;
+    r.compute_s += seconds;
+    record(r, run, "compute", start, r.host);
   }
 
   // What the run allocates and frees (memory::StepMemory), as of the rank's clock after it.

@@ -121,6 +121,7 @@ void write_profile(RankRun& r) {
   profile.measured_steps = static_cast<int>(o.steps - o.profile_warmup);
   profile.ops = r.profiler->result(*r.world);
   profile.optimizer_step_ms = r.profiler->optimizer_step_ms(*r.world);
+  profile.grad_norm_ms = r.profiler->grad_norm_ms(*r.world);
   bool lead = r.env.rank == 0;
   if (lead) std::cout << "loom profile: timing collectives on every process group of the run\n" << std::flush;
   profile.collectives = profile_collectives(*r.world, r.sharded ? &r.sharded->groups() : nullptr, r.mesh.get(), r.device);
@@ -199,6 +200,20 @@ double clip_gradients(RankRun& r) {
   return clip_sharded_grad_norm(r.optimized, r.mesh->model.get(), max_norm, counted);
 }
 
+// clip_gradients, its own work timed for the profile in a measured step: the norm and the
+// clipping, less the time spent waiting for the norm's all-reduce (that is the collective's).
+double timed_clip_gradients(RankRun& r, bool timed) {
+  if (!timed) return clip_gradients(r);
+  if (r.cuda) compat::cuda_synchronize();
+  auto start = std::chrono::steady_clock::now();
+  double blocked = comm::blocked_ms();
+  double norm = clip_gradients(r);
+  if (r.cuda) compat::cuda_synchronize();
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  r.profiler->grad_norm_took(std::max(0.0, ms - (comm::blocked_ms() - blocked)));
+  return norm;
+}
+
 // loom verify's record of the first step: reduced gradients (before clipping), compression
 // bounds, and the parameters after the update.
 void record_gradients(RankRun& r, int64_t step, double lr) {
@@ -269,7 +284,7 @@ void run_step_tail(RankRun& r, const ir::Program& program, StepTail& tail, const
         r.stage->sum_shared_gradients(shared);
         break;
       }
-      case ir::OpKind::GradNorm: tail.grad_norm = clip_gradients(r); break;
+      case ir::OpKind::GradNorm: tail.grad_norm = timed_clip_gradients(r, tail.timed); break;
       case ir::OpKind::Offload: r.offload->gradients_to_host(); break;
       case ir::OpKind::OptimizerStep:
         if (tail.timed) {

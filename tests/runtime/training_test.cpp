@@ -574,6 +574,7 @@ TEST_CASE("loom profile measures every traced op and collective, identically on 
   auto p = nlohmann::json::parse(read_text(out));
   CHECK(p.at("measured_steps") == 2);
   CHECK(p.at("optimizer_step_ms").get<double>() > 0);  // the update was timed
+  CHECK(p.at("grad_norm_ms").get<double>() > 0);       // and the gradient norm's own work (--clip 1 by default)
 
   // gpt:tiny's traced ops: wpe, wte, six per block, ln_f, the tied head.
   auto& ops = p.at("ops");

@@ -11,6 +11,7 @@
 #include "backend/cost/collective_cost.h"
 #include "backend/cost/in_step_collectives.h"
 #include "backend/cost/profile.h"
+#include "backend/cost/profile_times.h"
 #include "backend/cost/step_estimate.h"
 #include "backend/sim/profile_simulation.h"
 #include "lang/diagnostics.h"
@@ -305,6 +306,28 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
   e = estimate_step(step, p, "p.json");
   CHECK(e.instruction_ms.back() == 4.0);
   CHECK(e.optimizer_ms == 4.0);
+
+  // The gradient norm: its own measured work, then its all-reduce where it has one (the 1,500
+  // bytes here priced at 1.5 ms on `params`); unmeasured, only the all-reduce.
+  CollectiveProfile all_reduce = c;
+  all_reduce.collective = "all_reduce";
+  p.collectives.push_back(all_reduce);
+  ir::Instr norm;
+  norm.kind = ir::OpKind::GradNorm, norm.phase = ir::Phase::Step, norm.group = {ir::Role::Params, 2}, norm.bytes = 1500;
+  step.instrs.push_back(norm);
+  CHECK(estimate_step(step, p, "p.json").instruction_ms.back() == doctest::Approx(1.5));
+  p.grad_norm_ms = 3.0;
+  e = estimate_step(step, p, "p.json");
+  CHECK(e.instruction_ms.back() == doctest::Approx(4.5));
+  CHECK(e.grad_norm_ms == 3.0);
+  CHECK(profile_instruction_seconds(p)(step, step.instrs.back()) == doctest::Approx(4.5e-3));
+  step.instrs.back().group = {ir::Role::Params, 1};  // a group of one (data parallelism): the norm alone
+  CHECK(estimate_step(step, p, "p.json").instruction_ms.back() == 3.0);
+  CHECK(profile_instruction_seconds(p)(step, step.instrs.back()) == doctest::Approx(3e-3));
+  CHECK(Profile::from_json(p.to_json(), "p.json").grad_norm_ms == 3.0);
+  step.instrs.pop_back();
+  p.grad_norm_ms = -1;
+  p.collectives.pop_back();
 
   std::swap(p.ops[0], p.ops[1]);
   try {

@@ -158,6 +158,24 @@ TEST_CASE("each rank simulated at its own times: a collective starts when the la
                        "simulator: a collective over 2 of the 3 ranks simulated each", InternalError);
 }
 
+TEST_CASE("the gradient norm of a group of one holds the host on the compute stream; with an all-reduce, the collective's") {
+  FixedCost cost;
+  cost.by_kind = {{OpKind::GradNorm, 2}, {OpKind::Compute, 3}};
+  ir::Program alone = one_param({instr(OpKind::Compute, Phase::Forward, "a"),
+                                 instr(OpKind::GradNorm, Phase::Step, "", 0, {ir::Role::OptimBlock, 1}), wait(0, Phase::Step)});
+  SimResult r = simulate({alone}, cost);
+  CHECK(r.step_s == doctest::Approx(5));  // a 0-3, the norm 3-5
+  CHECK(r.compute_s == doctest::Approx(5));
+  REQUIRE(r.events.size() == 2);
+  CHECK(r.events[1].stream == "compute");
+  ir::Program reduced = one_param({instr(OpKind::Compute, Phase::Forward, "a"),
+                                   instr(OpKind::GradNorm, Phase::Step, "", 0, {ir::Role::OptimBlock, 2}), wait(0, Phase::Step)});
+  r = simulate({reduced}, cost);
+  CHECK(r.step_s == doctest::Approx(5));
+  CHECK(r.compute_s == doctest::Approx(3));
+  CHECK(r.events[1].stream == "collective");
+}
+
 TEST_CASE("the memory timeline: model states, a gathered parameter until its release, activations until their backward") {
   FixedCost cost;
   ir::Instr forward = instr(OpKind::Compute, Phase::Forward, "a");
