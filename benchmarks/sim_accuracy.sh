@@ -4,11 +4,11 @@
 # collectives at world N (default 2; `bash benchmarks/sim_accuracy.sh 4` for 4) on this machine,
 # `loom simulate` replays the step on that profile, and `loom run` trains 12 steps; the table
 # gives the simulated and the measured median step (steps 3-12) and peak tensor memory, their
-# ratios (and `rep`: the same profile simulated with `--representative`, one rank at the slowest
-# rank's op times, against each rank at its own), and whether the simulator ranks the schedules
-# in the measured order. With `--link`
-# (as root, with iproute2 and tc) every command runs in a network namespace whose loopback is
-# shaped to 1 Gbit/s (TBF), which both directions share. `tp` splits every block's four
+# ratios (and `rep`: the same profile simulated with `--representative`, one rank per stage at
+# each op's slowest rank's time, where `sim` replays each rank at its own), and whether the
+# simulator ranks the schedules in the measured order. With `--link` (as root, with iproute2
+# and tc) every command runs in a network namespace whose loopback is shaped to 1 Gbit/s (TBF),
+# which both directions share. `tp` splits every block's four
 # Linears over 2 ranks (Megatron-LM's pairs), `pp` runs the blocks in two pipeline stages.
 # With `--device cuda` (a CUDA build: LOOM=build-cuda/loom) the ranks share one GPU over gloo
 # (NCCL needs a GPU per rank) and train in the CUDA default, bf16 autocast; SHAPE replaces

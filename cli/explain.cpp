@@ -113,10 +113,16 @@ int explain(const ExplainOptions& given) {
       if (ms >= 0) std::snprintf(cost, sizeof cost, "~%.3f ms", ms);
       std::printf("%-100s %s\n", line.c_str(), cost);
     }
+    auto measured = [](double profiled_ms, double sum_ms) {  // a figure the profile lacks is not a zero
+      char text[32] = "not measured";
+      if (profiled_ms >= 0) std::snprintf(text, sizeof text, "%.2f ms", sum_ms);
+      return std::string(text);
+    };
     std::printf("# estimate from %s (serial sums; overlap is what --trace shows): forward compute %.2f ms, backward "
-                "compute %.2f ms, collectives %.2f ms, optimizer step %.2f ms, gradient norm %.2f ms\n",
+                "compute %.2f ms, collectives %.2f ms, optimizer step %s, gradient norm %s\n",
                 o.profile.c_str(), estimate.forward_compute_ms, estimate.backward_compute_ms, estimate.collective_ms,
-                estimate.optimizer_ms, estimate.grad_norm_ms);
+                measured(profile->optimizer_step_ms, estimate.optimizer_ms).c_str(),
+                measured(profile->grad_norm_ms, estimate.grad_norm_ms).c_str());
     return kOk;
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), &sources);

@@ -42,8 +42,9 @@ double in_step_scale(const ir::Program& program, const Profile& profile, const s
   for (size_t i = 0; i < program.instrs.size(); ++i) {
     const ir::Instr& in = program.instrs[i];
     bool transfer = in.kind == ir::OpKind::Send || in.kind == ir::OpKind::Recv;
-    if (!ir::issued_collective(in) || transfer || priced.instruction_ms[i] <= 0) continue;
-    priced_ms += priced.instruction_ms[i] * static_cast<double>(ir::times_per_step(program, in));
+    double collective_ms = priced.instruction_ms[i] - priced.instruction_own_ms[i];  // not the norm's own work
+    if (!ir::issued_collective(in) || transfer || collective_ms <= 0) continue;
+    priced_ms += collective_ms * static_cast<double>(ir::times_per_step(program, in));
   }
   if (!(priced_ms > 0)) return 0;
   std::vector<std::vector<CollectiveSpan>> by_step(step_starts.size());

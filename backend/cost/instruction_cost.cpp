@@ -93,8 +93,10 @@ ProfileCost::ProfileCost(const std::vector<ir::Program>& stages, const Profile& 
   for (const ir::Program& program : stages) {
     StepEstimate& estimate = estimates_.emplace_back(estimate_step(program, profile, origin));
     std::vector<double>& seconds = seconds_.emplace_back();
+    std::vector<double>& own = own_seconds_.emplace_back();
     for (size_t i = 0; i < estimate.instruction_ms.size(); ++i) {
-      double ms = estimate.instruction_ms[i];
+      double ms = estimate.instruction_ms[i] - estimate.instruction_own_ms[i];
+      own.push_back(estimate.instruction_own_ms[i] / 1000);
       const ir::Instr& in = program.instrs[i];
       // A collective the profile never measured would cost nothing: refuse rather than flatter.
       if (ms < 0 && ir::issued_collective(in))
@@ -121,6 +123,10 @@ size_t ProfileCost::index_of(const ir::Program& program) const {
 
 double ProfileCost::seconds(const ir::Program& program, const ir::Instr& in) const {
   return seconds_[index_of(program)].at(static_cast<size_t>(&in - program.instrs.data()));
+}
+
+double ProfileCost::own_seconds(const ir::Program& program, const ir::Instr& in) const {
+  return own_seconds_[index_of(program)].at(static_cast<size_t>(&in - program.instrs.data()));
 }
 
 int64_t ProfileCost::workspace_bytes(const ir::Program& program, const ir::Instr& in) const {

@@ -22,6 +22,10 @@ class InstructionCost {
   // Seconds one run of `in` (an instruction of `program`) takes on its stream; 0 for those that
   // take no time (waits, releases).
   virtual double seconds(const ir::Program& program, const ir::Instr& in) const = 0;
+  // Seconds of the rank's own work that `in` does on the host before its collective (the
+  // gradient norm's norm and clipping, before its all-reduce): measured by a profile; 0 where
+  // the model does not know.
+  virtual double own_seconds(const ir::Program& program, const ir::Instr& in) const { return 0; }
   // Bytes `in` allocates while it runs and frees by its end, beyond what it saves (a backward's
   // input gradients and temporaries): measured by a profile; 0 where the model does not know.
   virtual int64_t workspace_bytes(const ir::Program& program, const ir::Instr& in) const { return 0; }
@@ -60,13 +64,14 @@ class ClusterCost : public InstructionCost {
 };
 
 // A measured profile (`loom profile`) prices the programs of one step (a program per pipeline
-// stage): each compute op at its measured time, each collective at its role's fitted line
-// (step_estimate.h). Only for the programs it was built with. Throws UserError when the profile
-// was measured for other ops.
+// stage): each compute op at its measured time, each collective at its role's fitted line, the
+// optimizer step and the gradient norm's own work at theirs (step_estimate.h). Only for the
+// programs it was built with. Throws UserError when the profile was measured for other ops.
 class ProfileCost : public InstructionCost {
  public:
   ProfileCost(const std::vector<ir::Program>& stages, const Profile& profile, const std::string& origin);
   double seconds(const ir::Program& program, const ir::Instr& in) const override;
+  double own_seconds(const ir::Program& program, const ir::Instr& in) const override;
   int64_t workspace_bytes(const ir::Program& program, const ir::Instr& in) const override;
   int64_t activation_bytes(const ir::Program& program, const ir::Instr& in) const override;
   int64_t outside_bytes(const ir::Program& program) const override;
@@ -78,7 +83,7 @@ class ProfileCost : public InstructionCost {
   std::vector<const ir::Program*> programs_;
   std::vector<MemoryCalibration> memory_;  // by program
   std::vector<StepEstimate> estimates_;  // by program
-  std::vector<std::vector<double>> seconds_;  // by program, by instruction
+  std::vector<std::vector<double>> seconds_, own_seconds_;  // by program, by instruction
   size_t index_of(const ir::Program& program) const;
 };
 

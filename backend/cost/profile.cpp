@@ -16,8 +16,9 @@ namespace loom {
 namespace {
 
 // Bump when the measurement changes meaning (2: op times take the work between ops; 3: two
-// collective regimes, the mesh's groups and a pipeline's transfers).
-constexpr int kFormat = 4;
+// collective regimes, the mesh's groups and a pipeline's transfers; 5: each rank's op times and
+// the gradient norm's own work, which a cached profile of format 4 would price at nothing).
+constexpr int kFormat = 5;
 
 // The world a profile's key names (0 when it names none).
 int key_world(const std::string& key) {

@@ -107,11 +107,14 @@ StepEstimate estimate_step(const ir::Program& program, const Profile& profile, c
       }
     }
     // The gradient norm: its own work (the norm, the clipping), then its all-reduce if any.
+    double own = 0;
     if (in.kind == ir::OpKind::GradNorm && profile.grad_norm_ms >= 0 && (ms >= 0 || !ir::issued_collective(in))) {
-      ms = std::max(0.0, ms) + profile.grad_norm_ms;
-      e.grad_norm_ms += times * profile.grad_norm_ms;
+      own = profile.grad_norm_ms;
+      ms = std::max(0.0, ms) + own;
+      e.grad_norm_ms += times * own;
     }
     e.instruction_ms.push_back(ms);
+    e.instruction_own_ms.push_back(own);
     e.instruction_workspace_bytes.push_back(workspace);
   }
   return e;

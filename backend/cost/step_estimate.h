@@ -1,9 +1,10 @@
 // A step's instructions priced by a measured profile (backend/cost/profile.h): each compute op at
 // its measured forward or backward time (a recompute at its module's ops' forward times, counted
-// with the backward), the optimizer step at its measured time, each collective at its role's
-// fitted time for its bytes: as timed on idle cores where the program waits for it at once, as
-// timed beside compute where it issues other work first. The sums are serial: overlap is what the executed timeline (--trace) shows, and what
-// a later issue's cost model (deepcompile.txt §4.2) will estimate. Torch-free.
+// with the backward), the optimizer step at its measured time, the gradient norm at its own
+// measured work plus its all-reduce, each collective at its role's fitted time for its bytes:
+// as timed on idle cores where the program waits for it at once, as timed beside compute where
+// it issues other work first. The sums are serial: overlap is what the simulator
+// (backend/sim/simulator.h) and the executed timeline (--trace) show. Torch-free.
 #pragma once
 
 #include <string>
@@ -16,6 +17,9 @@ namespace loom {
 
 struct StepEstimate {
   std::vector<double> instruction_ms;  // per instruction, one run of it; -1 where the profile has no figure
+  // Per instruction: the part of instruction_ms that is the rank's own work before its
+  // collective (the gradient norm's norm and clipping); 0 for the others.
+  std::vector<double> instruction_own_ms;
   // Per instruction: what a backward compute allocates while it runs beyond what it had (its
   // op's backward peak over the memory before it); 0 for the others.
   std::vector<int64_t> instruction_workspace_bytes;

@@ -146,12 +146,10 @@ class Simulator {
         break;
       }
       case OpKind::GradNorm:
-        if (!ir::issued_collective(in)) {  // the norm of this rank's own gradients and their clipping
-          compute(r, run, r.cost->seconds(p, in));
-          if (in.handle >= 0) r.handle_end[static_cast<size_t>(in.handle)] = r.host;
-          break;
-        }
-        [[fallthrough]];  // priced with its all-reduce, on the collective stream, which the host waits for
+        // The norm of this rank's gradients (or shards) and their clipping hold the host, once
+        // (not again while it waits in a meeting); then its all-reduce, where it has one.
+        if (r.meeting.empty()) compute(r, run, r.cost->own_seconds(p, in));
+        [[fallthrough]];
       default:
         if (!ir::issued_collective(in)) {
           if (in.handle >= 0) r.handle_end[static_cast<size_t>(in.handle)] = r.host;  // a group of one: done at once

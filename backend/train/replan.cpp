@@ -36,6 +36,7 @@ Profile measured_profile(RankRun& r, int64_t steps_done) {
   profile.measured_steps = static_cast<int>(steps_done - round_start(r.o, steps_done) - 1);
   profile.ops = r.profiler->result(*r.world);
   profile.optimizer_step_ms = r.profiler->optimizer_step_ms(*r.world);
+  profile.grad_norm_ms = r.profiler->grad_norm_ms(*r.world);
   CollectiveSweep sweep;
   sweep.repeats = 5;  // a re-plan's sweep: short, its line only has to rank the passes' choices
   profile.collectives = profile_collectives(*r.world, &r.sharded->groups(), nullptr, r.device, sweep);
@@ -102,7 +103,7 @@ void log_replan(const RankRun& r, const ir::Program& next, const std::vector<Pas
   int64_t first = round_start(r.o, steps_done) + 2;
   char scale[32];
   std::snprintf(scale, sizeof scale, "%.2f", in_step_scale);
-  std::cout << "loom run: re-plan after step " << steps_done << " on this run's measurements (ops and optimizer step of steps "
+  std::cout << "loom run: re-plan after step " << steps_done << " on this run's measurements (ops, optimizer step and gradient norm of steps "
             << first << "-" << steps_done << ", collectives timed on its process groups, at " << scale
             << "x as those steps ran them)\n  passes that changed the program: "
             << acted << "\n";

@@ -524,9 +524,9 @@ TEST_CASE("--replan-at: the run re-plans on its own measurements, switches every
   // --replan-every: the loop goes on, each round on the steps after the last re-plan's first.
   REQUIRE(run_loom(run + " --replan-at 3 --replan-every 3 --save " + (scratch() / "rounds").string(), "LOOM_REPLAN_SWITCH=always") == 0);
   log = last_log();
-  CHECK(log.find("re-plan after step 3 on this run's measurements (ops and optimizer step of steps 2-3,") != std::string::npos);
-  CHECK(log.find("re-plan after step 6 on this run's measurements (ops and optimizer step of steps 5-6,") != std::string::npos);
-  CHECK(log.find("re-plan after step 9 on this run's measurements (ops and optimizer step of steps 8-9,") != std::string::npos);
+  CHECK(log.find("re-plan after step 3 on this run's measurements (ops, optimizer step and gradient norm of steps 2-3,") != std::string::npos);
+  CHECK(log.find("re-plan after step 6 on this run's measurements (ops, optimizer step and gradient norm of steps 5-6,") != std::string::npos);
+  CHECK(log.find("re-plan after step 9 on this run's measurements (ops, optimizer step and gradient norm of steps 8-9,") != std::string::npos);
   CHECK(log.find("re-plan after step 12") == std::string::npos);
   CHECK(max_difference(saved_parameters(scratch() / "replan_base" / "step-000010"),
                        saved_parameters(scratch() / "rounds" / "step-000010")) < 1e-6);

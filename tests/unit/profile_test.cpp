@@ -122,7 +122,7 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
     Profile::from_json(R"({"format": "something-else"})", "other.json");
     FAIL("a foreign file was accepted");
   } catch (const UserError& e) {
-    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 4");
+    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 5");
     CHECK(e.diagnostic().hint == "write it again with `loom profile`");
   }
   CHECK_THROWS_WITH_AS(Profile::from_json("{", "broken.json"), doctest::Contains("broken.json is not a readable Loom profile"),
@@ -153,7 +153,7 @@ TEST_CASE("a profile keeps each rank's own op times beside the slowest rank's, a
   CHECK(on_rank_1.ops[0].forward_ms_by_rank.empty());  // one rank's copy keeps no other rank's times
 
   // A file whose times by rank do not cover its world, op by op, is refused.
-  p.key = "loom-profile-4 model=gpt:tiny world=2";
+  p.key = "loom-profile-5 model=gpt:tiny world=2";
   p.ops[1].backward_ms_by_rank = {2};
   try {
     Profile::from_json(p.to_json(), "short.json");
@@ -164,7 +164,7 @@ TEST_CASE("a profile keeps each rank's own op times beside the slowest rank's, a
     CHECK(e.diagnostic().hint == "write it again with `loom profile`");
   }
   p.ops[1].backward_ms_by_rank = {2, 1};
-  p.key = "loom-profile-4 model=gpt:tiny world=4";
+  p.key = "loom-profile-5 model=gpt:tiny world=4";
   CHECK_THROWS_WITH_AS(Profile::from_json(p.to_json(), "world4.json"),
                        doctest::Contains("world4.json: op 0 (`a`) has 2 forward and 2 backward times by rank, where every op needs 4"),
                        UserError);
@@ -316,15 +316,25 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
   norm.kind = ir::OpKind::GradNorm, norm.phase = ir::Phase::Step, norm.group = {ir::Role::Params, 2}, norm.bytes = 1500;
   step.instrs.push_back(norm);
   CHECK(estimate_step(step, p, "p.json").instruction_ms.back() == doctest::Approx(1.5));
+  double collectives_ms = estimate_step(step, p, "p.json").collective_ms;
   p.grad_norm_ms = 3.0;
   e = estimate_step(step, p, "p.json");
   CHECK(e.instruction_ms.back() == doctest::Approx(4.5));
+  CHECK(e.instruction_own_ms.back() == 3.0);
   CHECK(e.grad_norm_ms == 3.0);
+  CHECK(e.collective_ms == doctest::Approx(collectives_ms));  // the all-reduce alone
+  CHECK(e.optimizer_ms == 4.0);
   CHECK(profile_instruction_seconds(p)(step, step.instrs.back()) == doctest::Approx(4.5e-3));
+  // The in-step scale compares the collectives' measured busy time with their prices, not with
+  // the norm's own work: 2 x (1.5 + 1.5) ms busy in one step is a scale of 2 with or without it.
+  CHECK(in_step_scale(step, p, {{0, 6}}, {0}) == doctest::Approx(2.0));
   step.instrs.back().group = {ir::Role::Params, 1};  // a group of one (data parallelism): the norm alone
   CHECK(estimate_step(step, p, "p.json").instruction_ms.back() == 3.0);
   CHECK(profile_instruction_seconds(p)(step, step.instrs.back()) == doctest::Approx(3e-3));
   CHECK(Profile::from_json(p.to_json(), "p.json").grad_norm_ms == 3.0);
+  Profile unmeasured = p;
+  unmeasured.grad_norm_ms = -1;  // --clip 0, or NCCL
+  CHECK(Profile::from_json(unmeasured.to_json(), "p.json").grad_norm_ms == -1);
   step.instrs.pop_back();
   p.grad_norm_ms = -1;
   p.collectives.pop_back();

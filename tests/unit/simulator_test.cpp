@@ -158,22 +158,31 @@ TEST_CASE("each rank simulated at its own times: a collective starts when the la
                        "simulator: a collective over 2 of the 3 ranks simulated each", InternalError);
 }
 
-TEST_CASE("the gradient norm of a group of one holds the host on the compute stream; with an all-reduce, the collective's") {
-  FixedCost cost;
-  cost.by_kind = {{OpKind::GradNorm, 2}, {OpKind::Compute, 3}};
+TEST_CASE("the gradient norm's own work holds the host on the compute stream, then its all-reduce runs") {
+  struct NormCost : FixedCost {
+    double own = 0;
+    double own_seconds(const ir::Program&, const ir::Instr& in) const override { return in.kind == OpKind::GradNorm ? own : 0; }
+  };
+  NormCost cost;
+  cost.by_kind = {{OpKind::GradNorm, 1}, {OpKind::Compute, 3}};  // the all-reduce of the norm: 1
+  cost.own = 2;                                                    // the norm and the clipping: 2
   ir::Program alone = one_param({instr(OpKind::Compute, Phase::Forward, "a"),
                                  instr(OpKind::GradNorm, Phase::Step, "", 0, {ir::Role::OptimBlock, 1}), wait(0, Phase::Step)});
   SimResult r = simulate({alone}, cost);
-  CHECK(r.step_s == doctest::Approx(5));  // a 0-3, the norm 3-5
+  CHECK(r.step_s == doctest::Approx(5));  // a 0-3, the norm 3-5; a group of one has no all-reduce
   CHECK(r.compute_s == doctest::Approx(5));
   REQUIRE(r.events.size() == 2);
   CHECK(r.events[1].stream == "compute");
   ir::Program reduced = one_param({instr(OpKind::Compute, Phase::Forward, "a"),
                                    instr(OpKind::GradNorm, Phase::Step, "", 0, {ir::Role::OptimBlock, 2}), wait(0, Phase::Step)});
   r = simulate({reduced}, cost);
-  CHECK(r.step_s == doctest::Approx(5));
-  CHECK(r.compute_s == doctest::Approx(3));
-  CHECK(r.events[1].stream == "collective");
+  CHECK(r.step_s == doctest::Approx(6));  // a 0-3, the norm 3-5 on the compute stream, its all-reduce 5-6
+  CHECK(r.compute_s == doctest::Approx(5));
+  CHECK(r.exposed_comm_s == doctest::Approx(1));
+  REQUIRE(r.events.size() == 3);
+  CHECK(r.events[1].stream == "compute");
+  CHECK(r.events[2].stream == "collective");
+  CHECK(r.events[2].start_s == doctest::Approx(5));
 }
 
 TEST_CASE("the memory timeline: model states, a gathered parameter until its release, activations until their backward") {
