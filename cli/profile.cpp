@@ -75,6 +75,9 @@ void print_profile(const Profile& p, std::ostream& out) {
     forward += op.forward_ms, backward += op.backward_ms;
   }
   out << "  total: forward " << fixed(forward, 2) << " ms, backward " << fixed(backward, 2) << " ms\n";
+  auto measured = [](double ms) { return ms >= 0 ? fixed(ms, 2) + " ms" : std::string("not measured"); };
+  out << "step tail: optimizer step " << measured(p.optimizer_step_ms) << ", gradient norm's own work "
+      << measured(p.grad_norm_ms) << " (without its all-reduce)\n";
   if (p.collectives.empty()) return;
   out << "collectives (alpha-beta fit; time at 1 MiB from the table; timed on idle cores, and beside the ranks' compute):\n";
   std::snprintf(line, sizeof line, "  %-12s %5s %-15s %-15s %10s %12s %12s\n", "group", "size", "collective", "timed", "alpha us",
