@@ -21,8 +21,8 @@ constexpr int kMaxRanksSimulatedEach = 64;
 
 // Whether each of the profile's ranks can be replayed for `stages`: the profile holds each rank's
 // op times (Profile::ranks_timed), for no more than kMaxRanksSimulatedEach ranks, and the step is
-// one stage whose every collective spans all of them (data parallelism and the ZeRO stages
-// without sub-groups).
+// one stage whose every collective spans all of them (data parallelism, the ZeRO stages
+// without sub-groups, tensor parallelism over every rank).
 bool each_rank_simulable(const std::vector<ir::Program>& stages, const Profile& profile);
 
 // `each_rank`: replay each rank (needs each_rank_simulable), else one representative per stage.

@@ -237,7 +237,8 @@ class Simulator {
     return true;
   }
 
-  // The timeline shows one rank per stage (with every rank simulated, the first).
+  // The timeline shows one rank per stage; with every rank simulated, each keeps its own until
+  // run() keeps the critical rank's.
   void record(Rank& r, const Run& run, const char* stream, double start, double end) {
     if (end <= start || !timeline_) return;
     (each_rank_ ? r.events : result_.events).push_back({r.stage, run.instr, run.micro_batch, stream, start, end});

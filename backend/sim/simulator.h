@@ -64,7 +64,8 @@ SimResult simulate(const std::vector<ir::Program>& stages, const InstructionCost
 // a profile's ranks' own op times, Profile::as_timed_on): a collective starts when the last rank
 // issues it, so the ranks' waits for whichever is late at each collective are in the step, and
 // the step ends with the slowest. Every collective of `program` must span all the ranks (data
-// parallelism and the ZeRO stages without sub-groups). The timeline is the slowest rank's.
+// parallelism, the ZeRO stages without sub-groups, tensor parallelism over every rank). The
+// timeline is the slowest rank's.
 SimResult simulate_each_rank(const ir::Program& program, const std::vector<const InstructionCost*>& rank_costs,
                              const StateBytes& state_bytes = StateBytes::loom_adamw(), bool timeline = true);
 
