@@ -93,10 +93,8 @@ ProfileCost::ProfileCost(const std::vector<ir::Program>& stages, const Profile& 
   for (const ir::Program& program : stages) {
     StepEstimate& estimate = estimates_.emplace_back(estimate_step(program, profile, origin));
     std::vector<double>& seconds = seconds_.emplace_back();
-    std::vector<double>& own = own_seconds_.emplace_back();
     for (size_t i = 0; i < estimate.instruction_ms.size(); ++i) {
-      double ms = estimate.instruction_ms[i] - estimate.instruction_own_ms[i];
-      own.push_back(estimate.instruction_own_ms[i] / 1000);
+      double ms = estimate.instruction_ms[i] - estimate.instruction_own_ms[i];  // its own work is own_seconds'
       const ir::Instr& in = program.instrs[i];
       // A collective the profile never measured would cost nothing: refuse rather than flatter.
       if (ms < 0 && ir::issued_collective(in))
@@ -126,7 +124,7 @@ double ProfileCost::seconds(const ir::Program& program, const ir::Instr& in) con
 }
 
 double ProfileCost::own_seconds(const ir::Program& program, const ir::Instr& in) const {
-  return own_seconds_[index_of(program)].at(static_cast<size_t>(&in - program.instrs.data()));
+  return estimates_[index_of(program)].instruction_own_ms.at(static_cast<size_t>(&in - program.instrs.data())) / 1000;
 }
 
 int64_t ProfileCost::workspace_bytes(const ir::Program& program, const ir::Instr& in) const {

@@ -83,7 +83,7 @@ class ProfileCost : public InstructionCost {
   std::vector<const ir::Program*> programs_;
   std::vector<MemoryCalibration> memory_;  // by program
   std::vector<StepEstimate> estimates_;  // by program
-  std::vector<std::vector<double>> seconds_, own_seconds_;  // by program, by instruction
+  std::vector<std::vector<double>> seconds_;  // by program, by instruction
   size_t index_of(const ir::Program& program) const;
 };
 

@@ -200,18 +200,23 @@ double clip_gradients(RankRun& r) {
   return clip_sharded_grad_norm(r.optimized, r.mesh->model.get(), max_norm, counted);
 }
 
+// Milliseconds `work` takes, its device work included (a step-tail instruction the profile times).
+double timed_ms(RankRun& r, const std::function<void()>& work) {
+  if (r.cuda) compat::cuda_synchronize();
+  auto start = std::chrono::steady_clock::now();
+  work();
+  if (r.cuda) compat::cuda_synchronize();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 // clip_gradients, its own work timed for the profile in a measured step: the norm and the
 // clipping, less the time spent waiting for the norm's all-reduce (that is the collective's).
 // Not on NCCL, whose Work::wait() does not block the host: the time would hold the all-reduce
 // and the wait for late peers (the profile then says not measured).
 double timed_clip_gradients(RankRun& r, bool timed) {
   if (!timed || r.nccl) return clip_gradients(r);
-  if (r.cuda) compat::cuda_synchronize();
-  auto start = std::chrono::steady_clock::now();
-  double blocked = comm::blocked_ms();
-  double norm = clip_gradients(r);
-  if (r.cuda) compat::cuda_synchronize();
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  double norm = 0, blocked = comm::blocked_ms();
+  double ms = timed_ms(r, [&] { norm = clip_gradients(r); });
   r.profiler->grad_norm_took(std::max(0.0, ms - (comm::blocked_ms() - blocked)));
   return norm;
 }
@@ -289,15 +294,8 @@ void run_step_tail(RankRun& r, const ir::Program& program, StepTail& tail, const
       case ir::OpKind::GradNorm: tail.grad_norm = timed_clip_gradients(r, tail.timed); break;
       case ir::OpKind::Offload: r.offload->gradients_to_host(); break;
       case ir::OpKind::OptimizerStep:
-        if (tail.timed) {
-          if (r.cuda) compat::cuda_synchronize();
-          auto start = std::chrono::steady_clock::now();
-          r.optimizer->step();
-          if (r.cuda) compat::cuda_synchronize();
-          r.profiler->optimizer_step_took(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-        } else {
-          r.optimizer->step();
-        }
+        if (tail.timed) r.profiler->optimizer_step_took(timed_ms(r, [&] { r.optimizer->step(); }));
+        else r.optimizer->step();
         if (r.sharded) r.sharded->drop_gradients();
         break;
       case ir::OpKind::Reload: r.offload->values_to_device(); break;
