@@ -1,4 +1,5 @@
 // loom explain: print the instruction IR a schedule lowers to, and the per-pass log, without training.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -118,11 +119,13 @@ int explain(const ExplainOptions& given) {
       if (profiled_ms >= 0) std::snprintf(text, sizeof text, "%.2f ms", sum_ms);
       return std::string(text);
     };
+    bool unpacks = std::any_of(program.instrs.begin(), program.instrs.end(), [](const ir::Instr& in) { return in.unpack_bytes > 0; });
     std::printf("# estimate from %s (serial sums; overlap is what --trace shows): forward compute %.2f ms, backward "
-                "compute %.2f ms, collectives %.2f ms, optimizer step %s, gradient norm %s\n",
+                "compute %.2f ms, collectives %.2f ms, optimizer step %s, gradient norm %s, unpacking at waits %s\n",
                 o.profile.c_str(), estimate.forward_compute_ms, estimate.backward_compute_ms, estimate.collective_ms,
                 measured(profile->optimizer_step_ms, estimate.optimizer_ms).c_str(),
-                measured(profile->grad_norm_ms, estimate.grad_norm_ms).c_str());
+                measured(profile->grad_norm_ms, estimate.grad_norm_ms).c_str(),
+                unpacks ? measured(profile->unpack_gb_per_s, estimate.unpack_ms).c_str() : "none");
     return kOk;
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), &sources);

@@ -89,6 +89,11 @@ double ClusterCost::seconds(const ir::Program& p, const ir::Instr& in) const {
   return collective_seconds(cluster_, op, in.bytes, span(p, in));
 }
 
+double ClusterCost::own_seconds(const ir::Program&, const ir::Instr& in) const {
+  if (in.kind != ir::OpKind::Wait || in.unpack_bytes <= 0) return 0;
+  return compute_seconds(cluster_.device, 0, 2 * in.unpack_bytes, precision_);
+}
+
 ProfileCost::ProfileCost(const std::vector<ir::Program>& stages, const Profile& profile, const std::string& origin) {
   for (const ir::Program& program : stages) {
     StepEstimate& estimate = estimates_.emplace_back(estimate_step(program, profile, origin));

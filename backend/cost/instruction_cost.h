@@ -22,9 +22,9 @@ class InstructionCost {
   // Seconds one run of `in` (an instruction of `program`) takes on its stream; 0 for those that
   // take no time (waits, releases).
   virtual double seconds(const ir::Program& program, const ir::Instr& in) const = 0;
-  // Seconds of the rank's own work that `in` does on the host before its collective (the
-  // gradient norm's norm and clipping, before its all-reduce): measured by a profile; 0 where
-  // the model does not know.
+  // Seconds of the rank's own work that `in` does around its collective: the gradient norm's
+  // norm and clipping before its all-reduce (measured by a profile), a wait's unpacking after
+  // its collective ends (ir::Instr::unpack_bytes); 0 where the model does not know.
   virtual double own_seconds(const ir::Program& program, const ir::Instr& in) const { return 0; }
   // Bytes `in` allocates while it runs and frees by its end, beyond what it saves (a backward's
   // input gradients and temporaries): measured by a profile; 0 where the model does not know.
@@ -44,6 +44,8 @@ class ClusterCost : public InstructionCost {
  public:
   ClusterCost(Cluster cluster, Precision precision, int devices_per_node, StateBytes state_bytes = StateBytes::loom_adamw());
   double seconds(const ir::Program& program, const ir::Instr& in) const override;
+  // A wait's unpacking: memory-bound, each byte read and written once on the device.
+  double own_seconds(const ir::Program& program, const ir::Instr& in) const override;
   // Where the ranks of the group `in` runs on sit, for the program's stage (its first rank's
   // groups: every rank of the stage has groups shaped alike).
   GroupSpan span(const ir::Program& program, const ir::Instr& in) const;

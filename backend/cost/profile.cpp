@@ -18,7 +18,7 @@ namespace {
 // Bump when the measurement changes meaning (2: op times take the work between ops; 3: two
 // collective regimes, the mesh's groups and a pipeline's transfers; 5: each rank's op times and
 // the gradient norm's own work, which a cached profile of format 4 would price at nothing).
-constexpr int kFormat = 5;
+constexpr int kFormat = 6;
 
 // The world a profile's key names (0 when it names none).
 int key_world(const std::string& key) {
@@ -98,7 +98,9 @@ std::string Profile::to_json() const {
                    {"device", device},
                    {"measured_steps", measured_steps},
                    {"optimizer_step_ms", optimizer_step_ms},
-                   {"grad_norm_ms", grad_norm_ms}};
+                   {"grad_norm_ms", grad_norm_ms},
+                   {"unpack_gb_per_s", unpack_gb_per_s},
+                   {"unpack_bytes_per_step", unpack_bytes_per_step}};
   j["ops"] = nlohmann::json::array();
   for (auto& op : ops) {
     nlohmann::json o{{"module", op.module},
@@ -142,6 +144,8 @@ Profile Profile::from_json(const std::string& text, const std::string& origin) {
     p.measured_steps = j.at("measured_steps").get<int>();
     p.optimizer_step_ms = j.at("optimizer_step_ms").get<double>();
     p.grad_norm_ms = j.value("grad_norm_ms", -1.0);
+    p.unpack_gb_per_s = j.value("unpack_gb_per_s", -1.0);
+    p.unpack_bytes_per_step = j.value("unpack_bytes_per_step", int64_t{0});
     for (auto& o : j.at("ops")) {
       p.ops.push_back({o.at("module").get<std::string>(), o.at("forward_ms").get<double>(), o.at("backward_ms").get<double>(),
                        o.at("memory_before_bytes").get<int64_t>(), o.at("forward_peak_bytes").get<int64_t>(),

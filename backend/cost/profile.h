@@ -61,6 +61,11 @@ struct Profile {
   // The gradient norm's own work (its norm and the clipping; its all-reduce is a collective's
   // time), likewise; -1: not measured (no --clip, or a profile from before it was).
   double grad_norm_ms = -1;
+  // The waits' unpacking (ir::Instr::unpack_bytes: copying members out of a collective's flat
+  // buffer): the slowest rank's rate over the measured steps, and the bytes a step unpacked;
+  // -1: nothing was unpacked, or on a GPU (the host sees only the copies' queueing).
+  double unpack_gb_per_s = -1;
+  int64_t unpack_bytes_per_step = 0;
   std::vector<OpProfile> ops;
   std::vector<CollectiveProfile> collectives;
 

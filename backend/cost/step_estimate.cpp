@@ -70,6 +70,11 @@ std::map<std::string, std::vector<size_t>> match_forward_ops(const ir::Program& 
 
 }  // namespace
 
+double unpack_ms(const Profile& profile, const ir::Instr& in) {
+  if (in.kind != ir::OpKind::Wait || in.unpack_bytes <= 0 || profile.unpack_gb_per_s <= 0) return 0;
+  return static_cast<double>(in.unpack_bytes) / (profile.unpack_gb_per_s * 1e6);
+}
+
 StepEstimate estimate_step(const ir::Program& program, const Profile& profile, const std::string& origin) {
   std::map<std::string, std::vector<size_t>> ops_of = match_forward_ops(program, profile, origin);
   std::vector<bool> contended = contended_collectives(program);
@@ -112,6 +117,10 @@ StepEstimate estimate_step(const ir::Program& program, const Profile& profile, c
       own = profile.grad_norm_ms;
       ms = std::max(0.0, ms) + own;
       e.grad_norm_ms += times * own;
+    }
+    if (double unpacking = unpack_ms(profile, in); unpacking > 0) {
+      own = ms = unpacking;
+      e.unpack_ms += times * unpacking;
     }
     e.instruction_ms.push_back(ms);
     e.instruction_own_ms.push_back(own);

@@ -1,7 +1,7 @@
 // A step's instructions priced by a measured profile (backend/cost/profile.h): each compute op at
 // its measured forward or backward time (a recompute at its module's ops' forward times, counted
 // with the backward), the optimizer step at its measured time, the gradient norm at its own
-// measured work plus its all-reduce, each collective at its role's fitted time for its bytes:
+// measured work plus its all-reduce, a wait that unpacks at the measured unpacking rate, each collective at its role's fitted time for its bytes:
 // as timed on idle cores where the program waits for it at once, as timed beside compute where
 // it issues other work first. The sums are serial: overlap is what the simulator
 // (backend/sim/simulator.h) and the executed timeline (--trace) show. Torch-free.
@@ -17,8 +17,9 @@ namespace loom {
 
 struct StepEstimate {
   std::vector<double> instruction_ms;  // per instruction, one run of it; -1 where the profile has no figure
-  // Per instruction: the part of instruction_ms that is the rank's own work before its
-  // collective (the gradient norm's norm and clipping); 0 for the others.
+  // Per instruction: the part of instruction_ms that is the rank's own host work around its
+  // collective (the gradient norm's norm and clipping before it, a wait's unpacking after it);
+  // 0 for the others.
   std::vector<double> instruction_own_ms;
   // Per instruction: what a backward compute allocates while it runs beyond what it had (its
   // op's backward peak over the memory before it); 0 for the others.
@@ -29,7 +30,12 @@ struct StepEstimate {
   double collective_ms = 0;
   double optimizer_ms = 0;
   double grad_norm_ms = 0;  // the gradient norm's own work (its all-reduce is in collective_ms)
+  double unpack_ms = 0;     // the waits' unpacking
 };
+
+// What a wait's unpacking (its unpack_bytes) takes at the profile's measured rate; 0 for other
+// instructions, and where the profile measured none.
+double unpack_ms(const Profile& profile, const ir::Instr& in);
 
 // The profile's measurement of a collective on an IR group role: the role's own where the
 // profile timed it (tp, dp, model, pipeline, stage_pair under a mesh), else the process group

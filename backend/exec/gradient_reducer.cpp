@@ -3,6 +3,7 @@
 #include <string>
 
 #include "backend/instrument/gradient_hooks.h"
+#include "backend/instrument/unpack_clock.h"
 #include "lang/diagnostics.h"
 
 namespace loom {
@@ -126,16 +127,27 @@ void GradientReducer::finish() {
     ++b.ready;
   }
   s.launch_ready();
-  for (auto& b : s.buckets) b.work.wait();
+  // Each bucket's wait unpacks it (the program's wait, passes/mark_unpacks.h): the average of
+  // every member, written into its gradient in one pass.
   double scale = 1.0 / s.group->size();
   torch::NoGradGuard no_grad;
-  for (size_t p = 0; p < s.params.size(); ++p) {
-    if (s.bucket_of[p] == State::kNone) continue;
-    auto& b = s.buckets[s.bucket_of[p]];
-    torch::Tensor avg =
-        b.flat.narrow(0, s.offset[p], s.params[p].numel()).view(s.params[p].sizes()).to(s.params[p].scalar_type()) * scale;
-    if (s.params[p].grad().defined()) s.params[p].mutable_grad().copy_(avg);
-    else s.params[p].mutable_grad() = avg.clone();
+  for (auto& b : s.buckets) {
+    b.work.wait();
+    int64_t bytes = 0;
+    for (size_t p : b.params) bytes += s.params[p].numel() * s.params[p].element_size();
+    instrument::UnpackTimer unpacking(bytes);
+    torch::Tensor factor = torch::scalar_tensor(scale, b.flat.options());
+    for (size_t p : b.params) {
+      torch::Tensor summed = b.flat.narrow(0, s.offset[p], s.params[p].numel()).view(s.params[p].sizes());
+      torch::Tensor& grad = s.params[p].mutable_grad();
+      if (grad.defined() && grad.scalar_type() == summed.scalar_type()) {
+        at::mul_out(grad, summed, factor);
+        continue;
+      }
+      torch::Tensor average = summed.to(s.params[p].scalar_type()) * scale;  // from the reduction's dtype
+      if (grad.defined()) grad.copy_(average);
+      else grad = average;
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 #include "backend/exec/state_copier.h"
 #include "backend/exec/storage_release.h"
 #include "backend/instrument/gradient_hooks.h"
+#include "backend/instrument/unpack_clock.h"
 #include "lang/diagnostics.h"
 #include "models/zoo_torch.h"
 
@@ -184,6 +185,7 @@ struct ShardedExecutor::State {
     size_t k = std::find(g.members.begin(), g.members.end(), p) - g.members.begin();
     torch::NoGradGuard no_grad;
     if (!g.direct) {  // a direct gather wrote the parameter's own storage already
+      instrument::UnpackTimer unpacking(q.numel * q.full.element_size());  // the wait's unpacking (passes/mark_unpacks.h)
       refill_storage(q.full);
       if (in_backward && released_early.count(p)) {
         q.full.data().zero_();  // a test-only fault

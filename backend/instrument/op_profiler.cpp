@@ -10,6 +10,7 @@
 
 #include "backend/instrument/gradient_hooks.h"
 #include "backend/instrument/memory_counter.h"
+#include "backend/instrument/unpack_clock.h"
 #include "backend/torch_compat.h"
 #include "models/zoo_torch.h"
 
@@ -24,7 +25,9 @@ struct OpProfiler::State {
   // so the device is not synchronized between ops).
   struct Mark {
     double wall_ms = 0;
-    double blocked_ms = 0;  // comm::blocked_ms() then (CPU): time waiting for collectives is not the ops'
+    // comm::blocked_ms() and instrument::unpack_ms() then (CPU): waiting for collectives and
+    // the waits' unpacking are not the ops' time.
+    double blocked_ms = 0;
     std::shared_ptr<compat::CudaEvent> event;
   };
   struct Interval {
@@ -65,6 +68,24 @@ struct OpProfiler::State {
   long last_forward = -1;             // the unread interval of the forward op the coming gap follows
   Clock last_forward_end, backward_gap_from;
   std::vector<double> optimizer_step_ms, grad_norm_ms;
+  // The waits' unpacking in measured micro-batches and the step tails after them: from the
+  // start of a measured micro-batch's forward to the next forward (or the profile's reading).
+  struct Unpacking {
+    double ms = 0;
+    int64_t bytes = 0;
+  };
+  Unpacking unpacked, unpack_from;
+  bool unpack_window_open = false;
+  void close_unpack_window() {
+    if (!unpack_window_open) return;
+    unpacked.ms += instrument::unpack_ms() - unpack_from.ms;
+    unpacked.bytes += instrument::unpacked_bytes() - unpack_from.bytes;
+    unpack_window_open = false;
+  }
+  void open_unpack_window() {
+    unpack_from = {instrument::unpack_ms(), instrument::unpacked_bytes()};
+    unpack_window_open = true;
+  }
 
   std::vector<Interval> unread;  // measured intervals whose times are not read yet
 
@@ -80,7 +101,7 @@ struct OpProfiler::State {
     if (cuda_device >= 0) m.event = compat::cuda_record_event();
     else {
       m.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-      m.blocked_ms = comm::blocked_ms();
+      m.blocked_ms = comm::blocked_ms() + instrument::unpack_ms();
     }
     return m;
   }
@@ -213,6 +234,8 @@ OpProfiler::~OpProfiler() { instrument::clear_gradient_hook_listener(s_.get()); 
 
 void OpProfiler::begin_forward(bool measured) {
   s_->read_intervals();
+  s_->close_unpack_window();
+  if (measured) s_->open_unpack_window();
   s_->measured = measured;
   s_->in_backward = false;
   s_->last_forward = -1;
@@ -248,6 +271,8 @@ void OpProfiler::reset() {
   s_->samples.assign(ops, State::Samples{});
   s_->optimizer_step_ms.clear();
   s_->grad_norm_ms.clear();
+  s_->unpack_window_open = false;
+  s_->unpacked = {};
 }
 
 torch::Tensor OpProfiler::intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
@@ -359,6 +384,32 @@ void OpProfiler::add_rank_times(comm::Group& world, std::vector<OpProfile>& ops)
 double OpProfiler::optimizer_step_ms(comm::Group& world) const { return slowest_median(s_->optimizer_step_ms, world); }
 
 double OpProfiler::grad_norm_ms(comm::Group& world) const { return slowest_median(s_->grad_norm_ms, world); }
+
+void OpProfiler::fill(Profile& profile, comm::Group& world) const {
+  profile.ops = result(world);
+  profile.optimizer_step_ms = optimizer_step_ms(world);
+  profile.grad_norm_ms = grad_norm_ms(world);
+  UnpackRate unpacking = unpack_rate(world);
+  profile.unpack_gb_per_s = unpacking.gb_per_s;
+  profile.unpack_bytes_per_step = profile.measured_steps > 0 ? unpacking.bytes / profile.measured_steps : 0;
+}
+
+UnpackRate OpProfiler::unpack_rate(comm::Group& world) const {
+  State& s = *s_;
+  s.close_unpack_window();
+  // The slowest rank's milliseconds per byte, and the most bytes any rank unpacked.
+  double ms_per_byte = s.unpacked.bytes > 0 ? s.unpacked.ms / static_cast<double>(s.unpacked.bytes) : -1;
+  torch::Tensor t = torch::tensor({ms_per_byte, static_cast<double>(s.unpacked.bytes)}, torch::kDouble);
+  if (world.size() > 1) {
+    torch::Tensor on_device = s.cuda_device >= 0 ? t.to(torch::Device(torch::kCUDA, s.cuda_device)) : t;
+    comm::all_reduce(world, on_device, {comm::ReduceOp::Max}).wait();
+    t = on_device.cpu();
+  }
+  UnpackRate rate;
+  rate.bytes = static_cast<int64_t>(t[1].item<double>());
+  if (t[0].item<double>() > 0 && s.cuda_device < 0) rate.gb_per_s = 1 / (t[0].item<double>() * 1e6);
+  return rate;
+}
 
 // The median of `samples`, the maximum over the ranks of `world`; -1 when none was measured.
 double OpProfiler::slowest_median(const std::vector<double>& samples, comm::Group& world) const {

@@ -15,6 +15,12 @@
 
 namespace loom {
 
+// What the waits unpacked in the measured steps (instrument/unpack_clock.h), over all of them.
+struct UnpackRate {
+  double gb_per_s = -1;  // the slowest rank's rate; -1: nothing unpacked, or on a GPU (host time only)
+  int64_t bytes = 0;     // the most bytes a rank unpacked
+};
+
 class OpProfiler : public nn::CallInterceptor {
  public:
   // `inner` (may be null) runs each call (the activation checkpointer). `cuda_device` < 0: CPU.
@@ -42,6 +48,11 @@ class OpProfiler : public nn::CallInterceptor {
   double optimizer_step_ms(comm::Group& world) const;
   // The gradient norm's median, likewise.
   double grad_norm_ms(comm::Group& world) const;
+  // The waits' unpacking over the measured micro-batches and step tails; every rank calls it.
+  UnpackRate unpack_rate(comm::Group& world) const;
+  // Everything above into `profile`, whose measured_steps is set: its ops, optimizer step,
+  // gradient norm and unpacking (a step's bytes). Every rank calls it.
+  void fill(Profile& profile, comm::Group& world) const;
   // Forgets what was measured (between two steps): a re-planning run's next round measures the
   // program it switched to.
   void reset();

@@ -164,6 +164,7 @@ std::string Program::to_text() const {
     if (in.activation_bytes)
       extra += (in.phase == Phase::Forward || in.kind == OpKind::Recompute ? "saves " : "frees ") + format_size(in.activation_bytes) + "  ";
     if (in.handle >= 0 && in.kind != OpKind::Wait) extra += "-> %" + std::to_string(in.handle);
+    if (in.unpack_bytes) extra += "unpacks " + format_size(in.unpack_bytes);
     if (micro_batches > 1 && in.phase != Phase::Step && in.runs_in != MicroBatches::All)
       extra += std::string("  [") +
                (in.runs_in == MicroBatches::Last    ? "last micro-batch"
@@ -208,6 +209,7 @@ std::string Program::to_json() const {
     if (in.handle >= 0) x["handle"] = in.handle;
     if (in.flops > 0) x["flops"] = in.flops;
     if (in.activation_bytes) x["activation_bytes"] = in.activation_bytes;
+    if (in.unpack_bytes) x["unpack_bytes"] = in.unpack_bytes;
     if (in.phase != Phase::Step) x["runs_in"] = micro_batches_name(in.runs_in);
     x["times_per_step"] = times_per_step(*this, in);
     j["instructions"].push_back(x);

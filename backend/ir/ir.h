@@ -103,6 +103,10 @@ struct Instr {
   double flops = 0;               // Compute, Recompute: matrix-product FLOPs (backward: twice forward's)
   int64_t activation_bytes = 0;   // Compute, Recompute: bytes saved for backward, which backward frees
   MicroBatches runs_in = MicroBatches::All;  // forward and backward instructions; the step's run once
+  // Wait: the bytes it copies out of its collective's flat buffer into the members' own tensors
+  // once the collective is done (a bucket's or a padded parameter's gather, data parallelism's
+  // averaged gradients): host work of the rank at the wait (passes/mark_unpacks.h).
+  int64_t unpack_bytes = 0;
 };
 
 // Where the program's rank sits in a mesh (tp x pp; all 1 outside one).

@@ -57,6 +57,8 @@ std::string verify(const Program& p) {
         return at(i, p, "an asynchronous instruction (a collective or a copy) needs a fresh handle");
       issued[in.handle] = static_cast<long>(i);
     }
+    if (in.unpack_bytes < 0 || (in.unpack_bytes > 0 && in.kind != OpKind::Wait))
+      return at(i, p, "unpacks " + std::to_string(in.unpack_bytes) + " bytes: only a wait unpacks, and never a negative number");
     switch (in.kind) {
       case OpKind::Recompute:
         if (in.phase != Phase::Backward) return at(i, p, "recomputes outside the backward");

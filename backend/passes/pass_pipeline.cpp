@@ -14,6 +14,7 @@
 #include "backend/passes/insert_gather_release.h"
 #include "backend/passes/insert_gradient_reduction.h"
 #include "backend/passes/insert_parameter_broadcast.h"
+#include "backend/passes/mark_unpacks.h"
 #include "backend/passes/offload_optimizer.h"
 #include "backend/passes/prefetch.h"
 #include "backend/passes/proactive_prefetch.h"
@@ -40,6 +41,8 @@ const std::vector<std::pair<std::string, passes::Pass>>& pipeline_passes() {
       {"selective_unshard", passes::selective_unshard},                   // DeepCompile §4.3: unshard(auto) under a memory limit
       {"adaptive_offload", passes::adaptive_offload},                     // DeepCompile Alg. 2: budget=auto under a memory limit
       {"offload_optimizer", passes::offload_optimizer},                   // DeepCompile §4.4, static: states and the step on the host
+      // Last: which waits copy members out of a flat buffer, once every collective is final.
+      {"mark_unpacks", passes::mark_unpacks},                             // the waits' host work, priced and timed as theirs
   };
   return list;
 }

@@ -95,14 +95,9 @@ int64_t reduction_launch_bytes(const ir::Program& p, const Instr& in) {
   return full / p.sharding.params + full + (in.params.size() > 1 ? full : 0);
 }
 
-namespace {
-
-// Whether the executor gathers `in` straight into its one member's storage.
 bool gathers_in_place(const ir::Program& p, const Instr& in) {
   return in.params.size() == 1 && ir::param_bytes(p, in.params[0]) == padded_bytes(p, in.params[0]);
 }
-
-}  // namespace
 
 int64_t gather_peak_bytes(const ir::Program& p, const Instr& in) {
   return gather_launch_bytes(p, in) + (gathers_in_place(p, in) ? 0 : ir::total_param_bytes(p, in.params));

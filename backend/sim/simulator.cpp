@@ -124,6 +124,8 @@ class Simulator {
     switch (in.kind) {
       case OpKind::Wait: {
         if (in.handle >= 0) r.host = std::max(r.host, r.handle_end[static_cast<size_t>(in.handle)]);
+        // Then its unpacking, copying the members out of the collective's buffer, holds the host.
+        if (double unpacking = r.cost->own_seconds(p, in); unpacking > 0) compute(r, run, unpacking);
         break;
       }
       case OpKind::Compute:

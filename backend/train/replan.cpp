@@ -34,9 +34,7 @@ Profile measured_profile(RankRun& r, int64_t steps_done) {
   Profile profile;
   profile.device = r.cuda ? "cuda" : "cpu";
   profile.measured_steps = static_cast<int>(steps_done - round_start(r.o, steps_done) - 1);
-  profile.ops = r.profiler->result(*r.world);
-  profile.optimizer_step_ms = r.profiler->optimizer_step_ms(*r.world);
-  profile.grad_norm_ms = r.profiler->grad_norm_ms(*r.world);
+  r.profiler->fill(profile, *r.world);
   CollectiveSweep sweep;
   sweep.repeats = 5;  // a re-plan's sweep: short, its line only has to rank the passes' choices
   profile.collectives = profile_collectives(*r.world, &r.sharded->groups(), nullptr, r.device, sweep);

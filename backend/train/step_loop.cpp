@@ -119,9 +119,7 @@ void write_profile(RankRun& r) {
   profile.key = o.profile_key;
   profile.device = r.device.is_cuda() ? "cuda" : "cpu";
   profile.measured_steps = static_cast<int>(o.steps - o.profile_warmup);
-  profile.ops = r.profiler->result(*r.world);
-  profile.optimizer_step_ms = r.profiler->optimizer_step_ms(*r.world);
-  profile.grad_norm_ms = r.profiler->grad_norm_ms(*r.world);
+  r.profiler->fill(profile, *r.world);
   bool lead = r.env.rank == 0;
   if (lead) std::cout << "loom profile: timing collectives on every process group of the run\n" << std::flush;
   profile.collectives = profile_collectives(*r.world, r.sharded ? &r.sharded->groups() : nullptr, r.mesh.get(), r.device);

@@ -637,6 +637,27 @@ TEST_CASE("loom profile measures every traced op and collective, identically on 
   CHECK(entries == 2);
 }
 
+TEST_CASE("the executors unpack at the waits exactly what the IR says: a profile measures those bytes and their rate") {
+  std::ofstream(scratch() / "zero3_bucket.sched") << "import \"stdlib/zero3.sched\"\nsch.blocks().bucket()\n";
+  for (std::string schedule : {std::string(LOOM_SOURCE_DIR) + "/stdlib_schedules/ddp.sched", (scratch() / "zero3_bucket.sched").string()}) {
+    CAPTURE(schedule);
+    std::string shape = " --model gpt:tiny --nproc 2 --micro-batch 2 --seq 64";
+    fs::path out = scratch() / "unpack_profile.json", ir = scratch() / "unpack_ir.json";
+    REQUIRE(run_loom("profile " + schedule + shape + " --steps 2 --threads 1 --cache-dir " + (scratch() / "unpack-cache").string() +
+                     " --out " + out.string()) == 0);
+    CHECK(last_log().find("unpacking at waits (members copied out of a collective's buffer): ") != std::string::npos);
+    REQUIRE(std::system((std::string(LOOM_BINARY) + " explain " + schedule + shape + " --json > " + ir.string()).c_str()) == 0);
+    int64_t in_ir = 0;
+    auto program = nlohmann::json::parse(read_text(ir));
+    for (auto& in : program.at("instructions"))
+      in_ir += in.value("unpack_bytes", int64_t{0}) * in.at("times_per_step").get<int64_t>();
+    auto p = nlohmann::json::parse(read_text(out));
+    CHECK(in_ir > 0);
+    CHECK(p.at("unpack_bytes_per_step").get<int64_t>() == in_ir);
+    CHECK(p.at("unpack_gb_per_s").get<double>() > 0);
+  }
+}
+
 TEST_CASE("an op's profiled backward peak is its own: a bucket's reduction launched in its gradient hook is not counted") {
   // Under sch["h.*"].bucket() each block's gradients are reduce-scattered as one bucket, launched
   // in the gradient hook of the block's last backward op (its ln_1), which allocates the bucket's

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 
 #include "backend/lower/directive_lowering.h"
@@ -285,6 +286,49 @@ TEST_CASE("DDP buckets: gradients in completion order fill buckets up to the siz
   REQUIRE(count(own, OpKind::AllReduce) == 2);
   CHECK(own.instrs[find(own, OpKind::AllReduce, B, "h.1.fc.w")].params.size() == 1);
   CHECK(own.instrs[find(own, OpKind::AllReduce, B, "h.0.proj.w")].params.size() == 2);
+}
+
+namespace {
+// The bytes each wait of `p` unpacks, keyed by the first parameter of the collective it waits for.
+std::map<std::string, int64_t> unpacked_by_param(const ir::Program& p, ir::Phase phase) {
+  std::map<int, std::string> param_of;
+  std::map<std::string, int64_t> out;
+  for (const ir::Instr& in : p.instrs) {
+    if (in.kind != OpKind::Wait && in.handle >= 0 && !in.params.empty()) param_of[in.handle] = p.params[in.params[0]].name;
+    if (in.kind == OpKind::Wait && in.phase == phase && param_of.count(in.handle)) out[param_of[in.handle]] += in.unpack_bytes;
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("mark_unpacks: a wait copies out a bucket's or a padded parameter's gather, and data parallelism's averaged gradients") {
+  auto F = ir::Phase::Forward, B = ir::Phase::Backward;
+  // ZeRO-3 with every parameter gathered alone into its own storage (40 bytes: 10 elements, 5 a rank): nothing.
+  ir::Program plain = run(two_blocks(), {2, 2, 2, 2});
+  for (const ir::Instr& in : plain.instrs) CHECK(in.unpack_bytes == 0);
+  // bucket("h.0"): its gathers' waits copy both 40-byte members out, in forward and in backward.
+  passes::PassInputs in;
+  in.buckets = {"h.0"};
+  ir::Program bucketed = run(two_blocks(), {2, 2, 2, 2}, in);
+  CHECK(unpacked_by_param(bucketed, F).at("h.0.fc.w") == 80);
+  CHECK(unpacked_by_param(bucketed, B).at("h.0.proj.w") == 80);  // backward gathers proj first
+  CHECK(unpacked_by_param(bucketed, F).at("h.1.fc.w") == 0);
+  // A parameter of 11 elements at s_os = 2 is gathered padded to 12, and copied out: 44 bytes.
+  ir::OpTrace odd = two_blocks();
+  odd.params[0].numel = 11;
+  CHECK(unpacked_by_param(run(odd, {2, 2, 2, 2}), F).at(odd.params[0].name) == 44);
+  // Data parallelism: each bucket's averaged gradients, at its wait; the norm's and the loss's waits unpack nothing.
+  ir::Program dp = run(two_blocks(), {2, 1, 1, 1});
+  int64_t unpacked = 0;
+  for (const ir::Instr& in : dp.instrs) unpacked += in.unpack_bytes;
+  CHECK(unpacked == 3 * 40);
+  CHECK(dp.to_text().find("unpacks 120 B") != std::string::npos);
+  CHECK(dp.to_json().find("\"unpack_bytes\": 120") != std::string::npos);
+  // ZeRO-1's all-reduce (the sharded executor's, s_os > 1) is not marked: its copies stay in the ops' times.
+  for (const ir::Instr& in : run(two_blocks(), {2, 1, 1, 2}).instrs) CHECK(in.unpack_bytes == 0);
+  // Only a wait unpacks.
+  dp.instrs[0].unpack_bytes = 8;
+  CHECK(ir::verify(dp).find("unpacks 8 bytes: only a wait unpacks, and never a negative number") != std::string::npos);
 }
 
 TEST_CASE("the step's tail: the gradient norm (an all-reduce where optimizer states are sharded), the loss all-reduce") {

@@ -76,6 +76,9 @@ std::map<std::string, GoldenCase> golden_cases() {
   passes::PassInputs window;
   window.reductions_in_flight = 2;
   cases["window_reductions"] = {zero3, window, "ZeRO-3 at dp 2, two reductions in flight"};
+  passes::PassInputs unpacked;
+  unpacked.buckets = {"h.0"};
+  cases["mark_unpacks"] = {zero3, unpacked, "ZeRO-3 at dp 2, h.0 bucketed: its gathers' waits copy the members out"};
   return cases;
 }
 

@@ -122,7 +122,7 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
     Profile::from_json(R"({"format": "something-else"})", "other.json");
     FAIL("a foreign file was accepted");
   } catch (const UserError& e) {
-    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 5");
+    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 6");
     CHECK(e.diagnostic().hint == "write it again with `loom profile`");
   }
   CHECK_THROWS_WITH_AS(Profile::from_json("{", "broken.json"), doctest::Contains("broken.json is not a readable Loom profile"),
@@ -338,6 +338,26 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
   step.instrs.pop_back();
   p.grad_norm_ms = -1;
   p.collectives.pop_back();
+
+  // A wait that unpacks: its bytes at the profile's measured rate (4 MB at 2 GB/s: 2 ms), its own
+  // work; where the profile measured none, nothing.
+  ir::Instr unpacking;
+  unpacking.kind = ir::OpKind::Wait, unpacking.phase = ir::Phase::Backward, unpacking.unpack_bytes = 4'000'000;
+  step.instrs.push_back(unpacking);
+  CHECK(estimate_step(step, p, "p.json").instruction_ms.back() == -1);
+  CHECK(profile_instruction_seconds(p)(step, step.instrs.back()) == 0);
+  p.unpack_gb_per_s = 2.0;
+  p.unpack_bytes_per_step = 4'000'000;
+  e = estimate_step(step, p, "p.json");
+  CHECK(e.instruction_ms.back() == doctest::Approx(2.0));
+  CHECK(e.instruction_own_ms.back() == doctest::Approx(2.0));
+  CHECK(e.unpack_ms == doctest::Approx(2.0));
+  CHECK(profile_instruction_seconds(p)(step, step.instrs.back()) == doctest::Approx(2e-3));
+  Profile read = Profile::from_json(p.to_json(), "p.json");
+  CHECK(read.unpack_gb_per_s == 2.0);
+  CHECK(read.unpack_bytes_per_step == 4'000'000);
+  step.instrs.pop_back();
+  p.unpack_gb_per_s = -1;
 
   std::swap(p.ops[0], p.ops[1]);
   try {

@@ -185,6 +185,28 @@ TEST_CASE("the gradient norm's own work holds the host on the compute stream, th
   CHECK(r.events[2].start_s == doctest::Approx(5));
 }
 
+TEST_CASE("a wait's unpacking holds the host on the compute stream once its collective has ended") {
+  struct UnpackCost : FixedCost {
+    double own_seconds(const ir::Program&, const ir::Instr& in) const override {
+      return in.kind == OpKind::Wait ? static_cast<double>(in.unpack_bytes) / 1000 : 0;  // 1000 bytes a second
+    }
+  };
+  UnpackCost cost;
+  cost.by_kind = {{OpKind::AllGather, 5}, {OpKind::Compute, 3}};
+  ir::Instr unpacking = wait(0);
+  unpacking.unpack_bytes = 2000;  // 2 s
+  ir::Program p = one_param({instr(OpKind::AllGather, Phase::Forward, "", 0), instr(OpKind::Compute, Phase::Forward, "a"), unpacking,
+                             instr(OpKind::Compute, Phase::Forward, "b")});
+  SimResult r = simulate({p}, cost);
+  CHECK(r.step_s == doctest::Approx(10));  // a 0-3, the gather until 5, its unpacking 5-7, b 7-10
+  CHECK(r.compute_s == doctest::Approx(8));
+  CHECK(r.exposed_comm_s == doctest::Approx(2));
+  REQUIRE(r.events.size() == 4);
+  CHECK(r.events[2].stream == "compute");
+  CHECK(r.events[2].start_s == doctest::Approx(5));
+  CHECK(r.events[2].end_s == doctest::Approx(7));
+}
+
 TEST_CASE("the memory timeline: model states, a gathered parameter until its release, activations until their backward") {
   FixedCost cost;
   ir::Instr forward = instr(OpKind::Compute, Phase::Forward, "a");
