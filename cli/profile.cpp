@@ -79,8 +79,9 @@ void print_profile(const Profile& p, std::ostream& out) {
   out << "step tail: optimizer step " << measured(p.optimizer_step_ms) << ", gradient norm's own work "
       << measured(p.grad_norm_ms) << " (without its all-reduce)\n";
   out << "unpacking at waits (members copied out of a collective's buffer): ";
-  if (p.unpack_gb_per_s > 0) out << format_size(p.unpack_bytes_per_step) << " a step at " << fixed(p.unpack_gb_per_s, 2) << " GB/s\n";
-  else out << (p.unpack_bytes_per_step > 0 ? "not measured (on a GPU the host sees only the copies' queueing)\n" : "none\n");
+  if (p.device == "cuda") out << "not measured (on a GPU the host sees only the copies' queueing)\n";
+  else if (p.unpack_gb_per_s > 0) out << format_size(p.unpack_bytes_per_step) << " a step at " << fixed(p.unpack_gb_per_s, 2) << " GB/s\n";
+  else out << "none\n";
   if (p.collectives.empty()) return;
   out << "collectives (alpha-beta fit; time at 1 MiB from the table; timed on idle cores, and beside the ranks' compute):\n";
   std::snprintf(line, sizeof line, "  %-12s %5s %-15s %-15s %10s %12s %12s\n", "group", "size", "collective", "timed", "alpha us",

@@ -17,7 +17,8 @@ namespace {
 
 // Bump when the measurement changes meaning (2: op times take the work between ops; 3: two
 // collective regimes, the mesh's groups and a pipeline's transfers; 5: each rank's op times and
-// the gradient norm's own work, which a cached profile of format 4 would price at nothing).
+// the gradient norm's own work, which a cached profile of format 4 would price at nothing; 6:
+// the waits' unpacking, which the ops' times of format 5 still hold).
 constexpr int kFormat = 6;
 
 // The world a profile's key names (0 when it names none).

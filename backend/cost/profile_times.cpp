@@ -25,7 +25,7 @@ double seconds_of(const Profile& profile, const std::map<std::string, ModuleTime
     return ms / 1000.0;
   }
   if (in.kind == ir::OpKind::OptimizerStep) return std::max(0.0, profile.optimizer_step_ms) / 1000.0;
-  double own_ms = in.kind == ir::OpKind::GradNorm ? std::max(0.0, profile.grad_norm_ms) : unpack_ms(profile, in);
+  double own_ms = in.kind == ir::OpKind::GradNorm ? std::max(0.0, profile.grad_norm_ms) : 0;
   const char* name = ir::issued_collective(in);
   if (!name) return own_ms / 1000.0;
   const CollectiveProfile* c = measured_collective(profile, name, in.group.role, true);

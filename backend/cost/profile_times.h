@@ -6,7 +6,7 @@
 // a compute at the mean of its module's measured calls in that phase, a recompute at its ops'
 // forward times, a collective at its role's line as timed beside compute (else idle), the
 // optimizer step at its measured time, the gradient norm at its own measured work plus its
-// all-reduce, a wait at its unpacking (step_estimate.h), anything else (releases, copies) at 0. Torch-free.
+// all-reduce, anything else (waits, releases, copies) at 0. Torch-free.
 #pragma once
 
 #include <functional>

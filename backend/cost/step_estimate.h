@@ -1,10 +1,11 @@
 // A step's instructions priced by a measured profile (backend/cost/profile.h): each compute op at
 // its measured forward or backward time (a recompute at its module's ops' forward times, counted
 // with the backward), the optimizer step at its measured time, the gradient norm at its own
-// measured work plus its all-reduce, a wait that unpacks at the measured unpacking rate, each collective at its role's fitted time for its bytes:
-// as timed on idle cores where the program waits for it at once, as timed beside compute where
-// it issues other work first. The sums are serial: overlap is what the simulator
-// (backend/sim/simulator.h) and the executed timeline (--trace) show. Torch-free.
+// measured work plus its all-reduce, a wait that unpacks at the measured unpacking rate, each
+// collective at its role's fitted time for its bytes: as timed on idle cores where the program
+// waits for it at once, as timed beside compute where it issues other work first. The sums are
+// serial: overlap is what the simulator (backend/sim/simulator.h) and the executed timeline
+// (--trace) show. Torch-free.
 #pragma once
 
 #include <string>

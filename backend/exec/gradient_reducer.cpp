@@ -3,7 +3,7 @@
 #include <string>
 
 #include "backend/instrument/gradient_hooks.h"
-#include "backend/instrument/unpack_clock.h"
+#include "backend/instrument/unpack_timer.h"
 #include "lang/diagnostics.h"
 
 namespace loom {

@@ -13,7 +13,7 @@
 #include "backend/exec/state_copier.h"
 #include "backend/exec/storage_release.h"
 #include "backend/instrument/gradient_hooks.h"
-#include "backend/instrument/unpack_clock.h"
+#include "backend/instrument/unpack_timer.h"
 #include "lang/diagnostics.h"
 #include "models/zoo_torch.h"
 
@@ -173,7 +173,9 @@ struct ShardedExecutor::State {
     }
   }
 
-  void finish_gather(size_t p) {
+  // `at_wait`: the program's wait for the gather (its unpacking is timed as the wait's; a gather
+  // finished at need or for a checkpoint is not the program's).
+  void finish_gather(size_t p, bool at_wait = false) {
     Param& q = params[p];
     if (q.resident) return;
     if (!q.gathering) launch_gather({p});
@@ -185,19 +187,25 @@ struct ShardedExecutor::State {
     size_t k = std::find(g.members.begin(), g.members.end(), p) - g.members.begin();
     torch::NoGradGuard no_grad;
     if (!g.direct) {  // a direct gather wrote the parameter's own storage already
-      instrument::UnpackTimer unpacking(q.numel * q.full.element_size());  // the wait's unpacking (passes/mark_unpacks.h)
+      std::optional<instrument::UnpackTimer> unpacking;
+      if (at_wait) unpacking.emplace(q.numel * q.full.element_size());  // passes/mark_unpacks.h
       refill_storage(q.full);
-      if (in_backward && released_early.count(p)) {
-        q.full.data().zero_();  // a test-only fault
-      } else {
-        // Rank r's block holds every member's shard r; this member's padded tensor is its shards in rank order.
-        torch::Tensor padded = g.buffer.view({s_p, g.length}).narrow(1, g.offsets[k], q.chunk).reshape({-1});
-        q.full.data().view({-1}).copy_(padded.narrow(0, 0, q.numel));
-      }
+      if (in_backward && released_early.count(p)) q.full.data().zero_();  // a test-only fault
+      else unpack_member(g, k, q);
     }
     q.gather.reset();
     q.gathering = false;
     q.resident = true;
+  }
+
+  // Copies member k of gather `g` out of its output into `q`'s storage, in one pass: rank r's
+  // block holds every member's shard r, so the member's padded tensor is row r of its column.
+  void unpack_member(const Gather& g, size_t k, Param& q) {
+    torch::Tensor shards = g.buffer.view({s_p, g.length}).narrow(1, g.offsets[k], q.chunk);
+    torch::Tensor full = q.full.data().view({-1});
+    int64_t whole_rows = q.numel / q.chunk, rest = q.numel - whole_rows * q.chunk;  // the padding lies in the last shard
+    if (whole_rows > 0) full.narrow(0, 0, whole_rows * q.chunk).view({whole_rows, q.chunk}).copy_(shards.narrow(0, 0, whole_rows));
+    if (rest > 0) full.narrow(0, whole_rows * q.chunk, rest).copy_(shards[whole_rows].narrow(0, 0, rest));
   }
 
   void release(size_t p) {
@@ -309,7 +317,7 @@ struct ShardedExecutor::State {
     }
     auto it = gathers_by_handle.find(wait.handle);
     if (it == gathers_by_handle.end()) return;
-    for (int p : it->second) finish_gather(p);
+    for (int p : it->second) finish_gather(p, /*at_wait=*/true);
   }
 
   // An offload_states or reload_states, in the micro-batches it runs in.

@@ -10,7 +10,7 @@
 
 #include "backend/instrument/gradient_hooks.h"
 #include "backend/instrument/memory_counter.h"
-#include "backend/instrument/unpack_clock.h"
+#include "backend/instrument/unpack_timer.h"
 #include "backend/torch_compat.h"
 #include "models/zoo_torch.h"
 
@@ -25,9 +25,9 @@ struct OpProfiler::State {
   // so the device is not synchronized between ops).
   struct Mark {
     double wall_ms = 0;
-    // comm::blocked_ms() and instrument::unpack_ms() then (CPU): waiting for collectives and
+    // comm::blocked_ms() plus instrument::unpacked_ms() then (CPU): waiting for collectives and
     // the waits' unpacking are not the ops' time.
-    double blocked_ms = 0;
+    double excluded_ms = 0;
     std::shared_ptr<compat::CudaEvent> event;
   };
   struct Interval {
@@ -78,22 +78,22 @@ struct OpProfiler::State {
   bool unpack_window_open = false;
   void close_unpack_window() {
     if (!unpack_window_open) return;
-    unpacked.ms += instrument::unpack_ms() - unpack_from.ms;
+    unpacked.ms += instrument::unpacked_ms() - unpack_from.ms;
     unpacked.bytes += instrument::unpacked_bytes() - unpack_from.bytes;
     unpack_window_open = false;
   }
   void open_unpack_window() {
-    unpack_from = {instrument::unpack_ms(), instrument::unpacked_bytes()};
+    unpack_from = {instrument::unpacked_ms(), instrument::unpacked_bytes()};
     unpack_window_open = true;
   }
 
   std::vector<Interval> unread;  // measured intervals whose times are not read yet
 
-  Clock clock_at(const Mark& m) const { return {m.wall_ms, m.blocked_ms + recomputing_ms}; }
+  Clock clock_at(const Mark& m) const { return {m.wall_ms, m.excluded_ms + recomputing_ms}; }
   // The op-free work from `from` to `to`: 0 on GPU (events), where an op's time is its own.
   double between(const Clock& from, const Mark& to) const {
     if (to.event || from.wall_ms < 0) return 0;
-    return std::max(0.0, to.wall_ms - from.wall_ms - (to.blocked_ms + recomputing_ms - from.excluded_ms));
+    return std::max(0.0, to.wall_ms - from.wall_ms - (to.excluded_ms + recomputing_ms - from.excluded_ms));
   }
 
   Mark now() const {
@@ -101,7 +101,7 @@ struct OpProfiler::State {
     if (cuda_device >= 0) m.event = compat::cuda_record_event();
     else {
       m.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-      m.blocked_ms = comm::blocked_ms() + instrument::unpack_ms();
+      m.excluded_ms = comm::blocked_ms() + instrument::unpacked_ms();
     }
     return m;
   }
@@ -109,7 +109,7 @@ struct OpProfiler::State {
   void read_intervals() {
     for (const Interval& i : unread) {
       double own = i.start.event ? compat::cuda_elapsed_ms(i.start.event, i.end.event)
-                                 : i.end.wall_ms - i.start.wall_ms - (i.end.blocked_ms - i.start.blocked_ms);
+                                 : i.end.wall_ms - i.start.wall_ms - (i.end.excluded_ms - i.start.excluded_ms);
       double ms = own + i.between_ms;
       (i.backward ? samples[i.op].backward_ms : samples[i.op].forward_ms).push_back(ms);
     }
@@ -391,7 +391,9 @@ void OpProfiler::fill(Profile& profile, comm::Group& world) const {
   profile.grad_norm_ms = grad_norm_ms(world);
   UnpackRate unpacking = unpack_rate(world);
   profile.unpack_gb_per_s = unpacking.gb_per_s;
-  profile.unpack_bytes_per_step = profile.measured_steps > 0 ? unpacking.bytes / profile.measured_steps : 0;
+  // On a GPU the host sees the copies' queueing only, and autograd's device thread may do some.
+  bool counted = s_->cuda_device < 0 && profile.measured_steps > 0;
+  profile.unpack_bytes_per_step = counted ? unpacking.bytes / profile.measured_steps : 0;
 }
 
 UnpackRate OpProfiler::unpack_rate(comm::Group& world) const {

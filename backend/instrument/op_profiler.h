@@ -15,7 +15,7 @@
 
 namespace loom {
 
-// What the waits unpacked in the measured steps (instrument/unpack_clock.h), over all of them.
+// What the waits unpacked in the measured steps (instrument/unpack_timer.h), over all of them.
 struct UnpackRate {
   double gb_per_s = -1;  // the slowest rank's rate; -1: nothing unpacked, or on a GPU (host time only)
   int64_t bytes = 0;     // the most bytes a rank unpacked
@@ -48,8 +48,6 @@ class OpProfiler : public nn::CallInterceptor {
   double optimizer_step_ms(comm::Group& world) const;
   // The gradient norm's median, likewise.
   double grad_norm_ms(comm::Group& world) const;
-  // The waits' unpacking over the measured micro-batches and step tails; every rank calls it.
-  UnpackRate unpack_rate(comm::Group& world) const;
   // Everything above into `profile`, whose measured_steps is set: its ops, optimizer step,
   // gradient norm and unpacking (a step's bytes). Every rank calls it.
   void fill(Profile& profile, comm::Group& world) const;
@@ -62,6 +60,8 @@ class OpProfiler : public nn::CallInterceptor {
  private:
   void add_rank_times(comm::Group& world, std::vector<OpProfile>& ops) const;
   double slowest_median(const std::vector<double>& samples, comm::Group& world) const;
+  // The waits' unpacking over the measured micro-batches and step tails; every rank calls it.
+  UnpackRate unpack_rate(comm::Group& world) const;
   std::unique_ptr<State> s_;
 };
 

@@ -232,6 +232,10 @@ int64_t optimizer_slice_elements(const Program& p, int q) {
   return (n + s - 1) / s;
 }
 
+bool gathered_in_place(const Program& p, const Instr& in) {
+  return in.params.size() == 1 && optimizer_slice_elements(p, in.params[0]) * p.sharding.optim == p.params[in.params[0]].numel;
+}
+
 Instr collective(Program& p, OpKind kind, Phase phase, int q, GroupRef group, int64_t bytes) {
   Instr in;
   in.kind = kind;

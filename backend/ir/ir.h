@@ -155,6 +155,9 @@ int64_t total_param_bytes(const Program& program, const std::vector<int>& params
 // The elements of parameter `q` one rank's optimizer updates: its 1/s_os slice, rounded up as
 // the sharded executor pads.
 int64_t optimizer_slice_elements(const Program& program, int q);
+// Whether the sharded executor gathers the all-gather `in` straight into its one member's
+// storage (the member's 1/s_p shards tile it, unpadded); else its wait copies each member out.
+bool gathered_in_place(const Program& program, const Instr& in);
 // A collective of one parameter on `group`, with a new handle of `program`.
 Instr collective(Program& program, OpKind kind, Phase phase, int q, GroupRef group, int64_t bytes);
 // A collective of no parameter (a scalar of the step: the gradient norm, the loss) on `group`.

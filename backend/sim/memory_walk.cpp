@@ -95,12 +95,8 @@ int64_t reduction_launch_bytes(const ir::Program& p, const Instr& in) {
   return full / p.sharding.params + full + (in.params.size() > 1 ? full : 0);
 }
 
-bool gathers_in_place(const ir::Program& p, const Instr& in) {
-  return in.params.size() == 1 && ir::param_bytes(p, in.params[0]) == padded_bytes(p, in.params[0]);
-}
-
 int64_t gather_peak_bytes(const ir::Program& p, const Instr& in) {
-  return gather_launch_bytes(p, in) + (gathers_in_place(p, in) ? 0 : ir::total_param_bytes(p, in.params));
+  return gather_launch_bytes(p, in) + (ir::gathered_in_place(p, in) ? 0 : ir::total_param_bytes(p, in.params));
 }
 
 int64_t optimizer_step_workspace(const ir::Program& p, const Instr& step) {
@@ -131,7 +127,7 @@ GatherBuffers::GatherBuffers(const ir::Program& p) : p_(p) {
     Gather& g = by_handle_[static_cast<size_t>(in.handle)];
     g.held = gather_launch_bytes(p, in);
     g.full = ir::total_param_bytes(p, in.params);
-    g.direct = gathers_in_place(p, in);
+    g.direct = ir::gathered_in_place(p, in);
   }
 }
 

@@ -34,10 +34,6 @@ int64_t step_start_bytes(const ir::Program& p, const StateBytes& state_bytes, co
 // full-size gradient buffer, in the sharded executor.
 int64_t padded_bytes(const ir::Program& p, int q);
 
-// Whether the executor gathers `in` straight into its one member's storage (its shards tile it):
-// else its wait copies each member out of the output (ir::Instr::unpack_bytes).
-bool gathers_in_place(const ir::Program& p, const ir::Instr& in);
-
 // The bytes an all-gather of `in`'s parameters holds from its launch to its wait: its output
 // (their padded full sizes) and, with several members, their shards' concatenated copy it sends.
 // A gathered parameter holds its full size from the gather's wait to its release.

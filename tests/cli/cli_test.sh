@@ -175,7 +175,7 @@ expect "memory limit not a size" 2 "error: --memory-limit lots is not a size" --
 # A measured profile prices the IR; one of another model is refused, naming both ops.
 prof="profile --model gpt:tiny --nproc 2 --steps 1 --seq 32 --micro-batch 2 --threads 1 --cache-dir $tmp/cache"
 expect "profile" 0 "collectives (alpha-beta fit" "(from 1 measured step: one in which a rank waited for a late peer would set it; --steps 3 or more take the median)" \
-  "step tail: optimizer step " "gradient norm's own work " \
+  "step tail: optimizer step " "gradient norm's own work " "unpacking at waits (members copied out of a collective's buffer): none" \
   -- "$loom" $prof stdlib_schedules/zero3.sched --out "$tmp/profile.json"
 expect "profile cached" 0 "loom profile: reusing $tmp/cache/gpt-tiny-w2-" -- "$loom" $prof stdlib_schedules/zero3.sched
 # The measured step's collectives set one in-step scale (a measurement: positive, never exactly the default 1).
@@ -183,7 +183,7 @@ expect "profile measures its collectives in the step" 0 "one in-step scale" -- p
 import json, sys
 scales = {c['in_step_scale'] for c in json.load(open(sys.argv[1]))['collectives']}
 print('one in-step scale' if len(scales) == 1 and min(scales) > 0 and scales != {1.0} else 'scales: %s' % scales)" "$tmp/profile.json"
-expect "explain --profile" 0 "# estimate from $tmp/profile.json (serial sums" "ms, gradient norm " -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --profile "$tmp/profile.json"
+expect "explain --profile" 0 "# estimate from $tmp/profile.json (serial sums" "ms, gradient norm " "ms, unpacking at waits none" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --profile "$tmp/profile.json"
 # ... and the passes plan with its times: bucket(size=auto) sizes buckets for overlap (the program
 # a run's --replan-at settles on) where without times it buckets each block whole. The measured
 # compute is scaled down 1000x and the collectives up 1000x, so that no gather hides behind

@@ -186,6 +186,18 @@ TEST_CASE("where a program's groups sit, from the ranks backend/comm makes them 
   CHECK(span_of_ranks({0, 4, 8, 12}, 8).nodes == 2);
 }
 
+TEST_CASE("a wait's unpacking on a cluster: each byte read and written once at the device's memory bandwidth") {
+  ClusterCost cost(shipped("dgx-a100"), Precision::Bf16, 8);
+  ir::Program p;
+  ir::Instr unpacking;
+  unpacking.kind = OpKind::Wait;
+  unpacking.unpack_bytes = 32'000'000;  // 64 MB moved, at 75% of the A100's 2,039 GB/s
+  CHECK(cost.own_seconds(p, unpacking) == doctest::Approx(64e6 / (2039e9 * 0.75)));
+  CHECK(cost.seconds(p, unpacking) == 0);  // the wait itself: the host's time until its collective ends
+  unpacking.unpack_bytes = 0;
+  CHECK(cost.own_seconds(p, unpacking) == 0);
+}
+
 TEST_CASE("this machine as a cluster: the rates a profile measured, written in the cluster format") {
   ir::Program p;
   p.params = {{"w", 10, 4}};

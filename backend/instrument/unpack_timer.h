@@ -28,7 +28,7 @@ class UnpackTimer {
 };
 
 // This thread's unpacking so far: milliseconds and bytes.
-double unpack_ms();
+double unpacked_ms();
 int64_t unpacked_bytes();
 
 }  // namespace loom::instrument

@@ -1,4 +1,4 @@
-#include "backend/instrument/unpack_clock.h"
+#include "backend/instrument/unpack_timer.h"
 
 #include <chrono>
 
@@ -17,7 +17,7 @@ UnpackTimer::~UnpackTimer() {
   unpacked_bytes_total += bytes_;
 }
 
-double unpack_ms() { return unpack_ms_total; }
+double unpacked_ms() { return unpack_ms_total; }
 int64_t unpacked_bytes() { return unpacked_bytes_total; }
 
 }  // namespace loom::instrument
