@@ -1,8 +1,10 @@
 // The waits that unpack (the last pass): where a collective runs on a flat buffer of several
 // tensors, or of one padded past its size, its wait copies each member out into the tensor the
-// step uses, host work the rank does once the collective is done. The pass writes those bytes
-// on each wait (ir::Instr::unpack_bytes), so `loom explain` shows the work, the cost models
-// price it and the executors time it as the wait's (instrument/unpack_timer.h), not an op's:
+// step uses, host work the rank does once the collective is done (SimpleFSDP's bucketed
+// all-gather-wait "copies out the gathered data based on their original tensor size",
+// simplefsdp.txt §3.2). The pass writes those bytes on each wait (ir::Instr::unpack_bytes), so
+// `loom explain` shows the work, the cost models price it and the executors time it as the
+// wait's (instrument/unpack_timer.h), not an op's:
 //   - an all-gather of a bucket, or of a parameter padded to a multiple of s_os elements: each
 //     member's whole size, copied out of the gathered output (the sharded executor's
 //     finish_gather; a lone parameter whose shards tile it is gathered in place);
