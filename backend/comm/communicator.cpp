@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <mutex>
 #include <thread>
 
 #include "backend/build_info.h"
@@ -38,14 +39,49 @@ int Group::size() const { return static_cast<int>(impl_->ranks.size()); }
 const std::vector<int>& Group::global_ranks() const { return impl_->ranks; }
 const std::string& Group::name() const { return impl_->name; }
 
-Work::Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what)
-    : Work(std::vector<c10::intrusive_ptr<c10d::Work>>{std::move(work)}, std::move(finish), std::move(what)) {}
+// The transfers of one Work's process-group works: how many have not completed, and when the
+// last completed (timeline microseconds), written by gloo's worker thread.
+struct Work::Transfer {
+  std::mutex mutex;
+  size_t pending = 0;
+  double completed_us = 0;
+};
 
-Work::Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish, std::string what)
+Work::Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what, bool transfer_timed)
+    : Work(std::vector<c10::intrusive_ptr<c10d::Work>>{std::move(work)}, std::move(finish), std::move(what), transfer_timed) {}
+
+Work::Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish, std::string what,
+           bool transfer_timed)
     : works_(std::move(works)), finish_(std::move(finish)), what_(std::move(what)),
       launched_us_(timeline::enabled() ? timeline::now_us() : 0) {
   works_.erase(std::remove(works_.begin(), works_.end(), nullptr), works_.end());  // nothing to wait for
   for (const auto& work : works_) CollectiveLog::note_launch(work);
+  if (!transfer_timed || !timeline::enabled() || works_.empty()) return;
+  auto transfer = std::make_shared<Transfer>();
+  transfer->pending = works_.size();
+  for (const auto& work : works_) {
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    try {
+      future = work->getFuture();
+    } catch (const std::exception&) {
+      return;  // gloo's send and recv have none: their spans end at the wait
+    }
+    // The callback holds the record, not the Work, and may run at once if the transfer is done.
+    future->addCallback([transfer](c10::ivalue::Future&) {
+      std::lock_guard<std::mutex> lock(transfer->mutex);
+      --transfer->pending;
+      transfer->completed_us = std::max(transfer->completed_us, timeline::now_us());
+    });
+  }
+  transfer_ = std::move(transfer);
+}
+
+// Where the trace's span of the collective ends: when its last transfer completed, where that
+// is known by the wait's end (gloo runs a future's callbacks after waking its waiters), else now.
+double Work::timeline_end_us(double now_us) const {
+  if (!transfer_) return now_us;
+  std::lock_guard<std::mutex> lock(transfer_->mutex);
+  return transfer_->pending == 0 ? std::min(now_us, transfer_->completed_us) : now_us;
 }
 
 namespace {
@@ -81,7 +117,7 @@ void Work::wait() {
   if (timeline::enabled() && !what_.empty()) {
     // The collective from launch to completion, and the time compute stood still for it (exposed).
     double now = timeline::now_us();
-    timeline::record(what_, "collective", timeline::Track::Comm, launched_us_, now);
+    timeline::record(what_, "collective", timeline::Track::Comm, launched_us_, timeline_end_us(now));
     timeline::record("wait for " + what_, "wait", timeline::Track::Compute, waited_from, now);
   }
 }
@@ -91,6 +127,9 @@ namespace {
 // Gloo collectives of one rank are skipped (nothing to exchange). NCCL ones still run, so a
 // one-GPU run exercises NCCL itself.
 bool trivial(const Group& group) { return group.size() == 1 && group.impl().backend == Backend::Gloo; }
+
+// Whether the group's works complete their futures when their transfers do (Work's trace spans).
+bool on_gloo(const Group& group) { return group.impl().backend == Backend::Gloo; }
 
 std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master_addr) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
@@ -289,7 +328,8 @@ Work all_reduce(Group& group, at::Tensor& tensor, const AllReduceOptions& option
   c10d::AllreduceOptions o;
   o.reduceOp = to_c10d(options.op);
   o.timeout = group.impl().timeout;
-  return Work(group.impl().pg->allreduce(ts, o), nullptr, "all_reduce on " + group.name() + " (" + std::to_string(tensor.numel()) + " elements)");
+  return Work(group.impl().pg->allreduce(ts, o), nullptr, "all_reduce on " + group.name() + " (" + std::to_string(tensor.numel()) + " elements)",
+              on_gloo(group));
 }
 
 Work broadcast(Group& group, at::Tensor& tensor, const BroadcastOptions& options) {
@@ -299,7 +339,7 @@ Work broadcast(Group& group, at::Tensor& tensor, const BroadcastOptions& options
   c10d::BroadcastOptions o;
   o.rootRank = options.root;
   o.timeout = group.impl().timeout;
-  return Work(group.impl().pg->broadcast(ts, o), nullptr, "broadcast on " + group.name());
+  return Work(group.impl().pg->broadcast(ts, o), nullptr, "broadcast on " + group.name(), on_gloo(group));
 }
 
 namespace {
@@ -344,7 +384,7 @@ Work gather_by_broadcasts(Group& group, const at::Tensor& shard, at::Tensor& fla
     o.timeout = group.impl().timeout;
     works.push_back(group.impl().pg->broadcast(chunk, o));
   }
-  return Work(std::move(works), nullptr, "all_gather on " + group.name());
+  return Work(std::move(works), nullptr, "all_gather on " + group.name(), on_gloo(group));
 }
 }  // namespace
 
@@ -376,7 +416,7 @@ Work all_gather(Group& group, const at::Tensor& shard, at::Tensor& out) {
   std::vector<at::Tensor> inputs{shard.view({-1})};
   c10d::AllgatherOptions o;
   o.timeout = group.impl().timeout;
-  return Work(group.impl().pg->allgather(outputs, inputs, o), nullptr, "all_gather on " + group.name());
+  return Work(group.impl().pg->allgather(outputs, inputs, o), nullptr, "all_gather on " + group.name(), on_gloo(group));
 }
 
 Work reduce_scatter(Group& group, const at::Tensor& input, at::Tensor& out, const ReduceScatterOptions& options) {
@@ -408,7 +448,7 @@ Work reduce_scatter(Group& group, const at::Tensor& input, at::Tensor& out, cons
                 else if (op == ReduceOp::Max) flat.copy_(std::get<0>(chunks.max(0)));
                 else flat.copy_(std::get<0>(chunks.min(0)));
               },
-              "reduce_scatter on " + group.name());
+              "reduce_scatter on " + group.name(), on_gloo(group));
 }
 
 void barrier(Group& group) {

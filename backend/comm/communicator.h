@@ -43,17 +43,23 @@ class Group {
 class Work {
  public:
   Work() = default;
-  Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what);
+  // `transfer_timed`: the works' futures complete when their transfers do (gloo; NCCL's complete
+  // when the collective is queued), so an `--trace` span ends there, not at the wait.
+  Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what, bool transfer_timed = false);
   // One operation made of several process-group works (gloo's all-gather: a broadcast per rank).
-  Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish, std::string what);
+  Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish, std::string what,
+       bool transfer_timed = false);
   void wait();
   bool done() const { return works_.empty() && !finish_; }
 
  private:
+  struct Transfer;  // when the works' transfers completed (communicator.cpp)
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
   std::function<void()> finish_;  // local post-processing after the transfer (e.g. summing)
   std::string what_;
   double launched_us_ = 0;        // for the timeline
+  std::shared_ptr<Transfer> transfer_;  // while the timeline records, where the transfer is timed
+  double timeline_end_us(double now_us) const;
 };
 
 // Milliseconds this thread has spent in Work::wait() so far (waiting, and the local work that

@@ -3,12 +3,20 @@
 // Run without launcher variables, it launches itself as 1, 2, 3 and 4 ranks.
 #include <torch/torch.h>
 
+#include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <thread>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/comm/communicator.h"
 #include "backend/comm/mesh_groups.h"
 #include "backend/comm/shard_groups.h"
 #include "backend/instrument/memory_counter.h"
+#include "backend/instrument/timeline.h"
 #include "backend/train/launcher.h"
 #include "backend/train/rank_env.h"
 
@@ -73,6 +81,30 @@ void check_gather_memory(comm::Group& world, int r) {
     ok = ok && torch::equal(out1.narrow(0, q * n, n), torch::full({n}, static_cast<float>(q))) &&
          torch::equal(out2.narrow(0, q * n, n), torch::full({n}, q + 1.0f));
   expect(ok, "two all-gathers and an all-reduce in flight: every value", r);
+}
+
+// With the timeline on (`loom run --trace`), a collective's span ends when its transfer
+// completes on gloo, not at a wait that comes much later: each rank waits 300 ms after an
+// all-reduce of 4 elements that takes a few.
+void check_trace_span(comm::Group& world, int r) {
+  if (world.size() == 1) return;  // a group of one exchanges nothing
+  timeline::enable(r);
+  auto t = torch::ones({4});
+  comm::Work work = comm::all_reduce(world, t);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  work.wait();
+  std::string path = "/tmp/loom_comm_trace_" + std::to_string(::getpid()) + ".jsonl";
+  timeline::write_rank_events(path);
+  double collective_us = -1, wait_us = -1;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    auto e = nlohmann::json::parse(line);
+    if (e.at("cat") == "collective") collective_us = e.at("dur").get<double>();
+    if (e.at("cat") == "wait") wait_us = e.at("dur").get<double>();
+  }
+  std::remove(path.c_str());
+  expect(collective_us >= 0 && collective_us < 150e3, "trace: the all-reduce's span ends at its transfer (" + std::to_string(collective_us) + " us)", r);
+  expect(wait_us >= 0 && wait_us < 150e3, "trace: the wait after it is short (" + std::to_string(wait_us) + " us)", r);
 }
 
 int worker(const RankEnv& env) {
@@ -148,6 +180,7 @@ int worker(const RankEnv& env) {
   }
   if (W == 4) check_mesh_groups(*world, r);
   check_gather_memory(*world, r);
+  check_trace_span(*world, r);
   comm::barrier(*world);
   return failures == 0 ? 0 : 1;
 }
