@@ -75,18 +75,23 @@ void CollectiveLog::note_launch(const c10::intrusive_ptr<c10d::Work>& work) {
   if (!work) return;
   std::lock_guard<std::mutex> lock(log_mutex);
   if (!open_log) return;
+  auto entry = std::make_shared<Entry>();
+  entry->launched_ms = now_ms();
+  // The callback holds the entry, not the log: it may run after the log has closed. It may also
+  // run at once, here, if the collective is done already (it takes no lock). gloo's send and
+  // recv have no future and are not logged (the simulator prices transfers apart).
+  if (when_transferred(work, [entry] { entry->completed_ms = now_ms(); })) open_log->entries_.push_back(entry);
+}
+
+bool when_transferred(const c10::intrusive_ptr<c10d::Work>& work, std::function<void()> callback) {
   c10::intrusive_ptr<c10::ivalue::Future> future;
   try {
     future = work->getFuture();
   } catch (const std::exception&) {
-    return;  // gloo's send and recv: no future, not logged (the simulator prices transfers apart)
+    return false;
   }
-  auto entry = std::make_shared<Entry>();
-  entry->launched_ms = now_ms();
-  open_log->entries_.push_back(entry);
-  // The callback holds the entry, not the log: it may run after the log has closed. It may also
-  // run at once, here, if the collective is done already (it takes no lock).
-  future->addCallback([entry](c10::ivalue::Future&) { entry->completed_ms = now_ms(); });
+  future->addCallback([callback = std::move(callback)](c10::ivalue::Future&) { callback(); });
+  return true;
 }
 
 }  // namespace loom::comm

@@ -5,6 +5,7 @@
 // collective is queued. Works without a future (gloo's send and recv) are not logged.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -13,6 +14,11 @@
 #include "backend/cost/in_step_collectives.h"
 
 namespace loom::comm {
+
+// Calls `callback` when the work's transfer completes: on gloo's worker thread as it marks the
+// work's future complete, before it wakes the rank's wait (at once, here, if it is done already).
+// False, and nothing is called, for a work without a future (gloo's send and recv).
+bool when_transferred(const c10::intrusive_ptr<c10d::Work>& work, std::function<void()> callback);
 
 class CollectiveLog {
  public:

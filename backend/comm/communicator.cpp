@@ -57,27 +57,22 @@ Work::Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void
   works_.erase(std::remove(works_.begin(), works_.end(), nullptr), works_.end());  // nothing to wait for
   for (const auto& work : works_) CollectiveLog::note_launch(work);
   if (!transfer_timed || !timeline::enabled() || works_.empty()) return;
-  auto transfer = std::make_shared<Transfer>();
-  transfer->pending = works_.size();
+  transfer_ = std::make_shared<Transfer>();
+  transfer_->pending = works_.size();
   for (const auto& work : works_) {
-    c10::intrusive_ptr<c10::ivalue::Future> future;
-    try {
-      future = work->getFuture();
-    } catch (const std::exception&) {
-      return;  // gloo's send and recv have none: their spans end at the wait
-    }
-    // The callback holds the record, not the Work, and may run at once if the transfer is done.
-    future->addCallback([transfer](c10::ivalue::Future&) {
+    // The callback holds the record, not the Work.
+    bool timed = when_transferred(work, [transfer = transfer_] {
       std::lock_guard<std::mutex> lock(transfer->mutex);
       --transfer->pending;
       transfer->completed_us = std::max(transfer->completed_us, timeline::now_us());
     });
+    if (!timed) throw InternalError("comm: " + what_ + " was to be timed by its transfer, but a work of it has no future");
   }
-  transfer_ = std::move(transfer);
 }
 
-// Where the trace's span of the collective ends: when its last transfer completed, where that
-// is known by the wait's end (gloo runs a future's callbacks after waking its waiters), else now.
+// Where the trace's span of the collective ends: when its last transfer completed. gloo runs a
+// future's callbacks on its worker thread before it wakes the rank's wait, so after the wait
+// they have run; the minimum only guards that.
 double Work::timeline_end_us(double now_us) const {
   if (!transfer_) return now_us;
   std::lock_guard<std::mutex> lock(transfer_->mutex);
@@ -115,7 +110,9 @@ void Work::wait() {
     f();
   }
   if (timeline::enabled() && !what_.empty()) {
-    // The collective from launch to completion, and the time compute stood still for it (exposed).
+    // The collective from launch to its transfer's completion (on gloo; else to now: a local
+    // finish, reduce_scatter's sum, then lies in the wait), and the time compute stood still
+    // for it (exposed).
     double now = timeline::now_us();
     timeline::record(what_, "collective", timeline::Track::Comm, launched_us_, timeline_end_us(now));
     timeline::record("wait for " + what_, "wait", timeline::Track::Compute, waited_from, now);
@@ -128,8 +125,9 @@ namespace {
 // one-GPU run exercises NCCL itself.
 bool trivial(const Group& group) { return group.size() == 1 && group.impl().backend == Backend::Gloo; }
 
-// Whether the group's works complete their futures when their transfers do (Work's trace spans).
-bool on_gloo(const Group& group) { return group.impl().backend == Backend::Gloo; }
+// Whether the group's works mark their futures complete when their transfers complete (gloo;
+// NCCL marks them when the collective is queued): Work's trace spans end there.
+bool futures_mark_transfers(const Group& group) { return group.impl().backend == Backend::Gloo; }
 
 std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master_addr) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
@@ -329,7 +327,7 @@ Work all_reduce(Group& group, at::Tensor& tensor, const AllReduceOptions& option
   o.reduceOp = to_c10d(options.op);
   o.timeout = group.impl().timeout;
   return Work(group.impl().pg->allreduce(ts, o), nullptr, "all_reduce on " + group.name() + " (" + std::to_string(tensor.numel()) + " elements)",
-              on_gloo(group));
+              futures_mark_transfers(group));
 }
 
 Work broadcast(Group& group, at::Tensor& tensor, const BroadcastOptions& options) {
@@ -339,7 +337,7 @@ Work broadcast(Group& group, at::Tensor& tensor, const BroadcastOptions& options
   c10d::BroadcastOptions o;
   o.rootRank = options.root;
   o.timeout = group.impl().timeout;
-  return Work(group.impl().pg->broadcast(ts, o), nullptr, "broadcast on " + group.name(), on_gloo(group));
+  return Work(group.impl().pg->broadcast(ts, o), nullptr, "broadcast on " + group.name(), futures_mark_transfers(group));
 }
 
 namespace {
@@ -384,7 +382,7 @@ Work gather_by_broadcasts(Group& group, const at::Tensor& shard, at::Tensor& fla
     o.timeout = group.impl().timeout;
     works.push_back(group.impl().pg->broadcast(chunk, o));
   }
-  return Work(std::move(works), nullptr, "all_gather on " + group.name(), on_gloo(group));
+  return Work(std::move(works), nullptr, "all_gather on " + group.name(), futures_mark_transfers(group));
 }
 }  // namespace
 
@@ -416,7 +414,7 @@ Work all_gather(Group& group, const at::Tensor& shard, at::Tensor& out) {
   std::vector<at::Tensor> inputs{shard.view({-1})};
   c10d::AllgatherOptions o;
   o.timeout = group.impl().timeout;
-  return Work(group.impl().pg->allgather(outputs, inputs, o), nullptr, "all_gather on " + group.name(), on_gloo(group));
+  return Work(group.impl().pg->allgather(outputs, inputs, o), nullptr, "all_gather on " + group.name(), futures_mark_transfers(group));
 }
 
 Work reduce_scatter(Group& group, const at::Tensor& input, at::Tensor& out, const ReduceScatterOptions& options) {
@@ -448,7 +446,7 @@ Work reduce_scatter(Group& group, const at::Tensor& input, at::Tensor& out, cons
                 else if (op == ReduceOp::Max) flat.copy_(std::get<0>(chunks.max(0)));
                 else flat.copy_(std::get<0>(chunks.min(0)));
               },
-              "reduce_scatter on " + group.name(), on_gloo(group));
+              "reduce_scatter on " + group.name(), futures_mark_transfers(group));
 }
 
 void barrier(Group& group) {

@@ -58,7 +58,7 @@ class Work {
   std::function<void()> finish_;  // local post-processing after the transfer (e.g. summing)
   std::string what_;
   double launched_us_ = 0;        // for the timeline
-  std::shared_ptr<Transfer> transfer_;  // while the timeline records, where the transfer is timed
+  std::shared_ptr<Transfer> transfer_;  // with --trace on gloo: when the works' transfers completed
   double timeline_end_us(double now_us) const;
 };
 

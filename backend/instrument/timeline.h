@@ -1,8 +1,9 @@
 // The executed timeline of a run, in Chrome trace format (viewable in Perfetto): steps
 // (category "step"), phases ("phase"), module calls and the waits for collectives ("wait") on
-// one track, collectives on another (from launch to their transfer's completion on gloo; to the
-// wait that completed them on NCCL, whose futures complete when queued, and for gloo's sends and
-// receives, which have none), one process per rank. `loom report` reads it back
+// one track, collectives on another (from launch to their transfer's completion on gloo, a local
+// finish such as reduce_scatter's sum then lying in the wait; to the wait that completed them on
+// NCCL, whose futures complete when queued, and for gloo's sends and receives, which have no
+// future), one process per rank. `loom report` reads it back
 // (backend/report/step_shares.h). Torch-free; off unless enabled.
 #pragma once
 

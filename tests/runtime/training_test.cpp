@@ -352,7 +352,7 @@ TEST_CASE("--trace writes the executed timeline of every rank in Chrome trace fo
       ++count[{e.at("pid").get<int>(), e.at("cat").get<std::string>()}];
     }
   for (int rank : {0, 1}) {
-    CHECK(count[{rank, "collective"}] > 0);  // every gather and reduce-scatter, launch to completion
+    CHECK(count[{rank, "collective"}] > 0);  // every gather and reduce-scatter, launch to its transfer's completion
     CHECK(count[{rank, "forward"}] > 0);     // module calls
     CHECK(count[{rank, "phase"}] == 2 * 3);  // forward, backward, optimizer per step
     CHECK(count[{rank, "step"}] == 2);       // the steps and the waits, which loom report reads
@@ -360,15 +360,24 @@ TEST_CASE("--trace writes the executed timeline of every rank in Chrome trace fo
   }
   CHECK(!fs::exists(trace.string() + ".rank1"));  // merged into one file
 
-  // Backward follows the IR: zero3.sched's prefetch puts the next block's gathers in flight
-  // while this one computes, so several all-gathers overlap inside a backward phase.
-  std::vector<std::pair<double, double>> backward_phases, gathers;
-  for (auto& e : events)
-    if (e.at("ph") == "X" && e.at("pid") == 0) {
-      std::pair<double, double> span{e.at("ts").get<double>(), e.at("ts").get<double>() + e.at("dur").get<double>()};
-      if (e.at("name") == "backward") backward_phases.push_back(span);
-      if (e.at("name").get<std::string>().rfind("all_gather", 0) == 0) gathers.push_back(span);
-    }
+  // Backward follows the IR: zero3.sched's prefetch issues the next block's gathers before this
+  // one's wait, so several all-gathers are issued and not yet waited for inside a backward phase.
+  // A gather's span ends at its transfer; the wait for it is the compute track's event recorded
+  // right after it.
+  std::vector<std::pair<double, double>> backward_phases, gathers;  // a gather: launch, end of its wait
+  for (size_t i = 0; i < events.size(); ++i) {
+    auto& e = events[i];
+    if (e.at("ph") != "X" || e.at("pid") != 0) continue;
+    double start = e.at("ts").get<double>(), end = start + e.at("dur").get<double>();
+    if (e.at("name") == "backward") backward_phases.push_back({start, end});
+    std::string name = e.at("name").get<std::string>();
+    if (e.at("cat") != "collective" || name.rfind("all_gather", 0) != 0) continue;
+    for (size_t k = i + 1; k < events.size(); ++k)
+      if (events[k].at("ph") == "X" && events[k].at("name") == "wait for " + name) {
+        gathers.push_back({start, events[k].at("ts").get<double>() + events[k].at("dur").get<double>()});
+        break;
+      }
+  }
   int most_in_flight = 0;
   for (auto& phase : backward_phases)
     for (auto& g : gathers) {
