@@ -68,12 +68,14 @@ std::map<std::string, std::vector<size_t>> match_forward_ops(const ir::Program& 
   return ops_of;
 }
 
-}  // namespace
-
+// What a wait's unpacking (its unpack_bytes) takes at the profile's measured rate; 0 for other
+// instructions, and where the profile measured none.
 double unpack_ms(const Profile& profile, const ir::Instr& in) {
   if (in.kind != ir::OpKind::Wait || in.unpack_bytes <= 0 || profile.unpack_gb_per_s <= 0) return 0;
   return static_cast<double>(in.unpack_bytes) / (profile.unpack_gb_per_s * 1e6);
 }
+
+}  // namespace
 
 StepEstimate estimate_step(const ir::Program& program, const Profile& profile, const std::string& origin) {
   std::map<std::string, std::vector<size_t>> ops_of = match_forward_ops(program, profile, origin);

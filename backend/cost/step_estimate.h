@@ -34,10 +34,6 @@ struct StepEstimate {
   double unpack_ms = 0;     // the waits' unpacking
 };
 
-// What a wait's unpacking (its unpack_bytes) takes at the profile's measured rate; 0 for other
-// instructions, and where the profile measured none.
-double unpack_ms(const Profile& profile, const ir::Instr& in);
-
 // The profile's measurement of a collective on an IR group role: the role's own where the
 // profile timed it (tp, dp, model, pipeline, stage_pair under a mesh), else the process group
 // that plays it without a mesh (the world is the data-parallel group); null where it has none.

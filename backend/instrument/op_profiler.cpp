@@ -89,6 +89,15 @@ struct OpProfiler::State {
 
   std::vector<Interval> unread;  // measured intervals whose times are not read yet
 
+  // `t` (doubles on the host) reduced element by element over the ranks of `world`, on the
+  // device its process group needs, back on the host.
+  torch::Tensor over_ranks(torch::Tensor t, comm::Group& world, comm::ReduceOp op) const {
+    if (world.size() == 1) return t;
+    torch::Tensor on_device = cuda_device >= 0 ? t.to(torch::Device(torch::kCUDA, cuda_device)) : t;
+    comm::all_reduce(world, on_device, {op}).wait();
+    return on_device.cpu();
+  }
+
   Clock clock_at(const Mark& m) const { return {m.wall_ms, m.excluded_ms + recomputing_ms}; }
   // The op-free work from `from` to `to`: 0 on GPU (events), where an op's time is its own.
   double between(const Clock& from, const Mark& to) const {
@@ -345,12 +354,8 @@ std::vector<OpProfile> OpProfiler::result(comm::Group& world) const {
     a[i][4] = static_cast<double>(x.backward_before);
     a[i][5] = static_cast<double>(x.backward_peak);
   }
-  if (world.size() > 1) {
-    torch::Tensor on_device = s.cuda_device >= 0 ? t.to(torch::Device(torch::kCUDA, s.cuda_device)) : t;
-    comm::all_reduce(world, on_device, {comm::ReduceOp::Max}).wait();
-    t = on_device.cpu();
-    a = t.accessor<double, 2>();
-  }
+  t = s.over_ranks(t, world, comm::ReduceOp::Max);
+  a = t.accessor<double, 2>();
   std::vector<OpProfile> out;
   for (int64_t i = 0; i < n; ++i)
     out.push_back({s.trace->forward[i].module, a[i][0], a[i][1], static_cast<int64_t>(a[i][2]), static_cast<int64_t>(a[i][3]),
@@ -370,9 +375,7 @@ void OpProfiler::add_rank_times(comm::Group& world, std::vector<OpProfile>& ops)
     a[world.rank()][i][0] = median(s.samples[i].forward_ms);
     a[world.rank()][i][1] = median(s.samples[i].backward_ms);
   }
-  torch::Tensor on_device = s.cuda_device >= 0 ? t.to(torch::Device(torch::kCUDA, s.cuda_device)) : t;
-  comm::all_reduce(world, on_device).wait();  // each rank's row, the others' zeros
-  t = on_device.cpu();
+  t = s.over_ranks(t, world, comm::ReduceOp::Sum);  // each rank's row, the others' zeros
   a = t.accessor<double, 3>();
   for (int64_t i = 0; i < n; ++i)
     for (int64_t r = 0; r < ranks; ++r) {
@@ -391,9 +394,7 @@ void OpProfiler::fill(Profile& profile, comm::Group& world) const {
   profile.grad_norm_ms = grad_norm_ms(world);
   UnpackRate unpacking = unpack_rate(world);
   profile.unpack_gb_per_s = unpacking.gb_per_s;
-  // On a GPU the host sees the copies' queueing only, and autograd's device thread may do some.
-  bool counted = s_->cuda_device < 0 && profile.measured_steps > 0;
-  profile.unpack_bytes_per_step = counted ? unpacking.bytes / profile.measured_steps : 0;
+  profile.unpack_bytes_per_step = profile.measured_steps > 0 ? unpacking.bytes / profile.measured_steps : 0;
 }
 
 UnpackRate OpProfiler::unpack_rate(comm::Group& world) const {
@@ -401,27 +402,20 @@ UnpackRate OpProfiler::unpack_rate(comm::Group& world) const {
   s.close_unpack_window();
   // The slowest rank's milliseconds per byte, and the most bytes any rank unpacked.
   double ms_per_byte = s.unpacked.bytes > 0 ? s.unpacked.ms / static_cast<double>(s.unpacked.bytes) : -1;
-  torch::Tensor t = torch::tensor({ms_per_byte, static_cast<double>(s.unpacked.bytes)}, torch::kDouble);
-  if (world.size() > 1) {
-    torch::Tensor on_device = s.cuda_device >= 0 ? t.to(torch::Device(torch::kCUDA, s.cuda_device)) : t;
-    comm::all_reduce(world, on_device, {comm::ReduceOp::Max}).wait();
-    t = on_device.cpu();
-  }
+  torch::Tensor t = s.over_ranks(torch::tensor({ms_per_byte, static_cast<double>(s.unpacked.bytes)}, torch::kDouble), world,
+                                 comm::ReduceOp::Max);
   UnpackRate rate;
+  // On a GPU the host sees the copies' queueing only, and autograd's device thread may do some.
+  if (s.cuda_device >= 0) return rate;
   rate.bytes = static_cast<int64_t>(t[1].item<double>());
-  if (t[0].item<double>() > 0 && s.cuda_device < 0) rate.gb_per_s = 1 / (t[0].item<double>() * 1e6);
+  if (t[0].item<double>() > 0) rate.gb_per_s = 1 / (t[0].item<double>() * 1e6);
   return rate;
 }
 
 // The median of `samples`, the maximum over the ranks of `world`; -1 when none was measured.
 double OpProfiler::slowest_median(const std::vector<double>& samples, comm::Group& world) const {
   torch::Tensor t = torch::tensor({samples.empty() ? -1.0 : median(samples)}, torch::kDouble);
-  if (world.size() > 1) {
-    torch::Tensor on_device = s_->cuda_device >= 0 ? t.to(torch::Device(torch::kCUDA, s_->cuda_device)) : t;
-    comm::all_reduce(world, on_device, {comm::ReduceOp::Max}).wait();
-    t = on_device.cpu();
-  }
-  return t.item<double>();
+  return s_->over_ranks(t, world, comm::ReduceOp::Max).item<double>();
 }
 
 }  // namespace loom

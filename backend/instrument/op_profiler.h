@@ -18,7 +18,7 @@ namespace loom {
 // What the waits unpacked in the measured steps (instrument/unpack_timer.h), over all of them.
 struct UnpackRate {
   double gb_per_s = -1;  // the slowest rank's rate; -1: nothing unpacked, or on a GPU (host time only)
-  int64_t bytes = 0;     // the most bytes a rank unpacked
+  int64_t bytes = 0;     // the most bytes a rank unpacked; 0 on a GPU
 };
 
 class OpProfiler : public nn::CallInterceptor {
