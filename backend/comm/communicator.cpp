@@ -373,7 +373,8 @@ namespace {
 // launch, then each rank broadcasts its chunk, in rank order on every rank.
 Work gather_by_broadcasts(Group& group, const at::Tensor& shard, at::Tensor& flat) {
   int64_t n = shard.numel();
-  flat.narrow(0, group.rank() * n, n).copy_(shard.view({-1}));
+  at::Tensor mine = flat.narrow(0, group.rank() * n, n);
+  if (mine.data_ptr() != shard.data_ptr()) mine.copy_(shard.view({-1}));  // a shard already in its place stays
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   for (int root = 0; root < group.size(); ++root) {
     std::vector<at::Tensor> chunk{flat.narrow(0, root * n, n)};  // the work keeps it, and so `flat`, alive

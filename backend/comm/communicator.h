@@ -113,7 +113,8 @@ Work recv(Group& group, at::Tensor& tensor, int peer, const PointToPointOptions&
 // NCCL gathers into `out` itself; gloo with host tensors broadcasts each rank's chunk of `out` in
 // place (gloo's own all-gather fills a flat buffer of the whole output on its worker thread and
 // copies it out; the broadcasts move the same bytes in all as its ring, in more rounds beyond
-// two ranks); gloo with CUDA tensors stages through host memory.
+// two ranks); gloo with CUDA tensors stages through host memory. `shard` may be `out`'s own chunk
+// (rank() * shard.numel() on): an in-place gather, as NCCL allows it.
 Work all_gather(Group& group, const at::Tensor& shard, at::Tensor& out);
 
 struct ReduceScatterOptions {

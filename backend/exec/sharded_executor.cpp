@@ -536,13 +536,15 @@ struct ShardedExecutor::State {
     keep_slices(members);
   }
 
-  // The optimizer slices of the members' summed gradient shards.
+  // The optimizer slices of the members' summed gradient shards: the shard itself where the
+  // slice is all of it (s_os = s_p), else a copy of this rank's part, so the rest can go.
   void keep_slices(const std::vector<size_t>& members) {
     torch::NoGradGuard no_grad;
     for (size_t p : members) {
       Param& q = params[p];
       int64_t slice = q.slice.numel();
-      q.slice_grad = q.grad_shard.narrow(0, groups.optim_slot * slice, slice).clone();
+      if (slice == q.grad_shard.numel()) q.slice_grad = std::move(q.grad_shard);
+      else q.slice_grad = q.grad_shard.narrow(0, groups.optim_slot * slice, slice).clone();
       q.grad_shard = torch::Tensor();
     }
   }
@@ -825,16 +827,13 @@ void ShardedExecutor::publish() {
   State& s = *s_;
   if (!s.groups.optim_peers) return;
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> gathered(s.params.size());
+  // A shard is its optim_peers' slices in their ranks' order, this rank's slice a view of its
+  // own place: each gathers into the shard itself, which needs no buffer and no copy beyond
+  // what the program's broadcasts say.
   std::vector<comm::Work> works(s.params.size());
-  for (size_t p = 0; p < s.params.size(); ++p) {
-    gathered[p] = torch::empty({s.params[p].chunk}, s.params[p].shard.options());
-    works[p] = comm::all_gather(*s.groups.optim_peers, s.params[p].slice.detach(), gathered[p]);
-  }
-  for (size_t p = 0; p < s.params.size(); ++p) {
-    works[p].wait();
-    s.params[p].shard.copy_(gathered[p]);
-  }
+  for (size_t p = 0; p < s.params.size(); ++p)
+    works[p] = comm::all_gather(*s.groups.optim_peers, s.params[p].slice.detach(), s.params[p].shard);
+  for (comm::Work& work : works) work.wait();
 }
 
 void ShardedExecutor::inject_faults(const std::vector<std::string>& unreduced, const std::vector<std::string>& released_early) {

@@ -10,10 +10,10 @@
 //     finish_gather; a lone parameter whose shards tile it is gathered in place);
 //   - data parallelism's bucketed gradient all-reduce (the gradient reducer, replicated
 //     states): each member's averaged gradient, written into its .grad.
-// Not marked yet: the sharded executor's gradient reductions keep their optimizer slice of the
-// summed shard (a copy of 1/s_os of it) where they complete, and Lins' broadcast of updated
-// slices copies each gathered slice into the parameter's shard at its wait (publish()); that
-// time stays in the ops' times and the step's tail, as host work the program does not name.
+// Not marked yet: where s_os > s_p the sharded executor's gradient reductions keep a copy of
+// their optimizer slice (1/s_os) of the summed shard where they complete; that time stays in the
+// ops' times, as host work the program does not name. (Where s_os = s_p the shard is the slice
+// and nothing is copied; Lins' broadcast of updated slices gathers into the shard in place.)
 #pragma once
 
 #include "backend/passes/pass.h"

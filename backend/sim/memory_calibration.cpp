@@ -56,7 +56,7 @@ std::optional<WalkPoints> walk_points(const ir::Program& p, const StateBytes& st
     }
     bool saves = (in.kind == ir::OpKind::Compute && in.phase == ir::Phase::Forward) || in.kind == ir::OpKind::Recompute;
     if (saving && first_micro_batch && saves) points.saved += in.activation_bytes;
-    in_use += memory.effect(in).change;
+    in_use += memory.effect(in, run.micro_batch).change;
   }
   if (points.w0 == std::numeric_limits<int64_t>::min() || points.w1 == std::numeric_limits<int64_t>::min()) return std::nullopt;
   return points;

@@ -144,7 +144,7 @@ Effect GatherBuffers::effect(const Instr& in) const {
 StepMemory::StepMemory(const ir::Program& p, const InstructionCost* cost)
     : p_(p), cost_(cost), gathers_(p), gradients_(p), states_(p), tied_(p) {}
 
-Effect StepMemory::effect(const Instr& in) {
+Effect StepMemory::effect(const Instr& in, int micro_batch) {
   Effect e = gathers_.effect(in);
   switch (in.kind) {
     case OpKind::Compute:
@@ -159,29 +159,45 @@ Effect StepMemory::effect(const Instr& in) {
     default:
       break;
   }
-  e.change += gradients_.change(in) + states_.change(in) + tied_.change(in);
+  e.change += gradients_.change(in, micro_batch) + states_.change(in) + tied_.change(in);
   return e;
 }
 
-bool GradientBuffers::sharded(const ir::Program& p) { return p.sharding.grads > 1 && p.sharding.optim > 1; }
+bool GradientBuffers::sharded(const ir::Program& p) { return p.sharding.optim > 1; }
+
+namespace {
+// A backward instruction that reduces gradients in the sharded executor: a reduce-scatter (or
+// TAGC's compress) among the parameter's shards, or an all-reduce over its replicas or
+// gradient peers.
+bool reduces_gradients(const Instr& in) {
+  if (in.phase != Phase::Backward || in.handle < 0 || !ir::issued_collective(in)) return false;
+  if (in.kind == OpKind::ReduceScatter || in.kind == OpKind::Compress) return true;
+  bool over = in.group.role == ir::Role::Dp || in.group.role == ir::Role::Replicas || in.group.role == ir::Role::Grads;
+  return in.kind == OpKind::AllReduce && over;
+}
+}  // namespace
 
 GradientBuffers::GradientBuffers(const ir::Program& p) : p_(p), active_(sharded(p)) {
   if (!active_) return;
   held_.assign(p.params.size(), false);
-  kept_.assign(p.params.size(), false);
+  reduced_.assign(p.params.size(), false);
+  accumulated_.assign(p.params.size(), 0);
+  slice_.assign(p.params.size(), 0);
+  reductions_of_.resize(p.params.size());
   int handles = p.next_handle;
   for (const Instr& in : p.instrs) handles = std::max(handles, in.handle + 1);
   by_handle_.resize(static_cast<size_t>(std::max(handles, 0)));
-  for (const Instr& in : p.instrs) {
-    bool reduction = in.phase == Phase::Backward && (in.kind == OpKind::ReduceScatter || in.kind == OpKind::Compress);
-    if (!reduction || in.handle < 0) continue;
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    const Instr& in = p.instrs[i];
+    if (!reduces_gradients(in)) continue;
     Reduction& r = by_handle_[static_cast<size_t>(in.handle)];
     r.params = in.params;
-    r.launch = reduction_launch_bytes(p, in);
+    r.at = i;
+    if (in.kind == OpKind::AllReduce) r.launch = in.params.size() > 1 ? padded_total(p, in) / p.sharding.params : 0;
+    else r.launch = reduction_launch_bytes(p, in);
+    for (int q : in.params) reductions_of_[static_cast<size_t>(q)].push_back(i);
   }
 }
-
-int64_t GradientBuffers::kept_bytes(int q) const { return padded_bytes(p_, q) / p_.sharding.grads; }
 
 int64_t GradientBuffers::drop_autograd() {
   int64_t bytes = 0;
@@ -196,9 +212,52 @@ const GradientBuffers::Reduction* GradientBuffers::reduction_of(const Instr& in)
   return r.params.empty() ? nullptr : &r;
 }
 
-int64_t GradientBuffers::change(const Instr& in) {
+bool GradientBuffers::reduced_again(int q, size_t after, int micro_batch) const {
+  for (size_t i : reductions_of_[static_cast<size_t>(q)])
+    if (i > after && ir::runs_in_micro_batch(p_.instrs[i].runs_in, micro_batch, p_.micro_batches)) return true;
+  return false;
+}
+
+int64_t GradientBuffers::add_accumulated(int q) {
+  int64_t freed = accumulated_[static_cast<size_t>(q)];
+  accumulated_[static_cast<size_t>(q)] = 0;
+  return -freed;
+}
+
+int64_t GradientBuffers::land(int q, bool last) {
+  size_t k = static_cast<size_t>(q);
+  int64_t bytes = 0;
+  if (held_[k]) bytes -= padded_bytes(p_, q);  // at s_p = 1 the full gradient is what the all-reduce summed
+  held_[k] = false;
+  if (reduced_[k]) bytes -= padded_bytes(p_, q) / p_.sharding.params;
+  reduced_[k] = false;
+  if (last) {
+    bytes += add_accumulated(q);
+    slice_[k] = padded_bytes(p_, q) / p_.sharding.optim;
+    bytes += slice_[k];
+  } else if (accumulated_[k] == 0) {  // accumulated into from here on
+    accumulated_[k] = padded_bytes(p_, q) / p_.sharding.grads;
+    bytes += accumulated_[k];
+  }
+  return bytes;
+}
+
+int64_t GradientBuffers::end_micro_batch(bool last) {
+  int64_t bytes = drop_autograd();
+  for (size_t q = 0; q < held_.size(); ++q)
+    if (held_[q] || reduced_[q]) bytes += land(static_cast<int>(q), last);
+  return bytes;
+}
+
+int64_t GradientBuffers::change(const Instr& in, int micro_batch) {
   if (!active_) return 0;
   int64_t bytes = 0;
+  // A micro-batch's gradients are done when the next one's backward (a pipeline interleaves
+  // forwards) or the step's tail begins.
+  if (micro_batch != micro_batch_ && (micro_batch < 0 || in.phase == Phase::Backward)) {
+    bytes += end_micro_batch(micro_batch_ == p_.micro_batches - 1);
+    micro_batch_ = micro_batch;
+  }
   bool compute = in.kind == OpKind::Compute && in.phase == Phase::Backward;
   const Reduction* reduction = reduction_of(in);
   bool launches = reduction && in.kind != OpKind::Wait;
@@ -213,23 +272,32 @@ int64_t GradientBuffers::change(const Instr& in) {
       bytes += ir::param_bytes(p_, q);
     }
   } else if (in.kind == OpKind::OptimizerStep) {
-    for (size_t q = 0; q < kept_.size(); ++q)
-      if (kept_[q]) {
-        kept_[q] = false;
-        bytes -= kept_bytes(static_cast<int>(q));
-      }
+    for (int64_t& slice : slice_) {
+      bytes -= slice;
+      slice = 0;
+    }
   } else if (reduction) {
-    if (launches) return reduction->launch;
+    bool last = micro_batch == p_.micro_batches - 1;
+    const Instr& launched = p_.instrs[reduction->at];
+    if (launches) {
+      if (last && in.kind == OpKind::AllReduce)  // the full gradient it sums has the earlier ones' added
+        for (int q : reduction->params)
+          if (held_[static_cast<size_t>(q)]) bytes += add_accumulated(q);
+      return bytes + reduction->launch;
+    }
     bytes -= reduction->launch;
     for (int q : reduction->params) {
-      if (held_[static_cast<size_t>(q)]) {
-        held_[static_cast<size_t>(q)] = false;
-        bytes -= padded_bytes(p_, q);
+      size_t k = static_cast<size_t>(q);
+      if (!reduced_again(q, reduction->at, micro_batch)) {
+        bytes += land(q, last);
+        continue;
       }
-      if (!kept_[static_cast<size_t>(q)]) {
-        kept_[static_cast<size_t>(q)] = true;
-        bytes += kept_bytes(q);
-      }
+      if (launched.kind == OpKind::AllReduce) continue;  // summed in place, reduced further
+      if (last) bytes += add_accumulated(q);
+      if (held_[k]) bytes -= padded_bytes(p_, q);  // the full gradient was the reduce-scatter's input
+      held_[k] = false;
+      if (!reduced_[k]) bytes += padded_bytes(p_, q) / p_.sharding.params;
+      reduced_[k] = true;
     }
   }
   return bytes;
@@ -283,7 +351,7 @@ std::vector<int64_t> memory_around_each(const ir::Program& p, const StateBytes& 
   int64_t in_use = step_start_bytes(p, state_bytes, cost);
   StepMemory memory(p, cost);
   for (const Run& run : runs_of(p)) {
-    Effect e = memory.effect(p.instrs[run.instr]);
+    Effect e = memory.effect(p.instrs[run.instr], run.micro_batch);
     int64_t high = std::max({in_use, in_use + e.transient, in_use + e.change});
     around[run.instr] = std::max(around[run.instr], high);
     in_use += e.change;

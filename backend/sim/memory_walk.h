@@ -60,37 +60,53 @@ struct Effect {
   int64_t change = 0;
 };
 
-// The sharded executor's gradients (backend/exec/sharded_executor.cpp), where they are sharded
-// (s_g > 1): a parameter's padded full gradient from the first backward compute that hands it
-// one until the wait of the reduction that consumes it; a reduction's output (its members'
-// 1/s_p shards) and, with several members, their concatenated copy from its launch to that
-// wait, where the output becomes the kept 1/s_g gradient shards, held until the optimizer step.
-// So the model states hold no gradients between steps (resident_bytes). Autograd also stores
-// each full gradient in the parameter's .grad, from its op's backward until the next op's (the
-// executor drops it there): held through the reductions the op launches. Stateful: feed it a
-// step's runs in order.
+// The sharded executor's gradients (backend/exec/sharded_executor.cpp: every program whose
+// optimizer states are sharded, s_os > 1). In each micro-batch a parameter's padded full gradient
+// is held from the first backward compute that hands it one until its reductions of that
+// micro-batch are done: the wait of a reduce-scatter (or compress) frees it, leaving the 1/s_p
+// shard, and where an all-reduce of the shard (or, at s_p = 1, of the full gradient itself)
+// follows in the same micro-batch, its wait lands it. A reduction holds its buffers from its
+// launch to its wait (reduction_launch_bytes; an all-reduce of several members their
+// concatenated copy). Landed, the gradient is kept: after the last micro-batch its optimizer
+// slice (1/s_os, until the optimizer step), after an earlier one its 1/s_g part (ZeRO-1 keeps
+// the whole gradient), which the last micro-batch adds in where its reduction completes (an
+// all-reduce of the full gradient at its launch, a reduce-scatter at its wait). A gradient no
+// reduction of the micro-batch lands is kept at its end, as the executor's finish_backward does. So the model
+// states hold no gradients between steps (resident_bytes). Autograd also stores each full
+// gradient in the parameter's .grad, from its op's backward until the next op's (the executor
+// drops it there): held through the reductions the op launches. Stateful: feed it a step's runs
+// in order.
 class GradientBuffers {
  public:
   explicit GradientBuffers(const ir::Program& p);
-  // Whether the program's gradients are the executor's sharded ones.
+  // Whether the program's gradients are the sharded executor's (s_os > 1).
   static bool sharded(const ir::Program& p);
-  // Bytes `in` allocates (positive) or frees (negative) for gradients, in this run of it.
-  int64_t change(const ir::Instr& in);
+  // Bytes `in` allocates (positive) or frees (negative) for gradients, in its run in
+  // `micro_batch` (-1: the step's tail).
+  int64_t change(const ir::Instr& in, int micro_batch);
 
  private:
   struct Reduction {
     std::vector<int> params;
-    int64_t launch = 0;  // its output, and with several members their concatenated copy
+    size_t at = 0;       // its instruction
+    int64_t launch = 0;  // what it holds from its launch to its wait
   };
   const ir::Program& p_;
   bool active_ = false;
+  int micro_batch_ = 0;           // of the backward runs fed so far (-1: the step's tail)
   std::vector<bool> held_;        // by parameter: its full gradient is allocated
-  std::vector<bool> kept_;        // by parameter: its gradient shard is kept until the optimizer step
+  std::vector<bool> reduced_;     // by parameter: its reduced 1/s_p shard waits for an all-reduce
+  std::vector<int64_t> accumulated_;  // by parameter: the earlier micro-batches' part, until the last one's is reduced
+  std::vector<int64_t> slice_;        // by parameter: its optimizer slice's gradient, until the optimizer step
   std::vector<Reduction> by_handle_;
+  std::vector<std::vector<size_t>> reductions_of_;  // by parameter: its backward reductions' instructions
   std::vector<int> autograd_;     // parameters whose full gradient autograd holds in .grad
-  int64_t kept_bytes(int q) const;
   int64_t drop_autograd();        // frees those (negative bytes)
   const Reduction* reduction_of(const ir::Instr& in) const;  // the backward reduction `in` launches or waits for
+  bool reduced_again(int q, size_t after, int micro_batch) const;  // another reduction of q follows in it
+  int64_t land(int q, bool last);        // q's gradient is reduced: keep its part
+  int64_t add_accumulated(int q);        // the earlier micro-batches' part is added in: freed
+  int64_t end_micro_batch(bool last);    // what no reduction landed is kept
 };
 
 // Autograd's input buffer where gradients are not sharded (they are resident, in .grad): a
@@ -149,7 +165,8 @@ class StepMemory {
  public:
   // `cost` may be null (no workspace known).
   StepMemory(const ir::Program& p, const InstructionCost* cost);
-  Effect effect(const ir::Instr& in);
+  // `in`'s run in `micro_batch` (-1: the step's tail).
+  Effect effect(const ir::Instr& in, int micro_batch);
 
  private:
   const ir::Program& p_;

@@ -178,7 +178,7 @@ class Simulator {
 
   // What the run allocates and frees (memory::StepMemory), as of the rank's clock after it.
   void account_memory(Rank& r, const Run& run) {
-    memory::Effect e = r.allocations->effect(r.program->instrs[run.instr]);
+    memory::Effect e = r.allocations->effect(r.program->instrs[run.instr], run.micro_batch);
     if (e.transient) {  // held while it runs
       r.memory += e.transient;
       note_memory(r, run.instr);

@@ -9,8 +9,9 @@
 //   with recomputation; the paper runs it without recomputation, which does not fit Loom's
 //   runtime (fp32 parameters and gradients, fp32 activations: 4/4/8 bytes of states where the
 //   paper keeps 2/2/12).
-// - LLaMA-7B: the paper's (1, 1, 8) without recomputation does not fit Loom's runtime either
-//   (full fp32 parameters and gradients on every rank); with it, its step is 13% longer than the best's.
+// - LLaMA-7B: the paper's (1, 1, 8) fits with and without recomputation (without, 74 GiB: full
+//   fp32 parameters on every rank, each gradient full only until its all-reduce's wait), its
+//   step 13-14% longer than the best's.
 #include "doctest_torch.h"
 
 #include "backend/cost/cluster.h"
@@ -82,11 +83,14 @@ TEST_CASE("Lins Table III, LLaMA-13B: the paper's (4, 4, 8) fits, within 3% of t
   CHECK(run.find(4, 4, 8, /*checkpoint=*/false) == nullptr);  // over 80 GiB with Loom's fp32 states and activations
 }
 
-TEST_CASE("Lins Table III, LLaMA-7B: the paper's (1, 1, 8) fits only with recomputation, its step 13% longer than the best's") {
+TEST_CASE("Lins Table III, LLaMA-7B: the paper's (1, 1, 8) fits, with and without recomputation, its step 13% longer than the best's") {
   TableRun run = plan_table3("llama-7b");
-  CHECK(run.find(1, 1, 8, /*checkpoint=*/false) == nullptr);  // full fp32 parameters and gradients on every rank
-  const PlannedStep* lins = run.find(1, 1, 8, /*checkpoint=*/true);
-  REQUIRE(lins != nullptr);
-  MESSAGE("(1, 1, 8) recomputed: MFU " << lins->mfu << ", step " << lins->step_s << " s");
-  CHECK(lins->step_s == doctest::Approx(1.13 * run.report.feasible[0].step_s).epsilon(0.05));
+  for (bool checkpoint : {false, true}) {
+    const PlannedStep* lins = run.find(1, 1, 8, checkpoint);
+    REQUIRE(lins != nullptr);
+    std::string plan = checkpoint ? "(1, 1, 8) recomputed" : "(1, 1, 8)";
+    MESSAGE(plan << ": MFU " << lins->mfu << ", step " << lins->step_s << " s, peak " << lins->peak_bytes / double(int64_t{1} << 30)
+                 << " GiB");
+    CHECK(lins->step_s == doctest::Approx(1.13 * run.report.feasible[0].step_s).epsilon(0.05));
+  }
 }

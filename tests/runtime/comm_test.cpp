@@ -139,6 +139,13 @@ int worker(const RankEnv& env) {
       ok = ok && torch::equal(gathered.narrow(0, q * n, n), torch::arange(n, torch::kFloat) + 1000.0f * q);
     expect(ok, "all_gather" + tag, r);
 
+    // In place: the shard is this rank's own chunk of the output (how Lins' updated slices are
+    // spread into a parameter shard).
+    auto in_place = torch::full({n * W}, -1.0f);
+    in_place.narrow(0, r * n, n).copy_(shard);
+    comm::all_gather(*world, in_place.narrow(0, r * n, n), in_place).wait();
+    expect(torch::equal(in_place, gathered), "all_gather in place" + tag, r);
+
     auto input = (torch::arange(n * W, torch::kFloat) + 1) * static_cast<float>(r + 1);
     auto out = torch::empty({n});
     comm::reduce_scatter(*world, input, out).wait();

@@ -248,8 +248,17 @@ TEST_CASE("memory: an instruction's workspace is held while it runs; the data-pa
   CHECK(r.peak_instr == 1);
   CHECK(r.memory[0].back().bytes == 20000);
 
-  p.sharding = {2, 1, 1, 2};  // ZeRO-1's executor reduces each gradient where it is: no buffer
-  CHECK(simulate({p}, cost).memory[0].front().bytes == 1000 * (4 + 4 + 4));
+  // ZeRO-1's executor reduces each gradient where it is: no bucket buffer, and no gradient
+  // between steps. The backward holds its full gradient (and autograd's .grad) until the
+  // all-reduce's wait, which keeps its optimizer slice, half of it, for the optimizer step.
+  p.sharding = {2, 1, 1, 2};
+  p.instrs[1].params = {0};  // the backward that hands w its gradient
+  p.instrs[2].params = {0};
+  SimResult zero1 = simulate({p}, cost);
+  CHECK(zero1.memory[0].front().bytes == 1000 * (4 + 4));
+  CHECK(zero1.peak_bytes == 8000 + 4000 + 4000);  // after the backward, its activations freed
+  CHECK(zero1.peak_instr == 1);
+  CHECK(zero1.memory[0].back().bytes == 8000 + 2000);
 }
 
 TEST_CASE("micro-batches: the body runs once per micro-batch, as each instruction's runs_in says, the tail once") {
