@@ -308,7 +308,7 @@ struct ShardedExecutor::State {
 
   void wait_for(const ir::Instr& wait) {
     if (replica_sums.count(wait.handle)) {  // handles are unique: no gather or copy has it
-      finish_replica_sum(wait.handle);
+      finish_replica_sum(wait.handle, /*at_wait=*/true);
       return;
     }
     if (copy_handles.count(wait.handle)) {
@@ -550,12 +550,34 @@ struct ShardedExecutor::State {
   }
 
   // Lands the replicas' sum `handle`, in flight, where the IR waits for it (one not launched yet,
-  // by a rank that has not run the unit's op, launches later and finish_backward lands it).
-  void finish_replica_sum(int handle) {
+  // by a rank that has not run the unit's op, launches later and finish_backward lands it). At
+  // the program's wait (`at_wait`) the copies are timed as its unpacking (passes/mark_unpacks.h):
+  // a bucket's sum back into its members' shards, and each optimizer slice kept out of its shard.
+  // (A lone shard's sum in another dtype, --reduce-dtype, is copied back too, but the IR does
+  // not know the dtype: that copy is timed without bytes.)
+  void finish_replica_sum(int handle, bool at_wait) {
     auto it = replica_sums.find(handle);
-    land_sum(it->second);
-    keep_slices(it->second.members);
+    Sum& sum = it->second;
+    sum.work.wait();
+    {
+      std::optional<instrument::UnpackTimer> unpacking;
+      if (at_wait) unpacking.emplace(unpacked_bytes(sum));
+      land_sum(sum);
+      keep_slices(sum.members);
+    }
     replica_sums.erase(it);
+  }
+
+  // The bytes finish_replica_sum copies, as the IR counts them.
+  int64_t unpacked_bytes(const Sum& sum) const {
+    int64_t bytes = 0;
+    for (size_t p : sum.members) {
+      const Param& q = params[p];
+      int64_t element = q.shard.element_size();
+      if (sum.members.size() > 1) bytes += q.chunk * element;
+      if (q.slice.numel() < q.chunk) bytes += q.slice.numel() * element;
+    }
+    return bytes;
   }
 
   // Reduction units in the order of the IR's first backward reduction of each parameter; a
@@ -796,7 +818,7 @@ void ShardedExecutor::finish_backward() {
     for (size_t p : unit) s.complete_gradient(p);
   s.launch_reductions();
   s.complete_reductions();
-  while (!s.replica_sums.empty()) s.finish_replica_sum(s.replica_sums.begin()->first);
+  while (!s.replica_sums.empty()) s.finish_replica_sum(s.replica_sums.begin()->first, /*at_wait=*/false);
   // A gather the IR launched for an op whose backward did not run completes before its buffer goes.
   for (size_t p = 0; p < s.params.size(); ++p) {
     if (s.params[p].gathering) s.finish_gather(p);

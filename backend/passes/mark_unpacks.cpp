@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "backend/sim/memory_walk.h"
+
 namespace loom::passes {
 
 using ir::Instr;
@@ -10,14 +12,24 @@ using ir::OpKind;
 
 namespace {
 
+// Sharded states: an all-reduce of gradient shards over their replicas lands at its wait. A
+// bucket's sum is copied back into its members' 1/s_p shards, and where s_os > s_p each keeps a
+// copy of its optimizer slice (1/s_os), so the rest of the shard can go.
+int64_t landed_at_wait(const ir::Program& p, const Instr& sum) {
+  const ir::Sharding& s = p.sharding;
+  int64_t shards = 0;
+  for (int q : sum.params) shards += memory::padded_bytes(p, q) / s.params;
+  return (sum.params.size() > 1 ? shards : 0) + (s.optim > s.params ? shards / (s.optim / s.params) : 0);
+}
+
 // The bytes the wait of `collective` unpacks; 0 for a wait that copies nothing.
 int64_t unpacked_at_wait(const ir::Program& p, const Instr& collective) {
   if (collective.kind == OpKind::AllGather)
     return ir::gathered_in_place(p, collective) ? 0 : ir::total_param_bytes(p, collective.params);
+  bool over_replicas = collective.group.role == ir::Role::Dp || collective.group.role == ir::Role::Replicas;
+  if (collective.kind != OpKind::AllReduce || collective.phase != ir::Phase::Backward || !over_replicas) return 0;
   // Replicated states (s_os = 1): the gradient reducer's buckets, averaged into each .grad.
-  bool data_parallel = collective.kind == OpKind::AllReduce && collective.phase == ir::Phase::Backward &&
-                       collective.group.role == ir::Role::Dp && p.sharding.optim == 1;
-  return data_parallel ? ir::total_param_bytes(p, collective.params) : 0;
+  return p.sharding.optim == 1 ? ir::total_param_bytes(p, collective.params) : landed_at_wait(p, collective);
 }
 
 }  // namespace

@@ -9,11 +9,12 @@
 //     member's whole size, copied out of the gathered output (the sharded executor's
 //     finish_gather; a lone parameter whose shards tile it is gathered in place);
 //   - data parallelism's bucketed gradient all-reduce (the gradient reducer, replicated
-//     states): each member's averaged gradient, written into its .grad.
-// Not marked yet: where s_os > s_p the sharded executor's gradient reductions keep a copy of
-// their optimizer slice (1/s_os) of the summed shard where they complete; that time stays in the
-// ops' times, as host work the program does not name. (Where s_os = s_p the shard is the slice
-// and nothing is copied; Lins' broadcast of updated slices gathers into the shard in place.)
+//     states): each member's averaged gradient, written into its .grad;
+//   - with sharded states, an all-reduce of gradient shards over their replicas (the sharded
+//     executor's replica sums): a bucket's sum copied back into its members' 1/s_p shards, and
+//     where s_os > s_p each member's optimizer slice (1/s_os) kept as a copy, so the rest of the
+//     shard can go (where s_os = s_p the shard is the slice: nothing is copied).
+// Lins' broadcast of updated slices gathers into each shard in place: it copies nothing.
 #pragma once
 
 #include "backend/passes/pass.h"

@@ -674,9 +674,11 @@ TEST_CASE("loom profile measures every traced op and collective, identically on 
 
 TEST_CASE("the executors unpack at the waits exactly what the IR says: a profile measures those bytes and their rate") {
   std::ofstream(scratch() / "zero3_bucket.sched") << "import \"stdlib/zero3.sched\"\nsch.blocks().bucket()\n";
-  // Data parallelism's averaged gradients once a step; a bucketed ZeRO-3's gathers in every micro-batch.
-  std::vector<std::pair<std::string, std::string>> runs = {
-      {std::string(LOOM_SOURCE_DIR) + "/stdlib_schedules/ddp.sched", ""}, {(scratch() / "zero3_bucket.sched").string(), " --accum 2"}};
+  // Data parallelism's averaged gradients once a step; a bucketed ZeRO-3's gathers in every
+  // micro-batch; ZeRO-1's optimizer slices, kept at each all-reduce's wait.
+  std::vector<std::pair<std::string, std::string>> runs = {{std::string(LOOM_SOURCE_DIR) + "/stdlib_schedules/ddp.sched", ""},
+                                                           {(scratch() / "zero3_bucket.sched").string(), " --accum 2"},
+                                                           {std::string(LOOM_SOURCE_DIR) + "/stdlib_schedules/zero1.sched", ""}};
   for (const auto& [schedule, accum] : runs) {
     CAPTURE(schedule);
     std::string shape = " --model gpt:tiny --nproc 2 --micro-batch 2 --seq 64" + accum;

@@ -324,8 +324,15 @@ TEST_CASE("mark_unpacks: a wait copies out a bucket's or a padded parameter's ga
   CHECK(unpacked == 3 * 40);
   CHECK(dp.to_text().find("unpacks 120 B") != std::string::npos);
   CHECK(dp.to_json().find("\"unpack_bytes\": 120") != std::string::npos);
-  // ZeRO-1's all-reduce (the sharded executor's, s_os > 1) is not marked: its copies stay in the ops' times.
-  for (const ir::Instr& in : run(two_blocks(), {2, 1, 1, 2}).instrs) CHECK(in.unpack_bytes == 0);
+  // ZeRO-1 (the sharded executor, s_os > 1): each all-reduce's wait keeps a copy of the
+  // gradient's optimizer slice, half of its 40 bytes.
+  int64_t sliced = 0;
+  for (const ir::Instr& in : run(two_blocks(), {2, 1, 1, 2}).instrs) sliced += in.unpack_bytes;
+  CHECK(sliced == 3 * 20);
+  // ZeRO-3 at world 4 in pairs with bucket("h.0"): the bucket's sum over the two replicas is
+  // copied back into both members' 20-byte shards, which are the optimizer slices (s_os = s_p).
+  ir::Program replicas = run(two_blocks(), {4, 2, 2, 2}, in);
+  CHECK(unpacked_by_param(replicas, B).at("h.0.proj.w") == 80 + 40);  // the gather's copy-out, the sum's copy-back
   // Only a wait unpacks.
   dp.instrs[0].unpack_bytes = 8;
   CHECK(ir::verify(dp).find("unpacks 8 bytes: only a wait unpacks, and never a negative number") != std::string::npos);
