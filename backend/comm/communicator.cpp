@@ -117,6 +117,7 @@ void Work::wait() {
     timeline::record(what_, "collective", timeline::Track::Comm, launched_us_, timeline_end_us(now));
     timeline::record("wait for " + what_, "wait", timeline::Track::Compute, waited_from, now);
   }
+  what_.clear();  // done: a second wait records nothing
 }
 
 namespace {

@@ -18,8 +18,9 @@ namespace {
 // Bump when the measurement changes meaning (2: op times take the work between ops; 3: two
 // collective regimes, the mesh's groups and a pipeline's transfers; 5: each rank's op times and
 // the gradient norm's own work, which a cached profile of format 4 would price at nothing; 6:
-// the waits' unpacking, which the ops' times of format 5 still hold).
-constexpr int kFormat = 6;
+// the waits' unpacking, which the ops' times of format 5 still hold; 7: with sharded states the
+// replica sums' copies too, which format 6's ops' times hold).
+constexpr int kFormat = 7;
 
 // The world a profile's key names (0 when it names none).
 int key_world(const std::string& key) {

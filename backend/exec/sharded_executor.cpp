@@ -481,8 +481,13 @@ struct ShardedExecutor::State {
 
   // Waits for a sum and puts it in its tensors.
   static void land_sum(Sum& sum) {
-    torch::NoGradGuard no_grad;
     sum.work.wait();
+    copy_back(sum);
+  }
+
+  // A finished sum into its tensors, where it was summed in a buffer of its own.
+  static void copy_back(Sum& sum) {
+    torch::NoGradGuard no_grad;
     if (sum.tensors.size() == 1 && sum.wire.is_same(sum.tensors[0])) return;
     int64_t offset = 0;
     for (const torch::Tensor& t : sum.tensors) {
@@ -562,7 +567,7 @@ struct ShardedExecutor::State {
     {
       std::optional<instrument::UnpackTimer> unpacking;
       if (at_wait) unpacking.emplace(unpacked_bytes(sum));
-      land_sum(sum);
+      copy_back(sum);
       keep_slices(sum.members);
     }
     replica_sums.erase(it);

@@ -93,16 +93,22 @@ void check_trace_span(comm::Group& world, int r) {
   comm::Work work = comm::all_reduce(world, t);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   work.wait();
+  work.wait();  // a second wait of a finished work records nothing
   std::string path = "/tmp/loom_comm_trace_" + std::to_string(::getpid()) + ".jsonl";
   timeline::write_rank_events(path);
   double collective_end = -1, wait_start = -1;
+  int spans = 0;
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) {
     auto e = nlohmann::json::parse(line);
-    if (e.at("cat") == "collective") collective_end = e.at("ts").get<double>() + e.at("dur").get<double>();
+    if (e.at("cat") == "collective") {
+      collective_end = e.at("ts").get<double>() + e.at("dur").get<double>();
+      ++spans;
+    }
     if (e.at("cat") == "wait") wait_start = e.at("ts").get<double>();
   }
   std::remove(path.c_str());
+  expect(spans == 1, "trace: one span for a work waited twice, not " + std::to_string(spans), r);
   expect(collective_end >= 0 && wait_start >= 0 && collective_end <= wait_start,
          "trace: the all-reduce's span ends at its transfer, before the wait (ends at " + std::to_string(collective_end) +
              " us, the wait begins at " + std::to_string(wait_start) + ")",

@@ -124,7 +124,7 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
     Profile::from_json(R"({"format": "something-else"})", "other.json");
     FAIL("a foreign file was accepted");
   } catch (const UserError& e) {
-    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 6");
+    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 7");
     CHECK(e.diagnostic().hint == "write it again with `loom profile`");
   }
   CHECK_THROWS_WITH_AS(Profile::from_json("{", "broken.json"), doctest::Contains("broken.json is not a readable Loom profile"),
