@@ -49,6 +49,8 @@ class Work {
   // One operation made of several process-group works (gloo's all-gather: a broadcast per rank).
   Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish, std::string what,
        bool transfer_timed = false);
+  // Blocks until the operation is done and runs its local finish; idempotent: a second wait
+  // does nothing (and records nothing in the trace).
   void wait();
   bool done() const { return works_.empty() && !finish_; }
 

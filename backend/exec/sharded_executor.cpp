@@ -627,8 +627,7 @@ struct ShardedExecutor::State {
     for (size_t i : backward_instrs) {
       const ir::Instr& in = program.instrs[i];
       if (in.kind == ir::OpKind::Wait) waited.insert(in.handle);
-      bool over_replicas = in.group.role == ir::Role::Replicas || in.group.role == ir::Role::Dp;
-      if (in.kind != ir::OpKind::AllReduce || !over_replicas) continue;
+      if (!ir::sums_over_replicas(in)) continue;
       std::vector<int> members = in.params;
       std::sort(members.begin(), members.end());
       sum_of.emplace(members, in.handle);

@@ -134,6 +134,11 @@ bool within(const std::string& path, const std::string& module) {
 
 const char* issued_collective(const Instr& in) { return in.group.size > 1 ? collective_op(in.kind) : nullptr; }
 
+bool sums_over_replicas(const Instr& in) {
+  bool over = in.group.role == Role::Dp || in.group.role == Role::Replicas;
+  return in.kind == OpKind::AllReduce && in.phase == Phase::Backward && over;
+}
+
 const char* phase_name(Phase p) {
   switch (p) {
     case Phase::Forward: return "fwd";

@@ -165,6 +165,9 @@ Instr scalar_collective(Program& program, OpKind kind, Phase phase, GroupRef gro
 // The collective `in` issues: its kind's, or null on a group of one rank, where it
 // communicates nothing (a data-parallel gradient norm is measured locally).
 const char* issued_collective(const Instr& in);
+// A backward all-reduce of gradients over their replicas (every dp rank, or the dp / s_p
+// holders of one shard): data parallelism's bucket sums, the sharded executor's replica sums.
+bool sums_over_replicas(const Instr& in);
 // A wait for the collective `handle`, in the micro-batches the collective runs in.
 Instr wait_for(int handle, Phase phase, MicroBatches runs_in = MicroBatches::All);
 // How many times per step `in` runs.

@@ -26,8 +26,7 @@ int64_t landed_at_wait(const ir::Program& p, const Instr& sum) {
 int64_t unpacked_at_wait(const ir::Program& p, const Instr& collective) {
   if (collective.kind == OpKind::AllGather)
     return ir::gathered_in_place(p, collective) ? 0 : ir::total_param_bytes(p, collective.params);
-  bool over_replicas = collective.group.role == ir::Role::Dp || collective.group.role == ir::Role::Replicas;
-  if (collective.kind != OpKind::AllReduce || collective.phase != ir::Phase::Backward || !over_replicas) return 0;
+  if (!ir::sums_over_replicas(collective)) return 0;
   // Replicated states (s_os = 1): the gradient reducer's buckets, averaged into each .grad.
   return p.sharding.optim == 1 ? ir::total_param_bytes(p, collective.params) : landed_at_wait(p, collective);
 }

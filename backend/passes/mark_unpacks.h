@@ -13,7 +13,7 @@
 //   - with sharded states, an all-reduce of gradient shards over their replicas (the sharded
 //     executor's replica sums): a bucket's sum copied back into its members' 1/s_p shards, and
 //     where s_os > s_p each member's optimizer slice (1/s_os) kept as a copy, so the rest of the
-//     shard can go (where s_os = s_p the shard is the slice: nothing is copied).
+//     shard can go (where s_os = s_p the shard is the slice: no slice is copied).
 // Lins' broadcast of updated slices gathers into each shard in place: it copies nothing.
 #pragma once
 

@@ -172,8 +172,7 @@ namespace {
 bool reduces_gradients(const Instr& in) {
   if (in.phase != Phase::Backward || in.handle < 0 || !ir::issued_collective(in)) return false;
   if (in.kind == OpKind::ReduceScatter || in.kind == OpKind::Compress) return true;
-  bool over = in.group.role == ir::Role::Dp || in.group.role == ir::Role::Replicas || in.group.role == ir::Role::Grads;
-  return in.kind == OpKind::AllReduce && over;
+  return ir::sums_over_replicas(in) || (in.kind == OpKind::AllReduce && in.group.role == ir::Role::Grads);
 }
 }  // namespace
 
@@ -184,11 +183,14 @@ GradientBuffers::GradientBuffers(const ir::Program& p) : p_(p), active_(sharded(
   accumulated_.assign(p.params.size(), 0);
   slice_.assign(p.params.size(), 0);
   reductions_of_.resize(p.params.size());
+  last_compute_.assign(p.params.size(), p.instrs.size());
   int handles = p.next_handle;
   for (const Instr& in : p.instrs) handles = std::max(handles, in.handle + 1);
   by_handle_.resize(static_cast<size_t>(std::max(handles, 0)));
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& in = p.instrs[i];
+    if (in.kind == OpKind::Compute && in.phase == Phase::Backward)
+      for (int q : in.params) last_compute_[static_cast<size_t>(q)] = i;
     if (!reduces_gradients(in)) continue;
     Reduction& r = by_handle_[static_cast<size_t>(in.handle)];
     r.params = in.params;
@@ -249,12 +251,55 @@ int64_t GradientBuffers::end_micro_batch(bool last) {
   return bytes;
 }
 
+int64_t GradientBuffers::hand_gradients(const Instr& compute, int micro_batch) {
+  int64_t bytes = 0;
+  size_t at = static_cast<size_t>(&compute - p_.instrs.data());
+  for (int q : compute.params) {
+    size_t k = static_cast<size_t>(q);
+    if (!held_[k]) {
+      held_[k] = true;
+      bytes += padded_bytes(p_, q);
+    }
+    autograd_.push_back(q);
+    bytes += ir::param_bytes(p_, q);
+    // No reduction of q runs in this micro-batch (ZeRO-1 before the last): the executor adds
+    // the gradient into what it keeps where the program's reduction stands, after its last use.
+    if (at == last_compute_[k] && !reduced_again(q, at, micro_batch)) bytes += land(q, micro_batch == p_.micro_batches - 1);
+  }
+  return bytes;
+}
+
+int64_t GradientBuffers::launch(const Reduction& r, int micro_batch) {
+  int64_t bytes = r.launch;
+  if (micro_batch == p_.micro_batches - 1 && p_.instrs[r.at].kind == OpKind::AllReduce)  // the full gradient it sums has the earlier ones' added
+    for (int q : r.params)
+      if (held_[static_cast<size_t>(q)]) bytes += add_accumulated(q);
+  return bytes;
+}
+
+int64_t GradientBuffers::finish(const Reduction& r, int micro_batch) {
+  bool last = micro_batch == p_.micro_batches - 1;
+  int64_t bytes = -r.launch;
+  for (int q : r.params) {
+    size_t k = static_cast<size_t>(q);
+    if (!reduced_again(q, r.at, micro_batch)) {
+      bytes += land(q, last);
+      continue;
+    }
+    if (p_.instrs[r.at].kind == OpKind::AllReduce) continue;  // summed in place, reduced further
+    if (last) bytes += add_accumulated(q);
+    if (held_[k]) bytes -= padded_bytes(p_, q);  // the full gradient was the reduce-scatter's input
+    held_[k] = false;
+    if (!reduced_[k]) bytes += padded_bytes(p_, q) / p_.sharding.params;
+    reduced_[k] = true;
+  }
+  return bytes;
+}
+
 int64_t GradientBuffers::change(const Instr& in, int micro_batch) {
   if (!active_) return 0;
   int64_t bytes = 0;
-  // A micro-batch's gradients are done when the next one's backward (a pipeline interleaves
-  // forwards) or the step's tail begins.
-  if (micro_batch != micro_batch_ && (micro_batch < 0 || in.phase == Phase::Backward)) {
+  if (micro_batch != micro_batch_) {  // runs_of: one micro-batch's runs after another's, then the tail
     bytes += end_micro_batch(micro_batch_ == p_.micro_batches - 1);
     micro_batch_ = micro_batch;
   }
@@ -262,43 +307,14 @@ int64_t GradientBuffers::change(const Instr& in, int micro_batch) {
   const Reduction* reduction = reduction_of(in);
   bool launches = reduction && in.kind != OpKind::Wait;
   if (compute || !launches) bytes += drop_autograd();  // the op's reductions launch inside it
-  if (compute) {
-    for (int q : in.params) {
-      if (!held_[static_cast<size_t>(q)]) {
-        held_[static_cast<size_t>(q)] = true;
-        bytes += padded_bytes(p_, q);
-      }
-      autograd_.push_back(q);
-      bytes += ir::param_bytes(p_, q);
-    }
-  } else if (in.kind == OpKind::OptimizerStep) {
+  if (compute) return bytes + hand_gradients(in, micro_batch);
+  if (in.kind == OpKind::OptimizerStep) {
     for (int64_t& slice : slice_) {
       bytes -= slice;
       slice = 0;
     }
   } else if (reduction) {
-    bool last = micro_batch == p_.micro_batches - 1;
-    const Instr& launched = p_.instrs[reduction->at];
-    if (launches) {
-      if (last && in.kind == OpKind::AllReduce)  // the full gradient it sums has the earlier ones' added
-        for (int q : reduction->params)
-          if (held_[static_cast<size_t>(q)]) bytes += add_accumulated(q);
-      return bytes + reduction->launch;
-    }
-    bytes -= reduction->launch;
-    for (int q : reduction->params) {
-      size_t k = static_cast<size_t>(q);
-      if (!reduced_again(q, reduction->at, micro_batch)) {
-        bytes += land(q, last);
-        continue;
-      }
-      if (launched.kind == OpKind::AllReduce) continue;  // summed in place, reduced further
-      if (last) bytes += add_accumulated(q);
-      if (held_[k]) bytes -= padded_bytes(p_, q);  // the full gradient was the reduce-scatter's input
-      held_[k] = false;
-      if (!reduced_[k]) bytes += padded_bytes(p_, q) / p_.sharding.params;
-      reduced_[k] = true;
-    }
+    bytes += launches ? launch(*reduction, micro_batch) : finish(*reduction, micro_batch);
   }
   return bytes;
 }

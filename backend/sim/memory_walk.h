@@ -71,11 +71,13 @@ struct Effect {
 // slice (1/s_os, until the optimizer step), after an earlier one its 1/s_g part (ZeRO-1 keeps
 // the whole gradient), which the last micro-batch adds in where its reduction completes (an
 // all-reduce of the full gradient at its launch, a reduce-scatter at its wait). A gradient no
-// reduction of the micro-batch lands is kept at its end, as the executor's finish_backward does. So the model
+// reduction of the micro-batch runs for (ZeRO-1 before the last) is kept after its last backward
+// compute, where the executor adds it in at the program's reduction; one nothing landed (no
+// compute handed it one here) at the micro-batch's end, as finish_backward does. So the model
 // states hold no gradients between steps (resident_bytes). Autograd also stores each full
 // gradient in the parameter's .grad, from its op's backward until the next op's (the executor
 // drops it there): held through the reductions the op launches. Stateful: feed it a step's runs
-// in order.
+// in order (runs_of: one micro-batch after another).
 class GradientBuffers {
  public:
   explicit GradientBuffers(const ir::Program& p);
@@ -93,17 +95,21 @@ class GradientBuffers {
   };
   const ir::Program& p_;
   bool active_ = false;
-  int micro_batch_ = 0;           // of the backward runs fed so far (-1: the step's tail)
+  int micro_batch_ = 0;           // of the runs fed so far (-1: the step's tail)
   std::vector<bool> held_;        // by parameter: its full gradient is allocated
   std::vector<bool> reduced_;     // by parameter: its reduced 1/s_p shard waits for an all-reduce
   std::vector<int64_t> accumulated_;  // by parameter: the earlier micro-batches' part, until the last one's is reduced
   std::vector<int64_t> slice_;        // by parameter: its optimizer slice's gradient, until the optimizer step
   std::vector<Reduction> by_handle_;
   std::vector<std::vector<size_t>> reductions_of_;  // by parameter: its backward reductions' instructions
+  std::vector<size_t> last_compute_;                 // by parameter: its last backward compute
   std::vector<int> autograd_;     // parameters whose full gradient autograd holds in .grad
   int64_t drop_autograd();        // frees those (negative bytes)
   const Reduction* reduction_of(const ir::Instr& in) const;  // the backward reduction `in` launches or waits for
   bool reduced_again(int q, size_t after, int micro_batch) const;  // another reduction of q follows in it
+  int64_t hand_gradients(const ir::Instr& compute, int micro_batch);  // a backward compute's gradients arrive
+  int64_t launch(const Reduction& r, int micro_batch);                // a reduction starts
+  int64_t finish(const Reduction& r, int micro_batch);                // its wait
   int64_t land(int q, bool last);        // q's gradient is reduced: keep its part
   int64_t add_accumulated(int q);        // the earlier micro-batches' part is added in: freed
   int64_t end_micro_batch(bool last);    // what no reduction landed is kept
