@@ -214,6 +214,8 @@ const GradientBuffers::Reduction* GradientBuffers::reduction_of(const Instr& in)
   return r.params.empty() ? nullptr : &r;
 }
 
+bool GradientBuffers::last(int micro_batch) const { return micro_batch == p_.micro_batches - 1; }
+
 bool GradientBuffers::reduced_again(int q, size_t after, int micro_batch) const {
   for (size_t i : reductions_of_[static_cast<size_t>(q)])
     if (i > after && ir::runs_in_micro_batch(p_.instrs[i].runs_in, micro_batch, p_.micro_batches)) return true;
@@ -226,14 +228,14 @@ int64_t GradientBuffers::add_accumulated(int q) {
   return -freed;
 }
 
-int64_t GradientBuffers::land(int q, bool last) {
+int64_t GradientBuffers::land(int q, bool last_micro_batch) {
   size_t k = static_cast<size_t>(q);
   int64_t bytes = 0;
   if (held_[k]) bytes -= padded_bytes(p_, q);  // at s_p = 1 the full gradient is what the all-reduce summed
   held_[k] = false;
   if (reduced_[k]) bytes -= padded_bytes(p_, q) / p_.sharding.params;
   reduced_[k] = false;
-  if (last) {
+  if (last_micro_batch) {
     bytes += add_accumulated(q);
     slice_[k] = padded_bytes(p_, q) / p_.sharding.optim;
     bytes += slice_[k];
@@ -244,10 +246,10 @@ int64_t GradientBuffers::land(int q, bool last) {
   return bytes;
 }
 
-int64_t GradientBuffers::end_micro_batch(bool last) {
+int64_t GradientBuffers::end_micro_batch(bool last_micro_batch) {
   int64_t bytes = drop_autograd();
   for (size_t q = 0; q < held_.size(); ++q)
-    if (held_[q] || reduced_[q]) bytes += land(static_cast<int>(q), last);
+    if (held_[q] || reduced_[q]) bytes += land(static_cast<int>(q), last_micro_batch);
   return bytes;
 }
 
@@ -264,30 +266,29 @@ int64_t GradientBuffers::hand_gradients(const Instr& compute, int micro_batch) {
     bytes += ir::param_bytes(p_, q);
     // No reduction of q runs in this micro-batch (ZeRO-1 before the last): the executor adds
     // the gradient into what it keeps where the program's reduction stands, after its last use.
-    if (at == last_compute_[k] && !reduced_again(q, at, micro_batch)) bytes += land(q, micro_batch == p_.micro_batches - 1);
+    if (at == last_compute_[k] && !reduced_again(q, at, micro_batch)) bytes += land(q, last(micro_batch));
   }
   return bytes;
 }
 
 int64_t GradientBuffers::launch(const Reduction& r, int micro_batch) {
   int64_t bytes = r.launch;
-  if (micro_batch == p_.micro_batches - 1 && p_.instrs[r.at].kind == OpKind::AllReduce)  // the full gradient it sums has the earlier ones' added
+  if (last(micro_batch) && p_.instrs[r.at].kind == OpKind::AllReduce)  // the full gradient it sums has the earlier ones' added
     for (int q : r.params)
       if (held_[static_cast<size_t>(q)]) bytes += add_accumulated(q);
   return bytes;
 }
 
 int64_t GradientBuffers::finish(const Reduction& r, int micro_batch) {
-  bool last = micro_batch == p_.micro_batches - 1;
   int64_t bytes = -r.launch;
   for (int q : r.params) {
     size_t k = static_cast<size_t>(q);
     if (!reduced_again(q, r.at, micro_batch)) {
-      bytes += land(q, last);
+      bytes += land(q, last(micro_batch));
       continue;
     }
     if (p_.instrs[r.at].kind == OpKind::AllReduce) continue;  // summed in place, reduced further
-    if (last) bytes += add_accumulated(q);
+    if (last(micro_batch)) bytes += add_accumulated(q);
     if (held_[k]) bytes -= padded_bytes(p_, q);  // the full gradient was the reduce-scatter's input
     held_[k] = false;
     if (!reduced_[k]) bytes += padded_bytes(p_, q) / p_.sharding.params;
@@ -300,7 +301,7 @@ int64_t GradientBuffers::change(const Instr& in, int micro_batch) {
   if (!active_) return 0;
   int64_t bytes = 0;
   if (micro_batch != micro_batch_) {  // runs_of: one micro-batch's runs after another's, then the tail
-    bytes += end_micro_batch(micro_batch_ == p_.micro_batches - 1);
+    bytes += end_micro_batch(last(micro_batch_));
     micro_batch_ = micro_batch;
   }
   bool compute = in.kind == OpKind::Compute && in.phase == Phase::Backward;

@@ -106,13 +106,14 @@ class GradientBuffers {
   std::vector<int> autograd_;     // parameters whose full gradient autograd holds in .grad
   int64_t drop_autograd();        // frees those (negative bytes)
   const Reduction* reduction_of(const ir::Instr& in) const;  // the backward reduction `in` launches or waits for
+  bool last(int micro_batch) const;  // the step's last micro-batch
   bool reduced_again(int q, size_t after, int micro_batch) const;  // another reduction of q follows in it
   int64_t hand_gradients(const ir::Instr& compute, int micro_batch);  // a backward compute's gradients arrive
   int64_t launch(const Reduction& r, int micro_batch);                // a reduction starts
   int64_t finish(const Reduction& r, int micro_batch);                // its wait
-  int64_t land(int q, bool last);        // q's gradient is reduced: keep its part
+  int64_t land(int q, bool last_micro_batch);        // q's gradient is reduced: keep its part
   int64_t add_accumulated(int q);        // the earlier micro-batches' part is added in: freed
-  int64_t end_micro_batch(bool last);    // what no reduction landed is kept
+  int64_t end_micro_batch(bool last_micro_batch);    // what no reduction landed is kept
 };
 
 // Autograd's input buffer where gradients are not sharded (they are resident, in .grad): a
