@@ -12,8 +12,8 @@
 # Linears over 2 ranks (Megatron-LM's pairs), `pp` runs the blocks in two pipeline stages.
 # With `--device cuda` (a CUDA build: LOOM=build-cuda/loom) the ranks share one GPU over gloo
 # (NCCL needs a GPU per rank) and train in the CUDA default, bf16 autocast; SHAPE replaces
-# the model and shape (default "--model gpt:tiny --micro-batch 4 --seq 128"). KEEP=DIR keeps
-# the profiles, simulations and metrics there.
+# the model and shape (default "--model gpt:tiny --micro-batch 4 --seq 128"), SCHEDULES the
+# schedules (default all nine). KEEP=DIR keeps the profiles, simulations and metrics there.
 set -euo pipefail
 [ -z "${KEEP:-}" ] || KEEP=$(realpath -m "$KEEP")
 cd "$(dirname "$0")/.."
@@ -27,8 +27,9 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-on_device="--device $device"
-[ "$device" = cpu ] || on_device="$on_device --backend gloo"
+on_device="--device $device" profile_steps=6
+# A GPU shared by two ranks over gloo varies more between steps: more of them measured.
+[ "$device" = cpu ] || on_device="$on_device --backend gloo" profile_steps=12
 
 out=$(mktemp -d)
 trap 'ip netns del loom_sim 2>/dev/null || true; [ -z "${KEEP:-}" ] || { mkdir -p "$KEEP"; cp "$out"/*.json* "$KEEP"/; }; rm -rf "$out"' EXIT
@@ -45,13 +46,13 @@ for b in sch["h.*"] {
 }
 SCHED
 printf 'sch.mesh(pp=2)\nsch["h.1"].pipeline_split()\n' > "$out/pp.sched"
-schedules="ddp zero1 zero2 zero3 checkpoint_all zero3_prefetch zero3_bucket tp pp"
+schedules="${SCHEDULES:-ddp zero1 zero2 zero3 checkpoint_all zero3_prefetch zero3_bucket tp pp}"
 shape="${SHAPE:---model gpt:tiny --micro-batch 4 --seq 128}"
 run="$shape $on_device --threads 1 --nproc $world --steps 12 --data synthetic"
 for sched in $schedules; do
   f=stdlib_schedules/$sched.sched
   [ -f "$f" ] || f=$out/$sched.sched
-  "${in_net[@]}" "$loom" profile "$f" $shape $on_device --threads 1 --nproc "$world" --steps 6 --cache-dir "$out/cache" --out "$out/$sched.profile.json" > /dev/null
+  "${in_net[@]}" "$loom" profile "$f" $shape $on_device --threads 1 --nproc "$world" --steps "$profile_steps" --cache-dir "$out/cache" --out "$out/$sched.profile.json" > /dev/null
   "${in_net[@]}" "$loom" simulate "$f" $shape --nproc "$world" --profile "$out/$sched.profile.json" --json > "$out/$sched.sim.json"
   "${in_net[@]}" "$loom" simulate "$f" $shape --nproc "$world" --profile "$out/$sched.profile.json" --json --representative \
     > "$out/$sched.rep.json"

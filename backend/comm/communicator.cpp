@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <thread>
 
@@ -81,21 +82,37 @@ double Work::timeline_end_us(double now_us) const {
 
 namespace {
 thread_local double blocked_ms_total = 0;
+std::atomic<int64_t> blocked_ns_all_threads{0};
 
-// Adds the life of the object to this thread's blocked time.
+// Adds the life of the object to this thread's blocked time, and the process's.
 struct BlockedClock {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  ~BlockedClock() { blocked_ms_total += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(); }
+  ~BlockedClock() {
+    auto took = std::chrono::steady_clock::now() - start;
+    blocked_ms_total += std::chrono::duration<double, std::milli>(took).count();
+    blocked_ns_all_threads += std::chrono::duration_cast<std::chrono::nanoseconds>(took).count();
+  }
 };
 }  // namespace
 
 double blocked_ms() { return blocked_ms_total; }
 
+double blocked_ms_all_threads() { return static_cast<double>(blocked_ns_all_threads.load()) / 1e6; }
+
+namespace {
+std::atomic<WaitListener*> wait_listener{nullptr};
+}  // namespace
+
+void set_wait_listener(WaitListener* listener) { wait_listener = listener; }
+
 void Work::wait() {
   BlockedClock blocked;
   double waited_from = timeline::enabled() ? timeline::now_us() : 0;
+  WaitListener* listener = works_.empty() ? nullptr : wait_listener.load();
+  if (listener) listener->before_wait();
   try {
     for (auto& work : works_) work->wait();
+    if (listener) listener->after_wait();
   } catch (const std::exception& e) {
     // The works not waited for stay queued in the process group with their tensors; the run
     // ends on this error (a peer died or the network broke), so nothing reads them.
@@ -352,8 +369,13 @@ bool staged_through_host(const Group& group, const at::Tensor& tensor) {
 Work send(Group& group, const at::Tensor& tensor, int peer, const PointToPointOptions& options) {
   require_contiguous(tensor, "send");
   if (tensor.numel() == 0) return Work();
-  // The process group's work holds the host copy until the send is done.
-  std::vector<at::Tensor> ts{staged_through_host(group, tensor) ? tensor.to(at::kCPU) : tensor};
+  // The process group's work holds the host copy until the send is done. Copying it out waits
+  // for the device: the host is blocked on the send (not the ops' time, as in a wait).
+  std::vector<at::Tensor> ts{tensor};
+  if (staged_through_host(group, tensor)) {
+    BlockedClock blocked;
+    ts[0] = tensor.to(at::kCPU);
+  }
   return Work(group.impl().pg->send(ts, peer, options.tag), nullptr, "send on " + group.name());
 }
 

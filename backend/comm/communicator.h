@@ -67,6 +67,21 @@ class Work {
 // Milliseconds this thread has spent in Work::wait() so far (waiting, and the local work that
 // completes a collective): what the op profiler takes out of the time between ops.
 double blocked_ms();
+// The same over every thread of the process: what a span that starts on one thread and ends on
+// another (forward's, then autograd's on a GPU) takes out.
+double blocked_ms_all_threads();
+
+// Told of every Work::wait() of the process, on the thread that waits: before it blocks, and
+// once the collective has completed (before the wait's local finish). The op profiler on a GPU
+// marks the stream there: the device time a wait holds the stream for is the collective's.
+class WaitListener {
+ public:
+  virtual ~WaitListener() = default;
+  virtual void before_wait() = 0;
+  virtual void after_wait() = 0;
+};
+// One listener at a time (null: none).
+void set_wait_listener(WaitListener* listener);
 
 enum class Backend {
   Gloo,  // CPU tensors

@@ -132,6 +132,11 @@ double ProfileCost::own_seconds(const ir::Program& program, const ir::Instr& in)
   return estimates_[index_of(program)].instruction_own_ms.at(static_cast<size_t>(&in - program.instrs.data())) / 1000;
 }
 
+double ProfileCost::host_seconds(const ir::Program& program, const ir::Instr& in) const {
+  double ms = estimates_[index_of(program)].instruction_host_ms.at(static_cast<size_t>(&in - program.instrs.data()));
+  return ms < 0 ? -1 : ms / 1000;
+}
+
 int64_t ProfileCost::workspace_bytes(const ir::Program& program, const ir::Instr& in) const {
   return estimates_[index_of(program)].instruction_workspace_bytes.at(static_cast<size_t>(&in - program.instrs.data()));
 }

@@ -26,6 +26,10 @@ class InstructionCost {
   // norm and clipping before its all-reduce (measured by a profile), a wait's unpacking after
   // its collective ends (ir::Instr::unpack_bytes); 0 where the model does not know.
   virtual double own_seconds(const ir::Program& program, const ir::Instr& in) const { return 0; }
+  // The host's part of a compute instruction on a device whose kernels run behind the host (a
+  // GPU): the host dispatches them in this time and goes on while they run. -1 where the host
+  // runs the work itself, or the model does not know (seconds() then holds the host too).
+  virtual double host_seconds(const ir::Program& program, const ir::Instr& in) const { return -1; }
   // Bytes `in` allocates while it runs and frees by its end, beyond what it saves (a backward's
   // input gradients and temporaries): measured by a profile; 0 where the model does not know.
   virtual int64_t workspace_bytes(const ir::Program& program, const ir::Instr& in) const { return 0; }
@@ -74,6 +78,7 @@ class ProfileCost : public InstructionCost {
   ProfileCost(const std::vector<ir::Program>& stages, const Profile& profile, const std::string& origin);
   double seconds(const ir::Program& program, const ir::Instr& in) const override;
   double own_seconds(const ir::Program& program, const ir::Instr& in) const override;
+  double host_seconds(const ir::Program& program, const ir::Instr& in) const override;
   int64_t workspace_bytes(const ir::Program& program, const ir::Instr& in) const override;
   int64_t activation_bytes(const ir::Program& program, const ir::Instr& in) const override;
   int64_t outside_bytes(const ir::Program& program) const override;

@@ -19,8 +19,8 @@ namespace {
 // collective regimes, the mesh's groups and a pipeline's transfers; 5: each rank's op times and
 // the gradient norm's own work, which a cached profile of format 4 would price at nothing; 6:
 // the waits' unpacking, which the ops' times of format 5 still hold; 7: with sharded states the
-// replica sums' copies too, which format 6's ops' times hold).
-constexpr int kFormat = 7;
+// replica sums' copies too, which format 6's ops' times hold; 8: on a GPU each op's host time).
+constexpr int kFormat = 8;
 
 // The world a profile's key names (0 when it names none).
 int key_world(const std::string& key) {
@@ -116,6 +116,8 @@ std::string Profile::to_json() const {
       o["forward_ms_by_rank"] = op.forward_ms_by_rank;
       o["backward_ms_by_rank"] = op.backward_ms_by_rank;
     }
+    if (op.forward_host_ms >= 0) o["forward_host_ms"] = op.forward_host_ms;
+    if (op.backward_host_ms >= 0) o["backward_host_ms"] = op.backward_host_ms;
     j["ops"].push_back(std::move(o));
   }
   j["collectives"] = nlohmann::json::array();
@@ -153,6 +155,8 @@ Profile Profile::from_json(const std::string& text, const std::string& origin) {
                        o.at("memory_before_bytes").get<int64_t>(), o.at("forward_peak_bytes").get<int64_t>(),
                        o.at("backward_before_bytes").get<int64_t>(), o.at("backward_peak_bytes").get<int64_t>(),
                        o.value("forward_ms_by_rank", std::vector<double>{}), o.value("backward_ms_by_rank", std::vector<double>{})});
+      p.ops.back().forward_host_ms = o.value("forward_host_ms", -1.0);
+      p.ops.back().backward_host_ms = o.value("backward_host_ms", -1.0);
     }
     for (auto& c : j.at("collectives")) {
       CollectiveProfile cp;

@@ -82,11 +82,12 @@ StepEstimate estimate_step(const ir::Program& program, const Profile& profile, c
   std::vector<bool> contended = contended_collectives(program);
   StepEstimate e;
   for (const ir::Instr& in : program.instrs) {
-    double ms = -1;
+    double ms = -1, host_ms = -1;
     int64_t workspace = 0;
     double times = static_cast<double>(ir::times_per_step(program, in));
     if (in.kind == ir::OpKind::Compute && in.phase == ir::Phase::Forward) {
       ms = profile.ops[ops_of[in.module].front()].forward_ms;
+      host_ms = profile.ops[ops_of[in.module].front()].forward_host_ms;
       ops_of[in.module].push_back(ops_of[in.module].front());  // rotate: the next forward call is the next op
       ops_of[in.module].erase(ops_of[in.module].begin());
       e.forward_compute_ms += times * ms;
@@ -94,15 +95,20 @@ StepEstimate estimate_step(const ir::Program& program, const Profile& profile, c
       std::vector<size_t>& ops = ops_of[in.module];
       const OpProfile& op = profile.ops[ops.back()];
       ms = op.backward_ms;
+      host_ms = op.backward_host_ms;
       workspace = std::max<int64_t>(0, op.backward_peak_bytes - op.backward_before_bytes);
       ops.insert(ops.begin(), ops.back());  // rotate the other way: backward runs the calls in reverse
       ops.pop_back();
       e.backward_compute_ms += times * ms;
     } else if (in.kind == ir::OpKind::Recompute) {
       // The module's ops run their forward again: one call of each (the profile's first).
-      ms = 0;
+      ms = host_ms = 0;
       for (const auto& [module, ops] : ops_of)
-        if (ir::within(module, in.module)) ms += profile.ops[ops.front()].forward_ms;
+        if (ir::within(module, in.module)) {
+          const OpProfile& op = profile.ops[ops.front()];
+          ms += op.forward_ms;
+          host_ms = host_ms < 0 || op.forward_host_ms < 0 ? -1 : host_ms + op.forward_host_ms;
+        }
       e.backward_compute_ms += times * ms;
     } else if (in.kind == ir::OpKind::OptimizerStep && profile.optimizer_step_ms >= 0) {
       ms = profile.optimizer_step_ms;
@@ -126,6 +132,7 @@ StepEstimate estimate_step(const ir::Program& program, const Profile& profile, c
     }
     e.instruction_ms.push_back(ms);
     e.instruction_own_ms.push_back(own);
+    e.instruction_host_ms.push_back(host_ms);
     e.instruction_workspace_bytes.push_back(workspace);
   }
   return e;

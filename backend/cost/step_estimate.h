@@ -22,6 +22,10 @@ struct StepEstimate {
   // collective (the gradient norm's norm and clipping before it, a wait's unpacking after it);
   // 0 for the others.
   std::vector<double> instruction_own_ms;
+  // Per instruction: the host's part of a compute or recompute measured on a GPU, whose kernels
+  // run behind the host (OpProfile::forward_host_ms); -1 for the others and where the profile
+  // has none (a CPU's, where the host runs the op).
+  std::vector<double> instruction_host_ms;
   // Per instruction: what a backward compute allocates while it runs beyond what it had (its
   // op's backward peak over the memory before it); 0 for the others.
   std::vector<int64_t> instruction_workspace_bytes;

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <thread>
 #include <unordered_map>
 
 #include "backend/instrument/gradient_hooks.h"
 #include "backend/instrument/memory_counter.h"
+#include "backend/instrument/stream_stalls.h"
 #include "backend/instrument/unpack_timer.h"
 #include "backend/torch_compat.h"
 #include "models/zoo_torch.h"
@@ -19,15 +21,21 @@ namespace loom {
 struct OpProfiler::State {
   struct Samples {
     std::vector<double> forward_ms, backward_ms;
+    std::vector<double> forward_host_ms, backward_host_ms;  // on a GPU: the host's part (wall clock)
     int64_t memory_before = 0, forward_peak = 0, backward_before = 0, backward_peak = 0;
   };
-  // A point in time: the wall clock on CPU, a CUDA event on GPU (read when the step is done,
-  // so the device is not synchronized between ops).
+  // A point in time: the wall clock, and on GPU a CUDA event too (read when the step is done,
+  // so the device is not synchronized between ops): the event times the op's kernels, the wall
+  // clock the host's dispatch of them, which bounds a step whose kernels are short.
   struct Mark {
     double wall_ms = 0;
-    // comm::blocked_ms() plus instrument::unpacked_ms() then (CPU): waiting for collectives and
-    // the waits' unpacking are not the ops' time.
+    // comm::blocked_ms() plus instrument::unpacked_ms() then: waiting for collectives and the
+    // waits' unpacking are not the ops' time. Counted per thread: on a GPU autograd runs
+    // backward on a thread of its own.
     double excluded_ms = 0;
+    std::thread::id thread = std::this_thread::get_id();
+    double blocked_all_threads_ms = 0;  // comm::blocked_ms_all_threads() then
+    size_t stalls = 0;                  // on GPU: StreamStalls::count() then
     std::shared_ptr<compat::CudaEvent> event;
   };
   struct Interval {
@@ -35,12 +43,15 @@ struct OpProfiler::State {
     bool backward;
     Mark start, end;
     double between_ms = 0;  // the work between ops that counts toward this one (CPU)
+    double host_between_ms = 0;  // the host's, likewise (GPU)
   };
   // Where the time between ops is measured from: a wall time, and the time by then spent
-  // waiting for collectives or recomputing, which is not the ops' (CPU only).
+  // waiting for collectives or recomputing, which is not the ops' (on the thread it was read on).
   struct Clock {
     double wall_ms = -1;
-    double excluded_ms = 0;
+    double excluded_ms = 0, recomputing_ms = 0;
+    std::thread::id thread;
+    double blocked_all_threads_ms = 0;
   };
   // A backward in progress: from the output marker to the last input marker.
   struct OpenBackward {
@@ -49,7 +60,7 @@ struct OpProfiler::State {
     Mark start;
     int64_t window = 0;
     int64_t peak_at_hook = -1;  // the window's peak when the first gradient hook began (-1: none yet)
-    double between_ms = 0;
+    double between_ms = 0, host_between_ms = 0;
   };
 
   const ir::OpTrace* trace = nullptr;
@@ -67,6 +78,9 @@ struct OpProfiler::State {
   double recomputing_ms = 0;          // time in ops rerun by a checkpoint() recomputation
   long last_forward = -1;             // the unread interval of the forward op the coming gap follows
   Clock last_forward_end, backward_gap_from;
+  // Where the host's op-free work is measured from: the end of the profiler's own work after an
+  // op, so that its bookkeeping (events, memory statistics, markers) is not counted as the host's.
+  Clock host_gap_from;
   std::vector<double> optimizer_step_ms, grad_norm_ms;
   // The waits' unpacking in measured micro-batches and the step tails after them: from the
   // start of a measured micro-batch's forward to the next forward (or the profile's reading).
@@ -88,6 +102,7 @@ struct OpProfiler::State {
   }
 
   std::vector<Interval> unread;  // measured intervals whose times are not read yet
+  instrument::StreamStalls stream_stalls;  // on GPU
 
   // `t` (doubles on the host) reduced element by element over the ranks of `world`, on the
   // device its process group needs, back on the host.
@@ -98,29 +113,55 @@ struct OpProfiler::State {
     return on_device.cpu();
   }
 
-  Clock clock_at(const Mark& m) const { return {m.wall_ms, m.excluded_ms + recomputing_ms}; }
-  // The op-free work from `from` to `to`: 0 on GPU (events), where an op's time is its own.
-  double between(const Clock& from, const Mark& to) const {
-    if (to.event || from.wall_ms < 0) return 0;
-    return std::max(0.0, to.wall_ms - from.wall_ms - (to.excluded_ms + recomputing_ms - from.excluded_ms));
+  Clock clock_at(const Mark& m) const { return {m.wall_ms, m.excluded_ms, recomputing_ms, m.thread, m.blocked_all_threads_ms}; }
+  // The op-free work from `from` to `to` (CPU): 0 on GPU (events), where an op's time is its own.
+  double between(const Clock& from, const Mark& to) const { return to.event ? 0 : wall_between(from, clock_at(to)); }
+  // The wall time from `from` to `to` less the waits for collectives and the recomputing.
+  static double wall_between(const Clock& from, const Clock& to) {
+    if (from.wall_ms < 0) return 0;
+    // From forward's thread to autograd's (a GPU's backward): the waits of any thread (a
+    // pipeline stage's for the gradient it receives, before autograd's thread begins).
+    double waited = from.thread == to.thread ? to.excluded_ms - from.excluded_ms
+                                             : to.blocked_all_threads_ms - from.blocked_all_threads_ms;
+    return std::max(0.0, to.wall_ms - from.wall_ms - waited - (to.recomputing_ms - from.recomputing_ms));
   }
+  // The host's op-free work from the end of the profiler's work after the last op to now (the
+  // profiler's work before the next op has not begun).
+  double host_gap() const { return wall_between(host_gap_from, host_clock()); }
+  Clock host_clock() const { return clock_at(host_mark()); }
 
-  Mark now() const {
+  // The host's clocks now.
+  static Mark host_mark() {
     Mark m;
-    if (cuda_device >= 0) m.event = compat::cuda_record_event();
-    else {
-      m.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-      m.excluded_ms = comm::blocked_ms() + instrument::unpacked_ms();
+    m.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    m.excluded_ms = comm::blocked_ms() + instrument::unpacked_ms();
+    m.blocked_all_threads_ms = comm::blocked_ms_all_threads();
+    return m;
+  }
+  // The host's clocks and, on GPU, an event on the device's stream.
+  Mark now() const {
+    Mark m = host_mark();
+    if (cuda_device >= 0) {
+      m.event = compat::cuda_record_event();
+      m.stalls = stream_stalls.count();
     }
     return m;
   }
   // Reads the times of the intervals measured so far (on GPU, waits for their events).
   void read_intervals() {
     for (const Interval& i : unread) {
-      double own = i.start.event ? compat::cuda_elapsed_ms(i.start.event, i.end.event)
-                                 : i.end.wall_ms - i.start.wall_ms - (i.end.excluded_ms - i.start.excluded_ms);
-      double ms = own + i.between_ms;
-      (i.backward ? samples[i.op].backward_ms : samples[i.op].forward_ms).push_back(ms);
+      double host = i.end.wall_ms - i.start.wall_ms - (i.end.excluded_ms - i.start.excluded_ms);
+      double own = host;
+      if (i.start.event) {
+        double stalled = stream_stalls.stalled_ms(i.start.thread, i.start.stalls, i.end.stalls);
+        own = std::max(0.0, compat::cuda_elapsed_ms(i.start.event, i.end.event) - stalled);
+      }
+      Samples& s = samples[i.op];
+      (i.backward ? s.backward_ms : s.forward_ms).push_back(own + i.between_ms);
+      // A GPU's last backward op closes on forward's thread, when backward has returned: the
+      // host's part of it is not seen.
+      if (i.start.event && i.start.thread == i.end.thread)
+        (i.backward ? s.backward_host_ms : s.forward_host_ms).push_back(host + i.host_between_ms);
     }
     unread.clear();
   }
@@ -159,14 +200,16 @@ struct OpProfiler::State {
     if (open.op < 0) return;
     Samples& s = samples[open.op];
     Mark end = now();
-    unread.push_back({open.op, true, open.start, end, open.between_ms});
+    unread.push_back({open.op, true, open.start, end, open.between_ms, open.host_between_ms});
     int64_t peak = end_window(open.window);  // ends the window whatever the hooks did: the step's peak stays whole
     s.backward_peak = std::max(s.backward_peak, open.peak_at_hook >= 0 ? open.peak_at_hook : peak);
     open = OpenBackward{};
     backward_gap_from = clock_at(end);
+    host_gap_from = host_clock();
   }
 
   void backward_started_for(int op, int inputs) {
+    double host_gap_ms = host_gap();  // 0 where the op before is closed only here, below
     close_backward();
     backward_started[op] = true;
     Samples& s = samples[op];
@@ -176,6 +219,7 @@ struct OpProfiler::State {
     open.window = begin_window();
     open.start = now();
     open.between_ms = between(backward_gap_from, open.start);  // the op-free backward work before it
+    open.host_between_ms = host_gap_ms;
   }
 
   void input_gradient_done(int op) {
@@ -237,18 +281,23 @@ OpProfiler::OpProfiler(torch::nn::Module& model, const ir::OpTrace& trace, nn::C
         if (state) static_cast<State*>(state)->gradient_hook_begins();
       },
       s_.get());
+  if (cuda_device >= 0) comm::set_wait_listener(&s_->stream_stalls);
 }
 
-OpProfiler::~OpProfiler() { instrument::clear_gradient_hook_listener(s_.get()); }
+OpProfiler::~OpProfiler() {
+  if (s_->cuda_device >= 0) comm::set_wait_listener(nullptr);
+  instrument::clear_gradient_hook_listener(s_.get());
+}
 
 void OpProfiler::begin_forward(bool measured) {
   s_->read_intervals();
   s_->close_unpack_window();
   if (measured) s_->open_unpack_window();
   s_->measured = measured;
+  s_->stream_stalls.recording = measured;
   s_->in_backward = false;
   s_->last_forward = -1;
-  s_->last_forward_end = s_->backward_gap_from = State::Clock{};
+  s_->last_forward_end = s_->backward_gap_from = s_->host_gap_from = State::Clock{};
   s_->calls_this_forward.clear();
   s_->backward_started.assign(s_->backward_started.size(), false);
 }
@@ -257,11 +306,17 @@ void OpProfiler::begin_backward() {
   State& s = *s_;
   s.in_backward = true;
   if (!s.measured) return;
+  double host_gap_ms = s.host_gap();
   State::Mark now = s.now();
   // The last forward op takes what follows it to here: the loss.
-  if (s.last_forward >= 0) s.unread[static_cast<size_t>(s.last_forward)].between_ms += s.between(s.last_forward_end, now);
+  if (s.last_forward >= 0) {
+    State::Interval& last = s.unread[static_cast<size_t>(s.last_forward)];
+    last.between_ms += s.between(s.last_forward_end, now);
+    last.host_between_ms += host_gap_ms;
+  }
   s.last_forward = -1;
   s.backward_gap_from = s.clock_at(now);
+  s.host_gap_from = s.host_clock();
 }
 
 void OpProfiler::optimizer_step_took(double ms) {
@@ -276,6 +331,7 @@ void OpProfiler::end_backward() { s_->close_backward(); }
 
 void OpProfiler::reset() {
   s_->read_intervals();
+  s_->stream_stalls.clear();
   size_t ops = s_->samples.size();
   s_->samples.assign(ops, State::Samples{});
   s_->optimizer_step_ms.clear();
@@ -302,6 +358,8 @@ torch::Tensor OpProfiler::intercept(torch::nn::Module& module, const std::vector
   }
   if (op < 0) return run(inputs);
 
+  bool outermost = s.depth == 0;
+  double host_gap_ms = outermost && !s.in_backward ? s.host_gap() : 0;
   bool marks = torch::GradMode::is_enabled();
   std::vector<torch::Tensor> xs = inputs;
   int marked_inputs = 0;
@@ -313,14 +371,18 @@ torch::Tensor OpProfiler::intercept(torch::nn::Module& module, const std::vector
       }
   }
   torch::Tensor out;
-  bool outermost = s.depth++ == 0;
+  ++s.depth;
   if (!s.in_backward) {
     State::Samples& sample = s.samples[op];
     sample.memory_before = std::max(sample.memory_before, s.memory_now());
     int64_t window = s.begin_window();
     State::Mark start = s.now();
     // The previous op takes the op-free work since it ended (the attention scores after c_attn).
-    if (outermost && s.last_forward >= 0) s.unread[static_cast<size_t>(s.last_forward)].between_ms += s.between(s.last_forward_end, start);
+    if (outermost && s.last_forward >= 0) {
+      State::Interval& last = s.unread[static_cast<size_t>(s.last_forward)];
+      last.between_ms += s.between(s.last_forward_end, start);
+      last.host_between_ms += host_gap_ms;
+    }
     out = run(xs);
     State::Mark end = s.now();
     s.unread.push_back({op, false, start, end});
@@ -334,14 +396,15 @@ torch::Tensor OpProfiler::intercept(torch::nn::Module& module, const std::vector
     if (outermost) s.recomputing_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   }
   --s.depth;
-  if (!marks || !out.requires_grad()) return out;
-  return mark(out, &s, op, /*on_output=*/true, marked_inputs);
+  if (marks && out.requires_grad()) out = mark(out, &s, op, /*on_output=*/true, marked_inputs);
+  if (outermost && !s.in_backward) s.host_gap_from = s.host_clock();
+  return out;
 }
 
 std::vector<OpProfile> OpProfiler::result(comm::Group& world) const {
   s_->read_intervals();
   const State& s = *s_;
-  constexpr int kFields = 6;
+  constexpr int kFields = 8;
   int64_t n = static_cast<int64_t>(s.samples.size());
   torch::Tensor t = torch::zeros({n, kFields}, torch::kDouble);
   auto a = t.accessor<double, 2>();
@@ -353,13 +416,18 @@ std::vector<OpProfile> OpProfiler::result(comm::Group& world) const {
     a[i][3] = static_cast<double>(x.forward_peak);
     a[i][4] = static_cast<double>(x.backward_before);
     a[i][5] = static_cast<double>(x.backward_peak);
+    a[i][6] = x.forward_host_ms.empty() ? -1 : median(x.forward_host_ms);
+    a[i][7] = x.backward_host_ms.empty() ? -1 : median(x.backward_host_ms);
   }
   t = s.over_ranks(t, world, comm::ReduceOp::Max);
   a = t.accessor<double, 2>();
   std::vector<OpProfile> out;
-  for (int64_t i = 0; i < n; ++i)
+  for (int64_t i = 0; i < n; ++i) {
     out.push_back({s.trace->forward[i].module, a[i][0], a[i][1], static_cast<int64_t>(a[i][2]), static_cast<int64_t>(a[i][3]),
                    static_cast<int64_t>(a[i][4]), static_cast<int64_t>(a[i][5]), {}, {}});
+    out.back().forward_host_ms = a[i][6];
+    out.back().backward_host_ms = a[i][7];
+  }
   if (world.size() > 1) add_rank_times(world, out);
   return out;
 }

@@ -129,19 +129,19 @@ class Simulator {
         break;
       }
       case OpKind::Compute:
-      case OpKind::Recompute:
+      case OpKind::Recompute: compute(r, run, r.cost->seconds(p, in), r.cost->host_seconds(p, in)); break;
       case OpKind::OptimizerStep:
       case OpKind::SelectDrop: compute(r, run, r.cost->seconds(p, in)); break;
       case OpKind::Offload:
       case OpKind::Reload: {
-        double start = std::max(r.host, r.copy_free);
+        double start = std::max({r.host, r.compute_free, r.copy_free});
         r.host = r.copy_free = start + r.cost->seconds(p, in);
         record(r, run, "copy", start, r.host);
         break;
       }
       case OpKind::OffloadStates:
       case OpKind::ReloadStates: {  // on the copy stream, while the host goes on
-        double start = std::max(r.host, r.copy_free);
+        double start = std::max({r.host, r.compute_free, r.copy_free});
         r.copy_free = start + r.cost->seconds(p, in);
         r.handle_end[static_cast<size_t>(in.handle)] = r.copy_free;
         record(r, run, "copy", start, r.copy_free);
@@ -158,7 +158,7 @@ class Simulator {
           break;
         }
         if (std::string key = meeting_key(r, in); !key.empty()) return meet(r, run, key);
-        double start = std::max(r.host, r.collective_free);
+        double start = std::max({r.host, r.compute_free, r.collective_free});
         r.collective_free = start + r.cost->seconds(p, in);
         r.handle_end[static_cast<size_t>(in.handle)] = r.collective_free;
         record(r, run, "collective", start, r.collective_free);
@@ -168,12 +168,20 @@ class Simulator {
     return true;
   }
 
-  // Work that holds the host on the compute stream.
-  void compute(Rank& r, const Run& run, double seconds) {
-    double start = std::max(r.host, r.compute_free);
-    r.host = r.compute_free = start + seconds;
+  // Work on the compute stream. Without a host part (`host_seconds` < 0: a CPU) it holds the
+  // host. With one (a GPU) the host dispatches it in `host_seconds` and goes on; the device runs
+  // it once free and the host has begun, and it ends no sooner than its last dispatch.
+  void compute(Rank& r, const Run& run, double seconds, double host_seconds = -1) {
+    double issued = r.host;
+    double start = std::max(issued, r.compute_free);
+    if (host_seconds < 0) {
+      r.host = r.compute_free = start + seconds;
+    } else {
+      r.compute_free = std::max(start + seconds, issued + host_seconds);
+      r.host = issued + host_seconds;
+    }
     r.compute_s += seconds;
-    record(r, run, "compute", start, r.host);
+    record(r, run, "compute", start, r.compute_free);
   }
 
   // What the run allocates and frees (memory::StepMemory), as of the rank's clock after it.
@@ -220,7 +228,7 @@ class Simulator {
     const Instr& in = r.program->instrs[run.instr];
     Meeting& m = meetings_[key];
     if (!m.issued.count(r.index)) {
-      m.issued[r.index] = std::max(r.host, r.collective_free);
+      m.issued[r.index] = std::max({r.host, r.compute_free, r.collective_free});
       m.seconds[r.index] = r.cost->seconds(*r.program, in);
     }
     if (m.issued.size() < m.participants) return false;

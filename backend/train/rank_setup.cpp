@@ -309,6 +309,14 @@ void warn_if_over_limit(const ir::Program& step, const MemoryPlanning& memory, i
               << "prefetch(budget=auto), unshard(auto) and bucket(size=auto) add nothing\n";
 }
 
+// Whether the schedule has a pass that plans within the memory limit (an auto budget or size).
+bool plans_within_memory(const RuntimePlan& plan) {
+  auto automatic = [](const auto& request) { return request.automatic; };
+  return plan.offload_automatic || std::any_of(plan.unshard.begin(), plan.unshard.end(), automatic) ||
+         std::any_of(plan.sized_buckets.begin(), plan.sized_buckets.end(), automatic) ||
+         std::any_of(plan.prefetch.begin(), plan.prefetch.end(), [](const PrefetchRequest& p) { return p.budget == 0; });
+}
+
 // The interceptors around every module call, innermost first: checkpointing, the op profiler,
 // the sharded executor, tensor parallelism, the step recorder, the pipeline stage.
 void install_executors(RankRun& r, const std::vector<std::string>& unreduced, torch::Dtype reduce_dtype) {
@@ -327,6 +335,9 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   // On a GPU the auto passes plan within its memory when no limit is given.
   step_options.memory.limit =
       o.memory_limit > 0 || !r.cuda ? o.memory_limit : MemoryPlanning::device_default(compat::cuda_total_bytes(r.gpu));
+  if (o.memory_limit <= 0 && r.cuda && r.env.rank == 0 && plans_within_memory(r.plan))
+    std::cerr << "loom run: the auto passes plan within " << format_size(step_options.memory.limit) << ", 90% of cuda:" << r.gpu
+              << "'s " << format_size(compat::cuda_total_bytes(r.gpu)) << " (--memory-limit BYTES sets another limit)\n";
   r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
   warn_if_over_limit(*r.step, step_options.memory, r.env.rank);
   // checkpoint(): the modules the program recomputes (on a pipeline stage, its own).

@@ -124,7 +124,7 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
     Profile::from_json(R"({"format": "something-else"})", "other.json");
     FAIL("a foreign file was accepted");
   } catch (const UserError& e) {
-    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 7");
+    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 8");
     CHECK(e.diagnostic().hint == "write it again with `loom profile`");
   }
   CHECK_THROWS_WITH_AS(Profile::from_json("{", "broken.json"), doctest::Contains("broken.json is not a readable Loom profile"),
@@ -374,6 +374,42 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
     CHECK(err.diagnostic().message == "p.json was measured for other compute ops: the step's op 0 is `a`, the profile's is `b`");
     CHECK(err.diagnostic().hint == "measure this model and schedule with `loom profile`");
   }
+}
+
+TEST_CASE("a GPU profile prices each compute's host part: its op's host time, a recompute's ops' sum; -1 where not measured") {
+  auto instr = [](ir::OpKind kind, const char* module, ir::Phase phase) {
+    ir::Instr in;
+    in.kind = kind, in.phase = phase, in.module = module;
+    return in;
+  };
+  std::vector<ir::Program> stages(1);
+  stages[0].instrs = {instr(ir::OpKind::Compute, "h.a", ir::Phase::Forward), instr(ir::OpKind::Compute, "h.b", ir::Phase::Forward),
+                      instr(ir::OpKind::Recompute, "h", ir::Phase::Backward), instr(ir::OpKind::Compute, "h.b", ir::Phase::Backward),
+                      instr(ir::OpKind::Compute, "h.a", ir::Phase::Backward)};
+  Profile p;
+  p.device = "cuda";
+  p.ops = {{"h.a", 1.0, 10.0, 0, 0, 0, 0}, {"h.b", 2.0, 20.0, 0, 0, 0, 0}};
+  p.ops[0].forward_host_ms = 0.5, p.ops[0].backward_host_ms = -1;  // not seen (closed on another thread)
+  p.ops[1].forward_host_ms = 3.0, p.ops[1].backward_host_ms = 4.0;
+  ProfileCost priced(stages, p, "p.json");
+  const std::vector<ir::Instr>& in = stages[0].instrs;
+  CHECK(priced.seconds(stages[0], in[0]) == doctest::Approx(1e-3));  // the kernels' time stays the op's
+  CHECK(priced.host_seconds(stages[0], in[0]) == doctest::Approx(0.5e-3));
+  CHECK(priced.host_seconds(stages[0], in[1]) == doctest::Approx(3e-3));
+  CHECK(priced.host_seconds(stages[0], in[2]) == doctest::Approx(3.5e-3));  // h.a's and h.b's forwards again
+  CHECK(priced.host_seconds(stages[0], in[3]) == doctest::Approx(4e-3));
+  CHECK(priced.host_seconds(stages[0], in[4]) == -1);  // the host holds for it, as on a CPU
+  p.ops[1].forward_host_ms = -1;
+  CHECK(ProfileCost(stages, p, "p.json").host_seconds(stages[0], in[2]) == -1);  // one op unseen: the sum is unknown
+  // Written and read back; a CPU profile has none.
+  Profile read = Profile::from_json(p.to_json(), "p.json");
+  CHECK(read.ops[0].forward_host_ms == 0.5);
+  CHECK(read.ops[0].backward_host_ms == -1);
+  CHECK(read.ops[1].backward_host_ms == 4.0);
+  Profile cpu;
+  cpu.ops = {{"h.a", 1.0, 10.0, 0, 0, 0, 0}};
+  CHECK(Profile::from_json(cpu.to_json(), "p.json").ops[0].forward_host_ms == -1);
+  CHECK(cpu.to_json().find("host_ms") == std::string::npos);
 }
 
 TEST_CASE("a profile of a pipeline prices each stage: its ops found among every stage's, its transfers and mesh groups by role") {

@@ -70,6 +70,36 @@ TEST_CASE("a gather issued before a compute overlaps it; its wait exposes only w
   CHECK(exposed.events[2].start_s == doctest::Approx(5));
 }
 
+TEST_CASE("on a GPU the host dispatches kernels and goes on: a step of short kernels waits for the host") {
+  // Each compute's kernels take `device` seconds, their dispatch `host` seconds of the host.
+  struct GpuCost : InstructionCost {
+    double device = 0, host = 0;
+    double seconds(const ir::Program&, const ir::Instr& in) const override {
+      return in.kind == OpKind::Compute ? device : in.kind == OpKind::AllReduce ? 2 : 0;
+    }
+    double host_seconds(const ir::Program&, const ir::Instr& in) const override { return in.kind == OpKind::Compute ? host : -1; }
+  };
+  ir::GroupRef world{ir::Role::World, 2};
+  ir::Program p = one_param({instr(OpKind::Compute, Phase::Forward, "a"), instr(OpKind::Compute, Phase::Forward, "b"),
+                             instr(OpKind::AllReduce, Phase::Backward, "", 0, world), wait(0, Phase::Backward),
+                             instr(OpKind::Compute, Phase::Backward, "c")});
+  GpuCost cost;
+  cost.device = 3, cost.host = 1;  // the host runs ahead: a 0-3, b 3-6, the all-reduce from 6 (the device reaches it) to 8, c 8-11
+  SimResult device_bound = simulate({p}, cost);
+  CHECK(device_bound.step_s == doctest::Approx(11));
+  REQUIRE(device_bound.events.size() == 4);
+  CHECK(device_bound.events[1].start_s == doctest::Approx(3));
+  CHECK(device_bound.events[2].start_s == doctest::Approx(6));
+  CHECK(device_bound.compute_s == doctest::Approx(9));
+  cost.device = 1, cost.host = 3;  // the device waits for the dispatches: a 0-3, b 3-6, the all-reduce 6-8, c 8-11
+  SimResult host_bound = simulate({p}, cost);
+  CHECK(host_bound.step_s == doctest::Approx(11));
+  CHECK(host_bound.events[1].start_s == doctest::Approx(3));
+  CHECK(host_bound.compute_s == doctest::Approx(3));  // the kernels' own time; the rest is the host's
+  cost.host = 0.5;  // the kernels: a 0-1, b 1-2 (dispatched at 0.5), all-reduce 2-4, c 4-5
+  CHECK(simulate({p}, cost).step_s == doctest::Approx(5));
+}
+
 TEST_CASE("collectives queue on the collective stream in issue order") {
   FixedCost cost;
   cost.by_kind = {{OpKind::AllGather, 2}};
