@@ -101,6 +101,7 @@ struct Simulation {
   std::string priced_by;  // "cluster NAME" or "profile FILE"
   double tokens_per_s_per_rank = 0;
   std::vector<MemoryCalibration> memory_calibration;  // by stage, from a GPU profile (else identity or none)
+  bool host_timed = false;  // a GPU profile's ops have host parts: kernels can wait for the host
 };
 
 void print_report(const SimulateOptions& o, const Simulation& s) {
@@ -113,7 +114,8 @@ void print_report(const SimulateOptions& o, const Simulation& s) {
               static_cast<long long>(o.accum), static_cast<long long>(o.micro_batch), static_cast<long long>(o.seq));
   std::printf("  step            %10.3f ms  (stage %d ends last)\n", r.step_s * 1e3, r.critical_stage);
   std::printf("  compute         %10.3f ms\n", r.compute_s * 1e3);
-  std::printf("  exposed comm    %10.3f ms  (communication, copies and waits not hidden by compute)\n", r.exposed_comm_s * 1e3);
+  std::printf("  exposed comm    %10.3f ms  (communication, copies and waits not hidden by compute%s)\n", r.exposed_comm_s * 1e3,
+              s.host_timed ? "; on a GPU also the kernels waiting for the host" : "");
   std::printf("  peak memory     %10s     on stage %d, at instruction %s\n", format_size(r.peak_bytes).c_str(), r.peak_stage,
               instruction_line(s.stages[static_cast<size_t>(r.peak_stage)], r.peak_instr).c_str());
   std::printf("  tokens/s/rank   %10.0f\n", s.tokens_per_s_per_rank);
@@ -145,6 +147,8 @@ Simulation simulate_planned(const Schedule& sch, SimulateOptions& o, std::option
   step_options.memory = memory_planning(o, cluster_cost, profile);
   s.stages = lower_stage_programs(s.plan, trace_model(o.model, {o.micro_batch, o.seq}, s.plan.replacements), o.nproc, step_options);
   s.result = cluster_cost ? simulate(s.stages, *cluster_cost) : simulate_profiled(o, *profile, s.stages, s.memory_calibration);
+  if (profile)
+    for (const OpProfile& op : profile->ops) s.host_timed = s.host_timed || op.forward_host_ms >= 0 || op.backward_host_ms >= 0;
   // A replica's tokens are shared by its tp x pp ranks.
   double tokens_per_rank = static_cast<double>(o.micro_batch * o.seq * o.accum) / (s.plan.tp * s.plan.pp);
   s.tokens_per_s_per_rank = s.result.step_s > 0 ? tokens_per_rank / s.result.step_s : 0;

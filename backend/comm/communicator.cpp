@@ -93,17 +93,17 @@ struct BlockedClock {
     blocked_ns_all_threads += std::chrono::duration_cast<std::chrono::nanoseconds>(took).count();
   }
 };
+
+std::atomic<WaitListener*> wait_listener{nullptr};
 }  // namespace
 
 double blocked_ms() { return blocked_ms_total; }
 
 double blocked_ms_all_threads() { return static_cast<double>(blocked_ns_all_threads.load()) / 1e6; }
 
-namespace {
-std::atomic<WaitListener*> wait_listener{nullptr};
-}  // namespace
-
 void set_wait_listener(WaitListener* listener) { wait_listener = listener; }
+
+void clear_wait_listener(WaitListener* listener) { wait_listener.compare_exchange_strong(listener, nullptr); }
 
 void Work::wait() {
   BlockedClock blocked;
@@ -112,7 +112,6 @@ void Work::wait() {
   if (listener) listener->before_wait();
   try {
     for (auto& work : works_) work->wait();
-    if (listener) listener->after_wait();
   } catch (const std::exception& e) {
     // The works not waited for stay queued in the process group with their tensors; the run
     // ends on this error (a peer died or the network broke), so nothing reads them.
@@ -120,6 +119,7 @@ void Work::wait() {
     finish_ = nullptr;
     throw CommError(what_ + " failed: " + exception_text(e, false));
   }
+  if (listener) listener->after_wait();
   works_.clear();
   if (finish_) {
     auto f = std::move(finish_);

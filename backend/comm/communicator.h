@@ -72,16 +72,20 @@ double blocked_ms();
 double blocked_ms_all_threads();
 
 // Told of every Work::wait() of the process, on the thread that waits: before it blocks, and
-// once the collective has completed (before the wait's local finish). The op profiler on a GPU
-// marks the stream there: the device time a wait holds the stream for is the collective's.
+// when the process group's waits return (on gloo the collective has completed and the stream
+// waits for its copy back; NCCL only makes the stream wait), before the wait's local finish.
+// The op profiler on a GPU marks the stream there: the device time a wait holds the stream for
+// is the collective's.
 class WaitListener {
  public:
   virtual ~WaitListener() = default;
   virtual void before_wait() = 0;
   virtual void after_wait() = 0;
 };
-// One listener at a time (null: none).
+// One listener at a time.
 void set_wait_listener(WaitListener* listener);
+// Removes `listener` if it is the one set.
+void clear_wait_listener(WaitListener* listener);
 
 enum class Backend {
   Gloo,  // CPU tensors

@@ -71,10 +71,8 @@ double ClusterCost::seconds(const ir::Program& p, const ir::Instr& in) const {
       return compute_seconds(cluster_.device, in.flops, in.activation_bytes, precision_);
     case OpKind::OptimizerStep: {
       // AdamW reads and writes every state of the elements it updates: memory-bound.
-      double elements = 0;
-      for (int q : in.params) elements += static_cast<double>(p.params[static_cast<size_t>(q)].numel) / p.sharding.optim;
       double per_element = state_bytes_.param + state_bytes_.grad + state_bytes_.optim;
-      return compute_seconds(cluster_.device, 0, static_cast<int64_t>(2 * elements * per_element), precision_);
+      return compute_seconds(cluster_.device, 0, static_cast<int64_t>(2 * optimized_elements(p) * per_element), precision_);
     }
     case OpKind::Offload:
     case OpKind::Reload:
@@ -89,9 +87,19 @@ double ClusterCost::seconds(const ir::Program& p, const ir::Instr& in) const {
   return collective_seconds(cluster_, op, in.bytes, span(p, in));
 }
 
-double ClusterCost::own_seconds(const ir::Program&, const ir::Instr& in) const {
+double ClusterCost::own_seconds(const ir::Program& p, const ir::Instr& in) const {
+  // The gradient norm reads the rank's part of every gradient (its optimizer slices), and the
+  // clipping reads and writes it again: memory-bound, as the optimizer step.
+  if (in.kind == ir::OpKind::GradNorm)
+    return compute_seconds(cluster_.device, 0, static_cast<int64_t>(3 * optimized_elements(p) * state_bytes_.grad), precision_);
   if (in.kind != ir::OpKind::Wait || in.unpack_bytes <= 0) return 0;
   return compute_seconds(cluster_.device, 0, 2 * in.unpack_bytes, precision_);
+}
+
+double ClusterCost::optimized_elements(const ir::Program& p) const {
+  double elements = 0;
+  for (const ir::TracedParam& param : p.params) elements += static_cast<double>(param.numel) / p.sharding.optim;
+  return elements;
 }
 
 ProfileCost::ProfileCost(const std::vector<ir::Program>& stages, const Profile& profile, const std::string& origin) {

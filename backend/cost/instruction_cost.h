@@ -48,7 +48,8 @@ class ClusterCost : public InstructionCost {
  public:
   ClusterCost(Cluster cluster, Precision precision, int devices_per_node, StateBytes state_bytes = StateBytes::loom_adamw());
   double seconds(const ir::Program& program, const ir::Instr& in) const override;
-  // A wait's unpacking: memory-bound, each byte read and written once on the device.
+  // A wait's unpacking: memory-bound, each byte read and written once on the device; the
+  // gradient norm's pass over the rank's gradients and their clipping, likewise.
   double own_seconds(const ir::Program& program, const ir::Instr& in) const override;
   // Where the ranks of the group `in` runs on sit, for the program's stage (its first rank's
   // groups: every rank of the stage has groups shaped alike).
@@ -67,6 +68,8 @@ class ClusterCost : public InstructionCost {
   mutable std::map<SpanKey, GroupSpan> spans_;
   mutable std::optional<std::pair<SpanKey, GroupSpan>> last_span_;  // the last looked up
   GroupSpan work_out_span(const ir::Program& program, const ir::Instr& in) const;
+  // The elements of the program's parameters this rank updates (and clips): 1/s_os of each.
+  double optimized_elements(const ir::Program& program) const;
 };
 
 // A measured profile (`loom profile`) prices the programs of one step (a program per pipeline

@@ -30,10 +30,10 @@ struct OpProfile {
   // Each rank's own median times, by rank (the figures above are the slowest rank's, op by op);
   // empty for one rank and in profiles written before they were kept.
   std::vector<double> forward_ms_by_rank, backward_ms_by_rank;
-  // On a GPU, the host's part of the op (wall clock from its first dispatch to its last, with the
-  // op-free host work after it, as above): the times above are its kernels', which run behind
-  // the host, so a step of short kernels waits for the host. -1: not measured (a CPU, whose op
-  // times are the host's).
+  // On a GPU, the host's part of the op, the slowest rank's: the wall clock from its call to its
+  // return less the waits, with the host's op-free work after it (as above). The times above are
+  // its kernels', which run behind the host, so a step of short kernels waits for the host. -1:
+  // not measured (a CPU, whose op times are the host's; a backward that ended on another thread).
   double forward_host_ms = -1, backward_host_ms = -1;
 };
 

@@ -120,15 +120,30 @@ struct OpProfiler::State {
   static double wall_between(const Clock& from, const Clock& to) {
     if (from.wall_ms < 0) return 0;
     // From forward's thread to autograd's (a GPU's backward): the waits of any thread (a
-    // pipeline stage's for the gradient it receives, before autograd's thread begins).
+    // pipeline stage's for the gradient it receives, before autograd's thread begins). Another
+    // thread's wait at the same time would be taken out too: none such in a step, where forward's
+    // thread waits for backward's end.
     double waited = from.thread == to.thread ? to.excluded_ms - from.excluded_ms
                                              : to.blocked_all_threads_ms - from.blocked_all_threads_ms;
     return std::max(0.0, to.wall_ms - from.wall_ms - waited - (to.recomputing_ms - from.recomputing_ms));
   }
   // The host's op-free work from the end of the profiler's work after the last op to now (the
   // profiler's work before the next op has not begun).
-  double host_gap() const { return wall_between(host_gap_from, host_clock()); }
+  // On a CPU 0: the host's work is the op's (between()).
+  double host_gap() const { return cuda_device >= 0 ? wall_between(host_gap_from, host_clock()) : 0; }
   Clock host_clock() const { return clock_at(host_mark()); }
+  // The profiler's work after an op (or at backward's start) is done: the host's gap begins.
+  void host_gap_begins() {
+    if (cuda_device >= 0) host_gap_from = host_clock();
+  }
+  // The last forward op takes the op-free work from its end to `to` (the attention scores after
+  // c_attn; the loss after the head), and the host's gap measured before the profiler's work.
+  void last_forward_takes_gap(const Mark& to, double host_gap_ms) {
+    if (last_forward < 0) return;
+    Interval& last = unread[static_cast<size_t>(last_forward)];
+    last.between_ms += between(last_forward_end, to);
+    last.host_between_ms += host_gap_ms;
+  }
 
   // The host's clocks now.
   static Mark host_mark() {
@@ -205,11 +220,12 @@ struct OpProfiler::State {
     s.backward_peak = std::max(s.backward_peak, open.peak_at_hook >= 0 ? open.peak_at_hook : peak);
     open = OpenBackward{};
     backward_gap_from = clock_at(end);
-    host_gap_from = host_clock();
+    host_gap_begins();
   }
 
   void backward_started_for(int op, int inputs) {
-    double host_gap_ms = host_gap();  // 0 where the op before is closed only here, below
+    // Where the op before is still open (closed only here, below), it takes all the time until now.
+    double host_gap_ms = open.op >= 0 ? 0 : host_gap();
     close_backward();
     backward_started[op] = true;
     Samples& s = samples[op];
@@ -285,7 +301,7 @@ OpProfiler::OpProfiler(torch::nn::Module& model, const ir::OpTrace& trace, nn::C
 }
 
 OpProfiler::~OpProfiler() {
-  if (s_->cuda_device >= 0) comm::set_wait_listener(nullptr);
+  comm::clear_wait_listener(&s_->stream_stalls);
   instrument::clear_gradient_hook_listener(s_.get());
 }
 
@@ -294,7 +310,7 @@ void OpProfiler::begin_forward(bool measured) {
   s_->close_unpack_window();
   if (measured) s_->open_unpack_window();
   s_->measured = measured;
-  s_->stream_stalls.recording = measured;
+  s_->stream_stalls.set_recording(measured);
   s_->in_backward = false;
   s_->last_forward = -1;
   s_->last_forward_end = s_->backward_gap_from = s_->host_gap_from = State::Clock{};
@@ -308,15 +324,10 @@ void OpProfiler::begin_backward() {
   if (!s.measured) return;
   double host_gap_ms = s.host_gap();
   State::Mark now = s.now();
-  // The last forward op takes what follows it to here: the loss.
-  if (s.last_forward >= 0) {
-    State::Interval& last = s.unread[static_cast<size_t>(s.last_forward)];
-    last.between_ms += s.between(s.last_forward_end, now);
-    last.host_between_ms += host_gap_ms;
-  }
+  s.last_forward_takes_gap(now, host_gap_ms);  // the loss
   s.last_forward = -1;
   s.backward_gap_from = s.clock_at(now);
-  s.host_gap_from = s.host_clock();
+  s.host_gap_begins();
 }
 
 void OpProfiler::optimizer_step_took(double ms) {
@@ -377,12 +388,7 @@ torch::Tensor OpProfiler::intercept(torch::nn::Module& module, const std::vector
     sample.memory_before = std::max(sample.memory_before, s.memory_now());
     int64_t window = s.begin_window();
     State::Mark start = s.now();
-    // The previous op takes the op-free work since it ended (the attention scores after c_attn).
-    if (outermost && s.last_forward >= 0) {
-      State::Interval& last = s.unread[static_cast<size_t>(s.last_forward)];
-      last.between_ms += s.between(s.last_forward_end, start);
-      last.host_between_ms += host_gap_ms;
-    }
+    if (outermost) s.last_forward_takes_gap(start, host_gap_ms);
     out = run(xs);
     State::Mark end = s.now();
     s.unread.push_back({op, false, start, end});
@@ -397,7 +403,7 @@ torch::Tensor OpProfiler::intercept(torch::nn::Module& module, const std::vector
   }
   --s.depth;
   if (marks && out.requires_grad()) out = mark(out, &s, op, /*on_output=*/true, marked_inputs);
-  if (outermost && !s.in_backward) s.host_gap_from = s.host_clock();
+  if (outermost && !s.in_backward) s.host_gap_begins();
   return out;
 }
 

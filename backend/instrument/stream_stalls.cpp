@@ -3,13 +3,13 @@
 namespace loom::instrument {
 
 void StreamStalls::before_wait() {
-  if (!recording) return;
+  if (!recording_) return;
   std::lock_guard<std::mutex> lock(mutex_);
   pending_[std::this_thread::get_id()] = compat::cuda_record_event();
 }
 
 void StreamStalls::after_wait() {
-  if (!recording) return;
+  if (!recording_) return;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = pending_.find(std::this_thread::get_id());
   if (it == pending_.end()) return;

@@ -28,10 +28,11 @@ class StreamStalls : public comm::WaitListener {
   double stalled_ms(std::thread::id thread, size_t from, size_t to) const;
   // Forgets them (no mark refers to them any more).
   void clear();
-
-  std::atomic<bool> recording{false};  // in measured micro-batches
+  // Records the waits from now (measured micro-batches), or not.
+  void set_recording(bool on) { recording_ = on; }
 
  private:
+  std::atomic<bool> recording_{false};
   struct Stall {
     std::thread::id thread;
     std::shared_ptr<compat::CudaEvent> before, after;

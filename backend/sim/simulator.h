@@ -40,7 +40,9 @@ struct MemorySample {
 struct SimResult {
   double step_s = 0;          // the slowest stage's (or simulated rank's) end
   double compute_s = 0;       // that stage's (or rank's) compute-stream time
-  double exposed_comm_s = 0;  // step_s - compute_s: communication, copies and waiting for other stages not hidden by compute
+  // step_s - compute_s: communication, copies and waiting for other stages not hidden by
+  // compute, and on a GPU the kernels waiting for the host's dispatch
+  double exposed_comm_s = 0;
   int64_t peak_bytes = 0;     // the largest memory in use on any stage
   int peak_stage = 0;
   size_t peak_instr = 0;      // the instruction at that peak (index into its stage's program)

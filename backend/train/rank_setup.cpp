@@ -336,7 +336,9 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   step_options.memory.limit =
       o.memory_limit > 0 || !r.cuda ? o.memory_limit : MemoryPlanning::device_default(compat::cuda_total_bytes(r.gpu));
   if (o.memory_limit <= 0 && r.cuda && r.env.rank == 0 && plans_within_memory(r.plan))
-    std::cerr << "loom run: the auto passes plan within " << format_size(step_options.memory.limit) << ", 90% of cuda:" << r.gpu
+    std::cerr << "loom run: the auto passes plan within " << format_size(step_options.memory.limit) << ", "
+              << std::llround(100.0 * static_cast<double>(step_options.memory.limit) / static_cast<double>(compat::cuda_total_bytes(r.gpu)))
+              << "% of cuda:" << r.gpu
               << "'s " << format_size(compat::cuda_total_bytes(r.gpu)) << " (--memory-limit BYTES sets another limit)\n";
   r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
   warn_if_over_limit(*r.step, step_options.memory, r.env.rank);

@@ -115,6 +115,32 @@ void check_trace_span(comm::Group& world, int r) {
          r);
 }
 
+// A wait listener (the op profiler's on a GPU) hears each wait once, before it blocks and after
+// its works return; a second wait of a finished work, and a work with nothing to wait for, it
+// does not; clearing another listener leaves it set.
+void check_wait_listener(comm::Group& world, int r) {
+  struct Counting : comm::WaitListener {
+    int before = 0, after = 0;
+    void before_wait() override { ++before; }
+    void after_wait() override { ++after; }
+  } counting, other;
+  comm::set_wait_listener(&counting);
+  auto t = torch::ones({4});
+  comm::Work work = comm::all_reduce(world, t);
+  work.wait();
+  work.wait();
+  comm::Work().wait();
+  comm::clear_wait_listener(&other);
+  comm::all_reduce(world, t).wait();
+  comm::clear_wait_listener(&counting);
+  comm::all_reduce(world, t).wait();
+  int waits = world.size() == 1 ? 0 : 2;  // a group of one issues nothing (gloo)
+  expect(counting.before == waits && counting.after == waits,
+         "wait listener: " + std::to_string(waits) + " waits heard, not " + std::to_string(counting.before) + " and " +
+             std::to_string(counting.after),
+         r);
+}
+
 int worker(const RankEnv& env) {
   memory::install_counting_allocator();
   torch::set_num_threads(1);
@@ -196,6 +222,7 @@ int worker(const RankEnv& env) {
   if (W == 4) check_mesh_groups(*world, r);
   check_gather_memory(*world, r);
   check_trace_span(*world, r);
+  check_wait_listener(*world, r);
   comm::barrier(*world);
   return failures == 0 ? 0 : 1;
 }

@@ -235,3 +235,18 @@ TEST_CASE("this machine as a cluster: the rates a profile measured, written in t
   CHECK_THROWS_WITH_AS(machine_cluster(profile, p, 2, 1LL << 30, "here"),
                        "here has no all-reduce measured over two or more ranks", UserError);
 }
+
+TEST_CASE("the gradient norm on a cluster: its pass over the rank's gradients and their clipping, at the memory bandwidth") {
+  ClusterCost cost(shipped("dgx-a100"), Precision::Bf16, 8);
+  ir::Program p;
+  p.params = {{"a", 1'000'000, 4}, {"b", 3'000'000, 4}};
+  p.sharding = {2, 2, 2, 2};  // each rank clips its optimizer slices: 2,000,000 fp32 gradients
+  ir::Instr norm;
+  norm.kind = OpKind::GradNorm;
+  norm.phase = ir::Phase::Step;
+  norm.group = {ir::Role::OptimBlock, 2};
+  // The norm reads them, the clipping reads and writes them: 24 MB at 75% of the A100's 2,039 GB/s.
+  CHECK(cost.own_seconds(p, norm) == doctest::Approx(24e6 / (2039e9 * 0.75)));
+  p.sharding = {2, 1, 1, 1};  // data parallelism: every rank the whole of each
+  CHECK(cost.own_seconds(p, norm) == doctest::Approx(48e6 / (2039e9 * 0.75)));
+}
