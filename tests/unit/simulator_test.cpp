@@ -75,7 +75,7 @@ TEST_CASE("on a GPU the host dispatches kernels and goes on: a step of short ker
   struct GpuCost : InstructionCost {
     double device = 0, host = 0;
     double seconds(const ir::Program&, const ir::Instr& in) const override {
-      return in.kind == OpKind::Compute ? device : in.kind == OpKind::AllReduce ? 2 : 0;
+      return in.kind == OpKind::Compute ? device : in.kind == OpKind::AllReduce || in.kind == OpKind::OffloadStates ? 2 : 0;
     }
     double host_seconds(const ir::Program&, const ir::Instr& in) const override { return in.kind == OpKind::Compute ? host : -1; }
   };
@@ -98,6 +98,16 @@ TEST_CASE("on a GPU the host dispatches kernels and goes on: a step of short ker
   CHECK(host_bound.compute_s == doctest::Approx(3));  // the kernels' own time; the rest is the host's
   cost.host = 0.5;  // the kernels: a 0-1, b 1-2 (dispatched at 0.5), all-reduce 2-4, c 4-5
   CHECK(simulate({p}, cost).step_s == doctest::Approx(5));
+  // A copy of states waits for the device too: a 0-3 (the host at 1), the copy 3-5, its wait until 5.
+  cost.device = 3, cost.host = 1;
+  ir::Instr copy = instr(OpKind::OffloadStates, Phase::Forward, "", 5);
+  copy.params = {0};
+  ir::Program copying = one_param({instr(OpKind::Compute, Phase::Forward, "a"), copy, wait(5)});
+  SimResult copied = simulate({copying}, cost);
+  REQUIRE(copied.events.size() == 2);
+  CHECK(copied.events[1].stream == "copy");
+  CHECK(copied.events[1].start_s == doctest::Approx(3));
+  CHECK(copied.step_s == doctest::Approx(5));
 }
 
 TEST_CASE("collectives queue on the collective stream in issue order") {
