@@ -86,8 +86,9 @@ StepEstimate estimate_step(const ir::Program& program, const Profile& profile, c
     int64_t workspace = 0;
     double times = static_cast<double>(ir::times_per_step(program, in));
     if (in.kind == ir::OpKind::Compute && in.phase == ir::Phase::Forward) {
-      ms = profile.ops[ops_of[in.module].front()].forward_ms;
-      host_ms = profile.ops[ops_of[in.module].front()].forward_host_ms;
+      const OpProfile& op = profile.ops[ops_of[in.module].front()];
+      ms = op.forward_ms;
+      host_ms = op.forward_host_ms;
       ops_of[in.module].push_back(ops_of[in.module].front());  // rotate: the next forward call is the next op
       ops_of[in.module].erase(ops_of[in.module].begin());
       e.forward_compute_ms += times * ms;

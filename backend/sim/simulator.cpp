@@ -134,14 +134,14 @@ class Simulator {
       case OpKind::SelectDrop: compute(r, run, r.cost->seconds(p, in)); break;
       case OpKind::Offload:
       case OpKind::Reload: {
-        double start = std::max({r.host, r.compute_free, r.copy_free});
+        double start = std::max(issue_point(r), r.copy_free);
         r.host = r.copy_free = start + r.cost->seconds(p, in);
         record(r, run, "copy", start, r.host);
         break;
       }
       case OpKind::OffloadStates:
       case OpKind::ReloadStates: {  // on the copy stream, while the host goes on
-        double start = std::max({r.host, r.compute_free, r.copy_free});
+        double start = std::max(issue_point(r), r.copy_free);
         r.copy_free = start + r.cost->seconds(p, in);
         r.handle_end[static_cast<size_t>(in.handle)] = r.copy_free;
         record(r, run, "copy", start, r.copy_free);
@@ -158,7 +158,7 @@ class Simulator {
           break;
         }
         if (std::string key = meeting_key(r, in); !key.empty()) return meet(r, run, key);
-        double start = std::max({r.host, r.compute_free, r.collective_free});
+        double start = std::max(issue_point(r), r.collective_free);
         r.collective_free = start + r.cost->seconds(p, in);
         r.handle_end[static_cast<size_t>(in.handle)] = r.collective_free;
         record(r, run, "collective", start, r.collective_free);
@@ -167,6 +167,10 @@ class Simulator {
     ++r.cursor;
     return true;
   }
+
+  // When work the rank issues now on another stream can start: the host has issued it and (on a
+  // GPU, whose kernels run behind the host) the device has reached it. On a CPU, the host.
+  static double issue_point(const Rank& r) { return std::max(r.host, r.compute_free); }
 
   // Work on the compute stream. Without a host part (`host_seconds` < 0: a CPU) it holds the
   // host. With one (a GPU) the host dispatches it in `host_seconds` and goes on; the device runs
@@ -228,7 +232,7 @@ class Simulator {
     const Instr& in = r.program->instrs[run.instr];
     Meeting& m = meetings_[key];
     if (!m.issued.count(r.index)) {
-      m.issued[r.index] = std::max({r.host, r.compute_free, r.collective_free});
+      m.issued[r.index] = std::max(issue_point(r), r.collective_free);
       m.seconds[r.index] = r.cost->seconds(*r.program, in);
     }
     if (m.issued.size() < m.participants) return false;

@@ -333,13 +333,15 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   step_options.accum = o.accum;
   step_options.rank = r.env.rank;
   // On a GPU the auto passes plan within its memory when no limit is given.
-  step_options.memory.limit =
-      o.memory_limit > 0 || !r.cuda ? o.memory_limit : MemoryPlanning::device_default(compat::cuda_total_bytes(r.gpu));
-  if (o.memory_limit <= 0 && r.cuda && r.env.rank == 0 && plans_within_memory(r.plan))
-    std::cerr << "loom run: the auto passes plan within " << format_size(step_options.memory.limit) << ", "
-              << std::llround(100.0 * static_cast<double>(step_options.memory.limit) / static_cast<double>(compat::cuda_total_bytes(r.gpu)))
-              << "% of cuda:" << r.gpu
-              << "'s " << format_size(compat::cuda_total_bytes(r.gpu)) << " (--memory-limit BYTES sets another limit)\n";
+  step_options.memory.limit = o.memory_limit;
+  if (o.memory_limit <= 0 && r.cuda) {
+    int64_t device = compat::cuda_total_bytes(r.gpu);
+    int64_t limit = step_options.memory.limit = MemoryPlanning::device_default(device);
+    if (r.env.rank == 0 && plans_within_memory(r.plan))
+      std::cerr << "loom run: the auto passes plan within " << format_size(limit) << ", "
+                << std::llround(100.0 * static_cast<double>(limit) / static_cast<double>(device)) << "% of cuda:" << r.gpu << "'s "
+                << format_size(device) << " (--memory-limit BYTES sets another limit)\n";
+  }
   r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
   warn_if_over_limit(*r.step, step_options.memory, r.env.rank);
   // checkpoint(): the modules the program recomputes (on a pipeline stage, its own).
