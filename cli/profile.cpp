@@ -1,7 +1,7 @@
 // loom profile: measure one training step under a schedule — each compute op's forward and
 // backward time and memory, and every collective of the run's process groups over a sweep of
 // sizes, fitted — on N local ranks. The profile is cached, keyed by the model, the schedule,
-// the world and the shapes, and reused while they are unchanged.
+// the world, the shapes and the loom binary, and reused while they are unchanged.
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -34,6 +34,20 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
+// Which loom this is: its executable's size and last write, so that a profile cached by an
+// earlier build (whose profiler or executor may time differently) is measured again.
+std::string this_build() {
+  std::error_code error;
+  std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return "";
+  auto size = std::filesystem::file_size(exe, error);
+  auto written = std::filesystem::last_write_time(exe, error);
+  if (error) return "";
+  std::ostringstream s;
+  s << std::hex << fnv1a(exe.string() + " " + std::to_string(size) + " " + std::to_string(written.time_since_epoch().count()));
+  return s.str();
+}
+
 // The figures depend on the batch the ranks train: the schedule's batch() where it sets one.
 std::string key_of(const ProfileOptions& o) {
   TrainOptions trained = with_schedule_batch(o.train, o.nproc, o.nproc);
@@ -49,6 +63,7 @@ std::string key_of(const ProfileOptions& o) {
   k.device = resolved_device(o.train) + " backend=" + o.train.backend + " reduce=" + o.train.reduce_dtype;
   k.precision = resolved_device(o.train) == "cuda" ? o.train.precision : "fp32";
   k.threads = resolved_threads(o.train, o.nproc);
+  k.build = this_build();
   return profile_key(k);
 }
 
@@ -115,7 +130,7 @@ int profile(ProfileOptions o) {
 
   std::optional<Profile> cached = o.refresh ? std::nullopt : load_cached_profile(path, key);
   if (cached) {
-    std::cerr << "loom profile: reusing " << path << " (same model, schedule, world and shapes; --refresh measures again)\n";
+    std::cerr << "loom profile: reusing " << path << " (same model, schedule, world, shapes and loom binary; --refresh measures again)\n";
   } else {
     try {
       prepare_output_directory(cache_dir, "--cache-dir");

@@ -185,6 +185,7 @@ std::string profile_key(const ProfileKeyInputs& k) {
   s << "loom-profile-" << kFormat << " model=" << k.model << " world=" << k.world << " local_world=" << k.local_world
     << " micro_batch=" << k.micro_batch << " seq=" << k.seq << " accum=" << k.accum << " device=" << k.device
     << " precision=" << k.precision << " threads=" << k.threads << " schedule=" << std::hex << fnv1a(k.schedule);
+  if (!k.build.empty()) s << " build=" << k.build;
   return s.str();
 }
 

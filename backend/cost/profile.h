@@ -102,6 +102,7 @@ struct ProfileKeyInputs {
   std::string device;
   std::string precision;
   int threads = 0;
+  std::string build;  // the loom that measured (its executable's size and time), so a rebuild measures afresh
 };
 std::string profile_key(const ProfileKeyInputs& inputs);
 
