@@ -30,7 +30,7 @@ print('%.2f MiB'%(t/2**20))")
   # within its device's memory, so the simulator would price another program.
   if [ "$($loom explain $sched $shape "$@" 2>/dev/null | grep -c "offload_optimizer: changed")" -gt 0 ]; then frag=all bytes=all sim=; fi
   rm -f m.jsonl
-  $loom run $sched $shape "$@" --steps 8 --threads 1 --data synthetic --metrics m.jsonl > /dev/null 2>&1
+  $loom run $sched $shape "$@" --steps 8 --replan-at 0 --threads 1 --data synthetic --metrics m.jsonl > /dev/null 2>&1
   python3 - "$name" "$frag" "$bytes" "$sim" <<'PY'
 import json, sys, statistics
 rows=[json.loads(l) for l in open('m.jsonl')]

@@ -2,6 +2,7 @@
 # Benchmark (not a test): what the memory-aware passes buy (issue #17 §5). In one invocation,
 # gpt:50m trains 8 steps at world N (default 2) under data parallelism, ZeRO-3's base placement,
 # ZeRO-3 with prefetch(budget=auto), with unshard(auto) too, and with bucket(size=auto) as well,
+# each on the program planned from sizes (--replan-at 0, no re-plan), and
 # the last also under the two-level loop (zero3_all_auto_replan: --replan-at 3, 10 steps, the
 # passes planned again on the run's own measurements; its row is the median of steps 5-10 and
 # `loom simulate --replanned` on zero3_all_auto's profile where it switched programs),
@@ -39,7 +40,7 @@ schedules="ddp zero3 zero3_prefetch zero3_prefetch_unshard zero3_all_auto zero3_
 shape="--model gpt:50m --micro-batch 2 --seq 64"
 for row in $schedules; do
   echo "memory_passes: $row" >&2
-  sched=${row%_replan} run_flags="--steps 8" sim_flags=""
+  sched=${row%_replan} run_flags="--steps 8 --replan-at 0" sim_flags=""  # the program planned from sizes throughout
   [ "$row" = "$sched" ] || { run_flags="--steps 10 --replan-at 3"; sim_flags="--replanned"; }
   [ "$row" != "$sched" ] || "${in_net[@]}" "$loom" profile "$out/$sched.sched" $shape --threads 1 --nproc "$world" --steps 4 \
     --memory-limit "$limit" --cache-dir "$out/cache" --out "$out/$sched.profile.json" > /dev/null

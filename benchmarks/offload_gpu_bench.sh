@@ -13,7 +13,7 @@ loom="${1:-build-cuda/loom}"
 model="${2:-gpt:50m}"
 steps="${3:-12}"
 out=$(mktemp -d)
-common="--model $model --nproc 2 --device cuda --backend gloo --data synthetic --steps $steps --seq 256 --micro-batch 16"
+common="--model $model --nproc 2 --device cuda --backend gloo --data synthetic --steps $steps --seq 256 --micro-batch 16 --replan-at 0"
 printf 'sch.zero(stage=3)\n' > "$out/zero3.sched"
 printf 'sch.zero(stage=3)\nsch.offload("optimizer", budget=auto)\n' > "$out/adaptive.sched"
 printf 'sch.zero(stage=3)\nsch.offload("optimizer", budget=0)\n' > "$out/all.sched"

@@ -2,7 +2,7 @@
 # Benchmark (not a test): what DeepCompile's two-level loop buys (issue #17 §2). In one
 # invocation, gpt:50m trains STEPS steps (default 16) at world 2 under ZeRO-3 with
 # prefetch(budget=auto), unshard(auto) and bucket(size=auto) on every block, --memory-limit
-# 600MiB, three ways: on the program planned without times (no re-plan), re-planned once after
+# 600MiB, three ways: on the program planned without times (--replan-at 0: no re-plan), re-planned once after
 # step 3 (--replan-at 3), and re-planned every 4 steps after that (--replan-every 4). The table
 # gives each run's median step after its last re-plan's round (the last 4 steps of every run, so
 # the three are compared on the same steps), its ratio to the run without a re-plan, the peak,
@@ -27,7 +27,7 @@ LINK=$link NETNS=loom_replan source benchmarks/slow_link.sh
 printf 'sch.zero(stage=3)\nsch["h.*"].prefetch(budget=auto)\nsch["h.*"].unshard(auto)\nsch["h.*"].bucket(size=auto)\n' > "$out/auto.sched"
 common=("$out/auto.sched" --model gpt:50m --micro-batch 2 --seq 64 --threads 1 --nproc 2 --steps "$steps" --data synthetic
         --memory-limit 600MiB)
-declare -A flags=([none]="" [once]="--replan-at 3" [every4]="--replan-at 3 --replan-every 4")
+declare -A flags=([none]="--replan-at 0" [once]="--replan-at 3" [every4]="--replan-at 3 --replan-every 4")
 for way in none once every4; do
   echo "replan_loop: $way" >&2
   "${in_net[@]}" "$loom" run "${common[@]}" ${flags[$way]} --metrics "$out/$way.jsonl" > "$out/$way.log"

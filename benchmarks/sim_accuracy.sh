@@ -6,7 +6,8 @@
 # gives the simulated and the measured median step (steps 3-12) and peak tensor memory, their
 # ratios (and `rep`: the same profile simulated with `--representative`, one rank per stage at
 # each op's slowest rank's time, where `sim` replays each rank at its own), and whether the
-# simulator ranks the schedules in the measured order. With `--link` (as root, with iproute2
+# simulator ranks the schedules in the measured order (each pair out of it, and whether the runs'
+# steps tell the two apart: a two-sided Mann-Whitney U test at 5%). With `--link` (as root, with iproute2
 # and tc) every command runs in a network namespace whose loopback is shaped to 1 Gbit/s (TBF),
 # which both directions share. `tp` splits every block's four
 # Linears over 2 ranks (Megatron-LM's pairs), `pp` runs the blocks in two pipeline stages.
@@ -48,7 +49,8 @@ SCHED
 printf 'sch.mesh(pp=2)\nsch["h.1"].pipeline_split()\n' > "$out/pp.sched"
 schedules="${SCHEDULES:-ddp zero1 zero2 zero3 checkpoint_all zero3_prefetch zero3_bucket tp pp}"
 shape="${SHAPE:---model gpt:tiny --micro-batch 4 --seq 128}"
-run="$shape $on_device --threads 1 --nproc $world --steps 12 --data synthetic"
+# --replan-at 0: the run keeps the program that was profiled and simulated (no two-level loop).
+run="$shape $on_device --threads 1 --nproc $world --steps 12 --data synthetic --replan-at 0"
 for sched in $schedules; do
   f=stdlib_schedules/$sched.sched
   [ -f "$f" ] || f=$out/$sched.sched
@@ -62,18 +64,36 @@ done
 python3=/usr/bin/python3
 [ -x $python3 ] || python3=python3
 $python3 - "$out" "$world" "$link" "$device" "$shape" $schedules <<'PY'
-import json, sys
+import itertools, json, math, sys
+
+def measured_apart(a, b):
+    """Whether two runs' step times differ beyond their own spread: a two-sided Mann-Whitney U
+    test at 5% (normal approximation with the tie correction), on the steps the medians use."""
+    n, m = len(a), len(b)
+    ranked = sorted([(x, 0) for x in a] + [(x, 1) for x in b])
+    ranks, ties, i = [0.0] * len(ranked), 0.0, 0
+    while i < len(ranked):
+        j = i
+        while j + 1 < len(ranked) and ranked[j + 1][0] == ranked[i][0]: j += 1
+        for k in range(i, j + 1): ranks[k] = (i + j) / 2 + 1
+        ties += (j - i + 1) ** 3 - (j - i + 1)
+        i = j + 1
+    u = sum(r for r, (_, side) in zip(ranks, ranked) if side == 0) - n * (n + 1) / 2
+    var = n * m / 12 * ((n + m + 1) - ties / ((n + m) * (n + m - 1)))
+    return var > 0 and abs(u - n * m / 2) / math.sqrt(var) > 1.96
+
 d, world, link, device, shape, schedules = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
 over = "loopback" if link == "loopback" else "a loopback shaped to 1 Gbit/s"
 on = "" if device == "cpu" else f" on {device} (ranks share it over gloo)"
 print(f"{shape} at world {world} over {over}{on}, 1 thread per rank")
 print(f"{'schedule':<16}{'sim ms':>9}{'run ms':>9}{'sim/run':>9}{'rep/run':>9}{'sim peak':>11}{'run peak':>11}{'sim/run':>9}")
-errors, rep_errors, memory_errors, sim, run = [], [], [], {}, {}
+errors, rep_errors, memory_errors, sim, run, steps = [], [], [], {}, {}, {}
 for s in schedules:
     r = json.load(open(f"{d}/{s}.sim.json"))
     rep = json.load(open(f"{d}/{s}.rep.json"))["step_s"]
     rows = [json.loads(l) for l in open(f"{d}/{s}.jsonl")][2:]
-    ms = sorted(x["step_ms"] for x in rows)[len(rows) // 2]
+    steps[s] = [x["step_ms"] for x in rows]
+    ms = sorted(steps[s])[len(rows) // 2]
     peak = max(x["peak_mem_bytes"] for x in rows)  # rank 0's, so the first stage's simulated peak
     sim_peak = r["stage_peak_bytes"][0]
     t, m = r["step_s"] * 1e3 / ms, sim_peak / peak
@@ -87,4 +107,14 @@ print(f"rep: the same profile simulated by one rank per stage at each op's slowe
       f"mean {sum(rep_errors) / len(rep_errors):.2f}")
 print("fastest first, simulated:", " ".join(sorted(schedules, key=sim.get)))
 print("fastest first, measured: ", " ".join(sorted(schedules, key=run.get)))
+# A pair out of the measured order counts against the ranking where the measurement tells the two
+# apart; where their steps' spreads overlap, the measured order is itself a coin toss.
+swapped = [(a, b) for a, b in itertools.combinations(schedules, 2) if (sim[a] - sim[b]) * (run[a] - run[b]) < 0]
+apart = [(a, b) for a, b in swapped if measured_apart(steps[a], steps[b])]
+print(f"ranking: {len(swapped)} of {len(schedules) * (len(schedules) - 1) // 2} pairs out of the measured order, "
+      f"{len(apart)} of them measured apart (Mann-Whitney U on steps 3-12, 5%)")
+for a, b in swapped:
+    gap = abs(run[a] - run[b]) / min(run[a], run[b])
+    print(f"  {a} / {b}: measured {run[a]:.1f} / {run[b]:.1f} ms ({gap:.0%} apart), simulated {sim[a] * 1e3:.1f} / {sim[b] * 1e3:.1f}: "
+          + ("measured apart" if (a, b) in apart else "within the runs' spread"))
 PY

@@ -63,6 +63,17 @@ struct RuntimePlan {
   int64_t micro_batch = 0, accum = 0;        // batch(): per rank, per step; 0 keeps the command line's
   std::vector<ModuleReplacement> replacements;  // replace(): modules that run another implementation
   bool model_parallel() const { return tp > 1 || pp > 1; }
+  // Whether a pass plans within the memory limit: prefetch(budget=auto), unshard(auto),
+  // bucket(size=auto) or offload("optimizer", budget=auto).
+  bool plans_within_memory() const {
+    for (const PrefetchRequest& p : prefetch)
+      if (p.budget == 0) return true;
+    for (const UnshardRequest& u : unshard)
+      if (u.automatic) return true;
+    for (const BucketRequest& b : sized_buckets)
+      if (b.automatic) return true;
+    return offload_automatic;
+  }
   // The run's micro-batch and micro-batches per step: the schedule's batch(), else these.
   int64_t micro_batch_or(int64_t command_line) const { return micro_batch > 0 ? micro_batch : command_line; }
   int64_t accum_or(int64_t command_line) const { return accum > 0 ? accum : command_line; }

@@ -37,6 +37,7 @@
 #include "backend/instrument/model_trace.h"
 #include "backend/instrument/op_profiler.h"
 #include "backend/train/optimizer_checkpoint.h"
+#include "backend/train/replan.h"
 #include "backend/exec/optimizer_offload.h"
 #include "backend/train/output_paths.h"
 #include "backend/comm/mesh_groups.h"
@@ -104,12 +105,12 @@ void check_options(const TrainOptions& o) {
   positive(o.seq, "--seq");
   positive(o.steps, "--steps");
   positive(o.accum, "--accum");
-  if (o.replan_at != 0 && (o.replan_at < 2 || o.replan_at >= o.steps))
+  if (o.replan_at != 0 && o.replan_at != kReplanByDefault && (o.replan_at < 2 || o.replan_at >= o.steps))
     throw UserError(SourceRange{},
                     "--replan-at " + std::to_string(o.replan_at) + ": the re-plan needs a measured step after the first and a step " +
                         "after it to run on (--steps " + std::to_string(o.steps) + ")",
                     "give --replan-at between 2 and --steps - 1, e.g. --replan-at 3");
-  if (o.replan_every != 0 && o.replan_at == 0)
+  if (o.replan_every != 0 && o.replan_at <= 0)
     throw UserError(SourceRange{}, "--replan-every " + std::to_string(o.replan_every) + " without --replan-at: it says how often to "
                                    "re-plan again after the first re-plan",
                     "add --replan-at K for the first, e.g. --replan-at 3 --replan-every " + std::to_string(o.replan_every));
@@ -309,20 +310,10 @@ void warn_if_over_limit(const ir::Program& step, const MemoryPlanning& memory, i
               << "prefetch(budget=auto), unshard(auto) and bucket(size=auto) add nothing\n";
 }
 
-// Whether the schedule has a pass that plans within the memory limit (an auto budget or size).
-bool plans_within_memory(const RuntimePlan& plan) {
-  auto automatic = [](const auto& request) { return request.automatic; };
-  return plan.offload_automatic || std::any_of(plan.unshard.begin(), plan.unshard.end(), automatic) ||
-         std::any_of(plan.sized_buckets.begin(), plan.sized_buckets.end(), automatic) ||
-         std::any_of(plan.prefetch.begin(), plan.prefetch.end(), [](const PrefetchRequest& p) { return p.budget == 0; });
-}
-
 // The interceptors around every module call, innermost first: checkpointing, the op profiler,
 // the sharded executor, tensor parallelism, the step recorder, the pipeline stage.
 void install_executors(RankRun& r, const std::vector<std::string>& unreduced, torch::Dtype reduce_dtype) {
   const TrainOptions& o = r.o;
-  // A re-plan measures the run's ops, where it can act: a sharded run without a mesh.
-  bool profiling = !o.profile_out.empty() || (o.replan_at > 0 && r.plan.factors.optim > 1 && !r.plan.model_parallel());
   ir::OpTrace& trace = r.trace;
   trace = trace_model(o.model, {o.micro_batch, o.seq}, r.plan.replacements);
   // The step's program, as `loom explain --rank` shows it for this rank: the sharded executor
@@ -337,11 +328,14 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   if (o.memory_limit <= 0 && r.cuda) {
     int64_t device = compat::cuda_total_bytes(r.gpu);
     int64_t limit = step_options.memory.limit = MemoryPlanning::device_default(device);
-    if (r.env.rank == 0 && plans_within_memory(r.plan))
+    if (r.env.rank == 0 && r.plan.plans_within_memory())
       std::cerr << "loom run: the auto passes plan within " << format_size(limit) << ", "
                 << std::llround(100.0 * static_cast<double>(limit) / static_cast<double>(device)) << "% of cuda:" << r.gpu << "'s "
                 << format_size(device) << " (--memory-limit BYTES sets another limit)\n";
   }
+  r.o.replan_at = default_replan_at(o, r.plan, step_options.memory.limit);
+  // A re-plan measures the run's ops, where it can act: a sharded run without a mesh.
+  bool profiling = !o.profile_out.empty() || (o.replan_at > 0 && r.plan.factors.optim > 1 && !r.plan.model_parallel());
   r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
   warn_if_over_limit(*r.step, step_options.memory, r.env.rank);
   // checkpoint(): the modules the program recomputes (on a pipeline stage, its own).
@@ -477,6 +471,10 @@ void print_header(const RankRun& r) {
                        : "")
             << "\n"
             << describe_run_shape(o, *r.sch, r.plan, r.layout.dp) << std::flush;
+  if (o.replan_at > 0)
+    std::cout << "  re-plan: after step " << o.replan_at << (o.replan_every > 0 ? " and every " + std::to_string(o.replan_every) + " steps after it" : "")
+              << ", on this run's own measurements (the two-level loop, docs/passes.md; --replan-at 0 keeps the program planned from sizes)\n"
+              << std::flush;
   if (r.offload)
     std::cout << "offload: the optimizer states of " << r.offload->offloaded_count() << " of " << r.optimized.size()
               << " tensors (" << r.offload->offloaded_elements() << " elements per rank) live in host memory\n"

@@ -129,6 +129,15 @@ void log_replan(const RankRun& r, const ir::Program& next, const std::vector<Pas
 
 }  // namespace
 
+int64_t default_replan_at(const TrainOptions& o, const RuntimePlan& plan, int64_t memory_limit) {
+  constexpr int64_t kAfterStep = 3, kShortestRun = 6;
+  if (o.replan_at != kReplanByDefault) return o.replan_at;
+  bool can_replan = plan.factors.optim > 1 && !plan.model_parallel() && o.resume.empty() && o.profile_out.empty() && o.record.empty();
+  bool sized_by_times = std::any_of(plan.sized_buckets.begin(), plan.sized_buckets.end(), [](const BucketRequest& b) { return b.automatic; });
+  bool planned_by_memory = memory_limit > 0 && plan.plans_within_memory();
+  return can_replan && (sized_by_times || planned_by_memory) && o.steps >= kShortestRun ? kAfterStep : 0;
+}
+
 bool replans_after(const TrainOptions& o, int64_t steps_done) {
   if (o.replan_at <= 0 || steps_done < o.replan_at) return false;
   if (steps_done == o.replan_at) return true;
@@ -185,9 +194,9 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
   return true;
 }
 
-std::string describe_replan_outcome(const TrainOptions& o, const TrainResult& result) {
+std::string describe_replan_outcome(const TrainResult& result) {
   if (result.replanned_at <= 0 || static_cast<int64_t>(result.steps.size()) <= result.replanned_at) return "";
-  size_t k = static_cast<size_t>(o.replan_at), last = static_cast<size_t>(result.replanned_at), n = result.steps.size();
+  size_t k = static_cast<size_t>(result.replan_at), last = static_cast<size_t>(result.replanned_at), n = result.steps.size();
   std::string switches;
   for (int64_t s : result.switched_after) switches += (switches.empty() ? "" : ", ") + std::to_string(s);
   char line[320];

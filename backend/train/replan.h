@@ -20,6 +20,14 @@
 
 namespace loom {
 
+// The step after which a run whose --replan-at is unset (kReplanByDefault) re-plans: 3 when
+// the run can re-plan (sharded, no mesh, not resumed, not profiling or recording), a pass of
+// its schedule plans from measurements (prefetch(budget=auto), unshard(auto) or
+// offload("optimizer", budget=auto) under a memory limit, bucket(size=auto) with or without
+// one) and the run is long enough to use the new program (6 steps: measured 2-3, the new
+// program's warm-up, two to run it); else 0. A --replan-at given is returned as it is.
+int64_t default_replan_at(const TrainOptions& o, const RuntimePlan& plan, int64_t memory_limit);
+
 // Whether the run re-plans after `steps_done` steps: K, and with --replan-every E, K + E, K + 2E, ...
 bool replans_after(const TrainOptions& o, int64_t steps_done);
 
@@ -29,7 +37,7 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result);
 
 // Rank 0's last word on a re-planned run: the measured step time and peak after the switch
 // against before it; "" when the run did not switch programs (result.replanned_at).
-std::string describe_replan_outcome(const TrainOptions& o, const TrainResult& result);
+std::string describe_replan_outcome(const TrainResult& result);
 
 // Whether the op profiler measures this step (0-based): `loom profile`'s steps after its
 // warm-up; a re-planning run's steps 2..K, then those of each round after its first.

@@ -91,12 +91,13 @@ TrainResult run_training(const TrainOptions& o, const RankEnv& env) {
   Progress progress(o.steps);
   TrainResult result;
   result.startup_rss_bytes = largest_peak_rss(*r->world, r->device);
+  result.replan_at = r->o.replan_at;  // --replan-at, or its default for this schedule
   auto run_start = std::chrono::steady_clock::now();
   for (int64_t step = r->start; step < o.steps; ++step) {
     StepMetrics measured = train_step(*r, step, result);
     if (r->lead()) progress.update(measured.step, measured.loss, measured.tokens_per_s, measured.step_ms, measured.peak_bytes);
     result.steps.push_back(measured);
-    if (replans_after(o, step + 1) && replan(*r, step + 1, result)) {
+    if (replans_after(r->o, step + 1) && replan(*r, step + 1, result)) {
       result.replanned_at = step + 1;
       result.switched_after.push_back(step + 1);
     }
@@ -110,7 +111,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
   try {
     TrainResult result = run_training(o, env);
     if (env.rank == 0 && o.profile_out.empty() && o.record.empty())
-      std::cout << describe_summary(o, result) << describe_replan_outcome(o, result) << std::flush;
+      std::cout << describe_summary(o, result) << describe_replan_outcome(result) << std::flush;
     return 0;
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), nullptr);

@@ -14,6 +14,10 @@
 
 namespace loom {
 
+// --replan-at unset: the run re-plans after step 3 where the memory-aware passes would plan
+// from measurements (default_replan_at in replan.h), as deepcompile.txt's loop does.
+constexpr int64_t kReplanByDefault = -1;
+
 struct TrainOptions {
   std::string schedule_file;          // empty: no directives (plain data parallelism)
   std::string model = "gpt:tiny";
@@ -39,7 +43,7 @@ struct TrainOptions {
   std::string metrics;                // JSON lines, one per step (rank 0)
   std::string trace;                  // Chrome trace of the executed timeline (all ranks, merged by rank 0)
   int timeout_s = 300;                // store and collective timeout
-  int64_t replan_at = 0;              // the two-level loop (backend/train/replan.h): re-plan after this step; 0: never
+  int64_t replan_at = kReplanByDefault;  // the two-level loop (backend/train/replan.h): re-plan after this step; 0: never
   int64_t replan_every = 0;           // and again every this many steps after it, on the latest steps' measurements; 0: once
   int64_t memory_limit = 0;           // bytes per rank the memory-aware passes plan within (docs/passes.md); 0: none
   int64_t bucket_bytes = 1 << 20;     // gradient bucket size
@@ -92,7 +96,8 @@ struct TrainResult {
   int64_t peak_bytes = 0;          // the largest step peak on this rank
   int64_t startup_rss_bytes = 0;   // the peak resident size once set up, the largest over the ranks
   std::string checkpoint;          // the last checkpoint written, if any
-  int64_t replanned_at = 0;        // --replan-at: the last step after which every rank switched programs; 0: none
+  int64_t replan_at = 0;           // the step the run first re-planned after (--replan-at or its default); 0: none
+  int64_t replanned_at = 0;        // the last step after which every rank switched programs; 0: none
   std::vector<int64_t> switched_after;  // every such step, in order
   // NaN when no step ran (a resume at or past --steps).
   double final_loss() const { return steps.empty() ? std::nan("") : steps.back().loss; }

@@ -75,3 +75,48 @@ TEST_CASE("--replan-every: which steps re-plan and which the op profiler measure
   CHECK(replans == std::vector<int64_t>{3});
   CHECK(measured == std::vector<int64_t>{1, 2});
 }
+
+TEST_CASE("--replan-at unset: the loop runs where a pass of the schedule plans from measurements, by hand") {
+  TrainOptions o;
+  o.steps = 10;
+  RuntimePlan zero3;  // ZeRO-3 at world 2 with prefetch(budget=auto)
+  zero3.factors.params = zero3.factors.grads = zero3.factors.optim = 2;
+  zero3.prefetch.push_back(PrefetchRequest{});  // budget 0: auto
+  const int64_t limit = int64_t{600} << 20;
+  CHECK(default_replan_at(o, zero3, limit) == 3);
+  // prefetch(budget=auto) without a limit prefetches one block ahead: nothing to measure for.
+  CHECK(default_replan_at(o, zero3, 0) == 0);
+  // bucket(size=auto) sizes its buckets for overlap from measured times, limit or none.
+  RuntimePlan buckets = zero3;
+  buckets.sized_buckets.push_back(BucketRequest{});
+  buckets.sized_buckets.back().automatic = true;
+  CHECK(default_replan_at(o, buckets, 0) == 3);
+  // Too short to run the new program: re-plan after 3, its warm-up, two steps on it.
+  o.steps = 5;
+  CHECK(default_replan_at(o, zero3, limit) == 0);
+  o.steps = 6;
+  CHECK(default_replan_at(o, zero3, limit) == 3);
+  // Runs the loop cannot act on, or must not: not sharded, a mesh, a resume, a profile, a record.
+  RuntimePlan replicated = zero3;
+  replicated.factors = ir::Sharding{};
+  CHECK(default_replan_at(o, replicated, limit) == 0);
+  RuntimePlan mesh = zero3;
+  mesh.tp = 2;
+  CHECK(default_replan_at(o, mesh, limit) == 0);
+  TrainOptions resumed = o, profiled = o, recorded = o;
+  resumed.resume = "ckpt";
+  profiled.profile_out = "profile.json";
+  recorded.record = "records";
+  CHECK(default_replan_at(resumed, zero3, limit) == 0);
+  CHECK(default_replan_at(profiled, zero3, limit) == 0);
+  CHECK(default_replan_at(recorded, zero3, limit) == 0);
+  // A schedule without an auto pass.
+  RuntimePlan plain = zero3;
+  plain.prefetch.clear();
+  CHECK(default_replan_at(o, plain, limit) == 0);
+  // Given, it is kept: 0 turns the loop off, K re-plans after K.
+  o.replan_at = 0;
+  CHECK(default_replan_at(o, zero3, limit) == 0);
+  o.replan_at = 4;
+  CHECK(default_replan_at(o, plain, 0) == 4);
+}

@@ -469,9 +469,10 @@ TEST_CASE("unshard(true) keeps a module's gathered parameters for backward: no b
                        saved_parameters(scratch() / "zero3_unshard" / "step-000010")) < 1e-6);
   // unshard(auto) under a limit with room for every buffer keeps what unshard(true) keeps, and
   // zero3.sched's prefetch(budget=auto) gathers ahead as far as the limit allows: same numbers.
+  // --replan-at 0: the program planned from sizes, which a re-plan on measured times would change.
   std::ofstream(scratch() / "zero3_unshard_auto.sched") << "import \"stdlib/zero3.sched\"\nsch[\"h.*.mlp\"].unshard()\n";
   REQUIRE(run_loom("run " + (scratch() / "zero3_unshard_auto.sched").string() + kCommon + " --nproc 2 --micro-batch 2 " +
-                   "--memory-limit 1GiB --save " + (scratch() / "zero3_unshard_auto").string() + " --trace " +
+                   "--memory-limit 1GiB --replan-at 0 --save " + (scratch() / "zero3_unshard_auto").string() + " --trace " +
                    (scratch() / "zero3_unshard_auto.json").string()) == 0);
   auto automatic = collectives(scratch() / "zero3_unshard_auto.json");
   CHECK(automatic["all_gather"] == unsharded["all_gather"]);
@@ -514,7 +515,7 @@ TEST_CASE("offload(\"optimizer\", budget=auto) under a limit offloads adaptively
   train_zero3("adaptive_ref", "");
   double ref_peak = logged_peak_mib(last_log());
   std::ofstream(scratch() / "adaptive.sched") << "import \"stdlib/zero3.sched\"\nsch.offload(\"optimizer\", budget=auto)\n";
-  std::string run = "run " + (scratch() / "adaptive.sched").string() + kCommon + " --nproc 2 --micro-batch 2 --memory-limit 7MiB";
+  std::string run = "run " + (scratch() / "adaptive.sched").string() + kCommon + " --nproc 2 --micro-batch 2 --memory-limit 7MiB --replan-at 0";
   REQUIRE(run_loom(run + " --save " + (scratch() / "adaptive").string()) == 0);
   std::string log = last_log();
   CHECK(log.find("offload: adaptive (deepcompile.txt Algorithm 2): the optimizer states of ") != std::string::npos);
@@ -543,7 +544,12 @@ TEST_CASE("--replan-at: the run re-plans on its own measurements, switches every
   // sizes buckets for overlap, so the re-plan changes the program.
   std::ofstream(scratch() / "replan.sched") << "import \"stdlib/zero3.sched\"\nsch.blocks().bucket(size=auto)\n";
   std::string run = "run " + (scratch() / "replan.sched").string() + kCommon + " --nproc 2 --micro-batch 2 --memory-limit 1GiB";
-  REQUIRE(run_loom(run + " --save " + (scratch() / "replan_base").string()) == 0);
+  REQUIRE(run_loom(run + " --replan-at 0 --save " + (scratch() / "replan_base").string()) == 0);
+  CHECK(last_log().find("re-plan") == std::string::npos);  // --replan-at 0: the program planned from sizes throughout
+  // Unset, --replan-at defaults to 3 for this schedule (bucket(size=auto) plans from measured times).
+  REQUIRE(run_loom(run) == 0);
+  CHECK(last_log().find("  re-plan: after step 3, on this run's own measurements") != std::string::npos);
+  CHECK(last_log().find("loom run: re-plan after step 3 on this run's measurements") != std::string::npos);
   // Whether the re-planned program is faster depends on this machine's timings; the switch
   // itself is what this checks, so it is forced.
   REQUIRE(run_loom(run + " --replan-at 3 --save " + (scratch() / "replanned").string(), "LOOM_REPLAN_SWITCH=always") == 0);
