@@ -70,9 +70,13 @@ struct RuntimePlan {
       if (p.budget == 0) return true;
     for (const UnshardRequest& u : unshard)
       if (u.automatic) return true;
+    return buckets_automatically() || offload_automatic;
+  }
+  // Whether bucket(size=auto) sizes buckets (from instruction times, with or without a limit).
+  bool buckets_automatically() const {
     for (const BucketRequest& b : sized_buckets)
       if (b.automatic) return true;
-    return offload_automatic;
+    return false;
   }
   // The run's micro-batch and micro-batches per step: the schedule's batch(), else these.
   int64_t micro_batch_or(int64_t command_line) const { return micro_batch > 0 ? micro_batch : command_line; }

@@ -133,9 +133,8 @@ int64_t default_replan_at(const TrainOptions& o, const RuntimePlan& plan, int64_
   constexpr int64_t kAfterStep = 3, kShortestRun = 6;
   if (o.replan_at != kReplanByDefault) return o.replan_at;
   bool can_replan = plan.factors.optim > 1 && !plan.model_parallel() && o.resume.empty() && o.profile_out.empty() && o.record.empty();
-  bool sized_by_times = std::any_of(plan.sized_buckets.begin(), plan.sized_buckets.end(), [](const BucketRequest& b) { return b.automatic; });
   bool planned_by_memory = memory_limit > 0 && plan.plans_within_memory();
-  return can_replan && (sized_by_times || planned_by_memory) && o.steps >= kShortestRun ? kAfterStep : 0;
+  return can_replan && (plan.buckets_automatically() || planned_by_memory) && o.steps >= kShortestRun ? kAfterStep : 0;
 }
 
 bool replans_after(const TrainOptions& o, int64_t steps_done) {
