@@ -2,12 +2,14 @@
 // backward time and memory, and every collective of the run's process groups over a sweep of
 // sizes, fitted — on N local ranks. The profile is cached, keyed by the model, the schedule,
 // the world, the shapes and the loom binary, and reused while they are unchanged.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "backend/train/output_paths.h"
+#include "backend/cost/in_step_collectives.h"
 #include "backend/cost/profile.h"
 #include "backend/train/rank_env.h"
 #include "cli/commands.h"
@@ -109,12 +111,20 @@ void print_profile(const Profile& p, std::ostream& out) {
                   fixed(c.predict_ms(1 << 20), 3).c_str());
     out << line;
   }
-  // One scale for every collective but a pipeline's transfers (apply_in_step_scale).
-  out << "  in the measured steps the collectives kept the collective stream busy " << fixed(p.collectives[0].in_step_scale, 2)
-      << "x as long as these sweeps price them (in_step_scale: the 1 MiB column and every prediction include it)\n";
-  // The scale is a median over the steps (in_step_collectives.h): with fewer than three, one
-  // step in which a rank waited for a late peer sets it.
-  if (p.measured_steps < 3 && p.collectives[0].in_step_scale != 1)
+  // One scale for the collectives the steps measured, every one but a pipeline's transfers; a
+  // pipeline's groups inside a stage and across stages have one each (in_step_collectives.h).
+  bool pipeline = std::any_of(p.collectives.begin(), p.collectives.end(), [](const CollectiveProfile& c) { return c.group == "stage_pair"; });
+  double scale = applied_in_step_scale(p), across = 1;
+  out << "  in the measured steps the collectives kept the collective stream busy ";
+  if (pipeline) {
+    scale = applied_in_step_scale(p, InStepGroups::InsideStage);
+    across = applied_in_step_scale(p, InStepGroups::AcrossStages);
+    out << fixed(scale, 2) << "x (groups inside a stage) and " << fixed(across, 2) << "x (across stages, the rank that reached them last)";
+  } else {
+    out << fixed(scale, 2) << "x";
+  }
+  out << " as long as these sweeps price them (in_step_scale: the 1 MiB column and every prediction include it)\n";
+  if (p.measured_steps < 3 && (scale != 1 || across != 1))
     out << "  (from " << p.measured_steps << " measured step" << (p.measured_steps == 1 ? "" : "s")
         << ": one in which a rank waited for a late peer would set it; --steps 3 or more take the median)\n";
 }

@@ -22,6 +22,7 @@ double now_ms() {
 
 struct CollectiveLog::Entry {
   double launched_ms = 0;
+  ir::Role role = ir::Role::None;
   std::atomic<double> completed_ms{-1};  // set on the collective's thread
 };
 
@@ -56,7 +57,7 @@ std::vector<CollectiveSpan> CollectiveLog::spans(int* unknown) const {
   for (const auto& e : entries_) {
     double completed = e->completed_ms.load();
     if (completed < 0) ++*unknown;
-    else out.push_back({e->launched_ms, completed});
+    else out.push_back({e->launched_ms, completed, e->role});
   }
   return out;
 }
@@ -71,12 +72,13 @@ std::vector<double> CollectiveLog::step_starts() const {
   return step_starts_;
 }
 
-void CollectiveLog::note_launch(const c10::intrusive_ptr<c10d::Work>& work) {
+void CollectiveLog::note_launch(const c10::intrusive_ptr<c10d::Work>& work, ir::Role role) {
   if (!work) return;
   std::lock_guard<std::mutex> lock(log_mutex);
   if (!open_log) return;
   auto entry = std::make_shared<Entry>();
   entry->launched_ms = now_ms();
+  entry->role = role;
   // The callback holds the entry, not the log: it may run after the log has closed. It may also
   // run at once, here, if the collective is done already (it takes no lock). gloo's send and
   // recv have no future and are not logged (the simulator prices transfers apart).

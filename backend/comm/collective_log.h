@@ -37,16 +37,17 @@ class CollectiveLog {
     CollectiveLog* log_;
   };
 
-  // The collectives launched since it opened, in launch order, and how many of them are still
-  // in flight (no completion time yet).
+  // The collectives launched since it opened, in launch order, with their groups' roles, and how
+  // many of them are still in flight (no completion time yet).
   std::vector<CollectiveSpan> spans(int* unknown) const;
   // A measured step begins now (in_step_scale tells the spans apart by step).
   void begin_step();
   // When each measured step began, on the spans' clock.
   std::vector<double> step_starts() const;
 
-  // comm::Work calls it for each process-group work it launches (gloo's all-gather is one per rank).
-  static void note_launch(const c10::intrusive_ptr<c10d::Work>& work);
+  // comm::Work calls it for each process-group work it launches (gloo's all-gather is one per
+  // rank), on a group of `role`.
+  static void note_launch(const c10::intrusive_ptr<c10d::Work>& work, ir::Role role);
 
  private:
   struct Entry;

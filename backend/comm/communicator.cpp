@@ -29,6 +29,7 @@ class GroupImpl {
   std::vector<int> ranks;
   int rank = 0;
   std::string name;
+  ir::Role role = ir::Role::World;
   int subgroups_created = 0;
   Backend backend = Backend::Gloo;
 };
@@ -39,6 +40,7 @@ int Group::rank() const { return impl_->rank; }
 int Group::size() const { return static_cast<int>(impl_->ranks.size()); }
 const std::vector<int>& Group::global_ranks() const { return impl_->ranks; }
 const std::string& Group::name() const { return impl_->name; }
+ir::Role Group::role() const { return impl_->role; }
 
 // The transfers of one Work's process-group works: how many have not completed, and when the
 // last completed (timeline microseconds), written by gloo's worker thread.
@@ -48,15 +50,15 @@ struct Work::Transfer {
   double completed_us = 0;
 };
 
-Work::Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what, bool transfer_timed)
-    : Work(std::vector<c10::intrusive_ptr<c10d::Work>>{std::move(work)}, std::move(finish), std::move(what), transfer_timed) {}
+Work::Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what, ir::Role role, bool transfer_timed)
+    : Work(std::vector<c10::intrusive_ptr<c10d::Work>>{std::move(work)}, std::move(finish), std::move(what), role, transfer_timed) {}
 
-Work::Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish, std::string what,
+Work::Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish, std::string what, ir::Role role,
            bool transfer_timed)
     : works_(std::move(works)), finish_(std::move(finish)), what_(std::move(what)),
       launched_us_(timeline::enabled() ? timeline::now_us() : 0) {
   works_.erase(std::remove(works_.begin(), works_.end(), nullptr), works_.end());  // nothing to wait for
-  for (const auto& work : works_) CollectiveLog::note_launch(work);
+  for (const auto& work : works_) CollectiveLog::note_launch(work, role);
   if (!transfer_timed || !timeline::enabled() || works_.empty()) return;
   transfer_ = std::make_shared<Transfer>();
   transfer_->pending = works_.size();
@@ -309,7 +311,7 @@ std::shared_ptr<Group> init_world(const RankEnv& env, const WorldOptions& option
   return std::make_shared<Group>(std::move(impl));
 }
 
-std::shared_ptr<Group> new_subgroup(Group& world, const std::vector<int>& ranks) {
+std::shared_ptr<Group> new_subgroup(Group& world, const std::vector<int>& ranks, ir::Role role) {
   GroupImpl& w = world.impl();
   std::string name = "group" + std::to_string(w.subgroups_created++);
   for (int r : ranks) name += "_" + std::to_string(r);
@@ -322,6 +324,7 @@ std::shared_ptr<Group> new_subgroup(Group& world, const std::vector<int>& ranks)
   impl->ranks = ranks;
   impl->rank = static_cast<int>(it - ranks.begin());
   impl->name = name;
+  impl->role = role;
   impl->backend = w.backend;
   impl->pg = make_group(w.backend, c10::make_intrusive<c10d::PrefixStore>(name, w.store), impl->rank,
                         static_cast<int>(ranks.size()), w.device, w.timeout);
@@ -344,7 +347,8 @@ Work all_reduce(Group& group, at::Tensor& tensor, const AllReduceOptions& option
   c10d::AllreduceOptions o;
   o.reduceOp = to_c10d(options.op);
   o.timeout = group.impl().timeout;
-  return Work(group.impl().pg->allreduce(ts, o), nullptr, "all_reduce on " + group.name() + " (" + std::to_string(tensor.numel()) + " elements)",
+  return Work(group.impl().pg->allreduce(ts, o), nullptr,
+              "all_reduce on " + group.name() + " (" + std::to_string(tensor.numel()) + " elements)", group.role(),
               futures_mark_transfers(group));
 }
 
@@ -355,7 +359,7 @@ Work broadcast(Group& group, at::Tensor& tensor, const BroadcastOptions& options
   c10d::BroadcastOptions o;
   o.rootRank = options.root;
   o.timeout = group.impl().timeout;
-  return Work(group.impl().pg->broadcast(ts, o), nullptr, "broadcast on " + group.name(), futures_mark_transfers(group));
+  return Work(group.impl().pg->broadcast(ts, o), nullptr, "broadcast on " + group.name(), group.role(), futures_mark_transfers(group));
 }
 
 namespace {
@@ -376,7 +380,7 @@ Work send(Group& group, const at::Tensor& tensor, int peer, const PointToPointOp
     BlockedClock blocked;
     ts[0] = tensor.to(at::kCPU);
   }
-  return Work(group.impl().pg->send(ts, peer, options.tag), nullptr, "send on " + group.name());
+  return Work(group.impl().pg->send(ts, peer, options.tag), nullptr, "send on " + group.name(), group.role());
 }
 
 Work recv(Group& group, at::Tensor& tensor, int peer, const PointToPointOptions& options) {
@@ -384,11 +388,11 @@ Work recv(Group& group, at::Tensor& tensor, int peer, const PointToPointOptions&
   if (tensor.numel() == 0) return Work();
   if (!staged_through_host(group, tensor)) {
     std::vector<at::Tensor> ts{tensor};
-    return Work(group.impl().pg->recv(ts, peer, options.tag), nullptr, "recv on " + group.name());
+    return Work(group.impl().pg->recv(ts, peer, options.tag), nullptr, "recv on " + group.name(), group.role());
   }
   std::vector<at::Tensor> ts{at::empty(tensor.sizes(), tensor.options().device(at::kCPU))};
   auto finish = [host = ts[0], device = tensor]() mutable { device.copy_(host); };
-  return Work(group.impl().pg->recv(ts, peer, options.tag), std::move(finish), "recv on " + group.name());
+  return Work(group.impl().pg->recv(ts, peer, options.tag), std::move(finish), "recv on " + group.name(), group.role());
 }
 
 namespace {
@@ -406,7 +410,7 @@ Work gather_by_broadcasts(Group& group, const at::Tensor& shard, at::Tensor& fla
     o.timeout = group.impl().timeout;
     works.push_back(group.impl().pg->broadcast(chunk, o));
   }
-  return Work(std::move(works), nullptr, "all_gather on " + group.name(), futures_mark_transfers(group));
+  return Work(std::move(works), nullptr, "all_gather on " + group.name(), group.role(), futures_mark_transfers(group));
 }
 }  // namespace
 
@@ -427,7 +431,7 @@ Work all_gather(Group& group, const at::Tensor& shard, at::Tensor& out) {
     at::Tensor input = shard.view({-1});
     c10d::AllgatherOptions o;
     o.timeout = group.impl().timeout;
-    return Work(group.impl().pg->_allgather_base(flat, input, o), nullptr, "all_gather on " + group.name());
+    return Work(group.impl().pg->_allgather_base(flat, input, o), nullptr, "all_gather on " + group.name(), group.role());
   }
   // Every rank takes the same branch (the tensors' device is the run's), so the process group's
   // collectives, and their tags, match.
@@ -438,7 +442,7 @@ Work all_gather(Group& group, const at::Tensor& shard, at::Tensor& out) {
   std::vector<at::Tensor> inputs{shard.view({-1})};
   c10d::AllgatherOptions o;
   o.timeout = group.impl().timeout;
-  return Work(group.impl().pg->allgather(outputs, inputs, o), nullptr, "all_gather on " + group.name(), futures_mark_transfers(group));
+  return Work(group.impl().pg->allgather(outputs, inputs, o), nullptr, "all_gather on " + group.name(), group.role(), futures_mark_transfers(group));
 }
 
 Work reduce_scatter(Group& group, const at::Tensor& input, at::Tensor& out, const ReduceScatterOptions& options) {
@@ -470,14 +474,14 @@ Work reduce_scatter(Group& group, const at::Tensor& input, at::Tensor& out, cons
                 else if (op == ReduceOp::Max) flat.copy_(std::get<0>(chunks.max(0)));
                 else flat.copy_(std::get<0>(chunks.min(0)));
               },
-              "reduce_scatter on " + group.name(), futures_mark_transfers(group));
+              "reduce_scatter on " + group.name(), group.role(), futures_mark_transfers(group));
 }
 
 void barrier(Group& group) {
   if (trivial(group)) return;
   c10d::BarrierOptions o;
   o.timeout = group.impl().timeout;
-  Work(group.impl().pg->barrier(o), nullptr, "barrier on " + group.name()).wait();
+  Work(group.impl().pg->barrier(o), nullptr, "barrier on " + group.name(), group.role()).wait();
 }
 
 }  // namespace loom::comm

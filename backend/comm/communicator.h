@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "backend/ir/role.h"
 #include "backend/train/rank_env.h"
 
 namespace loom::comm {
@@ -33,6 +34,7 @@ class Group {
   int size() const;
   const std::vector<int>& global_ranks() const;  // members, as world ranks
   const std::string& name() const;
+  ir::Role role() const;  // what the step uses it for (the world's: World)
   GroupImpl& impl() const { return *impl_; }
 
  private:
@@ -45,9 +47,11 @@ class Work {
   Work() = default;
   // `transfer_timed`: the works' futures complete when their transfers do (gloo; NCCL's complete
   // when the collective is queued), so an `--trace` span ends there, not at the wait.
-  Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what, bool transfer_timed = false);
+  // `what`: the operation and its group, as errors and the trace name it; `role`: the group's.
+  Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what, ir::Role role,
+       bool transfer_timed = false);
   // One operation made of several process-group works (gloo's all-gather: a broadcast per rank).
-  Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish, std::string what,
+  Work(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::function<void()> finish, std::string what, ir::Role role,
        bool transfer_timed = false);
   // Blocks until the operation is done and runs its local finish; idempotent: a second wait
   // does nothing (and records nothing in the trace).
@@ -101,9 +105,9 @@ struct WorldOptions {
 // Ranks that do not join within the timeout, or a store that cannot be reached, are a UserError
 // naming the ranks, their nodes and what to check.
 std::shared_ptr<Group> init_world(const RankEnv& env, const WorldOptions& options = {});
-// A subgroup of world ranks. Every world rank calls this with the same list, in the same
-// order as other subgroup creations; ranks outside the list get nullptr.
-std::shared_ptr<Group> new_subgroup(Group& world, const std::vector<int>& ranks);
+// A subgroup of world ranks, for `role`. Every world rank calls this with the same list, in
+// the same order as other subgroup creations; ranks outside the list get nullptr.
+std::shared_ptr<Group> new_subgroup(Group& world, const std::vector<int>& ranks, ir::Role role);
 
 // BitwiseOr: integer tensors (gloo's BOR; NCCL, which has no OR, reduces uint8 bit planes with max).
 enum class ReduceOp { Sum, Max, Min, BitwiseOr };

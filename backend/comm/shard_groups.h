@@ -28,8 +28,8 @@ struct ShardGroups {
 // stage and tensor-parallel rank, `tp` world ranks apart.
 ShardGroups make_shard_groups(comm::Group& world, const ir::Sharding& factors, int tp = 1);
 
-// This rank's group among blocks of `block` consecutive ranks, members `stride` apart
-// (stride 1: consecutive ranks). nullptr when the group would hold one rank.
-std::shared_ptr<comm::Group> strided_group(comm::Group& world, int block, int stride);
+// This rank's group for `role` among blocks of `block` consecutive ranks, members `stride`
+// apart (stride 1: consecutive ranks). nullptr when the group would hold one rank.
+std::shared_ptr<comm::Group> strided_group(comm::Group& world, int block, int stride, ir::Role role);
 
 }  // namespace loom

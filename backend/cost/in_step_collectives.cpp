@@ -25,13 +25,30 @@ double median(std::vector<double> xs) {
   return n % 2 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
 }
 
+// The role of a profile's group: its role's name, but for the sharding's peers, which the sweep
+// names as their process groups (collective_profiler.cpp).
+ir::Role role_of_group(const std::string& group) {
+  if (group == "grad_peers") return ir::Role::Grads;
+  if (group == "optim_peers") return ir::Role::Optim;
+  return ir::role_named(group);
+}
+
 }  // namespace
 
+std::vector<InStepGroups> in_step_groups(const ir::Program& program) {
+  if (program.mesh.pp > 1) return {InStepGroups::InsideStage, InStepGroups::AcrossStages};
+  return {InStepGroups::All};
+}
+
+bool measured_in_step(ir::Role role, const std::string& collective, InStepGroups groups) {
+  if (collective == "send" || collective == "recv") return false;
+  if (groups == InStepGroups::All) return true;
+  return ir::inside_one_stage(role) == (groups == InStepGroups::InsideStage);
+}
+
 double in_step_scale(const ir::Program& program, const Profile& profile, const std::vector<CollectiveSpan>& spans,
-                     const std::vector<double>& step_starts) {
-  // A pipeline's stages meet at their step's collectives (the loss's, the shared gradients'): a
-  // span there includes the wait for the other stage, which the simulator models itself.
-  if (spans.empty() || step_starts.empty() || program.mesh.pp > 1) return 0;
+                     const std::vector<double>& step_starts, InStepGroups groups) {
+  if (spans.empty() || step_starts.empty()) return 0;
   StepEstimate priced;
   try {
     priced = estimate_step(program, profile, "the profile being written");
@@ -41,14 +58,15 @@ double in_step_scale(const ir::Program& program, const Profile& profile, const s
   double priced_ms = 0;
   for (size_t i = 0; i < program.instrs.size(); ++i) {
     const ir::Instr& in = program.instrs[i];
-    bool transfer = in.kind == ir::OpKind::Send || in.kind == ir::OpKind::Recv;
+    const char* collective = ir::issued_collective(in);
     double collective_ms = priced.instruction_ms[i] - priced.instruction_own_ms[i];  // not the norm's own work
-    if (!ir::issued_collective(in) || transfer || collective_ms <= 0) continue;
+    if (!collective || !measured_in_step(in.group.role, collective, groups) || collective_ms <= 0) continue;
     priced_ms += collective_ms * static_cast<double>(ir::times_per_step(program, in));
   }
   if (!(priced_ms > 0)) return 0;
   std::vector<std::vector<CollectiveSpan>> by_step(step_starts.size());
   for (const CollectiveSpan& s : spans) {
+    if (!measured_in_step(s.role, "", groups)) continue;  // (sends and receives are not logged)
     auto after = std::upper_bound(step_starts.begin(), step_starts.end(), s.launched_ms);
     by_step[after == step_starts.begin() ? 0 : static_cast<size_t>(after - step_starts.begin() - 1)].push_back(s);
   }
@@ -57,9 +75,15 @@ double in_step_scale(const ir::Program& program, const Profile& profile, const s
   return median(scales);
 }
 
-void apply_in_step_scale(Profile& profile, double scale) {
+void apply_in_step_scale(Profile& profile, double scale, InStepGroups groups) {
   for (CollectiveProfile& c : profile.collectives)
-    if (c.collective != "send" && c.collective != "recv") c.in_step_scale = scale;
+    if (measured_in_step(role_of_group(c.group), c.collective, groups)) c.in_step_scale = scale;
+}
+
+double applied_in_step_scale(const Profile& profile, InStepGroups groups) {
+  for (const CollectiveProfile& c : profile.collectives)
+    if (measured_in_step(role_of_group(c.group), c.collective, groups)) return c.in_step_scale;
+  return 1;
 }
 
 }  // namespace loom

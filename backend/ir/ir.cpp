@@ -9,24 +9,6 @@
 
 namespace loom::ir {
 
-const char* role_name(Role r) {
-  switch (r) {
-    case Role::None: return "";
-    case Role::Params: return "params";
-    case Role::Grads: return "grads";
-    case Role::Replicas: return "replicas";
-    case Role::Optim: return "optim";
-    case Role::OptimBlock: return "optim_block";
-    case Role::Dp: return "dp";
-    case Role::World: return "world";
-    case Role::Tp: return "tp";
-    case Role::Model: return "model";
-    case Role::Pipeline: return "pipeline";
-    case Role::StagePair: return "stage_pair";
-  }
-  return "?";
-}
-
 const char* op_name(OpKind k) {
   switch (k) {
     case OpKind::Compute: return "compute";

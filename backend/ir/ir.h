@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/ir/op_trace.h"
+#include "backend/ir/role.h"
 
 namespace loom::ir {
 
@@ -65,26 +66,6 @@ enum class MicroBatches { All, Last, AllButLast, First };
 const char* micro_batches_name(MicroBatches m);  // "all", "last", "all_but_last", "first"
 // Whether an instruction that runs in `m` runs in micro-batch `index` of `count`.
 bool runs_in_micro_batch(MicroBatches m, int64_t index, int64_t count);
-
-// A process group's role in the step: which ranks it joins (backend/comm/shard_groups.cpp and
-// mesh_groups.cpp make them). A number, not a name: a planner prices the collectives of
-// thousands of programs by role.
-enum class Role : uint8_t {
-  None,        // not a collective
-  Params,      // s_p: a parameter's shards
-  Grads,       // s_g / s_p: peers of a gradient shard
-  Replicas,    // dp / s_p: replicas of a parameter shard
-  Optim,       // s_os / s_p: peers of an optimizer-state slice
-  OptimBlock,  // s_os: an optimizer-state block
-  Dp,          // every data-parallel rank
-  World,       // every rank
-  Tp,          // a mesh's tensor-parallel group
-  Model,       // a mesh's dp ranks of every stage and tensor position
-  Pipeline,    // a mesh's stages
-  StagePair,   // two neighbouring stages (send and receive)
-};
-// Its name as `loom explain`, the IR's JSON and a profile write it ("params", "optim_block", ...).
-const char* role_name(Role r);
 
 // A process group as the IR sees it: a role and a size.
 struct GroupRef {

@@ -32,7 +32,10 @@ struct Rank {
   const InstructionCost* cost = nullptr;
   std::vector<Run> runs;
   size_t cursor = 0;
-  double host = 0, compute_free = 0, collective_free = 0, copy_free = 0, compute_s = 0;
+  // transfer_free: a pipeline's sends and receives, on the stage-pair process groups, which run
+  // beside the collective stream's groups (gloo: each group its own worker threads; NCCL: its
+  // own stream), not queued behind them.
+  double host = 0, compute_free = 0, collective_free = 0, copy_free = 0, transfer_free = 0, compute_s = 0;
   std::vector<double> handle_end;   // by handle: when its collective ends; -1 while it has not run
   std::map<std::string, int> seen;  // how many of each meeting kind this rank has issued
   std::string meeting;              // the meeting its current instruction waits in, once issued
@@ -79,7 +82,7 @@ class Simulator {
       }
     size_t critical = 0;
     for (const Rank& r : ranks_) {
-      double end = std::max({r.host, r.compute_free, r.collective_free, r.copy_free});
+      double end = std::max({r.host, r.compute_free, r.collective_free, r.copy_free, r.transfer_free});
       // Ranks that end together at a collective: the one with the most compute kept the others waiting.
       bool later = end > result_.step_s || (end == result_.step_s && r.compute_s > result_.compute_s);
       if (later || r.index == 0) {
@@ -230,9 +233,11 @@ class Simulator {
   // and goes on when every participant has.
   bool meet(Rank& r, const Run& run, const std::string& key) {
     const Instr& in = r.program->instrs[run.instr];
+    bool transfer = in.kind == OpKind::Send || in.kind == OpKind::Recv;
+    double& stream_free = transfer ? r.transfer_free : r.collective_free;
     Meeting& m = meetings_[key];
     if (!m.issued.count(r.index)) {
-      m.issued[r.index] = std::max(issue_point(r), r.collective_free);
+      m.issued[r.index] = std::max(issue_point(r), stream_free);
       m.seconds[r.index] = r.cost->seconds(*r.program, in);
     }
     if (m.issued.size() < m.participants) return false;
@@ -242,9 +247,9 @@ class Simulator {
       for (const auto& [rank, s] : m.seconds) longest = std::max(longest, s);
       m.end = m.start + longest;
     }
-    r.collective_free = m.end;
+    stream_free = m.end;
     r.handle_end[static_cast<size_t>(in.handle)] = m.end;
-    record(r, run, "collective", m.start, m.end);
+    record(r, run, transfer ? "transfer" : "collective", m.start, m.end);
     r.meeting.clear();
     account_memory(r, run);
     ++r.cursor;
@@ -295,7 +300,7 @@ SimResult simulate_each_rank(const ir::Program& program, const std::vector<const
 }
 
 std::string sim_trace_json(const SimResult& result, const std::vector<ir::Program>& stages) {
-  static const std::vector<std::string> streams{"compute", "collective", "copy"};
+  static const std::vector<std::string> streams{"compute", "collective", "copy", "transfer"};
   nlohmann::json events = nlohmann::json::array();
   for (size_t s = 0; s < stages.size(); ++s) {
     events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", s}, {"args", {{"name", "stage " + std::to_string(s)}}}});

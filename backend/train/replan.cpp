@@ -38,8 +38,7 @@ Profile measured_profile(RankRun& r, int64_t steps_done) {
   CollectiveSweep sweep;
   sweep.repeats = 5;  // a re-plan's sweep: short, its line only has to rank the passes' choices
   profile.collectives = profile_collectives(*r.world, &r.sharded->groups(), nullptr, r.device, sweep);
-  double scale = mean_in_step_scale(r, measured, profile);
-  apply_in_step_scale(profile, scale);
+  set_in_step_scales(r, measured, profile);
   return profile;
 }
 
@@ -184,7 +183,7 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
   const char* forced = std::getenv("LOOM_REPLAN_SWITCH");
   bool always = forced && std::string(forced) == "always";
   bool switching = predicted && (always || predicted->next.step_s < predicted->current.step_s);
-  double scale = profile.collectives.empty() ? 1 : profile.collectives[0].in_step_scale;
+  double scale = applied_in_step_scale(profile);
   if (r.lead()) log_replan(r, next, records, predicted ? &*predicted : nullptr, switching, steps_done, result, scale);
   if (!switching) return false;
   r.sharded->replace_program(next);

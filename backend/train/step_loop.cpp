@@ -92,18 +92,24 @@ StepCollectives close_collective_log(RankRun& r) {
   return measured;
 }
 
-double mean_in_step_scale(RankRun& r, const StepCollectives& measured, const Profile& profile) {
-  // Every rank reaches the all-reduce below, whatever its own figure.
-  double scale = 0;
-  try {
-    if (measured.unknown == 0 && r.step) scale = in_step_scale(*r.step, profile, measured.spans, measured.step_starts);
-  } catch (const std::exception&) {
-    scale = 0;  // not told here; the other ranks' figures stand
+void set_in_step_scales(RankRun& r, const StepCollectives& measured, Profile& profile) {
+  std::vector<InStepGroups> groups = r.step ? in_step_groups(*r.step) : std::vector<InStepGroups>{InStepGroups::All};
+  // Every rank's program has the same stages, so every rank reaches the same all-reduces.
+  for (InStepGroups g : groups) {
+    double scale = 0;
+    try {
+      if (measured.unknown == 0 && r.step) scale = in_step_scale(*r.step, profile, measured.spans, measured.step_starts, g);
+    } catch (const std::exception&) {
+      scale = 0;  // not told here; the other ranks' figures stand
+    }
+    bool least = g == InStepGroups::AcrossStages;
+    constexpr double kUntold = 1e300;
+    torch::Tensor figure = torch::tensor({least ? (scale > 0 ? scale : kUntold) : scale, scale > 0 ? 1.0 : 0.0}, torch::kDouble);
+    comm::all_reduce(*r.world, figure, {least ? comm::ReduceOp::Min : comm::ReduceOp::Sum}).wait();
+    double value = figure[0].item<double>(), ranks = figure[1].item<double>();
+    if (least) apply_in_step_scale(profile, value < kUntold ? value : 1, g);
+    else apply_in_step_scale(profile, ranks > 0 ? value / ranks : 1, g);
   }
-  torch::Tensor sum = torch::tensor({scale, scale > 0 ? 1.0 : 0.0}, torch::kDouble);
-  comm::all_reduce(*r.world, sum).wait();
-  double ranks = sum[1].item<double>();
-  return ranks > 0 ? sum[0].item<double>() / ranks : 1;
 }
 
 namespace {
@@ -123,8 +129,7 @@ void write_profile(RankRun& r) {
   bool lead = r.env.rank == 0;
   if (lead) std::cout << "loom profile: timing collectives on every process group of the run\n" << std::flush;
   profile.collectives = profile_collectives(*r.world, r.sharded ? &r.sharded->groups() : nullptr, r.mesh.get(), r.device);
-  double scale = mean_in_step_scale(r, measured, profile);
-  apply_in_step_scale(profile, scale);
+  set_in_step_scales(r, measured, profile);
   std::string text = profile.to_json();
   auto write = [&](const std::string& path) {
     fs::path parent = fs::path(path).parent_path();

@@ -145,9 +145,16 @@ roles = {c["group"] + "/" + c["collective"] for c in p["collectives"]}
 needed = {"tp/all_reduce", "pipeline/all_reduce", "model/all_reduce", "stage_pair/send", "stage_pair/recv"}
 ops = [o["module"] for o in p["ops"]]
 # Both stages' ops, each timed on the stage that runs it.
-sys.exit(not (needed <= roles and "h.0.mlp.c_fc" in ops and "lm_head" in ops and all(o["forward_ms"] > 0 for o in p["ops"])))
+# The steps' collectives set two in-step scales: one on the groups inside a stage (tp), one on
+# those across stages; the transfers keep the sweep's prices.
+def scales(*groups):
+    return {c["in_step_scale"] for c in p["collectives"] if c["group"] in groups}
+inside, across = scales("tp"), scales("model", "pipeline", "world")
+measured = len(inside) == len(across) == 1 and min(inside | across) > 0 and {1.0} not in (inside, across)
+sys.exit(not (needed <= roles and "h.0.mlp.c_fc" in ops and "lm_head" in ops and all(o["forward_ms"] > 0 for o in p["ops"])
+              and measured and scales("stage_pair") == {1.0}))
 PY
-then ok; else bad "loom profile under tp x pp times both stages and the mesh's groups"; fi
+then ok; else bad "loom profile under tp x pp times both stages and the mesh's groups, and their in-step scales"; fi
 "$loom" simulate "$tp_pp" --model gpt:tiny --seq 32 --micro-batch 2 --nproc 4 --profile "$tmp/tp_pp.profile.json" > "$tmp/out" 2>&1
 if [ $? -eq 0 ] && grep -q "tp 2, pp 2, dp 1), profile" "$tmp/out"; then ok; else bad "loom simulate prices a pipeline on its profile"; cat "$tmp/out"; fi
 expect_run_error 1 "error: shard is not yet supported at runtime: tensor parallelism splits Linear layers; \`wte\` is a Embedding" \

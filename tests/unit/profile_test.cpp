@@ -289,14 +289,59 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
   // A step in which this rank waited 60 ms for a late peer does not set it: the median of 1.33,
   // 1.33 and 40.
   CHECK(in_step_scale(step, p, {{0, 2}, {10, 12}, {20, 80}}, {0, 10, 20}) == doctest::Approx(2 / 1.5));
+  // A pipeline measures the groups inside a stage apart from those across stages: a span on a
+  // group across stages (here 4-9 and 13-14 ms) includes waiting for the other stage.
   ir::Program stage = step;
-  stage.mesh.pp = 2;  // a pipeline stage's spans wait for the other stage: not told
-  CHECK(in_step_scale(stage, p, {{0, 2}, {1, 4}, {10, 12}}, {0, 10}) == 0);
-  // Applied to every collective but the transfers it left out.
+  stage.mesh.pp = 2;
+  REQUIRE(in_step_groups(stage) == std::vector<InStepGroups>{InStepGroups::InsideStage, InStepGroups::AcrossStages});
+  REQUIRE(in_step_groups(step) == std::vector<InStepGroups>{InStepGroups::All});
+  std::vector<CollectiveSpan> stage_spans = {{0, 2, ir::Role::Params}, {1, 4, ir::Role::Params}, {4, 9, ir::Role::World},
+                                             {10, 12, ir::Role::Params}, {13, 14, ir::Role::Pipeline}};
+  CHECK(in_step_scale(stage, p, stage_spans, {0, 10}, InStepGroups::InsideStage) == doctest::Approx(2.0));
+  CHECK(in_step_scale(step, p, stage_spans, {0, 10}) == doctest::Approx((9 / 1.5 + 3 / 1.5) / 2));
+  // The stage's gather on a group across stages instead: nothing inside a stage is priced (a
+  // pipeline without data or tensor parallelism), and the spans across stages time it, 5 and
+  // 1 ms against 1.5 priced.
+  ir::Program across_stages = stage;
+  for (ir::Instr& in : across_stages.instrs)
+    if (in.group.role == ir::Role::Params) in.group.role = ir::Role::Pipeline;
+  CollectiveProfile across = c;
+  across.group = "pipeline";
+  p.collectives.push_back(across);
+  CHECK(in_step_scale(across_stages, p, stage_spans, {0, 10}, InStepGroups::InsideStage) == 0);
+  CHECK(in_step_scale(across_stages, p, stage_spans, {0, 10}, InStepGroups::AcrossStages) == doctest::Approx(2.0));
+  p.collectives.pop_back();
+  CHECK(ir::role_named("optim_block") == ir::Role::OptimBlock);  // a profile's group names its role
+  CHECK(ir::role_named("nodes") == ir::Role::None);
+  CHECK(measured_in_step(ir::Role::World, "all_reduce", InStepGroups::All));
+  CHECK_FALSE(measured_in_step(ir::Role::World, "all_reduce", InStepGroups::InsideStage));
+  CHECK(measured_in_step(ir::Role::World, "all_reduce", InStepGroups::AcrossStages));
+  CHECK(measured_in_step(ir::Role::Dp, "all_reduce", InStepGroups::InsideStage));
+  CHECK_FALSE(measured_in_step(ir::Role::Dp, "all_reduce", InStepGroups::AcrossStages));
+  CHECK_FALSE(measured_in_step(ir::Role::StagePair, "send", InStepGroups::All));
+  CHECK_FALSE(measured_in_step(ir::Role::StagePair, "send", InStepGroups::AcrossStages));
+  // Applied to every collective but the transfers it left out, and in a pipeline to those of
+  // its groups.
   Profile scaled = p;
-  apply_in_step_scale(scaled, 2.0);
+  CHECK(applied_in_step_scale(scaled) == 1.0);
+  apply_in_step_scale(scaled, 2.0, InStepGroups::All);
   CHECK(scaled.collectives[0].in_step_scale == 2.0);
   CHECK(scaled.collectives[1].in_step_scale == 1.0);
+  CHECK(applied_in_step_scale(scaled) == 2.0);
+  Profile pipeline = p;
+  across.group = "world";
+  pipeline.collectives.push_back(across);
+  CollectiveProfile peers = c;
+  peers.group = "grad_peers";  // the sweep's name of the grads role: inside a stage
+  pipeline.collectives.push_back(peers);
+  apply_in_step_scale(pipeline, 0.5, InStepGroups::InsideStage);
+  apply_in_step_scale(pipeline, 0.25, InStepGroups::AcrossStages);
+  CHECK(pipeline.collectives[0].in_step_scale == 0.5);   // params
+  CHECK(pipeline.collectives[1].in_step_scale == 1.0);   // send
+  CHECK(pipeline.collectives[2].in_step_scale == 0.25);  // world
+  CHECK(pipeline.collectives[3].in_step_scale == 0.5);   // grad_peers
+  CHECK(applied_in_step_scale(pipeline, InStepGroups::InsideStage) == 0.5);
+  CHECK(applied_in_step_scale(pipeline, InStepGroups::AcrossStages) == 0.25);
   step.instrs.pop_back();
   p.collectives.pop_back();
 

@@ -121,17 +121,29 @@ TEST_CASE("collectives queue on the collective stream in issue order") {
   CHECK(r.exposed_comm_s == doctest::Approx(4));
 }
 
-TEST_CASE("pipeline stages meet at their sends and receives") {
-  FixedCost cost;
-  cost.by_kind = {{OpKind::Send, 0.5}, {OpKind::Recv, 0.5}, {OpKind::Compute, 1}};
+// Two stages: stage 0 runs a and sends its activation on; stage 1 runs b's forward and
+// backward, then `before_send`, and sends the gradient back (handle 1) for a's backward, then
+// `tail`.
+std::vector<ir::Program> two_stages(std::vector<ir::Instr> before_send = {}, std::vector<ir::Instr> tail = {}) {
   ir::GroupRef pair{ir::Role::StagePair, 2};
   ir::Program first = one_param({instr(OpKind::Compute, Phase::Forward, "a"), instr(OpKind::Send, Phase::Forward, "l.0", 0, pair),
                                  wait(0), instr(OpKind::Recv, Phase::Backward, "l.0", 1, pair), wait(1, Phase::Backward),
                                  instr(OpKind::Compute, Phase::Backward, "a")});
-  ir::Program last = one_param({instr(OpKind::Recv, Phase::Forward, "l.1", 0, pair), wait(0),
-                                instr(OpKind::Compute, Phase::Forward, "b"), instr(OpKind::Compute, Phase::Backward, "b"),
-                                instr(OpKind::Send, Phase::Backward, "l.1", 1, pair), wait(1, Phase::Backward)});
-  SimResult r = simulate({first, last}, cost);
+  std::vector<ir::Instr> last = {instr(OpKind::Recv, Phase::Forward, "l.1", 0, pair), wait(0),
+                                 instr(OpKind::Compute, Phase::Forward, "b"), instr(OpKind::Compute, Phase::Backward, "b")};
+  last.insert(last.end(), before_send.begin(), before_send.end());
+  last.push_back(instr(OpKind::Send, Phase::Backward, "l.1", 1, pair));
+  last.push_back(wait(1, Phase::Backward));
+  last.insert(last.end(), tail.begin(), tail.end());
+  return {first, one_param(last)};
+}
+
+TEST_CASE("pipeline stages meet at their sends and receives") {
+  FixedCost cost;
+  cost.by_kind = {{OpKind::Send, 0.5}, {OpKind::Recv, 0.5}, {OpKind::Compute, 1}};
+  std::vector<ir::Program> stages = two_stages();
+  const ir::Program& first = stages[0];
+  SimResult r = simulate(stages, cost);
   // Stage 0: a 0-1, the activation 1-1.5; stage 1: b 1.5-2.5, its backward 2.5-3.5, the
   // gradient back 3.5-4; stage 0: a's backward 4-5.
   CHECK(r.step_s == doctest::Approx(5));
@@ -350,6 +362,27 @@ TEST_CASE("micro-batches: the body runs once per micro-batch, as each instructio
   CHECK(r.events.size() == 3 * 2 + 1 + 1);  // 6 computes, one all-reduce, one optimizer step
   CHECK(r.step_s == doctest::Approx(8));
   CHECK(r.events.back().micro_batch == -1);
+}
+
+TEST_CASE("a pipeline's transfers run beside the stage's collectives, not queued behind them") {
+  // Stage 1 all-reduces its gradients over its replicas (3 s), then sends the activation's
+  // gradient back: on the stage-pair group, which runs beside the data-parallel one (gloo's
+  // groups have their own threads, NCCL's their own streams), so the send goes at once.
+  FixedCost cost;
+  cost.by_kind = {{OpKind::Send, 0.5}, {OpKind::Recv, 0.5}, {OpKind::Compute, 1}, {OpKind::AllReduce, 3}};
+  SimResult r = simulate(two_stages({instr(OpKind::AllReduce, Phase::Backward, "", 2, {ir::Role::Dp, 2})}, {wait(2, Phase::Backward)}),
+                         cost);
+  // Stage 1: b 1.5-2.5 and 2.5-3.5, the all-reduce 3.5-6.5, the gradient back 3.5-4 beside it;
+  // stage 0: a's backward 4-5. The step ends with stage 1's all-reduce.
+  double a_backward = -1, sent = -1;
+  for (const SimEvent& e : r.events) {
+    if (e.stage == 0 && e.stream == "compute" && e.start_s > 1) a_backward = e.start_s;
+    if (e.stage == 1 && e.stream == "transfer" && e.start_s > 2) sent = e.start_s;
+  }
+  CHECK(sent == doctest::Approx(3.5));
+  CHECK(a_backward == doctest::Approx(4));
+  CHECK(r.step_s == doctest::Approx(6.5));
+  CHECK(r.critical_stage == 1);
 }
 
 TEST_CASE("three stages hand the activation on; a collective over every stage starts when the last issues it") {
