@@ -6,11 +6,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
-#include "backend/train/output_paths.h"
 #include "backend/cost/in_step_collectives.h"
 #include "backend/cost/profile.h"
+#include "backend/train/output_paths.h"
 #include "backend/train/rank_env.h"
 #include "cli/commands.h"
 #include "lang/diagnostics.h"
@@ -114,17 +115,14 @@ void print_profile(const Profile& p, std::ostream& out) {
   // One scale for the collectives the steps measured, every one but a pipeline's transfers; a
   // pipeline's groups inside a stage and across stages have one each (in_step_collectives.h).
   bool pipeline = std::any_of(p.collectives.begin(), p.collectives.end(), [](const CollectiveProfile& c) { return c.group == "stage_pair"; });
-  double scale = applied_in_step_scale(p), across = 1;
+  std::optional<double> inside = applied_in_step_scale(p, pipeline ? InStepGroups::InsideStage : InStepGroups::All);
+  std::optional<double> across = pipeline ? applied_in_step_scale(p, InStepGroups::AcrossStages) : std::nullopt;
   out << "  in the measured steps the collectives kept the collective stream busy ";
-  if (pipeline) {
-    scale = applied_in_step_scale(p, InStepGroups::InsideStage);
-    across = applied_in_step_scale(p, InStepGroups::AcrossStages);
-    out << fixed(scale, 2) << "x (groups inside a stage) and " << fixed(across, 2) << "x (across stages, the rank that reached them last)";
-  } else {
-    out << fixed(scale, 2) << "x";
-  }
+  if (inside) out << fixed(*inside, 2) << "x" << (pipeline ? " (groups inside a stage)" : "") << (across ? " and " : "");
+  if (across) out << fixed(*across, 2) << "x (groups across stages, the least over the ranks)";
   out << " as long as these sweeps price them (in_step_scale: the 1 MiB column and every prediction include it)\n";
-  if (p.measured_steps < 3 && (scale != 1 || across != 1))
+  bool scaled = inside.value_or(1) != 1 || across.value_or(1) != 1;
+  if (p.measured_steps < 3 && scaled)
     out << "  (from " << p.measured_steps << " measured step" << (p.measured_steps == 1 ? "" : "s")
         << ": one in which a rank waited for a late peer would set it; --steps 3 or more take the median)\n";
 }

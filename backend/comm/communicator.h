@@ -47,7 +47,8 @@ class Work {
   Work() = default;
   // `transfer_timed`: the works' futures complete when their transfers do (gloo; NCCL's complete
   // when the collective is queued), so an `--trace` span ends there, not at the wait.
-  // `what`: the operation and its group, as errors and the trace name it; `role`: the group's.
+  // `what`: the operation and its group, as errors and the trace name it; `role`: the group's
+  // role, which the collective log records.
   Work(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what, ir::Role role,
        bool transfer_timed = false);
   // One operation made of several process-group works (gloo's all-gather: a broadcast per rank).

@@ -40,14 +40,16 @@ std::vector<InStepGroups> in_step_groups(const ir::Program& program) {
   return {InStepGroups::All};
 }
 
-bool measured_in_step(ir::Role role, const std::string& collective, InStepGroups groups) {
-  if (collective == "send" || collective == "recv") return false;
+bool measured_in_step(ir::Role role, InStepGroups groups) {
+  if (role == ir::Role::StagePair) return false;  // a pipeline's sends and receives
   if (groups == InStepGroups::All) return true;
   return ir::inside_one_stage(role) == (groups == InStepGroups::InsideStage);
 }
 
 double in_step_scale(const ir::Program& program, const Profile& profile, const std::vector<CollectiveSpan>& spans,
                      const std::vector<double>& step_starts, InStepGroups groups) {
+  if (groups == InStepGroups::All && program.mesh.pp > 1)
+    throw InternalError("in_step_scale: a pipeline's groups inside and across stages are measured apart");
   if (spans.empty() || step_starts.empty()) return 0;
   StepEstimate priced;
   try {
@@ -58,15 +60,14 @@ double in_step_scale(const ir::Program& program, const Profile& profile, const s
   double priced_ms = 0;
   for (size_t i = 0; i < program.instrs.size(); ++i) {
     const ir::Instr& in = program.instrs[i];
-    const char* collective = ir::issued_collective(in);
     double collective_ms = priced.instruction_ms[i] - priced.instruction_own_ms[i];  // not the norm's own work
-    if (!collective || !measured_in_step(in.group.role, collective, groups) || collective_ms <= 0) continue;
+    if (!ir::issued_collective(in) || !measured_in_step(in.group.role, groups) || collective_ms <= 0) continue;
     priced_ms += collective_ms * static_cast<double>(ir::times_per_step(program, in));
   }
   if (!(priced_ms > 0)) return 0;
   std::vector<std::vector<CollectiveSpan>> by_step(step_starts.size());
   for (const CollectiveSpan& s : spans) {
-    if (!measured_in_step(s.role, "", groups)) continue;  // (sends and receives are not logged)
+    if (!measured_in_step(s.role, groups)) continue;
     auto after = std::upper_bound(step_starts.begin(), step_starts.end(), s.launched_ms);
     by_step[after == step_starts.begin() ? 0 : static_cast<size_t>(after - step_starts.begin() - 1)].push_back(s);
   }
@@ -77,13 +78,13 @@ double in_step_scale(const ir::Program& program, const Profile& profile, const s
 
 void apply_in_step_scale(Profile& profile, double scale, InStepGroups groups) {
   for (CollectiveProfile& c : profile.collectives)
-    if (measured_in_step(role_of_group(c.group), c.collective, groups)) c.in_step_scale = scale;
+    if (measured_in_step(role_of_group(c.group), groups)) c.in_step_scale = scale;
 }
 
-double applied_in_step_scale(const Profile& profile, InStepGroups groups) {
+std::optional<double> applied_in_step_scale(const Profile& profile, InStepGroups groups) {
   for (const CollectiveProfile& c : profile.collectives)
-    if (measured_in_step(role_of_group(c.group), c.collective, groups)) return c.in_step_scale;
-  return 1;
+    if (measured_in_step(role_of_group(c.group), groups)) return c.in_step_scale;
+  return std::nullopt;
 }
 
 }  // namespace loom

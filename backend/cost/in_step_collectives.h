@@ -5,6 +5,7 @@
 // holds). Torch-free.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "backend/cost/profile.h"
@@ -27,22 +28,20 @@ struct CollectiveSpan {
 // program order, from their issue or the stream's last end). Any order of `spans`.
 double serial_busy_ms(std::vector<CollectiveSpan> spans);
 
-// Which collectives an in-step scale is measured on and applied to, never a pipeline's sends
-// and receives (not on the collective stream). A one-stage program: all of them. A pipeline
-// measures two scales: one on the groups inside a stage (data- and tensor-parallel, the
-// sharding's), whose ranks run the same program, so that their spans time the transfers as the
-// step runs them (on a link that the stages share, one stage's all-reduce alone or beside the
-// other's, where the sweep times every stage's group at once); and one on the groups across
-// stages (the shared gradients' sum, the norm, the loss), where a span includes waiting for the
-// other stage, which the simulator models itself: of those, the rank that reaches them last
-// waits for no one, so their scale is the least over the ranks (mean_in_step_scales).
-enum class InStepGroups { All, InsideStage, AcrossStages };
+// The collectives an in-step scale is measured on and applied to; never a pipeline's sends and
+// receives, which are not on the collective stream. Why a pipeline has two: docs/simulate.md.
+enum class InStepGroups {
+  All,          // a one-stage program: every collective
+  InsideStage,  // a pipeline's groups inside one stage (tp, dp, the sharding's): the mean over the ranks
+  AcrossStages  // a pipeline's groups across stages (the shared gradients', the norm's, the loss's): the
+                // least over the ranks, the closest to a figure without waiting for another stage
+};
 
 // The groups a program's scales are measured on: All for one stage, else both of the others.
 std::vector<InStepGroups> in_step_groups(const ir::Program& program);
 
-// Whether `groups` holds the collectives of `role` (`collective` as a profile names it).
-bool measured_in_step(ir::Role role, const std::string& collective, InStepGroups groups);
+// Whether `groups` holds the collectives on a group of `role`.
+bool measured_in_step(ir::Role role, InStepGroups groups);
 
 // The in-step scale of `profile`'s collectives in `groups` for `program`: how long those
 // collectives of a measured step (`spans`) kept the stream busy, over what the profile's sweeps
@@ -53,15 +52,15 @@ bool measured_in_step(ir::Role role, const std::string& collective, InStepGroups
 // (docs/simulate.md). `step_starts`: when each measured step began, on the spans' clock; a span
 // belongs to the step it was launched in. 0 when it cannot be told: nothing measured or priced
 // (a pipeline without data or tensor parallelism has nothing inside a stage), or the profile
-// lacks a collective the program issues.
+// lacks a collective the program issues. InternalError for All on a pipeline.
 double in_step_scale(const ir::Program& program, const Profile& profile, const std::vector<CollectiveSpan>& spans,
-                     const std::vector<double>& step_starts, InStepGroups groups = InStepGroups::All);
+                     const std::vector<double>& step_starts, InStepGroups groups);
 
 // Sets `scale` on the profile's collectives in `groups`.
 void apply_in_step_scale(Profile& profile, double scale, InStepGroups groups);
 
-// The scale apply_in_step_scale set on `profile`'s collectives in `groups`: the first one's
-// (1 where it set none).
-double applied_in_step_scale(const Profile& profile, InStepGroups groups = InStepGroups::All);
+// The scale apply_in_step_scale set on `profile`'s collectives in `groups`: the first one's;
+// none where the profile has no collective in `groups`.
+std::optional<double> applied_in_step_scale(const Profile& profile, InStepGroups groups);
 
 }  // namespace loom

@@ -51,7 +51,9 @@ struct CollectiveProfile {
   std::vector<CollectiveSample> samples;  // sorted by bytes
   AlphaBeta fit;
   // What the measured steps' collectives took, as a multiple of what these sweeps price them
-  // at (backend/cost/in_step_collectives.h): one figure for the profile's every collective.
+  // at (backend/cost/in_step_collectives.h): one figure for every collective of a one-stage
+  // program; in a pipeline one for the groups inside a stage and one for those across stages;
+  // 1 for the sends and receives.
   double in_step_scale = 1;
 
   // The sweep's time for `bytes`, times the in-step scale.

@@ -16,7 +16,7 @@ enum class Role : uint8_t {
   Replicas,    // dp / s_p: replicas of a parameter shard
   Optim,       // s_os / s_p: peers of an optimizer-state slice
   OptimBlock,  // s_os: an optimizer-state block
-  Dp,          // every data-parallel rank
+  Dp,          // every data-parallel rank (under a mesh: those of one stage and tensor position)
   World,       // every rank
   Tp,          // a mesh's tensor-parallel group
   Model,       // a mesh's dp ranks of every stage and tensor position
@@ -29,8 +29,8 @@ const char* role_name(Role r);
 // The role `name` names (role_name's inverse); None for a name of no role.
 Role role_named(const std::string& name);
 
-// Whether a group of this role joins ranks of one pipeline stage only: the mesh's tensor- and
-// data-parallel groups, and the sharding's groups, which lie inside a data-parallel group.
+// Whether, in a pipeline, a group of this role joins ranks of one stage only: the mesh's tensor-
+// and data-parallel groups, and the sharding's groups, which lie inside a data-parallel group.
 bool inside_one_stage(Role r);
 
 }  // namespace loom::ir

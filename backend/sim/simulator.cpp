@@ -32,9 +32,10 @@ struct Rank {
   const InstructionCost* cost = nullptr;
   std::vector<Run> runs;
   size_t cursor = 0;
-  // transfer_free: a pipeline's sends and receives, on the stage-pair process groups, which run
-  // beside the collective stream's groups (gloo: each group its own worker threads; NCCL: its
-  // own stream), not queued behind them.
+  // transfer_free: a pipeline's sends and receives, not queued behind the collectives: gloo
+  // posts a send or recv to the transport at once (an unbound buffer), outside the queue its
+  // collectives wait in; NCCL runs them on the pair's own communicator and stream. One stream
+  // for both neighbours of a middle stage, where the executor has a group for each.
   double host = 0, compute_free = 0, collective_free = 0, copy_free = 0, transfer_free = 0, compute_s = 0;
   std::vector<double> handle_end;   // by handle: when its collective ends; -1 while it has not run
   std::map<std::string, int> seen;  // how many of each meeting kind this rank has issued

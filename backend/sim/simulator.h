@@ -1,13 +1,14 @@
 // The step simulator (issue #15 §2): a discrete-event replay of the step's programs under a
 // cost model. Each simulated rank has a host that issues its program's instructions in order,
 // a compute stream, a collective stream, a copy stream and a transfer stream (a pipeline's sends
-// and receives, on process groups of their own); a collective runs on the collective stream
-// from when it is issued (and the stream is free) and its `wait` holds the host until it ends;
-// compute holds the host. Symmetric ranks are simulated once: one program per pipeline stage
-// (its first data-parallel and tensor-parallel rank), so a 1,024-rank step costs what its
+// and receives, which do not queue behind the collectives); a collective runs on the collective
+// stream from when it is issued (and the stream is free) and its `wait` holds the host until it
+// ends; compute holds the host. Symmetric ranks are simulated once: one program per pipeline
+// stage (its first data-parallel and tensor-parallel rank), so a 1,024-rank step costs what its
 // stages' programs do (simulate_each_rank simulates each rank instead, where a profile measured
 // each). A pipeline's send and recv meet (the transfer starts when both sides have issued it),
-// and a collective over ranks of several stages starts when every stage has issued it. The memory timeline follows the IR: the rank's model states (less the optimizer states an
+// and a collective over ranks of several stages starts when every stage has issued it. The
+// memory timeline follows the IR: the rank's model states (less the optimizer states an
 // offload keeps on the host) and the data-parallel reducer's bucket buffers, gathered parameters
 // from their all-gather to their release, saved activations from their forward (or recompute) to
 // their backward, sharded gradients' full-size buffers until reduced, and each instruction's

@@ -110,9 +110,9 @@ struct StepCollectives {
 StepCollectives close_collective_log(RankRun& r);
 // Sets the in-step scales of `profile`'s collectives for this rank's program and measured steps
 // (backend/cost/in_step_collectives.h): the mean over the ranks that could tell theirs, and for
-// a pipeline's groups across stages the least (the rank that reached them last waited for no
-// one). Collectives over the world: every rank calls it. 1 where no rank could tell (one rank,
-// NCCL).
+// a pipeline's groups across stages the least, the closest to a figure without waiting for
+// another stage. Collectives over the world: every rank calls it. 1 where no rank could tell
+// (one rank, NCCL).
 void set_in_step_scales(RankRun& r, const StepCollectives& measured, Profile& profile);
 // Adaptive offloading: AdamW's states created now and a state copier attached to the sharded
 // executor (rank_setup.cpp; a re-plan that starts moving states calls it too).

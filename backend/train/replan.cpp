@@ -183,7 +183,7 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
   const char* forced = std::getenv("LOOM_REPLAN_SWITCH");
   bool always = forced && std::string(forced) == "always";
   bool switching = predicted && (always || predicted->next.step_s < predicted->current.step_s);
-  double scale = applied_in_step_scale(profile);
+  double scale = applied_in_step_scale(profile, InStepGroups::All).value_or(1);  // a re-planned run has one stage
   if (r.lead()) log_replan(r, next, records, predicted ? &*predicted : nullptr, switching, steps_done, result, scale);
   if (!switching) return false;
   r.sharded->replace_program(next);

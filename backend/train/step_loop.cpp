@@ -92,23 +92,43 @@ StepCollectives close_collective_log(RankRun& r) {
   return measured;
 }
 
+namespace {
+
+// This rank's in-step scale of `groups` (0 where it cannot tell).
+double own_in_step_scale(RankRun& r, const StepCollectives& measured, const Profile& profile, InStepGroups groups) {
+  try {
+    if (measured.unknown == 0 && r.step) return in_step_scale(*r.step, profile, measured.spans, measured.step_starts, groups);
+  } catch (const std::exception&) {  // caught: every rank must reach the all-reduces that follow
+  }
+  return 0;  // not told here; the other ranks' figures stand
+}
+
+// The mean of the ranks' positive figures; 1 where none is.
+double mean_over_telling_ranks(comm::Group& world, double figure) {
+  torch::Tensor sum = torch::tensor({figure, figure > 0 ? 1.0 : 0.0}, torch::kDouble);
+  comm::all_reduce(world, sum).wait();
+  double ranks = sum[1].item<double>();
+  return ranks > 0 ? sum[0].item<double>() / ranks : 1;
+}
+
+// The least of the ranks' positive figures; 1 where none is.
+double least_over_telling_ranks(comm::Group& world, double figure) {
+  constexpr double kUntold = std::numeric_limits<double>::infinity();
+  torch::Tensor least = torch::tensor({figure > 0 ? figure : kUntold}, torch::kDouble);
+  comm::all_reduce(world, least, {comm::ReduceOp::Min}).wait();
+  double value = least[0].item<double>();
+  return value < kUntold ? value : 1;
+}
+
+}  // namespace
+
 void set_in_step_scales(RankRun& r, const StepCollectives& measured, Profile& profile) {
+  // Every rank's program has the same number of stages, so every rank reaches the same all-reduces.
   std::vector<InStepGroups> groups = r.step ? in_step_groups(*r.step) : std::vector<InStepGroups>{InStepGroups::All};
-  // Every rank's program has the same stages, so every rank reaches the same all-reduces.
   for (InStepGroups g : groups) {
-    double scale = 0;
-    try {
-      if (measured.unknown == 0 && r.step) scale = in_step_scale(*r.step, profile, measured.spans, measured.step_starts, g);
-    } catch (const std::exception&) {
-      scale = 0;  // not told here; the other ranks' figures stand
-    }
-    bool least = g == InStepGroups::AcrossStages;
-    constexpr double kUntold = 1e300;
-    torch::Tensor figure = torch::tensor({least ? (scale > 0 ? scale : kUntold) : scale, scale > 0 ? 1.0 : 0.0}, torch::kDouble);
-    comm::all_reduce(*r.world, figure, {least ? comm::ReduceOp::Min : comm::ReduceOp::Sum}).wait();
-    double value = figure[0].item<double>(), ranks = figure[1].item<double>();
-    if (least) apply_in_step_scale(profile, value < kUntold ? value : 1, g);
-    else apply_in_step_scale(profile, ranks > 0 ? value / ranks : 1, g);
+    double own = own_in_step_scale(r, measured, profile, g);
+    double scale = g == InStepGroups::AcrossStages ? least_over_telling_ranks(*r.world, own) : mean_over_telling_ranks(*r.world, own);
+    apply_in_step_scale(profile, scale, g);
   }
 }
 

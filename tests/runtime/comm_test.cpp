@@ -210,6 +210,7 @@ int worker(const RankEnv& env) {
   // A subgroup of the first and last ranks; the others get none.
   std::vector<int> members{0};
   if (W > 1) members.push_back(W - 1);
+  // (the role is the collective log's only: any serves here)
   auto sub = comm::new_subgroup(*world, members, ir::Role::Dp);
   bool member = r == 0 || r == W - 1;
   expect((sub != nullptr) == member, "subgroup membership", r);

@@ -137,8 +137,9 @@ if grep -q "mesh tp 2 x pp 2 x dp 1" "$tmp/out" &&
 # A profile under the mesh times every stage's ops and the mesh's groups; the simulator prices
 # both stages with it.
 "$loom" profile "$tp_pp" --model gpt:tiny --seq 32 --micro-batch 2 --nproc 4 --steps 1 --threads 1 --cache-dir "$tmp/profiles" \
-  --out "$tmp/tp_pp.profile.json" > /dev/null 2> "$tmp/err"
-if [ $? -eq 0 ] && python3 - "$tmp/tp_pp.profile.json" <<'PY'
+  --out "$tmp/tp_pp.profile.json" > "$tmp/profile_out" 2> "$tmp/err"
+if [ $? -eq 0 ] && grep -q "x (groups inside a stage) and .*x (groups across stages, the least over the ranks)" "$tmp/profile_out" &&
+   python3 - "$tmp/tp_pp.profile.json" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))
 roles = {c["group"] + "/" + c["collective"] for c in p["collectives"]}

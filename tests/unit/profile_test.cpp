@@ -284,64 +284,17 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
   transfer.collective = "send", transfer.group = "stage_pair";
   p.collectives.push_back(transfer);
   CHECK(estimate_step(step, p, "p.json").collective_ms == doctest::Approx(3.0));
-  CHECK(in_step_scale(step, p, {{0, 2}, {1, 4}, {10, 12}}, {0, 10}) == doctest::Approx(2.0));
-  CHECK(in_step_scale(step, p, {}, {0, 10}) == 0);
+  CHECK(in_step_scale(step, p, {{0, 2}, {1, 4}, {10, 12}}, {0, 10}, InStepGroups::All) == doctest::Approx(2.0));
+  CHECK(in_step_scale(step, p, {}, {0, 10}, InStepGroups::All) == 0);
   // A step in which this rank waited 60 ms for a late peer does not set it: the median of 1.33,
   // 1.33 and 40.
-  CHECK(in_step_scale(step, p, {{0, 2}, {10, 12}, {20, 80}}, {0, 10, 20}) == doctest::Approx(2 / 1.5));
-  // A pipeline measures the groups inside a stage apart from those across stages: a span on a
-  // group across stages (here 4-9 and 13-14 ms) includes waiting for the other stage.
-  ir::Program stage = step;
-  stage.mesh.pp = 2;
-  REQUIRE(in_step_groups(stage) == std::vector<InStepGroups>{InStepGroups::InsideStage, InStepGroups::AcrossStages});
-  REQUIRE(in_step_groups(step) == std::vector<InStepGroups>{InStepGroups::All});
-  std::vector<CollectiveSpan> stage_spans = {{0, 2, ir::Role::Params}, {1, 4, ir::Role::Params}, {4, 9, ir::Role::World},
-                                             {10, 12, ir::Role::Params}, {13, 14, ir::Role::Pipeline}};
-  CHECK(in_step_scale(stage, p, stage_spans, {0, 10}, InStepGroups::InsideStage) == doctest::Approx(2.0));
-  CHECK(in_step_scale(step, p, stage_spans, {0, 10}) == doctest::Approx((9 / 1.5 + 3 / 1.5) / 2));
-  // The stage's gather on a group across stages instead: nothing inside a stage is priced (a
-  // pipeline without data or tensor parallelism), and the spans across stages time it, 5 and
-  // 1 ms against 1.5 priced.
-  ir::Program across_stages = stage;
-  for (ir::Instr& in : across_stages.instrs)
-    if (in.group.role == ir::Role::Params) in.group.role = ir::Role::Pipeline;
-  CollectiveProfile across = c;
-  across.group = "pipeline";
-  p.collectives.push_back(across);
-  CHECK(in_step_scale(across_stages, p, stage_spans, {0, 10}, InStepGroups::InsideStage) == 0);
-  CHECK(in_step_scale(across_stages, p, stage_spans, {0, 10}, InStepGroups::AcrossStages) == doctest::Approx(2.0));
-  p.collectives.pop_back();
-  CHECK(ir::role_named("optim_block") == ir::Role::OptimBlock);  // a profile's group names its role
-  CHECK(ir::role_named("nodes") == ir::Role::None);
-  CHECK(measured_in_step(ir::Role::World, "all_reduce", InStepGroups::All));
-  CHECK_FALSE(measured_in_step(ir::Role::World, "all_reduce", InStepGroups::InsideStage));
-  CHECK(measured_in_step(ir::Role::World, "all_reduce", InStepGroups::AcrossStages));
-  CHECK(measured_in_step(ir::Role::Dp, "all_reduce", InStepGroups::InsideStage));
-  CHECK_FALSE(measured_in_step(ir::Role::Dp, "all_reduce", InStepGroups::AcrossStages));
-  CHECK_FALSE(measured_in_step(ir::Role::StagePair, "send", InStepGroups::All));
-  CHECK_FALSE(measured_in_step(ir::Role::StagePair, "send", InStepGroups::AcrossStages));
-  // Applied to every collective but the transfers it left out, and in a pipeline to those of
-  // its groups.
+  CHECK(in_step_scale(step, p, {{0, 2}, {10, 12}, {20, 80}}, {0, 10, 20}, InStepGroups::All) == doctest::Approx(2 / 1.5));
+  // Applied to every collective but the transfers it left out.
   Profile scaled = p;
-  CHECK(applied_in_step_scale(scaled) == 1.0);
   apply_in_step_scale(scaled, 2.0, InStepGroups::All);
   CHECK(scaled.collectives[0].in_step_scale == 2.0);
   CHECK(scaled.collectives[1].in_step_scale == 1.0);
-  CHECK(applied_in_step_scale(scaled) == 2.0);
-  Profile pipeline = p;
-  across.group = "world";
-  pipeline.collectives.push_back(across);
-  CollectiveProfile peers = c;
-  peers.group = "grad_peers";  // the sweep's name of the grads role: inside a stage
-  pipeline.collectives.push_back(peers);
-  apply_in_step_scale(pipeline, 0.5, InStepGroups::InsideStage);
-  apply_in_step_scale(pipeline, 0.25, InStepGroups::AcrossStages);
-  CHECK(pipeline.collectives[0].in_step_scale == 0.5);   // params
-  CHECK(pipeline.collectives[1].in_step_scale == 1.0);   // send
-  CHECK(pipeline.collectives[2].in_step_scale == 0.25);  // world
-  CHECK(pipeline.collectives[3].in_step_scale == 0.5);   // grad_peers
-  CHECK(applied_in_step_scale(pipeline, InStepGroups::InsideStage) == 0.5);
-  CHECK(applied_in_step_scale(pipeline, InStepGroups::AcrossStages) == 0.25);
+  CHECK(applied_in_step_scale(scaled, InStepGroups::All) == 2.0);
   step.instrs.pop_back();
   p.collectives.pop_back();
 
@@ -375,7 +328,7 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
   CHECK(profile_instruction_seconds(p)(step, step.instrs.back()) == doctest::Approx(4.5e-3));
   // The in-step scale compares the collectives' measured busy time with their prices, not with
   // the norm's own work: 2 x (1.5 + 1.5) ms busy in one step is a scale of 2 with or without it.
-  CHECK(in_step_scale(step, p, {{0, 6}}, {0}) == doctest::Approx(2.0));
+  CHECK(in_step_scale(step, p, {{0, 6}}, {0}, InStepGroups::All) == doctest::Approx(2.0));
   step.instrs.back().group = {ir::Role::Params, 1};  // a group of one (data parallelism): the norm alone
   CHECK(estimate_step(step, p, "p.json").instruction_ms.back() == 3.0);
   CHECK(profile_instruction_seconds(p)(step, step.instrs.back()) == doctest::Approx(3e-3));
@@ -420,6 +373,72 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
     CHECK(err.diagnostic().message == "p.json was measured for other compute ops: the step's op 0 is `a`, the profile's is `b`");
     CHECK(err.diagnostic().hint == "measure this model and schedule with `loom profile`");
   }
+}
+
+TEST_CASE("a pipeline measures two in-step scales: its groups inside a stage, and those across stages") {
+  // A stage that gathers on a group inside it and sums on one across stages, each priced 1.5 ms,
+  // and sends to the next stage (not on the collective stream).
+  auto collective = [](ir::OpKind kind, ir::Role role) {
+    ir::Instr in;
+    in.kind = kind, in.phase = ir::Phase::Backward, in.group = {role, 2}, in.bytes = 1500;
+    return in;
+  };
+  ir::Program stage;
+  stage.mesh.pp = 2;
+  stage.instrs = {collective(ir::OpKind::AllGather, ir::Role::Params), collective(ir::OpKind::AllReduce, ir::Role::Pipeline),
+                  collective(ir::OpKind::Send, ir::Role::StagePair)};
+  CollectiveProfile gather;
+  gather.collective = "all_gather", gather.group = "params", gather.group_size = 2;
+  gather.samples = {{1000, 1.0}, {2000, 2.0}};
+  gather.fit = fit_alpha_beta(gather.samples);
+  CollectiveProfile sum = gather, send = gather, peers = gather, world = gather;
+  sum.collective = "all_reduce", sum.group = "pipeline";
+  send.collective = "send", send.group = "stage_pair";
+  peers.group = "grad_peers";  // the sweep's name of the grads role: inside a stage
+  world.collective = "all_reduce", world.group = "world";
+  Profile p;
+  p.collectives = {gather, sum, send, peers, world};
+
+  REQUIRE(in_step_groups(stage) == std::vector<InStepGroups>{InStepGroups::InsideStage, InStepGroups::AcrossStages});
+  ir::Program one_stage = stage;
+  one_stage.mesh.pp = 1;
+  REQUIRE(in_step_groups(one_stage) == std::vector<InStepGroups>{InStepGroups::All});
+  // Inside the stage: 4 ms busy (0-2, 2-4) in the step from 0 and 2 ms in the one from 10, the
+  // median of 2.67 and 1.33. Across stages, whose spans include waiting for the other stage: 6
+  // and 1 ms, the median of 4 and 0.67.
+  std::vector<CollectiveSpan> spans = {{0, 2, ir::Role::Params}, {1, 4, ir::Role::Params}, {4, 10, ir::Role::Pipeline},
+                                       {10, 12, ir::Role::Params}, {13, 14, ir::Role::World}};
+  CHECK(in_step_scale(stage, p, spans, {0, 10}, InStepGroups::InsideStage) == doctest::Approx(2.0));
+  CHECK(in_step_scale(stage, p, spans, {0, 10}, InStepGroups::AcrossStages) == doctest::Approx(7.0 / 3));
+  CHECK_THROWS_AS(in_step_scale(stage, p, spans, {0, 10}, InStepGroups::All), InternalError);
+  // Nothing inside a stage priced (a pipeline without data or tensor parallelism): not told.
+  ir::Program across_only = stage;
+  across_only.instrs.erase(across_only.instrs.begin());
+  CHECK(in_step_scale(across_only, p, spans, {0, 10}, InStepGroups::InsideStage) == 0);
+
+  CHECK(ir::role_named("optim_block") == ir::Role::OptimBlock);  // a profile's group names its role
+  CHECK(ir::role_named("nodes") == ir::Role::None);
+  CHECK(measured_in_step(ir::Role::World, InStepGroups::All));
+  CHECK_FALSE(measured_in_step(ir::Role::World, InStepGroups::InsideStage));
+  CHECK(measured_in_step(ir::Role::World, InStepGroups::AcrossStages));
+  CHECK(measured_in_step(ir::Role::Dp, InStepGroups::InsideStage));
+  CHECK_FALSE(measured_in_step(ir::Role::Dp, InStepGroups::AcrossStages));
+  for (InStepGroups g : {InStepGroups::All, InStepGroups::InsideStage, InStepGroups::AcrossStages})
+    CHECK_FALSE(measured_in_step(ir::Role::StagePair, g));
+
+  // Each scale on its groups' collectives; the transfers keep the sweep's prices.
+  apply_in_step_scale(p, 0.5, InStepGroups::InsideStage);
+  apply_in_step_scale(p, 0.25, InStepGroups::AcrossStages);
+  CHECK(p.collectives[0].in_step_scale == 0.5);   // params
+  CHECK(p.collectives[1].in_step_scale == 0.25);  // pipeline
+  CHECK(p.collectives[2].in_step_scale == 1.0);   // send
+  CHECK(p.collectives[3].in_step_scale == 0.5);   // grad_peers
+  CHECK(p.collectives[4].in_step_scale == 0.25);  // world
+  CHECK(applied_in_step_scale(p, InStepGroups::InsideStage) == 0.5);
+  CHECK(applied_in_step_scale(p, InStepGroups::AcrossStages) == 0.25);
+  Profile transfers_only;
+  transfers_only.collectives = {send};
+  CHECK_FALSE(applied_in_step_scale(transfers_only, InStepGroups::InsideStage).has_value());
 }
 
 TEST_CASE("a GPU profile prices each compute's host part: its op's host time, a recompute's ops' sum; -1 where not measured") {
