@@ -25,11 +25,10 @@ double median(std::vector<double> xs) {
   return n % 2 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
 }
 
-// The role of a profile's group: its role's name, but for the sharding's peers, which the sweep
-// names as their process groups (collective_profiler.cpp).
+// The role of a profile's group: the one it names, or whose sweep alias it is.
 ir::Role role_of_group(const std::string& group) {
-  if (group == "grad_peers") return ir::Role::Grads;
-  if (group == "optim_peers") return ir::Role::Optim;
+  for (ir::Role aliased : {ir::Role::Grads, ir::Role::Optim})
+    if (group == sweep_group_alias(aliased)) return aliased;
   return ir::role_named(group);
 }
 

@@ -7,13 +7,14 @@
 #include "lang/diagnostics.h"
 
 namespace loom {
+const char* sweep_group_alias(ir::Role role) {
+  return role == ir::Role::Grads ? "grad_peers" : role == ir::Role::Optim ? "optim_peers" : nullptr;
+}
+
 const CollectiveProfile* measured_collective(const Profile& profile, const char* collective, ir::Role role,
                                              bool beside_compute) {
   if (const CollectiveProfile* own = profile.collective(collective, ir::role_name(role), beside_compute)) return own;
-  const char* plays = role == ir::Role::Dp      ? "world"
-                      : role == ir::Role::Grads ? "grad_peers"
-                      : role == ir::Role::Optim ? "optim_peers"
-                                                : nullptr;
+  const char* plays = role == ir::Role::Dp ? "world" : sweep_group_alias(role);
   return plays ? profile.collective(collective, plays, beside_compute) : nullptr;
 }
 

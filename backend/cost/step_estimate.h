@@ -38,6 +38,10 @@ struct StepEstimate {
   double unpack_ms = 0;     // the waits' unpacking
 };
 
+// The name a profile's sweep gives the group of `role` where it is not the role's own name (the
+// sharding's peers, named as their process groups in collective_profiler.cpp); null elsewhere.
+const char* sweep_group_alias(ir::Role role);
+
 // The profile's measurement of a collective on an IR group role: the role's own where the
 // profile timed it (tp, dp, model, pipeline, stage_pair under a mesh), else the process group
 // that plays it without a mesh (the world is the data-parallel group); null where it has none.
