@@ -3,8 +3,9 @@
 # gpt:50m trains 8 steps at world N (default 2) under data parallelism, ZeRO-3's base placement,
 # ZeRO-3 with prefetch(budget=auto), with unshard(auto) too, and with bucket(size=auto) as well,
 # each on the program planned from sizes (--replan-at 0, no re-plan), and
-# the last also under the two-level loop (zero3_all_auto_replan: --replan-at 3, 10 steps, the
-# passes planned again on the run's own measurements; its row is the median of steps 5-10 and
+# the last also under the two-level loop (zero3_all_auto_replan: --replan-at 3, 12 steps, the
+# passes planned again on the run's own measurements after steps 3 and 6, one group of passes
+# more each round; its row is the median of steps 8-12, after the last round's warm-up, and
 # `loom simulate --replanned` on zero3_all_auto's profile where it switched programs),
 # every run under --memory-limit (default 600MiB); `loom simulate` prices each on a profile
 # measured in the same invocation.
@@ -41,7 +42,7 @@ shape="--model gpt:50m --micro-batch 2 --seq 64"
 for row in $schedules; do
   echo "memory_passes: $row" >&2
   sched=${row%_replan} run_flags="--steps 8 --replan-at 0" sim_flags=""  # the program planned from sizes throughout
-  [ "$row" = "$sched" ] || { run_flags="--steps 10 --replan-at 3"; sim_flags="--replanned"; }
+  [ "$row" = "$sched" ] || { run_flags="--steps 12 --replan-at 3"; sim_flags="--replanned"; }
   [ "$row" != "$sched" ] || "${in_net[@]}" "$loom" profile "$out/$sched.sched" $shape --threads 1 --nproc "$world" --steps 4 \
     --memory-limit "$limit" --cache-dir "$out/cache" --out "$out/$sched.profile.json" > /dev/null
   "${in_net[@]}" "$loom" simulate "$out/$sched.sched" $shape --nproc "$world" --profile "$out/$sched.profile.json" \
@@ -56,7 +57,7 @@ over = "loopback" if link == "loopback" else "a loopback shaped to 1 Gbit/s"
 print(f"gpt:50m at world {world} over {over}, micro-batch 2 x 64 tokens, 1 thread per rank, --memory-limit {limit}")
 step, peak, sim = {}, {}, {}
 for s in schedules:
-    rows = [json.loads(l) for l in open(f"{d}/{s}.jsonl")][4 if s.endswith("_replan") else 2:]
+    rows = [json.loads(l) for l in open(f"{d}/{s}.jsonl")][7 if s.endswith("_replan") else 2:]
     step[s] = sorted(x["step_ms"] for x in rows)[len(rows) // 2]
     peak[s] = max(x["peak_mem_bytes"] for x in rows)
     sim[s] = json.load(open(f"{d}/{s}.sim.json"))
@@ -74,6 +75,10 @@ for s in schedules:
           f"{r['peak_bytes'] / 2**20:>9.0f}M{r['peak_bytes'] / peak[s]:>9.2f}")
 print("x zero3, x ddp: that schedule's speed-up over ZeRO-3's base placement and over data parallelism (above 1: faster)")
 if replan in schedules:
-    print(f"{replan}: " + ("switched programs after step 3; its sim columns price the program it switched to (loom simulate --replanned)"
-                           if switched else "kept its program (the re-plan was predicted no faster): its sim columns are zero3_all_auto's"))
+    blocks = open(f"{d}/{replan}.log").read().split("loom run: re-plan after step ")[1:]
+    at = [b.split(" ", 1)[0] for b in blocks]
+    after = [b.split(" ", 1)[0] for b in blocks if "every rank follows it" in b]
+    print(f"{replan}: " + (f"switched programs (re-planned after step{'s' if len(at) > 1 else ''} {' and '.join(at)}; every rank switched at the re-plan{'s' if len(after) > 1 else ''} after "
+                            f"step{'s' if len(after) > 1 else ''} {' and '.join(after)}); its sim columns price the program the passes plan on zero3_all_auto's profile, every group timed (loom simulate --replanned)"
+                           if switched else "kept its program (each re-plan was predicted no faster): its sim columns are zero3_all_auto's"))
 PY

@@ -2,8 +2,10 @@
 # Benchmark (not a test): what DeepCompile's two-level loop buys (issue #17 §2). In one
 # invocation, gpt:50m trains STEPS steps (default 16) at world 2 under ZeRO-3 with
 # prefetch(budget=auto), unshard(auto) and bucket(size=auto) on every block, --memory-limit
-# 600MiB, three ways: on the program planned without times (--replan-at 0: no re-plan), re-planned once after
-# step 3 (--replan-at 3), and re-planned every 4 steps after that (--replan-every 4). The table
+# 600MiB, three ways: on the program planned without times (--replan-at 0: no re-plan), under
+# the inner loop (--replan-at 3: after step 3 prefetching and bucketing planned from the
+# measurements, after step 6 unsharding too, on the measurements of the program step 3 chose),
+# and re-planned every 4 steps after step 3 to the end (--replan-every 4). The table
 # gives each run's median step after its last re-plan's round (the last 4 steps of every run, so
 # the three are compared on the same steps), its ratio to the run without a re-plan, the peak,
 # and when the ranks switched.
@@ -27,8 +29,8 @@ LINK=$link NETNS=loom_replan source benchmarks/slow_link.sh
 printf 'sch.zero(stage=3)\nsch["h.*"].prefetch(budget=auto)\nsch["h.*"].unshard(auto)\nsch["h.*"].bucket(size=auto)\n' > "$out/auto.sched"
 common=("$out/auto.sched" --model gpt:50m --micro-batch 2 --seq 64 --threads 1 --nproc 2 --steps "$steps" --data synthetic
         --memory-limit 600MiB)
-declare -A flags=([none]="--replan-at 0" [once]="--replan-at 3" [every4]="--replan-at 3 --replan-every 4")
-for way in none once every4; do
+declare -A flags=([none]="--replan-at 0" [rounds]="--replan-at 3" [every4]="--replan-at 3 --replan-every 4")
+for way in none rounds every4; do
   echo "replan_loop: $way" >&2
   "${in_net[@]}" "$loom" run "${common[@]}" ${flags[$way]} --metrics "$out/$way.jsonl" > "$out/$way.log"
 done
@@ -39,7 +41,7 @@ over = "loopback" if link == "loopback" else "a loopback shaped to 1 Gbit/s"
 print(f"gpt:50m at world 2 over {over}, ZeRO-3 + prefetch/unshard/bucket auto, --memory-limit 600MiB, {steps} steps")
 median = {}
 print(f"{'re-plan':<10}{'step ms':>9}{'x none':>8}{'peak':>9}  each re-plan: predicted step, current -> re-planned, and whether it switched")
-for way in ("none", "once", "every4"):
+for way in ("none", "rounds", "every4"):
     rows = [json.loads(l) for l in open(f"{d}/{way}.jsonl")][-4:]
     median[way] = sorted(r["step_ms"] for r in rows)[len(rows) // 2]
     peak = max(r["peak_mem_bytes"] for r in rows) / 2**20

@@ -71,12 +71,14 @@ void add_run(CLI::App& app, std::function<int()>& run_fn) {
                 "re-plan after this step from the run's own measurements (deepcompile.txt's two-level loop, docs/passes.md): "
                 "ops timed in steps 2..STEP, collectives on the run's groups, the step lowered again with those times and "
                 "followed from the next step on every rank; 0: never. Default: 3 where a pass of the schedule plans from "
-                "measurements (prefetch(budget=auto), unshard(auto), offload(\"optimizer\", budget=auto) under a memory limit; "
-                "bucket(size=auto)) on a sharded run without a mesh of at least 6 steps, else never")
+                "measured times (prefetch(budget=auto), unshard(auto) under a memory limit; bucket(size=auto)) on a sharded "
+                "run without a mesh of at least 6 steps, else never")
       ->default_str("auto");
   c->add_option("--replan-every", t.replan_every,
-                "with --replan-at K: re-plan again after steps K + E, K + 2E, ..., each time on the steps measured since the "
-                "last re-plan (its first step not: warm-up) and the collectives timed again; 0: once");
+                "with --replan-at K: re-plan again after steps K + E, K + 2E, ... to the end of the run, each time on the steps "
+                "measured since the last re-plan (its first step not: warm-up) and the collectives timed again. Unset: once "
+                "per group of passes the schedule plans from measurements (prefetching and bucketing, then unsharding), 3 "
+                "steps apart where the run has the steps, each round timing one group more");
   c->add_option("--nproc", o->nproc, "ranks to start on this node")->check(at_least(1));
   c->add_option("--nnodes", o->nnodes, "number of nodes (multi-node: run loom run on each)")->check(at_least(1));
   c->add_option("--node-rank", o->node_rank, "this node's index, 0..nnodes-1")->check(at_least(0));

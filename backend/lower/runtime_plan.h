@@ -66,11 +66,19 @@ struct RuntimePlan {
   // Whether a pass plans within the memory limit: prefetch(budget=auto), unshard(auto),
   // bucket(size=auto) or offload("optimizer", budget=auto).
   bool plans_within_memory() const {
+    return prefetches_automatically() || unshards_automatically() || buckets_automatically() || offload_automatic;
+  }
+  // prefetch(budget=auto): under a limit proactive_prefetch, which fuses gathers by their times.
+  bool prefetches_automatically() const {
     for (const PrefetchRequest& p : prefetch)
       if (p.budget == 0) return true;
+    return false;
+  }
+  // unshard(auto): under a limit selective_unshard, which keeps parameters by T_c(B)/B.
+  bool unshards_automatically() const {
     for (const UnshardRequest& u : unshard)
       if (u.automatic) return true;
-    return buckets_automatically() || offload_automatic;
+    return false;
   }
   // Whether bucket(size=auto) sizes buckets (from instruction times, with or without a limit).
   bool buckets_automatically() const {

@@ -44,6 +44,14 @@ struct UnshardRequest {
   bool automatic = false;
 };
 
+// The groups of passes that read instruction times, in the order the two-level loop plans them
+// from measurements, one round after another (deepcompile.txt §3: each pass plans on the
+// profile of the program the passes before it made): first prefetching and bucketing
+// (proactive_prefetch's fusion rule, auto_bucket's overlap rule), then unsharding
+// (selective_unshard's T_c(B)/B). Passes that read no times are in none.
+enum class TimedGroup { None, Overlap, Unshard };
+constexpr TimedGroup kLastTimedGroup = TimedGroup::Unshard;
+
 // What the memory-aware passes (prefetch(budget=auto), unshard(auto)) plan with
 // (deepcompile.txt §4.2-4.3, Table 1).
 struct MemoryPlanning {
@@ -54,6 +62,9 @@ struct MemoryPlanning {
   // gathers are fused, unsharding ranks by size (for any cost alpha + beta * B, T_c(B)/B is
   // highest for the smallest B), and bucket(size=auto) buckets each module whole.
   std::function<double(const ir::Program&, const ir::Instr&)> instruction_seconds;
+  // The last group that plans with instruction_seconds; the groups after it plan by sizes, as
+  // without times (a re-plan's earlier rounds, backend/train/replan.h). By default every group.
+  TimedGroup timed_through = kLastTimedGroup;
   // The cost model those times come from, where the passes may keep it: its compute workspaces
   // count in the memory walk (memory::memory_around_each), as they do when the simulator prices
   // the program. Null: none known (a run plans without them). Outlives the passes.

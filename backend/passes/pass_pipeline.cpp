@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <ostream>
 
 #include "backend/ir/verifier.h"
@@ -24,27 +25,40 @@
 
 namespace loom {
 
-const std::vector<std::pair<std::string, passes::Pass>>& pipeline_passes() {
-  static const std::vector<std::pair<std::string, passes::Pass>> list = {
+const PassList& pipeline_passes() {
+  using G = TimedGroup;
+  static const PassList list = {
       {"insert_gather_release", passes::insert_gather_release},          // Fig. 4: gather before first use, release after last
       {"insert_gradient_reduction", passes::insert_gradient_reduction},  // Lins: reduce each gradient when complete
       {"insert_parameter_broadcast", passes::insert_parameter_broadcast},  // Lins: s_os > s_p spreads updated params
       {"compress", passes::compress},                                     // TAGC: a compressed reduce-scatter
       {"unshard", passes::unshard},                                       // DeepCompile §4.3: keep gathered for backward
       {"bucket", passes::bucket},                                         // SimpleFSDP §3.2: one collective per bucket
-      {"auto_bucket", passes::auto_bucket},                               // SimpleFSDP §3.3.2: bucket(size=BYTES|auto), reordered
+      {"auto_bucket", passes::auto_bucket, G::Overlap},                   // SimpleFSDP §3.3.2: bucket(size=BYTES|auto), reordered
       {"bucket_data_parallel", passes::bucket_data_parallel},             // DDP: gradient all-reduces in size-capped buckets
       // Before the memory-aware passes: how long gradients wait for their reductions is memory they plan with.
       {"window_reductions", passes::window_reductions},                   // SimpleFSDP §3.1: reductions in flight
       {"prefetch", passes::prefetch},                                     // budget=BYTES: gathers of the next blocks, ahead
-      {"proactive_prefetch", passes::proactive_prefetch},                 // DeepCompile Alg. 1: budget=auto under a memory limit
-      {"selective_unshard", passes::selective_unshard},                   // DeepCompile §4.3: unshard(auto) under a memory limit
+      {"proactive_prefetch", passes::proactive_prefetch, G::Overlap},     // DeepCompile Alg. 1: budget=auto under a memory limit
+      {"selective_unshard", passes::selective_unshard, G::Unshard},       // DeepCompile §4.3: unshard(auto) under a memory limit
       {"adaptive_offload", passes::adaptive_offload},                     // DeepCompile Alg. 2: budget=auto under a memory limit
       {"offload_optimizer", passes::offload_optimizer},                   // DeepCompile §4.4, static: states and the step on the host
       // Last: which waits copy members out of a flat buffer, once every collective is final.
       {"mark_unpacks", passes::mark_unpacks},                             // the waits' host work, priced and timed as theirs
   };
   return list;
+}
+
+std::string describe_timed_group(TimedGroup group) {
+  std::string passes;
+  for (const PipelinePass& p : pipeline_passes())
+    if (p.group == group) passes += (passes.empty() ? "" : ", ") + p.name;
+  switch (group) {
+    case TimedGroup::Overlap: return "prefetching and bucketing (" + passes + ")";
+    case TimedGroup::Unshard: return "unsharding (" + passes + ")";
+    case TimedGroup::None: break;
+  }
+  return "the passes that read no times";
 }
 
 PipelineDebug PipelineDebug::from_environment(std::ostream& out) {
@@ -62,13 +76,18 @@ void check(const ir::Program& p, const std::string& after) {
 }
 }  // namespace
 
-ir::Program run_passes(ir::Program program, const passes::PassInputs& inputs,
-                       const std::vector<std::pair<std::string, passes::Pass>>& list, std::vector<PassRecord>* records,
+ir::Program run_passes(ir::Program program, const passes::PassInputs& inputs, const PassList& list, std::vector<PassRecord>* records,
                        const PipelineDebug& debug) {
   if (debug.verify_each_pass) check(program, "lowering");
-  for (auto& [name, pass] : list) {
+  std::optional<passes::PassInputs> by_sizes;  // the inputs less their times, for groups not yet timed
+  for (const auto& [name, pass, group] : list) {
+    const passes::PassInputs* given = &inputs;
+    if (group > inputs.memory.timed_through && inputs.memory.instruction_seconds) {
+      if (!by_sizes) (by_sizes = inputs)->memory.instruction_seconds = nullptr;
+      given = &*by_sizes;
+    }
     auto t0 = std::chrono::steady_clock::now();
-    bool changed = pass(program, inputs);
+    bool changed = pass(program, *given);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (debug.verify_each_pass) check(program, "pass '" + name + "'");
     if (records) records->push_back({name, changed, ms, program.instrs.size()});

@@ -6,7 +6,6 @@
 
 #include <iosfwd>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "backend/ir/ir.h"
@@ -32,12 +31,23 @@ struct PipelineDebug {
   static PipelineDebug from_environment(std::ostream& out);
 };
 
-// The passes, in the order they run.
-const std::vector<std::pair<std::string, passes::Pass>>& pipeline_passes();
+// A pass of the pipeline, and the group of the two-level loop it plans its times with (pass.h).
+struct PipelinePass {
+  std::string name;
+  passes::Pass run = nullptr;
+  TimedGroup group = TimedGroup::None;
+};
+using PassList = std::vector<PipelinePass>;
 
-// Runs `list` over `program`, verifying after each pass (unless debug says not to); appends to `records`.
-ir::Program run_passes(ir::Program program, const passes::PassInputs& inputs,
-                       const std::vector<std::pair<std::string, passes::Pass>>& list, std::vector<PassRecord>* records,
+// The passes, in the order they run.
+const PassList& pipeline_passes();
+
+// What a group of passes does, and the pipeline's passes in it: "unsharding (selective_unshard)".
+std::string describe_timed_group(TimedGroup group);
+
+// Runs `list` over `program`, verifying after each pass (unless debug says not to); appends to
+// `records`. A pass of a group after inputs.memory.timed_through runs without instruction times.
+ir::Program run_passes(ir::Program program, const passes::PassInputs& inputs, const PassList& list, std::vector<PassRecord>* records,
                        const PipelineDebug& debug);
 
 }  // namespace loom

@@ -333,7 +333,7 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
                 << std::llround(100.0 * static_cast<double>(limit) / static_cast<double>(device)) << "% of cuda:" << r.gpu << "'s "
                 << format_size(device) << " (--memory-limit BYTES sets another limit)\n";
   }
-  r.o.replan_at = default_replan_at(o, r.plan, step_options.memory.limit);
+  plan_replan_rounds(r.o, r.plan, step_options.memory.limit);
   // A re-plan measures the run's ops, where it can act: a sharded run without a mesh.
   bool profiling = !o.profile_out.empty() || (o.replan_at > 0 && r.plan.factors.optim > 1 && !r.plan.model_parallel());
   r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
@@ -471,10 +471,7 @@ void print_header(const RankRun& r) {
                        : "")
             << "\n"
             << describe_run_shape(o, *r.sch, r.plan, r.layout.dp) << std::flush;
-  if (o.replan_at > 0)
-    std::cout << "  re-plan: after step " << o.replan_at << (o.replan_every > 0 ? " and every " + std::to_string(o.replan_every) + " steps after it" : "")
-              << ", on this run's own measurements (the two-level loop, docs/passes.md; --replan-at 0 keeps the program planned from sizes)\n"
-              << std::flush;
+  if (o.replan_at > 0) std::cout << describe_replan_rounds(o, timed_groups_of(plan, r.step_options.memory.limit)) << std::flush;
   if (r.offload)
     std::cout << "offload: the optimizer states of " << r.offload->offloaded_count() << " of " << r.optimized.size()
               << " tensors (" << r.offload->offloaded_elements() << " elements per rank) live in host memory\n"

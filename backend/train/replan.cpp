@@ -92,8 +92,19 @@ Prediction predict(const RankRun& r, const ir::Program& next, const Profile& pro
           simulate_on_profile(next_stages, profile, origin, calibration, each_rank)};
 }
 
+// Which groups of passes this round plans from the measurements, and which by sizes still.
+std::string describe_round(const std::vector<TimedGroup>& groups, TimedGroup through) {
+  std::string timed, by_sizes;
+  for (TimedGroup g : groups) {
+    std::string& list = g <= through ? timed : by_sizes;
+    list += (list.empty() ? "" : "; then ") + describe_timed_group(g);
+  }
+  if (timed.empty()) return "";
+  return "  planned from them: " + timed + (by_sizes.empty() ? "" : "; by sizes until the next round: " + by_sizes) + "\n";
+}
+
 void log_replan(const RankRun& r, const ir::Program& next, const std::vector<PassRecord>& records, const Prediction* predicted,
-                bool switching, int64_t steps_done, const TrainResult& result, double in_step_scale) {
+                bool switching, int64_t steps_done, const TrainResult& result, double in_step_scale, const std::string& round) {
   std::string acted;
   for (const PassRecord& p : records)
     if (p.changed) acted += (acted.empty() ? "" : ", ") + p.pass;
@@ -102,8 +113,9 @@ void log_replan(const RankRun& r, const ir::Program& next, const std::vector<Pas
   std::snprintf(scale, sizeof scale, "%.2f", in_step_scale);
   std::cout << "loom run: re-plan after step " << steps_done << " on this run's measurements (ops, optimizer step and gradient norm of steps "
             << first << "-" << steps_done << ", collectives timed on its process groups, at " << scale
-            << "x as those steps ran them)\n  passes that changed the program: "
-            << acted << "\n";
+            << "x as those steps ran them)\n"
+            << round
+            << "  passes that changed the program: " << acted << "\n";
   if (!predicted) {
     std::cout << "  the measured times keep the program (" << next.instrs.size() << " instructions): no switch\n" << std::flush;
     return;
@@ -126,20 +138,76 @@ void log_replan(const RankRun& r, const ir::Program& next, const std::vector<Pas
   std::fflush(stdout);
 }
 
+// Whether the run re-plans again after the re-plan after `steps_done`.
+bool replans_again(const TrainOptions& o, int64_t steps_done) {
+  return o.replan_every > 0 && replans_after(o, steps_done + o.replan_every);
+}
+
+// Whether the loop can act on this run, and may: sharded, no mesh, not resumed, profiled or recorded.
+bool can_replan(const TrainOptions& o, const RuntimePlan& plan) {
+  return plan.factors.optim > 1 && !plan.model_parallel() && o.resume.empty() && o.profile_out.empty() && o.record.empty();
+}
 }  // namespace
 
 int64_t default_replan_at(const TrainOptions& o, const RuntimePlan& plan, int64_t memory_limit) {
-  constexpr int64_t kAfterStep = 3, kShortestRun = 6;
+  constexpr int64_t kAfterStep = 3, kShortestRun = kAfterStep + kInnerRoundSteps;
   if (o.replan_at != kReplanByDefault) return o.replan_at;
-  bool can_replan = plan.factors.optim > 1 && !plan.model_parallel() && o.resume.empty() && o.profile_out.empty() && o.record.empty();
-  bool planned_by_memory = memory_limit > 0 && plan.plans_within_memory();
-  return can_replan && (plan.buckets_automatically() || planned_by_memory) && o.steps >= kShortestRun ? kAfterStep : 0;
+  bool timed = !timed_groups_of(plan, memory_limit).empty();
+  return can_replan(o, plan) && timed && o.steps >= kShortestRun ? kAfterStep : 0;
+}
+
+std::vector<TimedGroup> timed_groups_of(const RuntimePlan& plan, int64_t memory_limit) {
+  bool limited = memory_limit > 0;
+  std::vector<TimedGroup> groups;
+  if ((limited && plan.prefetches_automatically()) || plan.buckets_automatically()) groups.push_back(TimedGroup::Overlap);
+  if (limited && plan.unshards_automatically()) groups.push_back(TimedGroup::Unshard);
+  return groups;
+}
+
+void plan_replan_rounds(TrainOptions& o, const RuntimePlan& plan, int64_t memory_limit) {
+  o.replan_at = default_replan_at(o, plan, memory_limit);
+  // No loop, one replan() refuses (a mesh, no sharding: it says so once), or --replan-every's rounds.
+  if (o.replan_at <= 0 || !can_replan(o, plan) || o.replan_every > 0) return;
+  // A round per group, each leaving its program a warm-up step and two to run on (as the first).
+  int64_t groups = static_cast<int64_t>(timed_groups_of(plan, memory_limit).size());
+  int64_t room = 1 + (o.steps - o.replan_at - kInnerRoundSteps) / kInnerRoundSteps;
+  o.replan_rounds = std::max<int64_t>(1, std::min(groups, room));
+  o.replan_every = o.replan_rounds > 1 ? kInnerRoundSteps : 0;
+}
+
+TimedGroup timed_through(const TrainOptions& o, const std::vector<TimedGroup>& groups, int64_t steps_done) {
+  int64_t round = o.replan_every > 0 ? (steps_done - o.replan_at) / o.replan_every + 1 : 1;
+  if (!replans_again(o, steps_done) || round >= static_cast<int64_t>(groups.size())) return kLastTimedGroup;
+  return groups[static_cast<size_t>(round - 1)];
+}
+
+std::string describe_replan_rounds(const TrainOptions& o, const std::vector<TimedGroup>& groups) {
+  std::string when;
+  if (o.replan_rounds <= 0) {
+    when = "after step " + std::to_string(o.replan_at);
+    if (o.replan_every > 0) when += " and every " + std::to_string(o.replan_every) + " steps after it";
+  } else {  // the inner loop's rounds, each step named
+    when = replans_again(o, o.replan_at) ? "after steps " : "after step ";
+    for (int64_t s = o.replan_at; replans_after(o, s); s += o.replan_every) {
+      when += (s == o.replan_at ? "" : replans_again(o, s) ? ", " : " and ") + std::to_string(s);
+      if (!replans_again(o, s)) break;
+    }
+  }
+  std::string line = "  re-plan: " + when + ", on this run's own measurements (the two-level loop, docs/passes.md; --replan-at 0 keeps "
+                     "the program planned from sizes)\n";
+  if (groups.size() > 1 && replans_again(o, o.replan_at)) {
+    std::string order;
+    for (TimedGroup g : groups) order += (order.empty() ? "" : ", then ") + describe_timed_group(g);
+    line += "    a round per group of passes, each planned on the measurements of the program the groups before it chose: " + order + "\n";
+  }
+  return line;
 }
 
 bool replans_after(const TrainOptions& o, int64_t steps_done) {
-  if (o.replan_at <= 0 || steps_done < o.replan_at) return false;
+  if (o.replan_at <= 0 || steps_done < o.replan_at || steps_done >= o.steps) return false;
   if (steps_done == o.replan_at) return true;
-  return o.replan_every > 0 && (steps_done - o.replan_at) % o.replan_every == 0;
+  if (o.replan_every <= 0 || (steps_done - o.replan_at) % o.replan_every != 0) return false;
+  return o.replan_rounds <= 0 || (steps_done - o.replan_at) / o.replan_every < o.replan_rounds;
 }
 
 int64_t round_start(const TrainOptions& o, int64_t steps_done) {
@@ -152,7 +220,10 @@ bool measures_step(const TrainOptions& o, int64_t step) {
   if (o.replan_at <= 0) return false;
   if (step < o.replan_at) return step >= 1;
   // Step index `step` runs in the round ending after round_start + E steps; its first is warm-up.
-  return o.replan_every > 0 && step > round_start(o, step + 1);
+  // After the last round nothing is measured.
+  if (o.replan_every <= 0) return false;
+  int64_t start = round_start(o, step + 1);
+  return step > start && replans_after(o, start + o.replan_every);
 }
 
 bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
@@ -166,6 +237,8 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
   r.profiler->reset();  // the next round measures the program it runs
   StepOptions options = r.step_options;
   options.memory.instruction_seconds = profile_instruction_seconds(profile);
+  std::vector<TimedGroup> groups = timed_groups_of(r.plan, options.memory.limit);
+  options.memory.timed_through = timed_through(r.o, groups, steps_done);
   std::vector<PassRecord> records;
   ir::Program next = lower_step(r.plan, r.trace, &records, PipelineDebug::from_environment(std::cerr), options);
   check_same_on_every_rank(r, next);
@@ -184,7 +257,9 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
   bool always = forced && std::string(forced) == "always";
   bool switching = predicted && (always || predicted->next.step_s < predicted->current.step_s);
   double scale = applied_in_step_scale(profile, InStepGroups::All).value_or(1);  // a re-planned run has one stage
-  if (r.lead()) log_replan(r, next, records, predicted ? &*predicted : nullptr, switching, steps_done, result, scale);
+  if (r.lead())
+    log_replan(r, next, records, predicted ? &*predicted : nullptr, switching, steps_done, result, scale,
+               describe_round(groups, options.memory.timed_through));
   if (!switching) return false;
   r.sharded->replace_program(next);
   r.step = std::move(next);

@@ -8,27 +8,58 @@
 // switches to it between steps, on every rank at the same step, when the simulator, on those
 // measurements, predicts it faster than the program it runs (LOOM_REPLAN_SWITCH=always, for
 // tests: whenever it changed). Rank 0 logs what moved and the predicted and measured step time
-// and peak. With --replan-every E the loop goes on: after steps K + E, K + 2E, ... it re-plans
-// again on the steps measured since the last re-plan (not the first of them, the new program's
-// warm-up), with the collectives timed again.
+// and peak. The passes that read times come in groups (TimedGroup, pass.h: prefetching and
+// bucketing, then unsharding); as deepcompile.txt's inner loop re-profiles after each, the k-th
+// re-plan plans the first k groups of the schedule's from measurements and the later ones by
+// sizes, and without --replan-every the loop re-plans once per group, kInnerRoundSteps apart.
+// With --replan-every E it goes on to the end of the run (the outer loop): after steps K + E,
+// K + 2E, ... it re-plans again on the steps measured since the last re-plan (not the first of
+// them, the new program's warm-up), with the collectives timed again.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/train/rank_run.h"
 
 namespace loom {
 
+// Steps between the inner loop's rounds without --replan-every: the new program's warm-up and
+// two measured steps.
+constexpr int64_t kInnerRoundSteps = 3;
+
+// The groups of passes (TimedGroup) of this schedule that plan from measured times, in the
+// order the loop plans them: Overlap where bucket(size=auto) is, or prefetch(budget=auto) under
+// a limit (its fusion rule); Unshard where unshard(auto) is under a limit.
+std::vector<TimedGroup> timed_groups_of(const RuntimePlan& plan, int64_t memory_limit);
+
+// Resolves the loop into `o` at set-up: o.replan_at (default_replan_at) and, without
+// --replan-every, on a run the loop can act on, the inner loop: a round per group of
+// timed_groups_of (at least one), kInnerRoundSteps apart (o.replan_every, o.replan_rounds), as
+// many as leave each new program a warm-up step and two to run on. With --replan-every the
+// rounds have no end.
+void plan_replan_rounds(TrainOptions& o, const RuntimePlan& plan, int64_t memory_limit);
+
+// The last group the re-plan after `steps_done` plans from measurements: the k-th group of
+// `groups` on the k-th re-plan, every group on the run's last re-plan and after the k-th.
+TimedGroup timed_through(const TrainOptions& o, const std::vector<TimedGroup>& groups, int64_t steps_done);
+
 // The step after which a run whose --replan-at is unset (kReplanByDefault) re-plans: 3 when
 // the run can re-plan (sharded, no mesh, not resumed, not profiling or recording), a pass of
-// its schedule plans from measurements (prefetch(budget=auto), unshard(auto) or
-// offload("optimizer", budget=auto) under a memory limit, bucket(size=auto) with or without
-// one) and the run is long enough to use the new program (6 steps: measured 2-3, the new
-// program's warm-up, two to run it); else 0. A --replan-at given is returned as it is.
+// its schedule plans from measured times (timed_groups_of: prefetch(budget=auto) or
+// unshard(auto) under a memory limit, bucket(size=auto) with or without one; not
+// offload("optimizer", budget=auto), which plans from the memory walk alone) and the run is
+// long enough to use the new program (6 steps: measured 2-3, the new program's warm-up, two
+// to run it); else 0. A --replan-at given is returned as it is.
 int64_t default_replan_at(const TrainOptions& o, const RuntimePlan& plan, int64_t memory_limit);
 
-// Whether the run re-plans after `steps_done` steps: K, and with --replan-every E, K + E, K + 2E, ...
+// The header's line on the loop: when it re-plans, and what each round plans from measurements.
+std::string describe_replan_rounds(const TrainOptions& o, const std::vector<TimedGroup>& groups);
+
+// Whether the run re-plans after `steps_done` steps: K, and with a round every E steps (the
+// inner loop's, or --replan-every's), K + E, K + 2E, ... while o.replan_rounds lasts; never
+// after the run's last step.
 bool replans_after(const TrainOptions& o, int64_t steps_done);
 
 // After `steps_done` steps (replans_after holds). `result` holds the steps so far. Returns
@@ -40,7 +71,8 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result);
 std::string describe_replan_outcome(const TrainResult& result);
 
 // Whether the op profiler measures this step (0-based): `loom profile`'s steps after its
-// warm-up; a re-planning run's steps 2..K, then those of each round after its first.
+// warm-up; a re-planning run's steps 2..K, then those of each round after its first; none
+// after the last round.
 bool measures_step(const TrainOptions& o, int64_t step);
 
 // The steps done when the round that `steps_done` ends began: 0 for the first round (to K),

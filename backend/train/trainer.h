@@ -44,7 +44,12 @@ struct TrainOptions {
   std::string trace;                  // Chrome trace of the executed timeline (all ranks, merged by rank 0)
   int timeout_s = 300;                // store and collective timeout
   int64_t replan_at = kReplanByDefault;  // the two-level loop (backend/train/replan.h): re-plan after this step; 0: never
-  int64_t replan_every = 0;           // and again every this many steps after it, on the latest steps' measurements; 0: once
+  // And again every this many steps after it, on the latest steps' measurements; 0: once. Unset,
+  // set-up (plan_replan_rounds, replan.h) sets the inner loop's: a round per group of passes.
+  int64_t replan_every = 0;
+  // Re-plans in all, set at set-up without --replan-every (plan_replan_rounds): one per group of
+  // passes the schedule plans from measurements; 0: every E steps to the end of the run.
+  int64_t replan_rounds = 0;
   int64_t memory_limit = 0;           // bytes per rank the memory-aware passes plan within (docs/passes.md); 0: none
   int64_t bucket_bytes = 1 << 20;     // gradient bucket size
   std::vector<std::string> sets;      // --set knob=value

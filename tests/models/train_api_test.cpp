@@ -76,6 +76,75 @@ TEST_CASE("--replan-every: which steps re-plan and which the op profiler measure
   CHECK(measured == std::vector<int64_t>{1, 2});
 }
 
+TEST_CASE("the loop's rounds: one per group of passes the schedule plans from measurements, each timing one more group") {
+  TrainOptions o;
+  o.steps = 12;
+  const int64_t limit = int64_t{600} << 20;
+  RuntimePlan zero3;  // ZeRO-3 at world 2 with prefetch(budget=auto) and unshard(auto)
+  zero3.factors.params = zero3.factors.grads = zero3.factors.optim = 2;
+  zero3.prefetch.push_back(PrefetchRequest{});
+  zero3.unshard.push_back(UnshardRequest{"h.0", true});
+  std::vector<TimedGroup> groups = timed_groups_of(zero3, limit);
+  CHECK((groups == std::vector<TimedGroup>{TimedGroup::Overlap, TimedGroup::Unshard}));
+  CHECK(timed_groups_of(zero3, 0).empty());  // without a limit neither plans from times
+  auto replans = [](const TrainOptions& run) {
+    std::vector<int64_t> at;
+    for (int64_t s = 1; s <= run.steps; ++s)
+      if (replans_after(run, s)) at.push_back(s);
+    return at;
+  };
+  // The inner loop: after step 3 prefetching and bucketing from measurements, after step 6
+  // unsharding too, on the measurements of the program the first round chose; then no more.
+  TrainOptions inner = o;
+  plan_replan_rounds(inner, zero3, limit);
+  CHECK(inner.replan_at == 3);
+  CHECK(replans(inner) == std::vector<int64_t>{3, 6});
+  CHECK(timed_through(inner, groups, 3) == TimedGroup::Overlap);
+  CHECK(timed_through(inner, groups, 6) == kLastTimedGroup);
+  std::vector<int64_t> measured;
+  for (int64_t s = 0; s < inner.steps; ++s)
+    if (measures_step(inner, s)) measured.push_back(s);
+  CHECK(measured == std::vector<int64_t>{1, 2, 4, 5});  // 1-based 2-3 and 5-6; nothing after the last round
+  CHECK(describe_replan_rounds(inner, groups).find("after steps 3 and 6,") != std::string::npos);
+  // Too short for the second round to leave its program a warm-up step and two to run on (9
+  // steps): the one re-plan times every group.
+  for (int64_t steps : {6, 7, 8}) {
+    CAPTURE(steps);
+    TrainOptions short_run = o;
+    short_run.steps = steps;
+    plan_replan_rounds(short_run, zero3, limit);
+    CHECK(replans(short_run) == std::vector<int64_t>{3});
+    CHECK(timed_through(short_run, groups, 3) == kLastTimedGroup);
+    CHECK(describe_replan_rounds(short_run, groups).find("after step 3,") != std::string::npos);
+  }
+  TrainOptions nine = o;
+  nine.steps = 9;
+  plan_replan_rounds(nine, zero3, limit);
+  CHECK(replans(nine) == std::vector<int64_t>{3, 6});
+  // A run the loop cannot act on (a mesh) gets no inner rounds: --replan-at's one refusal.
+  RuntimePlan mesh = zero3;
+  mesh.tp = 2;
+  TrainOptions asked = o;
+  asked.replan_at = 3;
+  plan_replan_rounds(asked, mesh, limit);
+  CHECK(replans(asked) == std::vector<int64_t>{3});
+  // --replan-every 4: a group more each round, then every group, to the end of the run.
+  TrainOptions outer = o;
+  outer.replan_at = 3, outer.replan_every = 4;
+  plan_replan_rounds(outer, zero3, limit);
+  CHECK(replans(outer) == std::vector<int64_t>{3, 7, 11});
+  CHECK(timed_through(outer, groups, 3) == TimedGroup::Overlap);
+  CHECK(timed_through(outer, groups, 7) == kLastTimedGroup);
+  // One group (bucket(size=auto) alone): one round, as before.
+  RuntimePlan buckets;
+  buckets.factors = zero3.factors;
+  buckets.sized_buckets.push_back(BucketRequest{"h.0", 0, true});
+  TrainOptions once = o;
+  plan_replan_rounds(once, buckets, 0);
+  CHECK((timed_groups_of(buckets, 0) == std::vector<TimedGroup>{TimedGroup::Overlap}));
+  CHECK(replans(once) == std::vector<int64_t>{3});
+}
+
 TEST_CASE("--replan-at unset: the loop runs where a pass of the schedule plans from measurements, by hand") {
   TrainOptions o;
   o.steps = 10;
@@ -114,6 +183,10 @@ TEST_CASE("--replan-at unset: the loop runs where a pass of the schedule plans f
   RuntimePlan plain = zero3;
   plain.prefetch.clear();
   CHECK(default_replan_at(o, plain, limit) == 0);
+  // offload("optimizer", budget=auto) plans from the memory walk, no times: nothing to measure for.
+  RuntimePlan offloaded = plain;
+  offloaded.offload = offloaded.offload_automatic = true;
+  CHECK(default_replan_at(o, offloaded, limit) == 0);
   // Given, it is kept: 0 turns the loop off, K re-plans after K.
   o.replan_at = 0;
   CHECK(default_replan_at(o, zero3, limit) == 0);

@@ -571,6 +571,30 @@ TEST_CASE("--replan-at: the run re-plans on its own measurements, switches every
   CHECK(log.find("re-plan after step 12") == std::string::npos);
   CHECK(max_difference(saved_parameters(scratch() / "replan_base" / "step-000010"),
                        saved_parameters(scratch() / "rounds" / "step-000010")) < 1e-6);
+
+  // Two groups of passes that plan from times (bucketing, then unsharding): unasked, the loop
+  // re-plans once per group, the first round timing bucketing only, the second both, each on
+  // the program the round before chose.
+  std::ofstream(scratch() / "replan_groups.sched") << "import \"stdlib/zero3.sched\"\nsch.blocks().bucket(size=auto)\n"
+                                                   << "sch[\"h.*.mlp\"].unshard()\n";
+  REQUIRE(run_loom("run " + (scratch() / "replan_groups.sched").string() + kCommon + " --nproc 2 --micro-batch 2 --memory-limit 1GiB --save " +
+                       (scratch() / "groups").string(),
+                   "LOOM_REPLAN_SWITCH=always") == 0);
+  log = last_log();
+  CHECK(log.find("  re-plan: after steps 3 and 6, on this run's own measurements") != std::string::npos);
+  size_t first = log.find("loom run: re-plan after step 3 on this run's measurements");
+  size_t second = log.find("loom run: re-plan after step 6 on this run's measurements (ops, optimizer step and gradient norm of steps 5-6,");
+  REQUIRE(first != std::string::npos);
+  REQUIRE(second != std::string::npos);
+  CHECK(log.find("  planned from them: prefetching and bucketing (auto_bucket, proactive_prefetch); by sizes until the next round: "
+                 "unsharding (selective_unshard)\n",
+                 first) < second);
+  CHECK(log.find("  planned from them: prefetching and bucketing (auto_bucket, proactive_prefetch); then unsharding (selective_unshard)\n",
+                 second) != std::string::npos);
+  CHECK(log.find("every rank follows it from step 7") != std::string::npos);
+  CHECK(log.find("re-plan after step 9") == std::string::npos);
+  CHECK(max_difference(saved_parameters(scratch() / "replan_base" / "step-000010"),
+                       saved_parameters(scratch() / "groups" / "step-000010")) < 1e-6);
 }
 
 TEST_CASE("TAGC compress() trains and resumes exactly: its error-feedback accumulators are checkpointed") {

@@ -416,7 +416,7 @@ bool drop_reload(ir::Program& p, const passes::PassInputs&) {
   p.instrs.erase(p.instrs.begin() + find(p, OpKind::Reload, ir::Phase::Step, ""));
   return true;
 }
-ir::Program offloaded(int64_t budget, std::vector<std::pair<std::string, passes::Pass>> extra = {}) {
+ir::Program offloaded(int64_t budget, PassList extra = {}) {
   passes::PassInputs in;
   in.offload = true;
   in.offload_budget = budget;
@@ -494,7 +494,7 @@ TEST_CASE("the verifier catches a wait in other micro-batches than its collectiv
 
 namespace {
 // blk0 checkpointed, under ZeRO-3 at dp 2, through the pipeline plus `extra`.
-ir::Program checkpointed_blk0(std::vector<std::pair<std::string, passes::Pass>> extra = {}) {
+ir::Program checkpointed_blk0(PassList extra = {}) {
   ir::OpTrace t = small_trace();
   t.forward[1].flops = 100, t.forward[1].activation_bytes = 400;
   t.forward[2].flops = 50, t.forward[2].activation_bytes = 200;

@@ -197,6 +197,15 @@ TEST_CASE("proactive prefetch fuses gathers that land together when T_c(V1) + T_
   std::vector<int64_t> around = memory::memory_around_each(fused, StateBytes::loom_adamw(), nullptr);
   for (size_t i = 0; i < fused.instrs.size(); ++i)
     if (fused.instrs[i].phase == ir::Phase::Forward) CHECK(around[i] <= in.memory.limit);
+  // A re-plan's round that times no group yet (pass.h's TimedGroup): the fusion rule has no
+  // times and leaves the gathers separate. Timing the prefetch group through is enough to fuse.
+  in.memory.timed_through = TimedGroup::None;
+  forward = words(lowered(three_layers(), in), ir::Phase::Forward);
+  CHECK(std::vector<std::string>(forward.begin(), forward.begin() + 3) ==
+        std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "ag(l2.w)"});
+  in.memory.timed_through = TimedGroup::Overlap;
+  CHECK(words(lowered(three_layers(), in), ir::Phase::Forward) == words(fused, ir::Phase::Forward));
+  in.memory.timed_through = kLastTimedGroup;
   // Room for the three gathers at the start but not for the fused one's extra bytes: left separate.
   in.memory.limit = kStates + 4 * kFull;
   forward = words(lowered(three_layers(), in), ir::Phase::Forward);
@@ -319,6 +328,11 @@ TEST_CASE("selective unsharding ranks by T_c(B)/B: of two parameters with one in
   std::vector<std::string> by_time = words(lowered(t, in), ir::Phase::Forward);
   CHECK(std::count(by_time.begin(), by_time.end(), "rel(l0.w)") == 0);
   CHECK(std::count(by_time.begin(), by_time.end(), "rel(l0.b)") == 1);
+  // A re-plan's first round (the prefetch group timed, pass.h): unsharding still ranks by size.
+  in.memory.timed_through = TimedGroup::Overlap;
+  CHECK(words(lowered(t, in), ir::Phase::Forward) == by_size);
+  in.memory.timed_through = TimedGroup::Unshard;
+  CHECK(words(lowered(t, in), ir::Phase::Forward) == by_time);
 }
 
 TEST_CASE("unsharding part of a bucket leaves its backward gather the bytes of the members it still gathers") {

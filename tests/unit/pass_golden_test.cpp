@@ -88,11 +88,11 @@ TEST_CASE("every pass has a golden test of the IR before and after it") {
   std::map<std::string, GoldenCase> cases = golden_cases();
   const auto& pipeline = pipeline_passes();
   for (size_t k = 0; k < pipeline.size(); ++k) {
-    const std::string& name = pipeline[k].first;
+    const std::string& name = pipeline[k].name;
     CAPTURE(name);
     REQUIRE_MESSAGE(cases.count(name), "add a golden case for pass " << name << " in tests/unit/pass_golden_test.cpp");
     const GoldenCase& c = cases[name];
-    std::vector<std::pair<std::string, passes::Pass>> before(pipeline.begin(), pipeline.begin() + static_cast<long>(k));
+    PassList before(pipeline.begin(), pipeline.begin() + static_cast<long>(k));
     ir::Program program = run_passes(ir::lower(two_blocks(), c.sharding), c.inputs, before, nullptr, {});
     std::string text = "# pass " + name + " on " + c.described + "\n# before\n" + program.to_text();
     ir::Program after = run_passes(program, c.inputs, {pipeline[k]}, nullptr, {});
