@@ -15,15 +15,20 @@
 # (NCCL needs a GPU per rank) and train in the CUDA default, bf16 autocast; SHAPE replaces
 # the model and shape (default "--model gpt:tiny --micro-batch 4 --seq 128"), SCHEDULES the
 # schedules (default all nine). KEEP=DIR keeps the profiles, simulations and metrics there.
+# `--repeat N` runs the whole invocation (profile, simulate, run) N times, a table each, then
+# the spread: each invocation's mean error and each schedule's sim/run in every one, since on
+# this 2-core machine one invocation's profile and runs can sit 10-20% from the next one's.
+#   bash benchmarks/sim_accuracy.sh [WORLD] [--link] [--device cuda] [--repeat N]
 set -euo pipefail
 [ -z "${KEEP:-}" ] || KEEP=$(realpath -m "$KEEP")
 cd "$(dirname "$0")/.."
 loom=$PWD/${LOOM:-build/loom}
-world=2 link=loopback device=cpu
+world=2 link=loopback device=cpu repeat=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --link) link=1gbit ;;
     --device) device=${2:?--device takes cpu or cuda}; shift ;;
+    --repeat) repeat=${2:?--repeat takes how many invocations}; shift ;;
     *) world=$1 ;;
   esac
   shift
@@ -33,7 +38,7 @@ on_device="--device $device" profile_steps=6
 [ "$device" = cpu ] || on_device="$on_device --backend gloo" profile_steps=12
 
 out=$(mktemp -d)
-trap 'ip netns del loom_sim 2>/dev/null || true; [ -z "${KEEP:-}" ] || { mkdir -p "$KEEP"; cp "$out"/*.json* "$KEEP"/; }; rm -rf "$out"' EXIT
+trap 'ip netns del loom_sim 2>/dev/null || true; [ -z "${KEEP:-}" ] || { mkdir -p "$KEEP"; cp -r "$out"/r* "$KEEP"/; }; rm -rf "$out"' EXIT
 LINK=$link NETNS=loom_sim source benchmarks/slow_link.sh
 printf 'sch.zero(stage=3)\nsch["h.*"].prefetch(budget=auto)\n' > "$out/zero3_prefetch.sched"
 printf 'sch.zero(stage=3)\nsch["h.*"].bucket()\n' > "$out/zero3_bucket.sched"
@@ -51,19 +56,23 @@ schedules="${SCHEDULES:-ddp zero1 zero2 zero3 checkpoint_all zero3_prefetch zero
 shape="${SHAPE:---model gpt:tiny --micro-batch 4 --seq 128}"
 # --replan-at 0: the run keeps the program that was profiled and simulated (no two-level loop).
 run="$shape $on_device --threads 1 --nproc $world --steps 12 --data synthetic --replan-at 0"
-for sched in $schedules; do
-  f=stdlib_schedules/$sched.sched
-  [ -f "$f" ] || f=$out/$sched.sched
-  "${in_net[@]}" "$loom" profile "$f" $shape $on_device --threads 1 --nproc "$world" --steps "$profile_steps" --cache-dir "$out/cache" --out "$out/$sched.profile.json" > /dev/null
-  "${in_net[@]}" "$loom" simulate "$f" $shape --nproc "$world" --profile "$out/$sched.profile.json" --json > "$out/$sched.sim.json"
-  "${in_net[@]}" "$loom" simulate "$f" $shape --nproc "$world" --profile "$out/$sched.profile.json" --json --representative \
-    > "$out/$sched.rep.json"
-  "${in_net[@]}" "$loom" run "$f" $run --metrics "$out/$sched.jsonl" > /dev/null
-  echo "$sched: profiled, simulated and run" >&2
+for rep in $(seq 1 "$repeat"); do
+  r=$out/r$rep
+  mkdir -p "$r"
+  for sched in $schedules; do
+    f=stdlib_schedules/$sched.sched
+    [ -f "$f" ] || f=$out/$sched.sched
+    "${in_net[@]}" "$loom" profile "$f" $shape $on_device --threads 1 --nproc "$world" --steps "$profile_steps" --cache-dir "$r/cache" --out "$r/$sched.profile.json" > /dev/null
+    "${in_net[@]}" "$loom" simulate "$f" $shape --nproc "$world" --profile "$r/$sched.profile.json" --json > "$r/$sched.sim.json"
+    "${in_net[@]}" "$loom" simulate "$f" $shape --nproc "$world" --profile "$r/$sched.profile.json" --json --representative \
+      > "$r/$sched.rep.json"
+    "${in_net[@]}" "$loom" run "$f" $run --metrics "$r/$sched.jsonl" > /dev/null
+    echo "invocation $rep of $repeat, $sched: profiled, simulated and run" >&2
+  done
 done
 python3=/usr/bin/python3
 [ -x $python3 ] || python3=python3
-$python3 - "$out" "$world" "$link" "$device" "$shape" $schedules <<'PY'
+$python3 - "$out" "$repeat" "$world" "$link" "$device" "$shape" $schedules <<'PY'
 import itertools, json, math, sys
 
 def measured_apart(a, b):
@@ -82,39 +91,58 @@ def measured_apart(a, b):
     var = n * m / 12 * ((n + m + 1) - ties / ((n + m) * (n + m - 1)))
     return var > 0 and abs(u - n * m / 2) / math.sqrt(var) > 1.96
 
-d, world, link, device, shape, schedules = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
+out, repeat, world, link, device, shape, schedules = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7:]
 over = "loopback" if link == "loopback" else "a loopback shaped to 1 Gbit/s"
 on = "" if device == "cpu" else f" on {device} (ranks share it over gloo)"
-print(f"{shape} at world {world} over {over}{on}, 1 thread per rank")
-print(f"{'schedule':<16}{'sim ms':>9}{'run ms':>9}{'sim/run':>9}{'rep/run':>9}{'sim peak':>11}{'run peak':>11}{'sim/run':>9}")
-errors, rep_errors, memory_errors, sim, run, steps = [], [], [], {}, {}, {}
-for s in schedules:
-    r = json.load(open(f"{d}/{s}.sim.json"))
-    rep = json.load(open(f"{d}/{s}.rep.json"))["step_s"]
-    rows = [json.loads(l) for l in open(f"{d}/{s}.jsonl")][2:]
-    steps[s] = [x["step_ms"] for x in rows]
-    ms = sorted(steps[s])[len(rows) // 2]
-    peak = max(x["peak_mem_bytes"] for x in rows)  # rank 0's, so the first stage's simulated peak
-    sim_peak = r["stage_peak_bytes"][0]
-    t, m = r["step_s"] * 1e3 / ms, sim_peak / peak
-    errors.append(abs(t - 1))
-    rep_errors.append(abs(rep * 1e3 / ms - 1))
-    memory_errors.append(abs(m - 1))
-    sim[s], run[s] = r["step_s"], ms
-    print(f"{s:<16}{r['step_s'] * 1e3:>9.1f}{ms:>9.1f}{t:>9.2f}{rep * 1e3 / ms:>9.2f}{sim_peak / 2**20:>10.1f}M{peak / 2**20:>10.1f}M{m:>9.2f}")
-print(f"mean |sim/run - 1|: step time {sum(errors) / len(errors):.2f}, peak memory {sum(memory_errors) / len(memory_errors):.2f}")
-print(f"rep: the same profile simulated by one rank per stage at each op's slowest rank's time (--representative): "
-      f"mean {sum(rep_errors) / len(rep_errors):.2f}")
-print("fastest first, simulated:", " ".join(sorted(schedules, key=sim.get)))
-print("fastest first, measured: ", " ".join(sorted(schedules, key=run.get)))
-# A pair out of the measured order counts against the ranking where the measurement tells the two
-# apart; where their steps' spreads overlap, the measured order is itself a coin toss.
-swapped = [(a, b) for a, b in itertools.combinations(schedules, 2) if (sim[a] - sim[b]) * (run[a] - run[b]) < 0]
-apart = [(a, b) for a, b in swapped if measured_apart(steps[a], steps[b])]
-print(f"ranking: {len(swapped)} of {len(schedules) * (len(schedules) - 1) // 2} pairs out of the measured order, "
-      f"{len(apart)} of them measured apart (Mann-Whitney U on steps 3-12, 5%)")
-for a, b in swapped:
-    gap = abs(run[a] - run[b]) / min(run[a], run[b])
-    print(f"  {a} / {b}: measured {run[a]:.1f} / {run[b]:.1f} ms ({gap:.0%} apart), simulated {sim[a] * 1e3:.1f} / {sim[b] * 1e3:.1f}: "
-          + ("measured apart" if (a, b) in apart else "within the runs' spread"))
+
+
+def report(d):
+    """One invocation's table and ranking; returns its mean step and peak errors and each schedule's sim/run."""
+    print(f"{'schedule':<16}{'sim ms':>9}{'run ms':>9}{'sim/run':>9}{'rep/run':>9}{'sim peak':>11}{'run peak':>11}{'sim/run':>9}")
+    errors, rep_errors, memory_errors, sim, run, steps, ratio = [], [], [], {}, {}, {}, {}
+    for s in schedules:
+        r = json.load(open(f"{d}/{s}.sim.json"))
+        rep = json.load(open(f"{d}/{s}.rep.json"))["step_s"]
+        rows = [json.loads(l) for l in open(f"{d}/{s}.jsonl")][2:]
+        steps[s] = [x["step_ms"] for x in rows]
+        ms = sorted(steps[s])[len(rows) // 2]
+        peak = max(x["peak_mem_bytes"] for x in rows)  # rank 0's, so the first stage's simulated peak
+        sim_peak = r["stage_peak_bytes"][0]
+        t, m = r["step_s"] * 1e3 / ms, sim_peak / peak
+        errors.append(abs(t - 1))
+        rep_errors.append(abs(rep * 1e3 / ms - 1))
+        memory_errors.append(abs(m - 1))
+        sim[s], run[s], ratio[s] = r["step_s"], ms, t
+        print(f"{s:<16}{r['step_s'] * 1e3:>9.1f}{ms:>9.1f}{t:>9.2f}{rep * 1e3 / ms:>9.2f}{sim_peak / 2**20:>10.1f}M{peak / 2**20:>10.1f}M{m:>9.2f}")
+    step_error, memory_error = sum(errors) / len(errors), sum(memory_errors) / len(memory_errors)
+    print(f"mean |sim/run - 1|: step time {step_error:.2f}, peak memory {memory_error:.2f}")
+    print(f"rep: the same profile simulated by one rank per stage at each op's slowest rank's time (--representative): "
+          f"mean {sum(rep_errors) / len(rep_errors):.2f}")
+    print("fastest first, simulated:", " ".join(sorted(schedules, key=sim.get)))
+    print("fastest first, measured: ", " ".join(sorted(schedules, key=run.get)))
+    # A pair out of the measured order counts against the ranking where the measurement tells the two
+    # apart; where their steps' spreads overlap, the measured order is itself a coin toss.
+    swapped = [(a, b) for a, b in itertools.combinations(schedules, 2) if (sim[a] - sim[b]) * (run[a] - run[b]) < 0]
+    apart = [(a, b) for a, b in swapped if measured_apart(steps[a], steps[b])]
+    print(f"ranking: {len(swapped)} of {len(schedules) * (len(schedules) - 1) // 2} pairs out of the measured order, "
+          f"{len(apart)} of them measured apart (Mann-Whitney U on steps 3-12, 5%)")
+    for a, b in swapped:
+        gap = abs(run[a] - run[b]) / min(run[a], run[b])
+        print(f"  {a} / {b}: measured {run[a]:.1f} / {run[b]:.1f} ms ({gap:.0%} apart), simulated {sim[a] * 1e3:.1f} / {sim[b] * 1e3:.1f}: "
+              + ("measured apart" if (a, b) in apart else "within the runs' spread"))
+    return step_error, memory_error, len(apart), ratio
+
+
+results = []
+for k in range(1, repeat + 1):
+    print(f"{shape} at world {world} over {over}{on}, 1 thread per rank" + (f": invocation {k} of {repeat}" if repeat > 1 else ""))
+    results.append(report(f"{out}/r{k}"))
+if repeat > 1:
+    steps_err = [r[0] for r in results]
+    print(f"over {repeat} invocations: mean |sim/run - 1| of the step {sum(steps_err) / repeat:.2f} "
+          f"(each: {', '.join(f'{e:.2f}' for e in steps_err)}), of the peak {sum(r[1] for r in results) / repeat:.2f}; "
+          f"pairs out of the measured order and measured apart: {', '.join(str(r[2]) for r in results)}")
+    print(f"{'schedule':<16}" + "".join(f"{'sim/run ' + str(k):>11}" for k in range(1, repeat + 1)))
+    for s in schedules:
+        print(f"{s:<16}" + "".join(f"{r[3][s]:>11.2f}" for r in results))
 PY
