@@ -42,8 +42,7 @@ Trial SimEvaluator::evaluate(const Point& point) {
     StepOptions step;
     step.accum = accum;
     step.memory.limit = shape_.memory_limit;  // prefetch(budget=auto) and unshard(auto) plan within it
-    step.memory.instruction_seconds = [cost = cost_.get()](const ir::Program& p, const ir::Instr& in) { return cost->seconds(p, in); };
-    step.memory.cost = cost_.get();
+    step.memory.plan_with(cost_);
     std::vector<ir::Program> stages = lower_stage_programs(plan, trace_at(micro_batch, plan.replacements), shape_.world, step);
     SimResult r = simulate(stages, *cost_, StateBytes::loom_adamw(), /*timeline=*/false);
     t.step_s = r.step_s;

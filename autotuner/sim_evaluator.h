@@ -41,7 +41,7 @@ class SimEvaluator : public Evaluator {
   std::string schedule_key_;
   ScheduleAt schedule_at_;
   Tracer tracer_;
-  std::unique_ptr<ClusterCost> cost_;
+  std::shared_ptr<ClusterCost> cost_;  // the evaluator's own (ClusterCost is one per thread); the passes plan with it too
   SimShape shape_;
   std::map<std::string, ir::OpTrace> traces_;  // by micro-batch and replacements
   const ir::OpTrace& trace_at(int64_t micro_batch, const std::vector<ModuleReplacement>& replacements);

@@ -11,8 +11,8 @@
 #include "backend/instrument/model_trace.h"
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
+#include "backend/passes/profile_planning.h"
 #include "backend/cost/profile.h"
-#include "backend/cost/profile_times.h"
 #include "backend/cost/step_estimate.h"
 #include "cli/commands.h"
 #include "lang/interpreter.h"
@@ -75,12 +75,15 @@ int explain(const ExplainOptions& given) {
     step_options.accum = o.accum;
     step_options.rank = o.rank;
     // As `loom run` plans: by the limit, without instruction times (so nothing is fused); with a
-    // profile, with its measured times, as a run's re-plan (--replan-at) settles on.
+    // profile, with its measured times and memory, as a run's re-plan (--replan-at) does in a round
+    // that times every group.
     step_options.memory.limit = o.memory_limit;
+    ir::OpTrace trace = trace_model(o.model, {o.micro_batch, o.seq}, plan.replacements);
     std::optional<Profile> profile;
     if (!o.profile.empty()) profile = load_profile(o.profile);
-    if (profile) step_options.memory.instruction_seconds = profile_instruction_seconds(*profile);
-    ir::Program program = lower_step(plan, trace_model(o.model, {o.micro_batch, o.seq}, plan.replacements), &records, PipelineDebug::from_environment(std::cerr), step_options);
+    if (profile)  // the profile measured the programs the run starts with
+      plan_on_profile(step_options.memory, *profile, lower_stage_programs(plan, trace, o.nproc, step_options));
+    ir::Program program = lower_step(plan, trace, &records, PipelineDebug::from_environment(std::cerr), step_options);
     // Every rank runs this same program (SPMD) outside a mesh; in one, each stage and
     // tensor-parallel rank its own.
     bool mesh = plan.model_parallel();
@@ -151,8 +154,8 @@ void add_explain(CLI::App& app, std::function<int()>& run) {
       ->check(at_least(1));
   c->add_option("--clip", o->clip, "the run's --clip: 0 plans no gradient-norm all-reduce (a run with --metrics still measures the norm; plan it with --clip 1)");
   c->add_flag("--json", o->json, "print the IR as JSON (with \"rank\")");
-  c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE`: the passes plan with its measured times (the program a run's "
-                  "--replan-at settles on) and each instruction is priced");
+  c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE`: the passes plan with its measured times and memory, every group "
+                  "at once (as a run's re-plan does in a round that times them all), and each instruction is priced");
   c->add_option("--memory-limit", o->memory_limit,
                 "bytes per rank, e.g. 600MiB: prefetch(budget=auto) and unshard(auto) plan within it, as `loom run "
                 "--memory-limit` does")

@@ -78,7 +78,8 @@ void add_run(CLI::App& app, std::function<int()>& run_fn) {
                 "with --replan-at K: re-plan again after steps K + E, K + 2E, ... to the end of the run, each time on the steps "
                 "measured since the last re-plan (its first step not: warm-up) and the collectives timed again. Unset: once "
                 "per group of passes the schedule plans from measurements (prefetching and bucketing, then unsharding), 3 "
-                "steps apart where the run has the steps, each round timing one group more");
+                "steps apart where the run has the steps, each round planning one group more from the measurements and "
+                "keeping what the earlier rounds planned");
   c->add_option("--nproc", o->nproc, "ranks to start on this node")->check(at_least(1));
   c->add_option("--nnodes", o->nnodes, "number of nodes (multi-node: run loom run on each)")->check(at_least(1));
   c->add_option("--node-rank", o->node_rank, "this node's index, 0..nnodes-1")->check(at_least(0));

@@ -13,10 +13,10 @@
 #include "backend/data_dirs.h"
 #include "backend/cost/instruction_cost.h"
 #include "backend/cost/machine_cluster.h"
-#include "backend/cost/profile_times.h"
 #include "backend/instrument/model_trace.h"
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
+#include "backend/passes/profile_planning.h"
 #include "backend/sim/memory_calibration.h"
 #include "backend/sim/memory_plot.h"
 #include "backend/sim/profile_simulation.h"
@@ -57,28 +57,21 @@ std::optional<Profile> chosen_profile(const SimulateOptions& o) {
 // off a GPU): each rank at its own op times where the profile has them and the step allows,
 // unless --representative (profile_simulation.h).
 SimResult simulate_profiled(const SimulateOptions& o, const Profile& profile, const std::vector<ir::Program>& stages,
-                            std::vector<MemoryCalibration>& calibration) {
-  ProfileCost cost(stages, profile, o.profile);
-  calibration = memory::calibrate_to_profile(cost, stages, profile);
+                            const std::vector<MemoryCalibration>& calibration) {
   bool each_rank = !o.representative && each_rank_simulable(stages, profile);
   return simulate_on_profile(stages, profile, o.profile, calibration, each_rank);
 }
 
 // What the memory-aware passes plan with. On a cluster: the limit (by default its device's, as
-// `loom run` on a GPU takes) and its instruction times. On a profile, as `loom run` plans: the
-// limit alone, so the simulated program is the one the run starts with; with --replanned also
-// the profile's times, as a run's re-plan (--replan-at) plans on its own measurements.
-MemoryPlanning memory_planning(const SimulateOptions& o, const std::shared_ptr<ClusterCost>& cluster_cost,
-                               const std::optional<Profile>& profile) {
+// `loom run` on a GPU takes) and its instruction times and memory. On a profile, as `loom run`
+// plans: the limit alone, so the simulated program is the one the run starts with (--replanned
+// then plans again on the profile: simulate_planned).
+MemoryPlanning memory_planning(const SimulateOptions& o, const std::shared_ptr<ClusterCost>& cluster_cost) {
   MemoryPlanning m;
   m.limit = o.memory_limit;
-  if (!cluster_cost) {
-    if (o.replanned) m.instruction_seconds = profile_instruction_seconds(*profile);
-    return m;
-  }
+  if (!cluster_cost) return m;
   if (m.limit <= 0) m.limit = MemoryPlanning::device_default(cluster_cost->cluster().device.memory_bytes);
-  m.instruction_seconds = [cluster_cost](const ir::Program& p, const ir::Instr& in) { return cluster_cost->seconds(p, in); };
-  m.cost = cluster_cost.get();  // kept alive by instruction_seconds
+  m.plan_with(cluster_cost);
   return m;
 }
 
@@ -144,8 +137,17 @@ Simulation simulate_planned(const Schedule& sch, SimulateOptions& o, std::option
   StepOptions step_options;
   step_options.grad_norm = o.clip > 0;
   step_options.accum = o.accum;
-  step_options.memory = memory_planning(o, cluster_cost, profile);
-  s.stages = lower_stage_programs(s.plan, trace_model(o.model, {o.micro_batch, o.seq}, s.plan.replacements), o.nproc, step_options);
+  step_options.memory = memory_planning(o, cluster_cost);
+  ir::OpTrace trace = trace_model(o.model, {o.micro_batch, o.seq}, s.plan.replacements);
+  s.stages = lower_stage_programs(s.plan, trace, o.nproc, step_options);
+  // The memory the profile measured of the programs the run starts with, which the programs the
+  // passes plan from it (--replanned) take too, as a run's re-plan (--replan-at) plans and predicts.
+  if (o.replanned) {
+    s.memory_calibration = plan_on_profile(step_options.memory, *profile, s.stages);
+    s.stages = lower_stage_programs(s.plan, trace, o.nproc, step_options);
+  } else if (profile) {
+    s.memory_calibration = memory::measured_calibrations(s.stages, *profile, step_options.memory.state_bytes);
+  }
   s.result = cluster_cost ? simulate(s.stages, *cluster_cost) : simulate_profiled(o, *profile, s.stages, s.memory_calibration);
   if (profile)
     for (const OpProfile& op : profile->ops) s.host_timed = s.host_timed || op.forward_host_ms >= 0 || op.backward_host_ms >= 0;
@@ -269,8 +271,9 @@ void add_simulate(CLI::App& app, std::function<int()>& run) {
                 "(default on a cluster: 90% of its device's memory, as a GPU run; on a profile: none)")
       ->transform(byte_size());
   c->add_flag("--replanned", o->replanned,
-              "with --profile: the passes plan with the profile's measured times, the program a run's --replan-at "
-              "switches to (as `loom explain --profile` shows); default: the program a run starts with");
+              "with --profile: the passes plan with the profile's measured times and memory, every group of them at once, "
+              "as a run's re-plan does in a round that times them all (as `loom explain --profile` shows); default: the "
+              "program a run starts with");
   c->add_flag("--representative", o->representative,
               "with --profile: simulate one rank per stage at each op's slowest rank's time; default: each rank at its own "
               "measured times where the step allows (one stage, every collective over all ranks)");

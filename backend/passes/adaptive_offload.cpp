@@ -110,7 +110,7 @@ size_t waited_at(const ir::Program& p, const Fragment& f) {
 void reload_in_backward(ir::Program& p, const std::vector<Fragment>& offloaded, const MemoryPlanning& m) {
   std::vector<int> reload_handles;
   for (const Fragment& f : offloaded) {
-    std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost);
+    std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost.get());
     size_t begin = std::max(first_of_phase(p, Phase::Backward), waited_at(p, f) + 1), end = end_of_phase(p, Phase::Backward);
     size_t at = end;
     int64_t highest_after = 0;  // the most memory from instruction i to the end of the step
@@ -136,7 +136,7 @@ bool offload_is_adaptive(const PassInputs& inputs) { return inputs.offload && in
 bool adaptive_offload(ir::Program& p, const PassInputs& inputs) {
   if (!offload_is_adaptive(inputs) || p.sharding.optim <= 1) return false;
   const MemoryPlanning& m = inputs.memory;
-  std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost);
+  std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost.get());
   int64_t peak = around.empty() ? 0 : *std::max_element(around.begin(), around.end());
   std::vector<Fragment> offloaded;
   int64_t freed = 0;

@@ -83,7 +83,7 @@ class BucketPlanner {
   BucketPlanner(const ir::Program& p, ir::Phase phase, const MemoryPlanning& m, int reductions_in_flight,
                 const std::vector<Candidate>& c)
       : p_(p), phase_(phase), m_(m), reductions_in_flight_(reductions_in_flight), c_(c) {
-    if (m.limit > 0) around_ = memory::memory_around_each(p, m.state_bytes, m.cost);
+    if (m.limit > 0) around_ = memory::memory_around_each(p, m.state_bytes, m.cost.get());
     for (size_t i = 0; i < p.instrs.size(); ++i)
       if (p.instrs[i].kind == OpKind::ReduceScatter && p.instrs[i].phase == ir::Phase::Backward)
         for (int q : p.instrs[i].params) reduction_of_.try_emplace(q, i);
@@ -236,7 +236,7 @@ void reorder(ir::Program& p, ir::Phase phase, const std::vector<std::vector<int>
         for (int q : p.instrs[j].params) blocked |= std::find(gather.params.begin(), gather.params.end(), q) != gather.params.end();
     if (blocked) continue;
     if (m.limit > 0) {
-      std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost);
+      std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost.get());
       int64_t high = *std::max_element(around.begin() + static_cast<long>(wait), around.begin() + static_cast<long>(g));
       int64_t in_flight = phase == ir::Phase::Backward ? reductions_in_flight_bytes(p, wait, reductions_in_flight) : 0;
       if (high + memory::gather_peak_bytes(p, gather) + in_flight > m.limit) continue;

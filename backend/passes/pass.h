@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,13 @@ struct UnshardRequest {
 enum class TimedGroup { None, Overlap, Unshard };
 constexpr TimedGroup kLastTimedGroup = TimedGroup::Unshard;
 
+// What a group of passes plans with: instruction times (empty: by sizes) and the cost model of
+// its memory (null: the traced bytes, no workspaces), as MemoryPlanning below.
+struct GroupPlanning {
+  std::function<double(const ir::Program&, const ir::Instr&)> instruction_seconds;
+  std::shared_ptr<const InstructionCost> cost;
+};
+
 // What the memory-aware passes (prefetch(budget=auto), unshard(auto)) plan with
 // (deepcompile.txt §4.2-4.3, Table 1).
 struct MemoryPlanning {
@@ -63,16 +72,25 @@ struct MemoryPlanning {
   // highest for the smallest B), and bucket(size=auto) buckets each module whole.
   std::function<double(const ir::Program&, const ir::Instr&)> instruction_seconds;
   // The last group that plans with instruction_seconds; the groups after it plan by sizes, as
-  // without times (a re-plan's earlier rounds, backend/train/replan.h). By default every group.
+  // without times, with `cost`'s memory still (a re-plan's earlier rounds, backend/train/replan.h).
+  // By default every group.
   TimedGroup timed_through = kLastTimedGroup;
+  // The groups an earlier round of a re-plan settled (deepcompile.txt §3: a pass plans on the
+  // profile of the program the passes before it left, and is not planned again): each plans
+  // with what it planned with then, so the program keeps their decisions. Empty: none.
+  std::map<TimedGroup, GroupPlanning> settled;
   // The cost model those times come from, where the passes may keep it: its compute workspaces
   // count in the memory walk (memory::memory_around_each), as they do when the simulator prices
-  // the program. Null: none known (a run plans without them). Outlives the passes.
-  const InstructionCost* cost = nullptr;
+  // the program. Null: none known (a run's first program plans without them; its re-plans with
+  // a profile's, profile_planning.h).
+  std::shared_ptr<const InstructionCost> cost;
   double fusion_alpha = 1.5;  // fuse two all-gathers when T_c(V1) + T_c(V2) > alpha * T_c(V1 + V2) (§4.2)
   // M_prefetch: bytes gathered ahead of their use at any point. DeepSpeed's DeepCompile uses
   // 4e9 (MAX_BUFFERED_SIZE); under a smaller limit M governs.
   int64_t prefetch_group_bytes = 4'000'000'000;
+
+  // Plans with `model`'s instruction times (instruction_seconds) and its memory (cost).
+  void plan_with(std::shared_ptr<const InstructionCost> model);
 
   // The limit on a device of `device_bytes` when none is given: its memory less DeepSpeed
   // DeepCompile's 10% margin (allocator fragmentation, library workspaces).

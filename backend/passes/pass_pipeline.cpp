@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <optional>
 #include <ostream>
 
@@ -80,9 +81,17 @@ ir::Program run_passes(ir::Program program, const passes::PassInputs& inputs, co
                        const PipelineDebug& debug) {
   if (debug.verify_each_pass) check(program, "lowering");
   std::optional<passes::PassInputs> by_sizes;  // the inputs less their times, for groups not yet timed
+  std::map<TimedGroup, passes::PassInputs> as_settled;  // the inputs of the groups an earlier round settled
   for (const auto& [name, pass, group] : list) {
     const passes::PassInputs* given = &inputs;
-    if (group > inputs.memory.timed_through && inputs.memory.instruction_seconds) {
+    if (auto settled = inputs.memory.settled.find(group); settled != inputs.memory.settled.end()) {
+      auto [it, added] = as_settled.try_emplace(group, inputs);
+      if (added) {
+        it->second.memory.instruction_seconds = settled->second.instruction_seconds;
+        it->second.memory.cost = settled->second.cost;
+      }
+      given = &it->second;
+    } else if (group > inputs.memory.timed_through && inputs.memory.instruction_seconds) {
       if (!by_sizes) (by_sizes = inputs)->memory.instruction_seconds = nullptr;
       given = &*by_sizes;
     }

@@ -46,7 +46,8 @@ const PassList& pipeline_passes();
 std::string describe_timed_group(TimedGroup group);
 
 // Runs `list` over `program`, verifying after each pass (unless debug says not to); appends to
-// `records`. A pass of a group after inputs.memory.timed_through runs without instruction times.
+// `records`. A pass of a group in inputs.memory.settled plans with what that group settled on; one
+// of a group after inputs.memory.timed_through runs without instruction times.
 ir::Program run_passes(ir::Program program, const passes::PassInputs& inputs, const PassList& list, std::vector<PassRecord>* records,
                        const PipelineDebug& debug);
 

@@ -192,7 +192,7 @@ bool proactive_prefetch(ir::Program& p, const PassInputs& inputs) {
   if (p.sharding.params <= 1 || m.limit <= 0) return false;
   std::vector<bool> selected = selected_params(p, inputs);
   if (std::none_of(selected.begin(), selected.end(), [](bool s) { return s; })) return false;
-  std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost);
+  std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost.get());
   std::vector<Move> moves;
   plan_phase(p, ir::Phase::Forward, selected, m, around, moves);
   plan_phase(p, ir::Phase::Backward, selected, m, around, moves);

@@ -71,7 +71,7 @@ bool selective_unshard(ir::Program& p, const PassInputs& inputs) {
   std::vector<Candidate> found = candidates(p, inputs);
   if (found.empty()) return false;
   rank_by_saving(p, m, found);
-  std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost);
+  std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost.get());
   std::vector<bool> kept(p.params.size(), false);
   bool any = false;
   for (const Candidate& c : found) {

@@ -81,8 +81,8 @@ MemoryCalibration measured_memory_calibration(const ir::Program& p, const Profil
   return calibration;
 }
 
-std::vector<MemoryCalibration> calibrate_to_profile(ProfileCost& cost, const std::vector<ir::Program>& stages, const Profile& profile,
-                                                    const StateBytes& state_bytes) {
+std::vector<MemoryCalibration> measured_calibrations(const std::vector<ir::Program>& stages, const Profile& profile,
+                                                     const StateBytes& state_bytes) {
   // A pipeline runs the modules outside its split list (embeddings, head) on every stage, and
   // the profile keeps the most any rank measured of each: another stage's memory, for some.
   std::map<std::string, std::set<size_t>> stages_of;
@@ -94,7 +94,6 @@ std::vector<MemoryCalibration> calibrate_to_profile(ProfileCost& cost, const std
     if (on.size() > 1) shared.insert(module);
   std::vector<MemoryCalibration> by_program;
   for (const ir::Program& p : stages) by_program.push_back(measured_memory_calibration(p, profile, state_bytes, shared));
-  cost.calibrate_memory(by_program);
   return by_program;
 }
 

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/cost/instruction_cost.h"
 #include "backend/cost/memory_model.h"
 #include "backend/cost/profile.h"
 #include "backend/ir/ir.h"
@@ -28,10 +27,10 @@ namespace loom::memory {
 MemoryCalibration measured_memory_calibration(const ir::Program& p, const Profile& profile, const StateBytes& state_bytes,
                                               const std::set<std::string>& shared = {});
 
-// Calibrates `cost`, which prices `stages`, from the profile it was built with; returns the
-// calibration of each stage. `stages` must be the programs the profile measured: against
-// another schedule's, outside_bytes would take up the difference between the two.
-std::vector<MemoryCalibration> calibrate_to_profile(ProfileCost& cost, const std::vector<ir::Program>& stages, const Profile& profile,
-                                                    const StateBytes& state_bytes = StateBytes::loom_adamw());
+// The calibration of each of `stages` (a program per pipeline stage), which must be the
+// programs the profile measured: against another schedule's, outside_bytes would take up the
+// difference between the two. A program the passes plan from the profile takes its stage's.
+std::vector<MemoryCalibration> measured_calibrations(const std::vector<ir::Program>& stages, const Profile& profile,
+                                                     const StateBytes& state_bytes = StateBytes::loom_adamw());
 
 }  // namespace loom::memory

@@ -26,8 +26,8 @@ constexpr int kMaxRanksSimulatedEach = 64;
 bool each_rank_simulable(const std::vector<ir::Program>& stages, const Profile& profile);
 
 // `each_rank`: replay each rank (needs each_rank_simulable), else one representative per stage.
-// `calibration`: the memory the profile measured, by stage (memory::calibrate_to_profile of the
-// program it measured). Throws UserError when the profile lacks an op or a collective of `stages`.
+// `calibration`: the memory the profile measured, by stage (memory::measured_calibrations of the
+// programs it measured). Throws UserError when the profile lacks an op or a collective of `stages`.
 SimResult simulate_on_profile(const std::vector<ir::Program>& stages, const Profile& profile, const std::string& origin,
                               const std::vector<MemoryCalibration>& calibration, bool each_rank, bool timeline = true);
 

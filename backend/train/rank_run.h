@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,6 +68,9 @@ struct RankRun {
   ir::OpTrace trace;                 // the model's compute ops (the op profiler keeps a reference)
   std::optional<ir::Program> step;  // this rank's step program
   StepOptions step_options;         // what it was lowered with (a re-plan lowers again, with times)
+  // What each group of passes (TimedGroup) of `step` was planned with: by sizes until a re-plan
+  // that timed it is switched to (the inner loop's later rounds keep it, replan.h).
+  std::map<TimedGroup, GroupPlanning> step_planned_with;
   std::unique_ptr<OpProfiler> profiler;
   std::unique_ptr<comm::CollectiveLog> collective_log;  // `loom profile`: its measured steps' collectives
   std::unique_ptr<ShardedExecutor> sharded;

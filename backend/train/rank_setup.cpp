@@ -335,7 +335,7 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
   }
   plan_replan_rounds(r.o, r.plan, step_options.memory.limit);
   // A re-plan measures the run's ops, where it can act: a sharded run without a mesh.
-  bool profiling = !o.profile_out.empty() || (o.replan_at > 0 && r.plan.factors.optim > 1 && !r.plan.model_parallel());
+  bool profiling = !o.profile_out.empty() || (o.replan_at > 0 && can_replan(o, r.plan));
   r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
   warn_if_over_limit(*r.step, step_options.memory, r.env.rank);
   // checkpoint(): the modules the program recomputes (on a pipeline stage, its own).

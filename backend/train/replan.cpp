@@ -12,12 +12,12 @@
 
 #include "backend/cost/in_step_collectives.h"
 #include "backend/cost/instruction_cost.h"
-#include "backend/cost/profile_times.h"
 #include "backend/exec/sharded_executor.h"
 #include "backend/instrument/collective_profiler.h"
 #include "backend/instrument/op_profiler.h"
 #include "backend/lower/lower_step.h"
 #include "backend/passes/pass_pipeline.h"
+#include "backend/passes/profile_planning.h"
 #include "backend/sim/memory_calibration.h"
 #include "backend/sim/profile_simulation.h"
 #include "backend/sim/simulator.h"
@@ -78,29 +78,37 @@ struct Prediction {
   SimResult current, next;
 };
 
-Prediction predict(const RankRun& r, const ir::Program& next, const Profile& profile) {
+// `calibration`: the memory the profile measured of the program that ran (r.step), which the
+// next program takes too (against it, outside_bytes would take up what the re-plan changes).
+Prediction predict(const RankRun& r, const ir::Program& next, const Profile& profile, const std::vector<MemoryCalibration>& calibration) {
   // A profile's cost prices the very programs it was built over: one vector each, kept.
-  // The memory is calibrated against the program that was measured, and the next program takes
-  // the same calibration (against it, outside_bytes would take up what the re-plan changes).
   std::vector<ir::Program> current_stages{*r.step}, next_stages{next};
   const std::string origin = "the run's measurements";
-  ProfileCost current_cost(current_stages, profile, origin);
-  std::vector<MemoryCalibration> calibration = memory::calibrate_to_profile(current_cost, current_stages, profile);
   // Both programs simulated alike, so that the two predictions compare.
   bool each_rank = each_rank_simulable(current_stages, profile) && each_rank_simulable(next_stages, profile);
   return {simulate_on_profile(current_stages, profile, origin, calibration, each_rank),
           simulate_on_profile(next_stages, profile, origin, calibration, each_rank)};
 }
 
-// Which groups of passes this round plans from the measurements, and which by sizes still.
-std::string describe_round(const std::vector<TimedGroup>& groups, TimedGroup through) {
-  std::string timed, by_sizes;
+// What group `g` of the running program was planned with: a re-plan's, once the run switched to
+// its program, else what the run's first program was lowered with.
+GroupPlanning planned_with(const RankRun& r, TimedGroup g) {
+  auto planned = r.step_planned_with.find(g);
+  if (planned != r.step_planned_with.end()) return planned->second;
+  return {r.step_options.memory.instruction_seconds, r.step_options.memory.cost};
+}
+
+// Which groups of passes this round plans from the measurements, which as the running program
+// planned them, and which by sizes still.
+std::string describe_round(const std::vector<TimedGroup>& groups, const MemoryPlanning& m) {
+  std::string timed, settled, by_sizes;
   for (TimedGroup g : groups) {
-    std::string& list = g <= through ? timed : by_sizes;
+    std::string& list = m.settled.count(g) ? settled : g <= m.timed_through ? timed : by_sizes;
     list += (list.empty() ? "" : "; then ") + describe_timed_group(g);
   }
   if (timed.empty()) return "";
-  return "  planned from them: " + timed + (by_sizes.empty() ? "" : "; by sizes until the next round: " + by_sizes) + "\n";
+  return "  planned from them: " + timed + (settled.empty() ? "" : "; kept as the running program planned them: " + settled) +
+         (by_sizes.empty() ? "" : "; by sizes until the next round: " + by_sizes) + "\n";
 }
 
 void log_replan(const RankRun& r, const ir::Program& next, const std::vector<PassRecord>& records, const Prediction* predicted,
@@ -143,11 +151,16 @@ bool replans_again(const TrainOptions& o, int64_t steps_done) {
   return o.replan_every > 0 && replans_after(o, steps_done + o.replan_every);
 }
 
-// Whether the loop can act on this run, and may: sharded, no mesh, not resumed, profiled or recorded.
+// The re-plan after `steps_done` is the loop's round-th (1-based).
+int64_t round_of(const TrainOptions& o, int64_t steps_done) {
+  return o.replan_every > 0 ? (steps_done - o.replan_at) / o.replan_every + 1 : 1;
+}
+
+}  // namespace
+
 bool can_replan(const TrainOptions& o, const RuntimePlan& plan) {
   return plan.factors.optim > 1 && !plan.model_parallel() && o.resume.empty() && o.profile_out.empty() && o.record.empty();
 }
-}  // namespace
 
 int64_t default_replan_at(const TrainOptions& o, const RuntimePlan& plan, int64_t memory_limit) {
   constexpr int64_t kAfterStep = 3, kShortestRun = kAfterStep + kInnerRoundSteps;
@@ -176,9 +189,15 @@ void plan_replan_rounds(TrainOptions& o, const RuntimePlan& plan, int64_t memory
 }
 
 TimedGroup timed_through(const TrainOptions& o, const std::vector<TimedGroup>& groups, int64_t steps_done) {
-  int64_t round = o.replan_every > 0 ? (steps_done - o.replan_at) / o.replan_every + 1 : 1;
+  int64_t round = round_of(o, steps_done);
   if (!replans_again(o, steps_done) || round >= static_cast<int64_t>(groups.size())) return kLastTimedGroup;
   return groups[static_cast<size_t>(round - 1)];
+}
+
+std::vector<TimedGroup> settled_groups(const TrainOptions& o, const std::vector<TimedGroup>& groups, int64_t steps_done) {
+  int64_t round = round_of(o, steps_done);
+  if (round > static_cast<int64_t>(groups.size())) return {};  // the outer loop: every group planned again
+  return {groups.begin(), groups.begin() + (round - 1)};
 }
 
 std::string describe_replan_rounds(const TrainOptions& o, const std::vector<TimedGroup>& groups) {
@@ -236,9 +255,11 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
   Profile profile = measured_profile(r, steps_done);
   r.profiler->reset();  // the next round measures the program it runs
   StepOptions options = r.step_options;
-  options.memory.instruction_seconds = profile_instruction_seconds(profile);
+  // The passes plan with the measured times and memory, the memory as the prediction prices it.
+  std::vector<MemoryCalibration> calibration = plan_on_profile(options.memory, profile, {*r.step});
   std::vector<TimedGroup> groups = timed_groups_of(r.plan, options.memory.limit);
   options.memory.timed_through = timed_through(r.o, groups, steps_done);
+  for (TimedGroup g : settled_groups(r.o, groups, steps_done)) options.memory.settled[g] = planned_with(r, g);
   std::vector<PassRecord> records;
   ir::Program next = lower_step(r.plan, r.trace, &records, PipelineDebug::from_environment(std::cerr), options);
   check_same_on_every_rank(r, next);
@@ -246,7 +267,7 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
   std::optional<Prediction> predicted;
   if (!(next == *r.step)) {
     try {
-      predicted = predict(r, next, profile);
+      predicted = predict(r, next, profile, calibration);
     } catch (const UserError& e) {  // the measurements do not price a program: keep the one that runs
       if (r.lead()) std::cout << "loom run: re-plan after step " << steps_done << " not applied: " << e.what() << "\n" << std::flush;
       return false;
@@ -259,10 +280,13 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
   double scale = applied_in_step_scale(profile, InStepGroups::All).value_or(1);  // a re-planned run has one stage
   if (r.lead())
     log_replan(r, next, records, predicted ? &*predicted : nullptr, switching, steps_done, result, scale,
-               describe_round(groups, options.memory.timed_through));
+               describe_round(groups, options.memory));
   if (!switching) return false;
   r.sharded->replace_program(next);
   r.step = std::move(next);
+  for (TimedGroup g : groups)
+    if (g <= options.memory.timed_through && !options.memory.settled.count(g))
+      r.step_planned_with[g] = GroupPlanning{options.memory.instruction_seconds, options.memory.cost};
   if (r.sharded->moves_optimizer_states() && !r.state_copier) attach_state_copier(r);
   return true;
 }

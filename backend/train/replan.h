@@ -2,16 +2,18 @@
 // starts on the program planned without instruction times (the base placement, the memory-aware
 // passes planning by sizes alone), measures its ops and optimizer step in steps 2..K (after the
 // first, when the optimizer's states exist, as DeepCompile waits for), times the collectives of
-// its own process groups, and lowers the step again with those times (profile_times.h): buckets
-// sized for overlap, gathers fused where a fused one is cheaper. Every rank plans from the same
+// its own process groups, and lowers the step again with those times and the memory measured
+// (profile_planning.h): buckets sized for overlap, gathers fused where a fused one is cheaper,
+// parameters kept gathered where they fit. Every rank plans from the same
 // measurements (reduced over the ranks) and checks that it got the same program; the executor
 // switches to it between steps, on every rank at the same step, when the simulator, on those
 // measurements, predicts it faster than the program it runs (LOOM_REPLAN_SWITCH=always, for
 // tests: whenever it changed). Rank 0 logs what moved and the predicted and measured step time
 // and peak. The passes that read times come in groups (TimedGroup, pass.h: prefetching and
 // bucketing, then unsharding); as deepcompile.txt's inner loop re-profiles after each, the k-th
-// re-plan plans the first k groups of the schedule's from measurements and the later ones by
-// sizes, and without --replan-every the loop re-plans once per group, kInnerRoundSteps apart.
+// re-plan plans the k-th group of the schedule's from measurements, the groups before it as the
+// running program planned them and the later ones by sizes, and without --replan-every the loop
+// re-plans once per group, kInnerRoundSteps apart.
 // With --replan-every E it goes on to the end of the run (the outer loop): after steps K + E,
 // K + 2E, ... it re-plans again on the steps measured since the last re-plan (not the first of
 // them, the new program's warm-up), with the collectives timed again.
@@ -29,6 +31,10 @@ namespace loom {
 // two measured steps.
 constexpr int64_t kInnerRoundSteps = 3;
 
+// Whether the loop can act on this run, and may: sharded, no mesh, not resumed, profiled or
+// recorded (an explicit --replan-at with the last three is refused before the run starts).
+bool can_replan(const TrainOptions& o, const RuntimePlan& plan);
+
 // The groups of passes (TimedGroup) of this schedule that plan from measured times, in the
 // order the loop plans them: Overlap where bucket(size=auto) is, or prefetch(budget=auto) under
 // a limit (its fusion rule); Unshard where unshard(auto) is under a limit.
@@ -44,6 +50,16 @@ void plan_replan_rounds(TrainOptions& o, const RuntimePlan& plan, int64_t memory
 // The last group the re-plan after `steps_done` plans from measurements: the k-th group of
 // `groups` on the k-th re-plan, every group on the run's last re-plan and after the k-th.
 TimedGroup timed_through(const TrainOptions& o, const std::vector<TimedGroup>& groups, int64_t steps_done);
+
+// The groups an earlier round of the inner loop settled, which the re-plan after `steps_done`
+// plans as the running program planned them (MemoryPlanning::settled; deepcompile.txt §3: a
+// pass is planned on the profile of the program the passes before it left, and not again):
+// the first k - 1 groups on the k-th re-plan while there are groups left to time, none after
+// (the outer loop, --replan-every, plans every group again on each round's measurements). A
+// round the run did not switch to settles nothing: its group stays as the running program has
+// it (in the default loop, prefetching and bucketing by sizes where the first round was
+// predicted slower), and the next round's group is planned on that program's measurements.
+std::vector<TimedGroup> settled_groups(const TrainOptions& o, const std::vector<TimedGroup>& groups, int64_t steps_done);
 
 // The step after which a run whose --replan-at is unset (kReplanByDefault) re-plans: 3 when
 // the run can re-plan (sharded, no mesh, not resumed, not profiling or recording), a pass of

@@ -101,6 +101,9 @@ TEST_CASE("the loop's rounds: one per group of passes the schedule plans from me
   CHECK(replans(inner) == std::vector<int64_t>{3, 6});
   CHECK(timed_through(inner, groups, 3) == TimedGroup::Overlap);
   CHECK(timed_through(inner, groups, 6) == kLastTimedGroup);
+  // The second round plans unsharding alone: prefetching and bucketing as the first settled them.
+  CHECK(settled_groups(inner, groups, 3).empty());
+  CHECK((settled_groups(inner, groups, 6) == std::vector<TimedGroup>{TimedGroup::Overlap}));
   std::vector<int64_t> measured;
   for (int64_t s = 0; s < inner.steps; ++s)
     if (measures_step(inner, s)) measured.push_back(s);
@@ -115,6 +118,7 @@ TEST_CASE("the loop's rounds: one per group of passes the schedule plans from me
     plan_replan_rounds(short_run, zero3, limit);
     CHECK(replans(short_run) == std::vector<int64_t>{3});
     CHECK(timed_through(short_run, groups, 3) == kLastTimedGroup);
+    CHECK(settled_groups(short_run, groups, 3).empty());
     CHECK(describe_replan_rounds(short_run, groups).find("after step 3,") != std::string::npos);
   }
   TrainOptions nine = o;
@@ -135,6 +139,9 @@ TEST_CASE("the loop's rounds: one per group of passes the schedule plans from me
   CHECK(replans(outer) == std::vector<int64_t>{3, 7, 11});
   CHECK(timed_through(outer, groups, 3) == TimedGroup::Overlap);
   CHECK(timed_through(outer, groups, 7) == kLastTimedGroup);
+  // Once every group is timed, each round plans every group again on its own measurements.
+  CHECK((settled_groups(outer, groups, 7) == std::vector<TimedGroup>{TimedGroup::Overlap}));
+  CHECK(settled_groups(outer, groups, 11).empty());
   // One group (bucket(size=auto) alone): one round, as before.
   RuntimePlan buckets;
   buckets.factors = zero3.factors;

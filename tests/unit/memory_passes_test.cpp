@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "backend/cost/cluster.h"
+#include "backend/cost/module_profile_cost.h"
 #include "backend/ir/verifier.h"
 #include "backend/lower/step_program.h"
 #include "backend/passes/pass_pipeline.h"
@@ -206,6 +207,18 @@ TEST_CASE("proactive prefetch fuses gathers that land together when T_c(V1) + T_
   in.memory.timed_through = TimedGroup::Overlap;
   CHECK(words(lowered(three_layers(), in), ir::Phase::Forward) == words(fused, ir::Phase::Forward));
   in.memory.timed_through = kLastTimedGroup;
+  // A later round, the prefetch group settled by an earlier one: it plans with what it planned
+  // with then, by sizes (a round that kept the program planned without times) or with the
+  // times of that round, whatever the times of this one.
+  in.memory.settled[TimedGroup::Overlap] = {};
+  forward = words(lowered(three_layers(), in), ir::Phase::Forward);
+  CHECK(std::vector<std::string>(forward.begin(), forward.begin() + 3) ==
+        std::vector<std::string>{"ag(l0.w)", "ag(l1.w)", "ag(l2.w)"});
+  in.memory.settled[TimedGroup::Overlap] = {in.memory.instruction_seconds, nullptr};
+  in.memory.instruction_seconds = [](const ir::Program&, const ir::Instr& g) { return 0.01 * static_cast<double>(g.bytes); };
+  CHECK(words(lowered(three_layers(), in), ir::Phase::Forward) == words(fused, ir::Phase::Forward));
+  in.memory.instruction_seconds = in.memory.settled[TimedGroup::Overlap].instruction_seconds;
+  in.memory.settled.clear();
   // Room for the three gathers at the start but not for the fused one's extra bytes: left separate.
   in.memory.limit = kStates + 4 * kFull;
   forward = words(lowered(three_layers(), in), ir::Phase::Forward);
@@ -262,6 +275,34 @@ TEST_CASE("selective unsharding keeps the parameters with the highest T_c(B)/B t
   in.memory.limit = 0;
   std::vector<std::string> none = words(lowered(t, in), ir::Phase::Backward);
   CHECK(std::count(none.begin(), none.end(), "ag(l0.w)") == 1);
+}
+
+TEST_CASE("selective unsharding leaves room for the memory a profile measured outside the model") {
+  // The first case's program and limit, planned on a GPU profile that measured 250 bytes held
+  // outside the model: between l1.w's release and gather the walk now peaks at 1,908, and
+  // keeping l1.w (200) would pass 2,050; l2.w, with nothing between, is still kept.
+  ir::OpTrace t = three_layers(100);
+  t.params = {{"l0.w", 100, 4}, {"l1.w", 50, 4}, {"l2.w", 25, 4}};
+  passes::PassInputs in;
+  in.unshard = {{"l0", true}, {"l1", true}, {"l2", true}};
+  in.memory.limit = 175 * 6 + 1000;
+  auto measured = std::make_shared<ModuleProfileCost>(Profile{}, std::vector<MemoryCalibration>{{1, 250}});
+  in.memory.cost = measured;
+  auto gathered_in_backward = [&](const std::string& param) {
+    std::vector<std::string> backward = words(lowered(t, in), ir::Phase::Backward);
+    return std::count(backward.begin(), backward.end(), "ag(" + param + ")");
+  };
+  CHECK(gathered_in_backward("l0.w") == 1);
+  CHECK(gathered_in_backward("l1.w") == 1);
+  CHECK(gathered_in_backward("l2.w") == 0);
+  // The same memory in a group an earlier round settled: the group plans with it, not with
+  // this round's (none here, which keeps l1.w).
+  in.memory.cost = nullptr;
+  CHECK(gathered_in_backward("l1.w") == 0);
+  in.memory.settled[TimedGroup::Unshard] = {nullptr, measured};
+  CHECK(gathered_in_backward("l0.w") == 1);
+  CHECK(gathered_in_backward("l1.w") == 1);
+  CHECK(gathered_in_backward("l2.w") == 0);
 }
 
 namespace {

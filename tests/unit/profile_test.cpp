@@ -13,7 +13,7 @@
 #include "backend/cost/in_step_collectives.h"
 #include "backend/cost/instruction_cost.h"
 #include "backend/cost/profile.h"
-#include "backend/cost/profile_times.h"
+#include "backend/cost/module_profile_cost.h"
 #include "backend/cost/step_estimate.h"
 #include "backend/sim/profile_simulation.h"
 #include "lang/diagnostics.h"
@@ -325,13 +325,13 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
   CHECK(e.grad_norm_ms == 3.0);
   CHECK(e.collective_ms == doctest::Approx(collectives_ms));  // the all-reduce alone
   CHECK(e.optimizer_ms == 4.0);
-  CHECK(profile_instruction_seconds(p)(step, step.instrs.back()) == doctest::Approx(4.5e-3));
+  CHECK(ModuleProfileCost(p).seconds(step, step.instrs.back()) == doctest::Approx(4.5e-3));
   // The in-step scale compares the collectives' measured busy time with their prices, not with
   // the norm's own work: 2 x (1.5 + 1.5) ms busy in one step is a scale of 2 with or without it.
   CHECK(in_step_scale(step, p, {{0, 6}}, {0}, InStepGroups::All) == doctest::Approx(2.0));
   step.instrs.back().group = {ir::Role::Params, 1};  // a group of one (data parallelism): the norm alone
   CHECK(estimate_step(step, p, "p.json").instruction_ms.back() == 3.0);
-  CHECK(profile_instruction_seconds(p)(step, step.instrs.back()) == doctest::Approx(3e-3));
+  CHECK(ModuleProfileCost(p).seconds(step, step.instrs.back()) == doctest::Approx(3e-3));
   CHECK(Profile::from_json(p.to_json(), "p.json").grad_norm_ms == 3.0);
   Profile unmeasured = p;
   unmeasured.grad_norm_ms = -1;  // --clip 0, or NCCL

@@ -4,7 +4,10 @@
 
 #include <map>
 
+#include "backend/cost/module_profile_cost.h"
+#include "backend/passes/profile_planning.h"
 #include "backend/sim/memory_calibration.h"
+#include "backend/sim/memory_walk.h"
 #include "backend/sim/simulator.h"
 #include "lang/diagnostics.h"
 
@@ -453,7 +456,8 @@ TEST_CASE("a GPU profile calibrates the memory walk: the bytes held outside the 
   std::vector<ir::Program> stages{two_ops()};
   Profile profile = measured_on("cuda");
   ProfileCost cost(stages, profile, "a test profile");
-  std::vector<MemoryCalibration> calibrated = memory::calibrate_to_profile(cost, stages, profile);
+  std::vector<MemoryCalibration> calibrated = memory::measured_calibrations(stages, profile);
+  cost.calibrate_memory(calibrated);
   REQUIRE(calibrated.size() == 1);
   // Measured 19000 before `a` against the walk's 16000; 1200 saved up to `b`'s backward against 1500 traced.
   CHECK(calibrated[0].outside_bytes == 3000);
@@ -467,8 +471,45 @@ TEST_CASE("a GPU profile calibrates the memory walk: the bytes held outside the 
   // On CPU the traced tensors are what runs: nothing is calibrated.
   Profile on_cpu = measured_on("cpu");
   ProfileCost cpu_cost(stages, on_cpu, "a test profile");
-  CHECK(memory::calibrate_to_profile(cpu_cost, stages, on_cpu)[0].outside_bytes == 0);
+  CHECK(memory::measured_calibrations(stages, on_cpu)[0].outside_bytes == 0);
   CHECK(simulate(stages, cpu_cost).peak_bytes == 16000 + 1500);
+}
+
+TEST_CASE("the passes plan on a GPU profile with the memory the simulator prices: calibrated, with the measured workspaces") {
+  std::vector<ir::Program> stages{two_ops()};
+  Profile profile = measured_on("cuda");
+  profile.ops[0].backward_peak_bytes = profile.ops[0].backward_before_bytes + 700;  // `a`'s backward allocates 700 bytes for its time
+  MemoryPlanning planning;
+  std::vector<MemoryCalibration> calibration = plan_on_profile(planning, profile, stages);
+  REQUIRE(calibration.size() == 1);
+  CHECK(calibration[0].outside_bytes == 3000);
+  CHECK(calibration[0].activation_scale == doctest::Approx(0.8));
+  REQUIRE(planning.cost != nullptr);
+  REQUIRE(planning.instruction_seconds);
+  // The passes' walk of the measured program is the simulator's, instruction by instruction.
+  ProfileCost priced(stages, profile, "a test profile");
+  priced.calibrate_memory(calibration);
+  std::vector<int64_t> planned = memory::memory_around_each(stages[0], StateBytes::loom_adamw(), planning.cost.get());
+  CHECK(planned == memory::memory_around_each(stages[0], StateBytes::loom_adamw(), &priced));
+  // Before `a`'s backward 19,400 (3,000 outside, 16,000 of states, 400 of `a`'s saved 500); the
+  // workspace on top.
+  CHECK(planned.back() == 19400 + 700);
+  // A program the passes make (here `b` saves twice as much) is priced by module, at the same
+  // calibration: 2,000 traced bytes saved at 0.8.
+  ir::Program replanned = two_ops();
+  replanned.instrs[1].activation_bytes = 2000;
+  CHECK(planning.cost->activation_bytes(replanned, replanned.instrs[1]) == 1600);
+  CHECK(planning.cost->outside_bytes(replanned) == 3000);
+  CHECK(planning.cost->workspace_bytes(replanned, replanned.instrs[3]) == 700);
+  CHECK(planning.cost->workspace_bytes(replanned, replanned.instrs[0]) == 0);  // a forward's: not measured as one
+  CHECK(planning.instruction_seconds(replanned, replanned.instrs[1]) == doctest::Approx(1e-3));
+  // On CPU the passes plan with the traced bytes, and the measured workspaces.
+  MemoryPlanning on_cpu;
+  profile.device = "cpu";
+  plan_on_profile(on_cpu, profile, stages);
+  CHECK(on_cpu.cost->outside_bytes(replanned) == 0);
+  CHECK(on_cpu.cost->activation_bytes(replanned, replanned.instrs[1]) == 2000);
+  CHECK(on_cpu.cost->workspace_bytes(replanned, replanned.instrs[3]) == 700);
 }
 
 TEST_CASE("a pipeline's stages are calibrated at modules that only they run") {
@@ -487,13 +528,22 @@ TEST_CASE("a pipeline's stages are calibrated at modules that only they run") {
   profile.ops.push_back({"late_a", 1, 1, 17000, 17500, 17500, 17500, {}, {}});
   profile.ops.push_back({"late_b", 1, 1, 17500, 18500, 18500, 18500, {}, {}});
   std::vector<ir::Program> stages{first, second};
-  ProfileCost cost(stages, profile, "a test profile");
-  std::vector<MemoryCalibration> calibrated = memory::calibrate_to_profile(cost, stages, profile);
+  std::vector<MemoryCalibration> calibrated = memory::measured_calibrations(stages, profile);
   REQUIRE(calibrated.size() == 2);
   CHECK(calibrated[0].outside_bytes == 3000);
   CHECK(calibrated[0].activation_scale == doctest::Approx(0.8));
   CHECK(calibrated[1].outside_bytes == 1000);
   CHECK(calibrated[1].activation_scale == doctest::Approx(1));
+  // A program the passes plan from the profile takes its own stage's; one of a stage the
+  // profile did not measure, the traced bytes.
+  ModuleProfileCost planned(profile, calibrated);
+  CHECK(planned.outside_bytes(first) == 3000);
+  CHECK(planned.outside_bytes(second) == 1000);
+  CHECK(planned.activation_bytes(first, first.instrs[1]) == 400);
+  ir::Program third = second;
+  third.mesh.stage = 2;
+  CHECK(planned.outside_bytes(third) == 0);
+  CHECK(planned.activation_bytes(third, third.instrs[1]) == 500);
 }
 
 TEST_CASE("a module called twice in forward: its last call's backward comes first, and is the one compared") {
