@@ -7,8 +7,8 @@
 // parameters kept gathered where they fit. Every rank plans from the same
 // measurements (reduced over the ranks) and checks that it got the same program; the executor
 // switches to it between steps, on every rank at the same step, when the simulator, on those
-// measurements, predicts it faster than the program it runs (LOOM_REPLAN_SWITCH=always, for
-// tests: whenever it changed). Rank 0 logs what moved and the predicted and measured step time
+// measurements, predicts it faster than the program it runs (for tests, LOOM_REPLAN_SWITCH=always:
+// whenever it changed; =never: never). Rank 0 logs what moved and the predicted and measured step time
 // and peak. The passes that read times come in groups (TimedGroup, pass.h: prefetching and
 // bucketing, then unsharding); as deepcompile.txt's inner loop re-profiles after each, the k-th
 // re-plan plans the k-th group of the schedule's from measurements, the groups before it as the

@@ -600,6 +600,17 @@ TEST_CASE("--replan-at: the run re-plans on its own measurements, switches every
   CHECK(log.find("re-plan after step 9") == std::string::npos);
   CHECK(max_difference(saved_parameters(scratch() / "replan_base" / "step-000010"),
                        saved_parameters(scratch() / "groups" / "step-000010")) < 1e-6);
+  // A first round the run does not switch to settles nothing: the second plans bucketing as the
+  // running program did, by sizes, and unsharding keeps every block as it did: that program.
+  REQUIRE(run_loom("run " + (scratch() / "replan_groups.sched").string() + kCommon + " --nproc 2 --micro-batch 2 --memory-limit 1GiB",
+                   "LOOM_REPLAN_SWITCH=never") == 0);
+  log = last_log();
+  second = log.find("loom run: re-plan after step 6 on this run's measurements");
+  REQUIRE(second != std::string::npos);
+  CHECK(log.find("the run keeps its program") < second);
+  CHECK(log.find("kept as the running program planned them: prefetching and bucketing", second) != std::string::npos);
+  CHECK(log.find("  the measured times keep the program (", second) != std::string::npos);
+  CHECK(log.find("every rank follows it") == std::string::npos);
 }
 
 TEST_CASE("TAGC compress() trains and resumes exactly: its error-feedback accumulators are checkpointed") {
