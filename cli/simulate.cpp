@@ -271,9 +271,9 @@ void add_simulate(CLI::App& app, std::function<int()>& run) {
                 "(default on a cluster: 90% of its device's memory, as a GPU run; on a profile: none)")
       ->transform(byte_size());
   c->add_flag("--replanned", o->replanned,
-              "with --profile: the passes plan with the profile's measured times and memory, every group of them at once, "
-              "as a run's re-plan does in a round that times them all (as `loom explain --profile` shows); default: the "
-              "program a run starts with");
+              "with --profile: the passes plan with the profile's measured times and memory, the program a run's "
+              "--replan-at settles on where its rounds measure what the profile did (as `loom explain --profile` shows); "
+              "default: the program a run starts with");
   c->add_flag("--representative", o->representative,
               "with --profile: simulate one rank per stage at each op's slowest rank's time; default: each rank at its own "
               "measured times where the step allows (one stage, every collective over all ranks)");

@@ -38,7 +38,7 @@ struct SimulateOptions {
   std::string memory_plot;
   std::string save_cluster;
   int64_t memory_limit = 0;
-  bool replanned = false;  // with a profile: the passes plan with its times and memory (a --replan-at round that times every group)
+  bool replanned = false;  // with a profile: the passes plan with its times and memory (the program --replan-at settles on)
   bool representative = false;  // with a profile: one rank per stage at the slowest rank's op times, not each rank
   std::string stdlib;
 };
