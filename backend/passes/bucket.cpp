@@ -72,14 +72,22 @@ bool merge(ir::Program& p, const std::function<bool(int)>& member, const Family&
 
 bool merge_collectives(ir::Program& p, const std::function<bool(int)>& member, const ir::Phase* phase) {
   std::set<Family> families;
+  std::set<int> compressed;  // TAGC reduces these gradients (its compress, then their replica sums) one by one
   for (const Instr& in : p.instrs) {
+    if (in.kind == OpKind::Compress) compressed.insert(in.params.begin(), in.params.end());
     if (phase && in.phase != *phase) continue;
     bool gather = in.kind == OpKind::AllGather && in.phase != ir::Phase::Step;
     bool reduction = (in.kind == OpKind::ReduceScatter || in.kind == OpKind::AllReduce) && in.phase == ir::Phase::Backward;
     if (gather || reduction) families.insert({in.phase, in.kind, in.group.role, in.runs_in});
   }
+  // A reduction bucket leaves them out: its replica sum must name the members its reduce-scatter
+  // does, which the executor matches it to.
+  auto reduced_member = [&](int q) { return member(q) && !compressed.count(q); };
   bool changed = false;
-  for (const Family& family : families) changed |= merge(p, member, family, family.kind == OpKind::AllGather);
+  for (const Family& family : families) {
+    bool gathers = family.kind == OpKind::AllGather;
+    changed |= merge(p, gathers ? member : std::function<bool(int)>(reduced_member), family, gathers);
+  }
   return changed;
 }
 

@@ -2,7 +2,9 @@
 // phase (simplefsdp.txt §3.2). The all-gathers merge into the first of them, so the whole
 // bucket arrives at the first member's wait; the gradient reductions (reduce-scatter and
 // all-reduce) merge into the last, launched once every member's gradient is complete. A
-// phase where a member is gathered or reduced more than once is left as it is.
+// phase where a member is gathered or reduced more than once is left as it is. A compress()ed
+// parameter's gradient is reduced by TAGC on its own (compress.h): its gathers join the bucket,
+// its reductions do not.
 #pragma once
 
 #include <functional>

@@ -15,9 +15,6 @@
 //     where s_os > s_p each member's optimizer slice (1/s_os) kept as a copy, so the rest of the
 //     shard can go (where s_os = s_p the shard is the slice: no slice is copied).
 // Lins' broadcast of updated slices gathers into each shard in place: it copies nothing.
-// Known gap: in a bucket holding a compress()ed parameter the replica sum names a member the
-// bucket's reduce-scatter does not, the executor finds no reduction of exactly its members and
-// lands the sum at once, so that wait's bytes are marked but not timed.
 #pragma once
 
 #include "backend/passes/pass.h"

@@ -61,6 +61,8 @@ same_collectives "examples/gpt_tuned.sched (checkpoint, TAGC, unshard, offload)"
   --model gpt:tiny --set micro_batch=2 --set ckpt_ratio=0.5
 same_collectives "examples/llama_lins.sched (Lins (4,4,8), bucket, prefetch)" 8 1 examples/llama_lins.sched --model llama:tiny
 same_collectives "tests/verify/compress_zero3.sched" 2 2 tests/verify/compress_zero3.sched --model gpt:tiny
+# TAGC inside a bucket, each shard on two replicas: the compressed parameter's replica sum is its own.
+same_collectives "tests/verify/hybrid_tagc_bucket.sched" 4 1 tests/verify/hybrid_tagc_bucket.sched --model gpt:tiny
 # A tied weight checkpointed on one side: reduced once, after both of its gradients.
 same_collectives "tests/verify/tied_checkpoint.sched, 2 micro-batches" 2 1 tests/verify/tied_checkpoint.sched --model gpt:tiny --accum 2
 same_collectives "tests/verify/tied_checkpoint_zero3.sched" 2 2 tests/verify/tied_checkpoint_zero3.sched --model gpt:tiny

@@ -405,6 +405,26 @@ TEST_CASE("compress turns a compressed parameter's reduce-scatter into TAGC's, p
   CHECK(count(run(two_blocks(), {2, 1, 1, 2}, in), OpKind::Compress) == 0);
 }
 
+TEST_CASE("bucket leaves a compress()ed parameter's reductions out, its gathers in: its replica sum stays TAGC's own") {
+  passes::PassInputs in;
+  in.compress = {{"h.0.fc", 10}};
+  in.buckets = {"h.0"};
+  in.reductions_in_flight = 0;
+  ir::Program p = run(two_blocks(), {4, 2, 2, 2}, in);  // each shard on two replicas: its sum over them follows its reduction
+  auto B = ir::Phase::Backward;
+  CHECK(p.instrs[find(p, OpKind::AllGather, ir::Phase::Forward, "h.0.fc.w")].params.size() == 2);  // fc and proj gathered as one
+  int replica_sums = 0;
+  for (const ir::Instr& i : p.instrs) {
+    if (i.kind != OpKind::AllReduce || i.phase != B || i.group.role != ir::Role::Replicas || i.params.empty()) continue;
+    ++replica_sums;
+    CAPTURE(p.params[i.params[0]].name);
+    CHECK(i.params.size() == 1);  // fc's (after TAGC's compress) and proj's (after its reduce-scatter) apart
+  }
+  CHECK(replica_sums == 3);  // h.1's too
+  CHECK(find(p, OpKind::Compress, B, "h.0.fc.w") >= 0);
+  CHECK(ir::verify_complete(p) == "");
+}
+
 namespace {
 // Broken offloading: the updated values copied back before the step, or never.
 bool reload_before_step(ir::Program& p, const passes::PassInputs&) {
