@@ -76,7 +76,7 @@ int explain(const ExplainOptions& given) {
     step_options.rank = o.rank;
     // As `loom run` plans: by the limit, without instruction times (so nothing is fused); with a
     // profile, with its measured times and memory: the program a run's re-plan (--replan-at)
-    // settles on when its rounds measure what the profile did.
+    // settles on where each round is switched to and measures what the profile did.
     step_options.memory.limit = o.memory_limit;
     ir::OpTrace trace = trace_model(o.model, {o.micro_batch, o.seq}, plan.replacements);
     std::optional<Profile> profile;
@@ -155,7 +155,7 @@ void add_explain(CLI::App& app, std::function<int()>& run) {
   c->add_option("--clip", o->clip, "the run's --clip: 0 plans no gradient-norm all-reduce (a run with --metrics still measures the norm; plan it with --clip 1)");
   c->add_flag("--json", o->json, "print the IR as JSON (with \"rank\")");
   c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE`: the passes plan with its measured times and memory (the program a "
-                  "run's --replan-at settles on where its rounds measure what the profile did) and each instruction is priced");
+                  "run's --replan-at settles on where each round is switched to and measures what the profile did) and each instruction is priced");
   c->add_option("--memory-limit", o->memory_limit,
                 "bytes per rank, e.g. 600MiB: prefetch(budget=auto) and unshard(auto) plan within it, as `loom run "
                 "--memory-limit` does")

@@ -272,7 +272,7 @@ void add_simulate(CLI::App& app, std::function<int()>& run) {
       ->transform(byte_size());
   c->add_flag("--replanned", o->replanned,
               "with --profile: the passes plan with the profile's measured times and memory, the program a run's "
-              "--replan-at settles on where its rounds measure what the profile did (as `loom explain --profile` shows); "
+              "--replan-at settles on where each round is switched to and measures what the profile did (as `loom explain --profile` shows); "
               "default: the program a run starts with");
   c->add_flag("--representative", o->representative,
               "with --profile: simulate one rank per stage at each op's slowest rank's time; default: each rank at its own "

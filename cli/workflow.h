@@ -38,7 +38,7 @@ struct SimulateOptions {
   std::string memory_plot;
   std::string save_cluster;
   int64_t memory_limit = 0;
-  bool replanned = false;  // with a profile: the passes plan with its times and memory (the program --replan-at settles on)
+  bool replanned = false;  // with a profile: the passes plan with its times and memory (what --replan-at settles on where each round is switched to)
   bool representative = false;  // with a profile: one rank per stage at the slowest rank's op times, not each rank
   std::string stdlib;
 };

@@ -1,7 +1,7 @@
 // A measured profile's costs for any program of its model: what the memory-aware passes plan
 // with when a run re-plans from its own measurements (the two-level loop, deepcompile.txt §3,
 // backend/train/replan.h), and what `loom explain --profile` and `loom simulate --replanned`
-// plan with to show the program that loop settles on. Unlike ProfileCost, which prices the
+// plan with to show the program that loop settles on where each round is switched to. Unlike ProfileCost, which prices the
 // programs it was built with call by call, it prices the instructions passes make (merged and
 // moved gathers): a compute at the mean of its module's measured calls in that phase, a
 // recompute at its ops' forward times, a collective at its role's line as timed beside compute

@@ -618,8 +618,9 @@ struct ShardedExecutor::State {
   }
 
   // Each unit's all-reduce over the replicas (dp / s_p of them; for s_p = 1 every dp rank) is
-  // the IR's of exactly its parameters, waited for where the IR waits for it. A unit the IR
-  // sums otherwise (none such today) is waited for at once.
+  // the IR's of exactly its parameters, waited for where the IR waits for it. An IR sum that no
+  // unit reduces together would be issued apart from the program: refused (a test-only
+  // unreduced parameter, a unit of its own, excepted).
   void plan_replica_sums() {
     replica_sum_handle.assign(reduce_units.size(), -1);
     std::map<std::vector<int>, int> sum_of;  // the parameters of a replicas' all-reduce -> its handle
@@ -636,7 +637,17 @@ struct ShardedExecutor::State {
       std::vector<int> members(reduce_units[u].begin(), reduce_units[u].end());
       std::sort(members.begin(), members.end());
       auto it = sum_of.find(members);
-      if (it != sum_of.end() && waited.count(it->second)) replica_sum_handle[u] = it->second;
+      if (it == sum_of.end()) continue;
+      if (waited.count(it->second)) replica_sum_handle[u] = it->second;
+      sum_of.erase(it);
+    }
+    for (const auto& [members, handle] : sum_of) {
+      bool faulted = std::any_of(members.begin(), members.end(), [&](int p) { return unreduced.count(static_cast<size_t>(p)) > 0; });
+      if (faulted) continue;
+      std::string names;
+      for (int p : members) names += (names.empty() ? "" : ", ") + program.params[static_cast<size_t>(p)].name;
+      throw InternalError("sharded executor: the program sums " + names +
+                          " over the replicas as one, but reduces them apart: its replica sums must follow its reductions");
     }
   }
 };

@@ -210,7 +210,7 @@ int64_t reductions_in_flight_bytes(const ir::Program& p, size_t at, int in_fligh
   int found = 0;
   for (size_t i = at; i-- > 0 && found < in_flight && p.instrs[i].phase == ir::Phase::Backward;) {
     const Instr& in = p.instrs[i];
-    if (in.kind != OpKind::ReduceScatter) continue;
+    if (in.kind != OpKind::ReduceScatter && in.kind != OpKind::Compress) continue;  // window_reductions' kinds
     ++found;
     bytes += reduction_held_bytes(p, in);
   }

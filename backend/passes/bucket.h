@@ -16,8 +16,8 @@ namespace loom::passes {
 bool bucket(ir::Program& program, const PassInputs& inputs);
 
 // Merges the collectives of the parameters `member` accepts, one per family (kind, group,
-// micro-batches) of `phase` (every phase but the step's when null), as bucket() does; false
-// when nothing merged.
+// micro-batches) of `phase` (every phase but the step's when null), as bucket() does, leaving
+// compress()ed parameters out of the reductions; false when nothing merged.
 bool merge_collectives(ir::Program& program, const std::function<bool(int)>& member, const ir::Phase* phase = nullptr);
 
 }  // namespace loom::passes

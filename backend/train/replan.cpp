@@ -73,6 +73,15 @@ int64_t peak_of(const TrainResult& result, size_t from, size_t to) {
   return peak;
 }
 
+// LOOM_REPLAN_SWITCH=always|never (tests): switch to any changed program, or to none, whatever
+// the prediction, to exercise either path.
+bool forced_switch(const char* how) {
+  const char* forced = std::getenv("LOOM_REPLAN_SWITCH");
+  return forced && std::string(forced) == how;
+}
+bool forced_always() { return forced_switch("always"); }
+bool forced_never() { return forced_switch("never"); }
+
 // The re-plan's prediction: both programs simulated on the run's measurements.
 struct Prediction {
   SimResult current, next;
@@ -142,7 +151,7 @@ void log_replan(const RankRun& r, const ir::Program& next, const std::vector<Pas
               median_step_ms(result, from, done), static_cast<long long>(first), static_cast<long long>(steps_done),
               format_size(peak_of(result, from, done)).c_str());
   if (switching) std::printf("  every rank follows it from step %lld\n", static_cast<long long>(steps_done + 1));
-  else if (predicted->next.step_s < predicted->current.step_s) std::printf("  the run keeps its program all the same (LOOM_REPLAN_SWITCH=never)\n");
+  else if (forced_never()) std::printf("  the run keeps its program: LOOM_REPLAN_SWITCH=never\n");
   else std::printf("  it is predicted no faster: the run keeps its program\n");
   std::fflush(stdout);
 }
@@ -274,11 +283,7 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
       return false;
     }
   }
-  // LOOM_REPLAN_SWITCH=always|never (tests): switch to any changed program, or to none, whatever
-  // the prediction, to exercise either path.
-  const char* forced = std::getenv("LOOM_REPLAN_SWITCH");
-  std::string force = forced ? forced : "";
-  bool switching = predicted && force != "never" && (force == "always" || predicted->next.step_s < predicted->current.step_s);
+  bool switching = predicted && !forced_never() && (forced_always() || predicted->next.step_s < predicted->current.step_s);
   double scale = applied_in_step_scale(profile, InStepGroups::All).value_or(1);  // a re-planned run has one stage
   if (r.lead())
     log_replan(r, next, records, predicted ? &*predicted : nullptr, switching, steps_done, result, scale,

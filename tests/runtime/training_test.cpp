@@ -607,7 +607,7 @@ TEST_CASE("--replan-at: the run re-plans on its own measurements, switches every
   log = last_log();
   second = log.find("loom run: re-plan after step 6 on this run's measurements");
   REQUIRE(second != std::string::npos);
-  CHECK(log.find("the run keeps its program") < second);
+  CHECK(log.find("  the run keeps its program: LOOM_REPLAN_SWITCH=never\n") < second);
   CHECK(log.find("kept as the running program planned them: prefetching and bucketing", second) != std::string::npos);
   CHECK(log.find("  the measured times keep the program (", second) != std::string::npos);
   CHECK(log.find("every rank follows it") == std::string::npos);

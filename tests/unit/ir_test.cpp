@@ -410,17 +410,27 @@ TEST_CASE("bucket leaves a compress()ed parameter's reductions out, its gathers 
   in.compress = {{"h.0.fc", 10}};
   in.buckets = {"h.0"};
   in.reductions_in_flight = 0;
-  ir::Program p = run(two_blocks(), {4, 2, 2, 2}, in);  // each shard on two replicas: its sum over them follows its reduction
+  ir::OpTrace t = two_blocks();  // h.0 with a third parameter: two reduced as one bucket beside the compressed one
+  t.params.insert(t.params.begin() + 2, {"h.0.out.w", 10, 4});
+  t.forward.insert(t.forward.begin() + 2, {"h.0.out", {"h.0.out.w"}});
+  ir::Program p = run(t, {4, 2, 2, 2}, in);  // each shard on two replicas: its sum over them follows its reduction
   auto B = ir::Phase::Backward;
-  CHECK(p.instrs[find(p, OpKind::AllGather, ir::Phase::Forward, "h.0.fc.w")].params.size() == 2);  // fc and proj gathered as one
-  int replica_sums = 0;
+  CHECK(p.instrs[find(p, OpKind::AllGather, ir::Phase::Forward, "h.0.fc.w")].params.size() == 3);  // gathered as one
+  std::vector<std::vector<std::string>> reduced, summed;  // the members of each reduce-scatter and replica sum
   for (const ir::Instr& i : p.instrs) {
-    if (i.kind != OpKind::AllReduce || i.phase != B || i.group.role != ir::Role::Replicas || i.params.empty()) continue;
-    ++replica_sums;
-    CAPTURE(p.params[i.params[0]].name);
-    CHECK(i.params.size() == 1);  // fc's (after TAGC's compress) and proj's (after its reduce-scatter) apart
+    bool replica_sum = i.kind == OpKind::AllReduce && i.group.role == ir::Role::Replicas;
+    if (i.phase != B || i.params.empty() || !(replica_sum || i.kind == OpKind::ReduceScatter)) continue;
+    std::vector<std::string> names;
+    for (int q : i.params) names.push_back(p.params[static_cast<size_t>(q)].name);
+    std::sort(names.begin(), names.end());
+    (replica_sum ? summed : reduced).push_back(names);
   }
-  CHECK(replica_sums == 3);  // h.1's too
+  // proj and out reduced as one bucket and summed as one; fc compressed, then summed alone; h.1 alone.
+  using Names = std::vector<std::vector<std::string>>;
+  std::sort(reduced.begin(), reduced.end());
+  std::sort(summed.begin(), summed.end());
+  CHECK((reduced == Names{{"h.0.out.w", "h.0.proj.w"}, {"h.1.fc.w"}}));
+  CHECK((summed == Names{{"h.0.fc.w"}, {"h.0.out.w", "h.0.proj.w"}, {"h.1.fc.w"}}));
   CHECK(find(p, OpKind::Compress, B, "h.0.fc.w") >= 0);
   CHECK(ir::verify_complete(p) == "");
 }
