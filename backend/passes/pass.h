@@ -91,6 +91,12 @@ struct MemoryPlanning {
 
   // Plans with `model`'s instruction times (instruction_seconds) and its memory (cost).
   void plan_with(std::shared_ptr<const InstructionCost> model);
+  // The times and memory planned with, as a settled group keeps them; and back.
+  GroupPlanning planning() const { return {instruction_seconds, cost}; }
+  void plan_as(const GroupPlanning& group) {
+    instruction_seconds = group.instruction_seconds;
+    cost = group.cost;
+  }
 
   // The limit on a device of `device_bytes` when none is given: its memory less DeepSpeed
   // DeepCompile's 10% margin (allocator fragmentation, library workspaces).

@@ -86,10 +86,7 @@ ir::Program run_passes(ir::Program program, const passes::PassInputs& inputs, co
     const passes::PassInputs* given = &inputs;
     if (auto settled = inputs.memory.settled.find(group); settled != inputs.memory.settled.end()) {
       auto [it, added] = as_settled.try_emplace(group, inputs);
-      if (added) {
-        it->second.memory.instruction_seconds = settled->second.instruction_seconds;
-        it->second.memory.cost = settled->second.cost;
-      }
+      if (added) it->second.memory.plan_as(settled->second);
       given = &it->second;
     } else if (group > inputs.memory.timed_through && inputs.memory.instruction_seconds) {
       if (!by_sizes) (by_sizes = inputs)->memory.instruction_seconds = nullptr;

@@ -104,7 +104,7 @@ Prediction predict(const RankRun& r, const ir::Program& next, const Profile& pro
 GroupPlanning planned_with(const RankRun& r, TimedGroup g) {
   auto planned = r.step_planned_with.find(g);
   if (planned != r.step_planned_with.end()) return planned->second;
-  return {r.step_options.memory.instruction_seconds, r.step_options.memory.cost};
+  return r.step_options.memory.planning();
 }
 
 // Which groups of passes this round plans from the measurements, which as the running program
@@ -293,7 +293,7 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
   r.step = std::move(next);
   for (TimedGroup g : groups)
     if (g <= options.memory.timed_through && !options.memory.settled.count(g))
-      r.step_planned_with[g] = GroupPlanning{options.memory.instruction_seconds, options.memory.cost};
+      r.step_planned_with[g] = options.memory.planning();
   if (r.sharded->moves_optimizer_states() && !r.state_copier) attach_state_copier(r);
   return true;
 }
