@@ -16,7 +16,7 @@ ModuleProfileCost::ModuleProfileCost(Profile profile, std::vector<MemoryCalibrat
     ++t.calls;
     // A backward's workspace as estimate_step measures it, the most over the module's calls: the
     // passes' programs move calls around, and under a limit the larger is the safe one.
-    t.backward_workspace_bytes = std::max(t.backward_workspace_bytes, op.backward_peak_bytes - op.backward_before_bytes);
+    t.backward_workspace_bytes = std::max(t.backward_workspace_bytes, op.backward_workspace_bytes());
   }
 }
 

@@ -6,6 +6,7 @@
 // them. Torch-free.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -35,6 +36,8 @@ struct OpProfile {
   // its kernels', which run behind the host, so a step of short kernels waits for the host. -1:
   // not measured (a CPU, whose op times are the host's; a backward that ended on another thread).
   double forward_host_ms = -1, backward_host_ms = -1;
+  // What its backward allocates beyond what it began with (input gradients, temporaries).
+  int64_t backward_workspace_bytes() const { return std::max<int64_t>(0, backward_peak_bytes - backward_before_bytes); }
 };
 
 // One collective on one process-group role ("world", "params", "grad_peers", "optim_peers",

@@ -98,7 +98,7 @@ StepEstimate estimate_step(const ir::Program& program, const Profile& profile, c
       const OpProfile& op = profile.ops[ops.back()];
       ms = op.backward_ms;
       host_ms = op.backward_host_ms;
-      workspace = std::max<int64_t>(0, op.backward_peak_bytes - op.backward_before_bytes);
+      workspace = op.backward_workspace_bytes();
       ops.insert(ops.begin(), ops.back());  // rotate the other way: backward runs the calls in reverse
       ops.pop_back();
       e.backward_compute_ms += times * ms;
