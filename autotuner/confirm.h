@@ -1,4 +1,4 @@
-// sim+run (issue #16 §2): the simulator ranks every point it evaluated, real runs confirm its
+// confirm_best, `loom tune`'s sim+run (issue #16 §2): the simulator ranks every point it evaluated, real runs confirm its
 // best few, and the regret says how much slower the simulator's choice ran than the fastest of
 // them as measured. Torch-free.
 #pragma once

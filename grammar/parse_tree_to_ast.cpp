@@ -448,7 +448,7 @@ class AstBuilder {
     if (dynamic_cast<LoomParser::FloatLitContext*>(ctx)) {
       auto e = make(ast::ExprKind::Float, r);
       e->float_value = parse_double(ctx->getText());
-      if (!std::isfinite(e->float_value)) throw UserError(r, "float literal out of range", "");
+      if (!std::isfinite(e->float_value)) throw UserError(r, "float literal out of range", "floats are 64-bit: at most about 1.8e308");
       return e;
     }
     if (dynamic_cast<LoomParser::BytesLitContext*>(ctx)) return bytes_literal(ctx->getText(), r);

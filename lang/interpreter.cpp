@@ -131,7 +131,7 @@ Interpreter::Flow Interpreter::exec(const ast::Stmt& s, const std::shared_ptr<co
       } else if (iterable.is(ValueKind::Selection)) {
         for (auto& e : iterable.as_selection()->elements()) items.push_back(Value::selection(std::make_shared<Selection>(e)));
       } else {
-        throw UserError(s.expr->range, std::string("cannot iterate over a ") + kind_name(iterable.kind()),
+        throw UserError(s.expr->range, "cannot iterate over " + kind_with_article(iterable.kind()),
                         "loop over a list, range(...) or a module selection");
       }
       for (auto& item : items) {
@@ -325,7 +325,7 @@ Value Interpreter::eval(const ast::Expr& e) {
       Value index = eval(*e.operands[1]);
       if (object.is(ValueKind::Selection)) {
         if (!index.is(ValueKind::String))
-          throw UserError(e.operands[1]->range, "modules are selected by a path string, not a " + std::string(kind_name(index.kind())),
+          throw UserError(e.operands[1]->range, "modules are selected by a path string, not " + kind_with_article(index.kind()),
                           "e.g. sch[\"h.{i}\"]");
         return Value::selection(std::make_shared<Selection>(object.as_selection()->select(index.as_string(), e.operands[1]->range)));
       }
@@ -339,7 +339,7 @@ Value Interpreter::eval(const ast::Expr& e) {
                           "valid indices are 0.." + std::to_string(n - 1));
         return object.as_list()[k];
       }
-      throw UserError(e.operands[0]->range, std::string("cannot index a ") + kind_name(object.kind()), "index lists or module selections");
+      throw UserError(e.operands[0]->range, "cannot index " + kind_with_article(object.kind()), "index lists or module selections");
     }
     case ast::ExprKind::Unary: {
       Value v = eval(*e.operands[0]);
@@ -368,7 +368,7 @@ Value Interpreter::eval_call(const ast::Expr& e) {
   }
   if (callee.kind == ast::ExprKind::Member) {
     if (!object.is(ValueKind::Selection))
-      throw UserError(callee.range, std::string("a ") + kind_name(object.kind()) + " has no method '" + callee.text + "'",
+      throw UserError(callee.range, kind_with_article(object.kind()) + " has no method '" + callee.text + "'",
                       "primitives are called on module selections: sch[\"path\"]." + callee.text + "(...)");
     CallArgs call{std::move(args), std::move(kwargs), e.range, SourceRange{callee.range.file, callee.range.end, callee.range.end}};
     // Underline the method name: it ends where the callee ends.
@@ -384,7 +384,7 @@ Value Interpreter::eval_call(const ast::Expr& e) {
   Value f = eval(callee);
   if (f.is(ValueKind::Builtin)) return call_builtin(f.as_string(), e, args, kwargs);
   if (f.is(ValueKind::Function)) return call_function(*f.as_function(), e, args, kwargs);
-  throw UserError(callee.range, std::string("a ") + kind_name(f.kind()) + " is not callable", "call functions defined with def, or built-ins");
+  throw UserError(callee.range, kind_with_article(f.kind()) + " is not callable", "call functions defined with def, or built-ins");
 }
 
 Value Interpreter::call_function(const FunctionValue& f, const ast::Expr& call, const std::vector<ArgValue>& args,
@@ -397,8 +397,8 @@ Value Interpreter::call_function(const FunctionValue& f, const ast::Expr& call, 
   for (size_t i = 0; i < def.params.size(); ++i) signature += (i ? ", " : "") + def.params[i];
   signature += ")";
   if (args.size() > def.params.size())
-    throw UserError(call.range, def.name + " takes " + std::to_string(def.params.size()) + " arguments but " +
-                                    std::to_string(args.size()) + " were given",
+    throw UserError(call.range, def.name + " takes " + std::to_string(def.params.size()) + (def.params.size() == 1 ? " argument" : " arguments") +
+                                    " but " + std::to_string(args.size()) + " were given",
                     "its signature is " + signature);
   std::vector<const Value*> bound(def.params.size(), nullptr);
   for (size_t i = 0; i < args.size(); ++i) bound[i] = &args[i].value;
@@ -449,7 +449,7 @@ Value Interpreter::call_builtin(const std::string& name, const ast::Expr& call, 
     if (v.is(ValueKind::List)) return Value::integer(static_cast<int64_t>(v.as_list().size()));
     if (v.is(ValueKind::String)) return Value::integer(static_cast<int64_t>(v.as_string().size()));
     if (v.is(ValueKind::Selection)) return Value::integer(static_cast<int64_t>(v.as_selection()->elements().size()));
-    throw UserError(args[0].range, std::string("len() of a ") + kind_name(v.kind()), "len takes a list, a string or a module selection");
+    throw UserError(args[0].range, "len() of " + kind_with_article(v.kind()), "len takes a list, a string or a module selection");
   }
   if (name == "range") {
     need(1, 3, "range(stop) | range(start, stop) | range(start, stop, step)");
@@ -477,7 +477,7 @@ Value Interpreter::call_builtin(const std::string& name, const ast::Expr& call, 
     }
     Value best = items[0].value;
     for (auto& a : items) {
-      if (!a.value.is_number()) throw UserError(a.range, name + "() compares numbers, got a " + std::string(kind_name(a.value.kind())), "pass numbers or sizes");
+      if (!a.value.is_number()) throw UserError(a.range, name + "() compares numbers, got " + kind_with_article(a.value.kind()), "pass numbers or sizes");
       if (!best.is_number()) throw UserError(items[0].range, name + "() compares numbers", "pass numbers or sizes");
       bool better = name == "min" ? a.value.as_number() < best.as_number() : a.value.as_number() > best.as_number();
       if (better) best = a.value;

@@ -32,7 +32,7 @@ Value KnobSpace::declare(const std::string& name, const std::vector<Value>& doma
     throw UserError(where, "tune knob '" + name + "' has an empty domain", "give it at least one value to choose from");
   for (auto& v : domain)
     if (!v.is_data())
-      throw UserError(where, "tune knob '" + name + "' has a " + kind_name(v.kind()) + " in its domain",
+      throw UserError(where, "tune knob '" + name + "' has " + kind_with_article(v.kind()) + " in its domain",
                       "domains hold numbers, sizes, strings, bools, none or auto");
   for (auto& k : knobs_) {
     if (k.name != name) continue;

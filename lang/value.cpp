@@ -54,6 +54,13 @@ const char* kind_name(ValueKind k) {
   return "value";
 }
 
+std::string kind_with_article(ValueKind k) {
+  if (k == ValueKind::None || k == ValueKind::Auto) return kind_name(k);  // "cannot index none"
+  if (k == ValueKind::Bytes) return "a byte size";
+  std::string name = kind_name(k);
+  return (name[0] == 'i' ? "an " : "a ") + name;
+}
+
 std::string format_float(double f) {
   if (std::isinf(f)) return f > 0 ? "1e999" : "-1e999";
   char buf[64];

@@ -66,6 +66,8 @@ class Value {
 
 // "int", "list", ... as used in messages.
 const char* kind_name(ValueKind k);
+// The kind with its article, as a sentence reads it: "an int", "a list", "none".
+std::string kind_with_article(ValueKind k);
 
 // Shortest decimal that reads back to the same double, always with a '.' or exponent.
 std::string format_float(double f);

@@ -1,5 +1,5 @@
-// checkpoint(): a module's forward runs without keeping activations, and is run
-// again with gradients during backward (LibTorch C++ has no checkpoint utility).
+// ActivationCheckpointer, the runtime of checkpoint(): a module's forward runs without keeping
+// activations, and is run again with gradients during backward (LibTorch C++ has no checkpoint utility).
 // Random state is restored for the recomputation, so dropout masks match.
 #pragma once
 

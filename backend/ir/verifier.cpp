@@ -8,179 +8,259 @@ namespace {
 
 bool is_collective(OpKind k) { return collective_op(k) != nullptr; }
 
-std::string at(size_t i, const Program& p, const std::string& what) {
+// Walks a program in order, one check per instruction kind, keeping what each needs: which
+// parameters are gathered, which handles were issued and waited, which gradients reduced, where
+// the optimizer states and the updated values are. Each check returns "" or the violation.
+class StepChecker {
+ public:
+  explicit StepChecker(const Program& p);
+
+  std::string check(size_t i);
+  // What must hold once every instruction has run.
+  std::string check_end() const;
+
+ private:
+  enum class Gathered { Sharded, InFlight, Resident };
+  enum class States { Device, Leaving, Host, Returning };  // optimizer states (adaptive offloading)
+  static constexpr long kNone = -1;
+
+  std::string at(size_t i, const std::string& what) const;
+  std::string check_operands(size_t i);
+  std::string check_compute(size_t i) const;
+  std::string check_gather(size_t i);
+  std::string check_wait(size_t i);
+  std::string check_state_copy(size_t i);
+  std::string check_release(size_t i);
+  std::string check_reduction(size_t i);
+  std::string check_gradient_reader(size_t i);
+  std::string check_reload(size_t i);
+
+  const Program& p;
+  const size_t n_params;
+  const bool sharded;
+  std::vector<Gathered> gathered_state;
+  int64_t gathered_bytes = 0;
+  std::vector<long> issued;  // per handle (handles are dense): the instruction that issued it, kNone if none
+  std::vector<bool> waited;
+  std::vector<bool> reduced;
+  std::vector<int> reduction_handles;
+  std::vector<long> last_backward_use;  // a gradient is complete after it: no reduction before
+  std::vector<int> updated;  // the parameters this rank's optimizer step updates (a pipeline stage: its own)
+  std::vector<bool> is_updated;
+  bool stepped = false;  // the optimizer step has run
+  std::vector<bool> on_host;  // updated values offloaded, not yet reloaded
+  size_t offloaded = 0;
+  std::vector<States> states;
+};
+
+StepChecker::StepChecker(const Program& program)
+    : p(program),
+      n_params(program.params.size()),
+      sharded(program.sharding.params > 1),
+      gathered_state(n_params, sharded ? Gathered::Sharded : Gathered::Resident),
+      reduced(n_params, false),
+      last_backward_use(n_params, kNone),
+      is_updated(n_params, false),
+      on_host(n_params, false),
+      states(n_params, States::Device) {
+  int handles = std::max(p.next_handle, 0);
+  for (const Instr& in : p.instrs) handles = std::max(handles, in.handle + 1);
+  issued.assign(static_cast<size_t>(handles), kNone);
+  waited.assign(issued.size(), false);
+  auto exists = [&](int q) { return q >= 0 && q < static_cast<int>(n_params); };
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    const Instr& in = p.instrs[i];
+    if (in.kind == OpKind::OptimizerStep)
+      for (int q : in.params)
+        if (exists(q) && !is_updated[q]) is_updated[q] = true, updated.push_back(q);
+    if (in.kind == OpKind::Compute && in.phase == Phase::Backward)
+      for (int q : in.params)
+        if (exists(q)) last_backward_use[q] = static_cast<long>(i);
+  }
+}
+
+std::string StepChecker::at(size_t i, const std::string& what) const {
   const Instr& in = p.instrs[i];
   return "instruction " + std::to_string(i) + " (" + phase_name(in.phase) + " " + op_name(in.kind) +
          (in.module.empty() ? "" : " " + in.module) + "): " + what;
 }
 
-}  // namespace
-
-std::string verify(const Program& p) {
-  bool sharded = p.sharding.params > 1;
-  enum class State { Sharded, InFlight, Resident };
-  const size_t n_params = p.params.size();
-  std::vector<State> state(n_params, sharded ? State::Sharded : State::Resident);
-  // Per handle (handles are dense): the instruction that issued it, kNone if none.
-  constexpr long kNone = -1;
-  int handles = std::max(p.next_handle, 0);
-  for (const Instr& in : p.instrs) handles = std::max(handles, in.handle + 1);
-  std::vector<long> issued(static_cast<size_t>(handles), kNone);
-  std::vector<bool> waited(issued.size(), false);
-  std::vector<bool> reduced(n_params, false);
-  std::vector<int> reduction_handles;
-  int64_t gathered = 0;
-  bool stepped = false;  // the optimizer step has run
-  std::vector<int> updated;  // the parameters this rank's optimizer step updates (a pipeline stage: its own)
-  std::vector<bool> is_updated(n_params, false);
-  for (const Instr& in : p.instrs)
-    if (in.kind == OpKind::OptimizerStep)
-      for (int q : in.params)
-        if (q >= 0 && q < static_cast<int>(n_params) && !is_updated[q]) is_updated[q] = true, updated.push_back(q);
-  std::vector<bool> on_host(n_params, false);  // offloaded, not yet reloaded
-  // Optimizer states moved by OffloadStates / ReloadStates (adaptive offloading).
-  enum class States { Device, Leaving, Host, Returning };
-  std::vector<States> states(n_params, States::Device);
-  size_t offloaded = 0;
-  // A gradient is complete after its parameter's last backward compute: no reduction before it.
-  std::vector<long> last_backward_use(n_params, kNone);
-  for (size_t i = 0; i < p.instrs.size(); ++i)
-    if (p.instrs[i].kind == OpKind::Compute && p.instrs[i].phase == Phase::Backward)
-      for (int q : p.instrs[i].params)
-        if (q >= 0 && q < static_cast<int>(n_params)) last_backward_use[q] = static_cast<long>(i);
-  for (size_t i = 0; i < p.instrs.size(); ++i) {
-    const Instr& in = p.instrs[i];
-    for (int q : in.params)
-      if (q < 0 || q >= static_cast<int>(n_params)) return at(i, p, "refers to parameter " + std::to_string(q) + ", which does not exist");
-    if (issues_handle(in.kind)) {
-      if (in.handle < 0 || in.handle >= static_cast<int>(issued.size()) || issued[in.handle] != kNone)
-        return at(i, p, "an asynchronous instruction (a collective or a copy) needs a fresh handle");
-      issued[in.handle] = static_cast<long>(i);
-    }
-    if (in.unpack_bytes < 0 || (in.unpack_bytes > 0 && in.kind != OpKind::Wait))
-      return at(i, p, "unpacks " + std::to_string(in.unpack_bytes) + " bytes: only a wait unpacks, and never a negative number");
-    switch (in.kind) {
-      case OpKind::Recompute:
-        if (in.phase != Phase::Backward) return at(i, p, "recomputes outside the backward");
-        [[fallthrough]];
-      case OpKind::Compute:
-        if (in.runs_in != MicroBatches::All) return at(i, p, "computes in only some micro-batches");
-        if (!p.gathers_placed) break;
-        for (int q : in.params)
-          if (state[q] != State::Resident)
-            return at(i, p, "uses " + p.params[q].name + (state[q] == State::InFlight ? " before waiting for its gather" : " while it is not gathered"));
-        break;
-      case OpKind::AllGather:
-        if (!sharded) return at(i, p, "gathers although parameters are not sharded");
-        if (in.bytes != total_param_bytes(p, in.params))  // what the cost model prices it by
-          return at(i, p, "moves " + std::to_string(in.bytes) + " bytes where its parameters hold " +
-                              std::to_string(total_param_bytes(p, in.params)));
-        for (int q : in.params) {
-          if (state[q] != State::Sharded) return at(i, p, "gathers " + p.params[q].name + ", which is already gathered");
-          state[q] = State::InFlight;
-          gathered += param_bytes(p, q);
-        }
-        if (p.memory_limit > 0 && gathered > p.memory_limit)
-          return at(i, p, "gathered parameters take " + std::to_string(gathered) + " bytes, over the limit of " + std::to_string(p.memory_limit));
-        break;
-      case OpKind::Wait: {
-        if (in.handle < 0 || in.handle >= static_cast<int>(issued.size()) || issued[in.handle] == kNone)
-          return at(i, p, "waits for %" + std::to_string(in.handle) + ", which was never issued");
-        if (waited[in.handle]) return at(i, p, "waits for %" + std::to_string(in.handle) + " twice");
-        waited[in.handle] = true;
-        const Instr& collective = p.instrs[issued[in.handle]];
-        if (in.phase != Phase::Step && in.runs_in != collective.runs_in)
-          return at(i, p, "waits for %" + std::to_string(in.handle) + " in other micro-batches than it runs in");
-        if (collective.kind == OpKind::AllGather)
-          for (int q : collective.params) state[q] = State::Resident;
-        if (collective.kind == OpKind::OffloadStates || collective.kind == OpKind::ReloadStates)
-          for (int q : collective.params) states[q] = collective.kind == OpKind::OffloadStates ? States::Host : States::Device;
-        break;
-      }
-      case OpKind::OffloadStates:
-      case OpKind::ReloadStates: {
-        bool out = in.kind == OpKind::OffloadStates;
-        // Once a step each way: out in the first micro-batch, back in the last.
-        MicroBatches once = out ? MicroBatches::First : MicroBatches::Last;
-        if (p.micro_batches > 1 && in.runs_in != once)
-          return at(i, p, std::string("moves optimizer states in other micro-batches than the ") + (out ? "first" : "last") +
-                              " (once a step each way)");
-        if (in.phase == Phase::Step) return at(i, p, "copies optimizer states in the step's tail, where the optimizer needs them");
-        for (int q : in.params) {
-          if (!is_updated[q]) return at(i, p, "moves the optimizer states of " + p.params[q].name + ", which this rank's optimizer does not update");
-          if (states[q] != (out ? States::Device : States::Host))
-            return at(i, p, (out ? "offloads the optimizer states of " + p.params[q].name + ", which are not on the device"
-                                 : "reloads the optimizer states of " + p.params[q].name +
-                                       ", which are not on the host (their offload must be waited first)"));
-          states[q] = out ? States::Leaving : States::Returning;
-        }
-        break;
-      }
-      case OpKind::Release:
-        for (int q : in.params) {
-          if (state[q] != State::Resident) return at(i, p, "releases " + p.params[q].name + ", which is not gathered");
-          state[q] = State::Sharded;
-          gathered -= param_bytes(p, q);
-        }
-        break;
-      case OpKind::ReduceScatter:
-      case OpKind::Compress:
-      case OpKind::AllReduce:
-        if (in.phase == Phase::Backward) {
-          for (int q : in.params) {
-            if (last_backward_use[q] > static_cast<long>(i))
-              return at(i, p, "reduces the gradient of " + p.params[q].name + " before its last backward use (instruction " +
-                                  std::to_string(last_backward_use[q]) + ")");
-            reduced[q] = true;
-          }
-          reduction_handles.push_back(in.handle);
-        }
-        break;
-      case OpKind::Offload:
-        if (stepped) return at(i, p, "copies gradients to the host after the optimizer step");
-        for (int q : in.params)
-          if (!on_host[q]) on_host[q] = true, ++offloaded;
-        [[fallthrough]];
-      case OpKind::GradNorm:
-      case OpKind::OptimizerStep: {
-        // Each reads every reduced gradient: each must be reduced and waited for.
-        std::string what = in.kind == OpKind::GradNorm ? "measures the gradient norm"
-                           : in.kind == OpKind::Offload ? "copies gradients to the host"
-                                                        : "updates parameters";
-        stepped = stepped || in.kind == OpKind::OptimizerStep;
-        if (in.kind == OpKind::OptimizerStep)
-          for (int q : updated)
-            if (states[q] != States::Device)
-              return at(i, p, "updates " + p.params[q].name + " while its optimizer states are not back on the device (wait for their reload)");
-        if (p.sharding.dp > 1 && p.reductions_placed) {
-          for (int q : updated)
-            if (!reduced[q]) return at(i, p, what + " before the gradient of " + p.params[q].name + " is reduced");
-          for (int h : reduction_handles)
-            if (!waited[h]) return at(i, p, what + " before waiting for gradient reduction %" + std::to_string(h));
-        }
-        break;
-      }
-      case OpKind::Reload:
-        if (!stepped) return at(i, p, "copies values to the device before the optimizer step updated them");
-        for (int q : in.params) {
-          if (!on_host[q]) return at(i, p, "reloads " + p.params[q].name + ", which was not offloaded");
-          on_host[q] = false, --offloaded;
-        }
-        break;
-      default: break;
-    }
+std::string StepChecker::check(size_t i) {
+  if (std::string problem = check_operands(i); !problem.empty()) return problem;
+  switch (p.instrs[i].kind) {
+    case OpKind::Recompute:
+    case OpKind::Compute: return check_compute(i);
+    case OpKind::AllGather: return check_gather(i);
+    case OpKind::Wait: return check_wait(i);
+    case OpKind::OffloadStates:
+    case OpKind::ReloadStates: return check_state_copy(i);
+    case OpKind::Release: return check_release(i);
+    case OpKind::ReduceScatter:
+    case OpKind::Compress:
+    case OpKind::AllReduce: return check_reduction(i);
+    case OpKind::Offload:
+    case OpKind::GradNorm:
+    case OpKind::OptimizerStep: return check_gradient_reader(i);
+    case OpKind::Reload: return check_reload(i);
+    default: return "";
   }
+}
+
+// What every instruction must satisfy: parameters that exist, a fresh handle, no unpacking but a wait's.
+std::string StepChecker::check_operands(size_t i) {
+  const Instr& in = p.instrs[i];
+  for (int q : in.params)
+    if (q < 0 || q >= static_cast<int>(n_params)) return at(i, "refers to parameter " + std::to_string(q) + ", which does not exist");
+  if (issues_handle(in.kind)) {
+    if (in.handle < 0 || in.handle >= static_cast<int>(issued.size()) || issued[in.handle] != kNone)
+      return at(i, "an asynchronous instruction (a collective or a copy) needs a fresh handle");
+    issued[in.handle] = static_cast<long>(i);
+  }
+  if (in.unpack_bytes < 0 || (in.unpack_bytes > 0 && in.kind != OpKind::Wait))
+    return at(i, "unpacks " + std::to_string(in.unpack_bytes) + " bytes: only a wait unpacks, and never a negative number");
+  return "";
+}
+
+std::string StepChecker::check_compute(size_t i) const {
+  const Instr& in = p.instrs[i];
+  if (in.kind == OpKind::Recompute && in.phase != Phase::Backward) return at(i, "recomputes outside the backward");
+  if (in.runs_in != MicroBatches::All) return at(i, "computes in only some micro-batches");
+  if (!p.gathers_placed) return "";
+  for (int q : in.params)
+    if (gathered_state[q] != Gathered::Resident)
+      return at(i, "uses " + p.params[q].name +
+                       (gathered_state[q] == Gathered::InFlight ? " before waiting for its gather" : " while it is not gathered"));
+  return "";
+}
+
+std::string StepChecker::check_gather(size_t i) {
+  const Instr& in = p.instrs[i];
+  if (!sharded) return at(i, "gathers although parameters are not sharded");
+  if (in.bytes != total_param_bytes(p, in.params))  // what the cost model prices it by
+    return at(i, "moves " + std::to_string(in.bytes) + " bytes where its parameters hold " + std::to_string(total_param_bytes(p, in.params)));
+  for (int q : in.params) {
+    if (gathered_state[q] != Gathered::Sharded) return at(i, "gathers " + p.params[q].name + ", which is already gathered");
+    gathered_state[q] = Gathered::InFlight;
+    gathered_bytes += param_bytes(p, q);
+  }
+  if (p.memory_limit > 0 && gathered_bytes > p.memory_limit)
+    return at(i, "gathered parameters take " + std::to_string(gathered_bytes) + " bytes, over the limit of " + std::to_string(p.memory_limit));
+  return "";
+}
+
+std::string StepChecker::check_wait(size_t i) {
+  const Instr& in = p.instrs[i];
+  if (in.handle < 0 || in.handle >= static_cast<int>(issued.size()) || issued[in.handle] == kNone)
+    return at(i, "waits for %" + std::to_string(in.handle) + ", which was never issued");
+  if (waited[in.handle]) return at(i, "waits for %" + std::to_string(in.handle) + " twice");
+  waited[in.handle] = true;
+  const Instr& launched = p.instrs[issued[in.handle]];
+  if (in.phase != Phase::Step && in.runs_in != launched.runs_in)
+    return at(i, "waits for %" + std::to_string(in.handle) + " in other micro-batches than it runs in");
+  if (launched.kind == OpKind::AllGather)
+    for (int q : launched.params) gathered_state[q] = Gathered::Resident;
+  if (launched.kind == OpKind::OffloadStates || launched.kind == OpKind::ReloadStates)
+    for (int q : launched.params) states[q] = launched.kind == OpKind::OffloadStates ? States::Host : States::Device;
+  return "";
+}
+
+// An offload_states or reload_states: once a step each way, out in the first micro-batch, back in the last.
+std::string StepChecker::check_state_copy(size_t i) {
+  const Instr& in = p.instrs[i];
+  bool out = in.kind == OpKind::OffloadStates;
+  MicroBatches once = out ? MicroBatches::First : MicroBatches::Last;
+  if (p.micro_batches > 1 && in.runs_in != once)
+    return at(i, std::string("moves optimizer states in other micro-batches than the ") + (out ? "first" : "last") + " (once a step each way)");
+  if (in.phase == Phase::Step) return at(i, "copies optimizer states in the step's tail, where the optimizer needs them");
+  for (int q : in.params) {
+    if (!is_updated[q]) return at(i, "moves the optimizer states of " + p.params[q].name + ", which this rank's optimizer does not update");
+    if (states[q] != (out ? States::Device : States::Host))
+      return at(i, out ? "offloads the optimizer states of " + p.params[q].name + ", which are not on the device"
+                       : "reloads the optimizer states of " + p.params[q].name + ", which are not on the host (their offload must be waited first)");
+    states[q] = out ? States::Leaving : States::Returning;
+  }
+  return "";
+}
+
+std::string StepChecker::check_release(size_t i) {
+  for (int q : p.instrs[i].params) {
+    if (gathered_state[q] != Gathered::Resident) return at(i, "releases " + p.params[q].name + ", which is not gathered");
+    gathered_state[q] = Gathered::Sharded;
+    gathered_bytes -= param_bytes(p, q);
+  }
+  return "";
+}
+
+// A reduce-scatter, compress or all-reduce in backward reduces gradients, each once it is complete.
+std::string StepChecker::check_reduction(size_t i) {
+  const Instr& in = p.instrs[i];
+  if (in.phase != Phase::Backward) return "";
+  for (int q : in.params) {
+    if (last_backward_use[q] > static_cast<long>(i))
+      return at(i, "reduces the gradient of " + p.params[q].name + " before its last backward use (instruction " +
+                       std::to_string(last_backward_use[q]) + ")");
+    reduced[q] = true;
+  }
+  reduction_handles.push_back(in.handle);
+  return "";
+}
+
+// An offload of gradients, the gradient norm and the optimizer step each read every reduced
+// gradient: each must be reduced and waited for.
+std::string StepChecker::check_gradient_reader(size_t i) {
+  const Instr& in = p.instrs[i];
+  if (in.kind == OpKind::Offload) {
+    if (stepped) return at(i, "copies gradients to the host after the optimizer step");
+    for (int q : in.params)
+      if (!on_host[q]) on_host[q] = true, ++offloaded;
+  }
+  std::string what = in.kind == OpKind::GradNorm ? "measures the gradient norm"
+                     : in.kind == OpKind::Offload ? "copies gradients to the host"
+                                                  : "updates parameters";
+  stepped = stepped || in.kind == OpKind::OptimizerStep;
+  if (in.kind == OpKind::OptimizerStep)
+    for (int q : updated)
+      if (states[q] != States::Device)
+        return at(i, "updates " + p.params[q].name + " while its optimizer states are not back on the device (wait for their reload)");
+  if (p.sharding.dp > 1 && p.reductions_placed) {
+    for (int q : updated)
+      if (!reduced[q]) return at(i, what + " before the gradient of " + p.params[q].name + " is reduced");
+    for (int h : reduction_handles)
+      if (!waited[h]) return at(i, what + " before waiting for gradient reduction %" + std::to_string(h));
+  }
+  return "";
+}
+
+std::string StepChecker::check_reload(size_t i) {
+  if (!stepped) return at(i, "copies values to the device before the optimizer step updated them");
+  for (int q : p.instrs[i].params) {
+    if (!on_host[q]) return at(i, "reloads " + p.params[q].name + ", which was not offloaded");
+    on_host[q] = false, --offloaded;
+  }
+  return "";
+}
+
+std::string StepChecker::check_end() const {
   for (size_t h = 0; h < issued.size(); ++h) {
     if (issued[h] == kNone || waited[h]) continue;
     size_t launch = static_cast<size_t>(issued[h]);
     std::string what = is_collective(p.instrs[launch].kind) ? "collective %" : "copy %";
-    return at(launch, p, what + std::to_string(h) + " is never waited");
+    return at(launch, what + std::to_string(h) + " is never waited");
   }
   for (size_t q = 0; q < n_params; ++q)
-    if (sharded && p.gathers_placed && state[q] != State::Sharded) return "end of step: " + p.params[q].name + " is still gathered";
+    if (sharded && p.gathers_placed && gathered_state[q] != Gathered::Sharded) return "end of step: " + p.params[q].name + " is still gathered";
   for (size_t q = 0; q < n_params && offloaded > 0; ++q)
     if (on_host[q]) return "end of step: the updated values of " + p.params[q].name + " never come back to the device";
   return "";
+}
+
+}  // namespace
+
+std::string verify(const Program& p) {
+  StepChecker checker(p);
+  for (size_t i = 0; i < p.instrs.size(); ++i)
+    if (std::string problem = checker.check(i); !problem.empty()) return problem;
+  return checker.check_end();
 }
 
 std::string verify_complete(const Program& p) {

@@ -1,4 +1,4 @@
-// Reductions in flight (simplefsdp.txt §3.1: each gradient is reduce-scattered as soon as it is
+// The window_reductions pass, reductions in flight (simplefsdp.txt §3.1: each gradient is reduce-scattered as soon as it is
 // complete): the wait of each backward reduce-scatter (or TAGC compress), with what completes
 // the reduction after it (the gradient peers' all-reduce and select & drop, the replicas'
 // all-reduce, TAGC's bound), moves to just after the launch of the reduction

@@ -30,6 +30,7 @@ expect "check help" 0 "--local-world" -- "$loom" check --help
 expect "fmt" 0 "let x = (1 + 2) * 3  # trailing comment" -- "$loom" fmt tests/golden/fmt/messy.sched
 expect "fmt --check canonical" 0 "" -- "$loom" fmt --check examples/gpt_tp.sched
 expect "fmt --check not canonical" 1 "" -- "$loom" fmt --check tests/golden/fmt/messy.sched
+expect "fmt of a missing file" 2 "error: cannot read 'nope.sched'" -- "$loom" fmt nope.sched
 expect "fmt syntax error" 1 "unterminated string literal" -- "$loom" fmt tests/error/syntax_unterminated_string.sched
 expect "tree" 0 "h.0.attn.c_attn  Linear  weight[384,128]  bias[384]" -- "$loom" tree --model gpt:tiny
 expect "models" 0 "llama3-70b" -- "$loom" models
@@ -276,6 +277,9 @@ expect "report of a file that is not metrics" 2 "error: $tmp/run_trace.json:1 is
   -- "$loom" report "$tmp/run_trace.json" --out "$tmp/report"
 expect "report of the simulator's trace" 2 "error: $tmp/sim.json has no steps: its trace has no \"step\" spans" \
   "hint: write the trace with this Loom's \`loom run --trace\`" -- "$loom" report "$tmp/run.jsonl" --trace "$tmp/sim.json" --out "$tmp/report"
+expect "report of a missing trace" 2 "error: cannot read the trace '$tmp/none.json'" "hint: pass the file \`loom run --trace\` wrote" \
+  -- "$loom" report "$tmp/run.jsonl" --trace "$tmp/none.json" --out "$tmp/report"
+expect "report of a trace that is not JSON" 2 "error: README.md is not JSON" -- "$loom" report "$tmp/run.jsonl" --trace README.md --out "$tmp/report"
 expect "report into a directory it cannot make" 2 "error: cannot create the --out directory '$tmp/run.jsonl/plots'" \
   -- "$loom" report "$tmp/run.jsonl" --out "$tmp/run.jsonl/plots"
 expect "simulate without a cost model" 2 "error: loom simulate needs one cost model: --cluster NAME or --profile FILE" \
@@ -353,6 +357,8 @@ expect "the tuned schedule checks, without knobs" 0 "ok (" -- "$loom" check "$tm
 expect "a second sweep on the database evaluates nothing again" 0 "from the database" "0 evaluated now" \
   -- bash -c "\"$loom\" $tune --db \"$tmp/tune.jsonl\" --resume 2>&1"
 expect "tune --resume without a database" 1 "error: --resume: no --db given" -- "$loom" $tune --resume
+expect "tune --resume of a database without this sweep" 1 "error: --resume: $tmp/other.jsonl holds no trial of this sweep" \
+  "hint: give the --db of the sweep to resume" -- "$loom" $tune --db "$tmp/other.jsonl" --resume
 expect "tune sim+run without a cost model" 1 "error: --evaluator sim+run needs one cost model: --cluster NAME or --profile FILE" \
   -- "$loom" tune examples/gpt_tuned.sched --model gpt:tiny --nproc 2 --evaluator sim+run
 expect "successive halving on the simulator" 1 "error: --strategy successive-halving measures points with more and more steps, which only real runs take" \

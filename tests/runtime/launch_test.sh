@@ -96,6 +96,30 @@ expect_data_error "$tmp/empty.bin" "the file is empty"
 expect_data_error "$tmp/magic.bin" "not a Loom token file (no LOOMTOK1 header)"
 expect_data_error "$tmp/trunc.bin" "truncated: the header promises"
 expect_data_error "$tmp/vanish.bin" "it holds 1560 tokens, fewer than one sequence of 4097" "--seq 4096"
+# Headers a hand-made or damaged file may carry: magic, vocabulary (u32), bytes per token (u32), tokens (u64), padding.
+token_file() {  # path, vocabulary, bytes per token, tokens in the header, tokens in the file
+  python3 - "$@" <<'PY'
+import struct, sys
+path, vocab, width, count, stored = sys.argv[1], *map(int, sys.argv[2:])
+with open(path, "wb") as f:
+    f.write(b"LOOMTOK1" + struct.pack("<IIQ", vocab, width, count) + bytes(8) + bytes(width * stored))
+PY
+}
+printf 'LOOMTOK1xxxx' > "$tmp/short.bin"
+token_file "$tmp/width3.bin" 200 3 100 100
+token_file "$tmp/vocab0.bin" 0 1 100 100
+token_file "$tmp/none.bin" 200 1 0 0
+token_file "$tmp/wide_vocab.bin" 1000 2 5000 5000
+expect_data_error "$tmp/short.bin" "truncated: 12 bytes, shorter than the 32-byte header"
+expect_data_error "$tmp/width3.bin" "header says 3 bytes per token; 1 or 2 are supported"
+expect_data_error "$tmp/vocab0.bin" "header has an invalid vocabulary size 0"
+expect_data_error "$tmp/none.bin" "it holds no tokens"
+"$loom" run --model gpt:tiny --data "$tmp/wide_vocab.bin" --seq 16 --steps 1 --threads 1 > /dev/null 2> "$tmp/err"
+if [ $? -eq 1 ] && grep -qF "the data's vocabulary (1000) is larger than model gpt:tiny's (" "$tmp/err" \
+  && grep -q "hint: choose a model with a larger vocabulary" "$tmp/err"; then ok; else bad "data vocabulary over the model's"; fi
+: > "$tmp/blank.txt"
+"$loom" data prepare "$tmp/blank.txt" --out "$tmp/x.bin" > /dev/null 2> "$tmp/err"
+if [ $? -eq 1 ] && grep -q "the input text files are empty" "$tmp/err"; then ok; else bad "prepare empty input"; fi
 "$loom" data prepare "$tmp/nope.txt" --out "$tmp/x.bin" > /dev/null 2> "$tmp/err"
 if [ $? -eq 1 ] && grep -q "cannot read text file" "$tmp/err"; then ok; else bad "prepare missing input"; fi
 
@@ -113,6 +137,10 @@ expect_run_error 1 "error: no checkpoint found at '$tmp'" \
 expect_run_error 1 "rank 0 failed (exit code 1): error: --seq 4096 is longer than model gpt:tiny's context of 256 tokens" \
   --model gpt:tiny --seq 4096 --steps 1
 expect_run_error 1 "error: --micro-batch must be at least 1, got 0" --model gpt:tiny --micro-batch 0 --steps 1
+expect_run_error 1 "error: --lr must be positive" --model gpt:tiny --lr 0 --steps 1
+printf 'sch.verify()\n' > "$tmp/verified.sched"
+expect_run_error 1 "error: verify() runs its comparison on one node, but this run spans 2" "$tmp/verified.sched" --model gpt:tiny --nnodes 2 --steps 1
+expect_run_error 2 "expects a number, got 'two'" --model gpt:tiny --nproc two --steps 1
 expect_run_error 1 "error: --backend nccl needs --device cuda (NCCL moves GPU tensors only)" --model gpt:tiny --device cpu --backend nccl --steps 1
 expect_run_error 1 "error: --reduce-dtype bf16 needs NCCL (gloo in LibTorch 1.13 has no bf16 reductions)" --model gpt:tiny --device cpu --reduce-dtype bf16 --steps 1
 expect_run_error 1 "error: --set expects name=value, got 'oops'" --model gpt:tiny --set oops --steps 1
@@ -197,6 +225,10 @@ if [ "$rc" -eq 1 ] && grep -q "error: could not write the checkpoint of step 4 t
    [ "$(cat "$tmp/ck/latest")" = "step-000002" ] && [ ! -e "$tmp/ck/.tmp-step-000004" ] &&
    "$loom" run $small_run --nproc 2 --steps 3 --resume "$tmp/ck" > /dev/null 2>&1; then ok
 else bad "a checkpoint write that fails keeps the previous one (rc=$rc)"; fi
+"$loom" run --model llama:tiny --data synthetic --seq 32 --micro-batch 2 --threads 1 --nproc 2 --steps 3 --resume "$tmp/ck" \
+  > /dev/null 2> "$tmp/err"
+if [ $? -eq 1 ] && grep -qF "is of model gpt:tiny, not llama:tiny" "$tmp/err" && grep -q "hint: resume with --model gpt:tiny" "$tmp/err"; then ok
+else bad "resuming another model's checkpoint"; fi
 
 # 10. Ranks that never join are named, with what to check; no stack trace, no "please report".
 "$loom" run $small_run --nnodes 2 --node-rank 0 --nproc 1 --timeout 3 --master-port $((port + 4)) > /dev/null 2> "$tmp/err"

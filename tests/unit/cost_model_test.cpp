@@ -125,6 +125,8 @@ TEST_CASE("a bad cluster file is a user error naming the file, the field and the
                        "c.json: `device.memory` must be a size such as \"80GiB\"", UserError);
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "[[0, 0.1], [1, 0.6]", "[[0, 2], [1, 0.6]"), "c.json"),
                        doctest::Contains("`device.matrix_efficiency_by_gflop` holds [0,2]"), UserError);
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "[[0, 0.1], [1, 0.6], [16, 0.9], [128, 0.95]]", "[]"), "c.json"),
+                       doctest::Contains("`device.matrix_efficiency_by_gflop` must be a list of [size, efficiency] pairs"), UserError);
   try {
     parse_cluster(replaced(good, "\"nodes\": 16,", ""), "c.json");
     FAIL("a cluster without nodes was accepted");
