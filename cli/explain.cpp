@@ -15,31 +15,12 @@
 #include "backend/cost/profile.h"
 #include "backend/cost/step_estimate.h"
 #include "cli/commands.h"
+#include "cli/workflow.h"
 #include "lang/interpreter.h"
 #include "models/zoo.h"
 #include "verifier/schedule_rules.h"
 
 namespace loom::cli {
-namespace {
-
-struct ExplainOptions {
-  std::string file;
-  std::string model;
-  int nproc = 1;
-  int local_world = 0;
-  int rank = 0;
-  double clip = TrainOptions{}.clip;
-  int64_t seq = TrainOptions{}.seq;                  // the micro-batch the compute instructions' FLOPs
-  int64_t micro_batch = TrainOptions{}.micro_batch;  // and saved activations are for
-  int64_t accum = TrainOptions{}.accum;
-  std::vector<std::string> sets;
-  bool json = false;
-  std::string profile;  // a profile from `loom profile` prices every instruction
-  int64_t memory_limit = 0;
-  std::string stdlib = stdlib_dir();
-};
-
-}  // namespace
 
 std::unique_ptr<Schedule> planned_schedule(const std::string& file, const std::string& model, int nproc, int local_world,
                                            const std::vector<std::string>& sets, const std::string& stdlib, SourceManager& sources) {
@@ -56,79 +37,85 @@ std::unique_ptr<Schedule> planned_schedule(const std::string& file, const std::s
   return sch;
 }
 
+ExplainedStep explain_step(const Schedule& schedule, const ExplainOptions& o, const PipelineDebug& debug) {
+  if (o.rank >= o.nproc)
+    throw UserError(SourceRange{}, "--rank " + std::to_string(o.rank) + " is not below --nproc " + std::to_string(o.nproc),
+                    "ranks are numbered 0.." + std::to_string(o.nproc - 1));
+  ExplainedStep step;
+  RuntimePlan plan = lower_schedule(schedule);
+  step.replacements = plan.replacements;
+  StepOptions options;
+  options.grad_norm = o.clip > 0;
+  options.accum = plan.accum_or(o.accum);
+  options.rank = o.rank;
+  // As `loom run` plans: by the limit, without instruction times (so nothing is fused); with a
+  // profile, with its measured times and memory: the program a run's re-plan (--replan-at)
+  // settles on where each round is switched to and measures what the profile did.
+  options.memory.limit = o.memory_limit;
+  ir::OpTrace trace = trace_model(schedule.tree().model_name(), {plan.micro_batch_or(o.micro_batch), o.seq}, plan.replacements);
+  if (!o.profile.empty()) {
+    step.profile = load_profile(o.profile);
+    // The profile measured the programs the run starts with.
+    plan_on_profile(options.memory, *step.profile, lower_stage_programs(plan, trace, o.nproc, options));
+  }
+  step.program = lower_step(plan, trace, &step.passes, debug, options);
+  if (step.profile) step.estimate = estimate_step(step.program, *step.profile, o.profile);
+  return step;
+}
+
 namespace {
 
-int explain(const ExplainOptions& given) {
-  ExplainOptions o = given;  // with the schedule's batch(), once lowered
+// The IR's text, one instruction per line after its header, each with its estimate, then the sums.
+void print_estimate(const ExplainedStep& step, const std::string& profile_path) {
+  const StepEstimate& estimate = *step.estimate;
+  std::istringstream lines(step.program.to_text());
+  std::string line;
+  std::getline(lines, line);
+  std::cout << line << "\n";
+  for (double ms : estimate.instruction_ms) {
+    std::getline(lines, line);
+    char cost[32] = "";
+    if (ms >= 0) std::snprintf(cost, sizeof cost, "~%.3f ms", ms);
+    std::printf("%-100s %s\n", line.c_str(), cost);
+  }
+  auto measured = [](double profiled_ms, double sum_ms) {  // a figure the profile lacks is not a zero
+    char text[32] = "not measured";
+    if (profiled_ms >= 0) std::snprintf(text, sizeof text, "%.2f ms", sum_ms);
+    return std::string(text);
+  };
+  const ir::Program& program = step.program;
+  bool unpacks = std::any_of(program.instrs.begin(), program.instrs.end(), [](const ir::Instr& in) { return in.unpack_bytes > 0; });
+  std::printf("# estimate from %s (serial sums; overlap is what --trace shows): forward compute %.2f ms, backward "
+              "compute %.2f ms, collectives %.2f ms, optimizer step %s, gradient norm %s, unpacking at waits %s\n",
+              profile_path.c_str(), estimate.forward_compute_ms, estimate.backward_compute_ms, estimate.collective_ms,
+              measured(step.profile->optimizer_step_ms, estimate.optimizer_ms).c_str(),
+              measured(step.profile->grad_norm_ms, estimate.grad_norm_ms).c_str(),
+              unpacks ? measured(step.profile->unpack_gb_per_s, estimate.unpack_ms).c_str() : "none");
+}
+
+int explain(const ExplainOptions& o) {
   SourceManager sources;
   try {
     std::unique_ptr<Schedule> sch = planned_schedule(o.file, o.model, o.nproc, o.local_world, o.sets, o.stdlib, sources);
-    if (o.rank >= o.nproc)
-      throw UserError(SourceRange{}, "--rank " + std::to_string(o.rank) + " is not below --nproc " + std::to_string(o.nproc),
-                      "ranks are numbered 0.." + std::to_string(o.nproc - 1));
-    std::vector<PassRecord> records;
-    RuntimePlan plan = lower_schedule(*sch);
-    o.micro_batch = plan.micro_batch_or(o.micro_batch);
-    o.accum = plan.accum_or(o.accum);
-    StepOptions step_options;
-    step_options.grad_norm = o.clip > 0;
-    step_options.accum = o.accum;
-    step_options.rank = o.rank;
-    // As `loom run` plans: by the limit, without instruction times (so nothing is fused); with a
-    // profile, with its measured times and memory: the program a run's re-plan (--replan-at)
-    // settles on where each round is switched to and measures what the profile did.
-    step_options.memory.limit = o.memory_limit;
-    ir::OpTrace trace = trace_model(o.model, {o.micro_batch, o.seq}, plan.replacements);
-    std::optional<Profile> profile;
-    if (!o.profile.empty()) profile = load_profile(o.profile);
-    if (profile)  // the profile measured the programs the run starts with
-      plan_on_profile(step_options.memory, *profile, lower_stage_programs(plan, trace, o.nproc, step_options));
-    ir::Program program = lower_step(plan, trace, &records, PipelineDebug::from_environment(std::cerr), step_options);
-    // Every rank runs this same program (SPMD) outside a mesh; in one, each stage and
-    // tensor-parallel rank its own.
-    bool mesh = plan.model_parallel();
+    ExplainedStep step = explain_step(*sch, o, PipelineDebug::from_environment(std::cerr));
+    const ir::Program& program = step.program;
     if (o.json) {
       nlohmann::json j = nlohmann::json::parse(program.to_json());
       j["rank"] = o.rank;
       std::cout << j.dump(1) << "\n";
       return kOk;
     }
-    if (mesh) std::cout << "# the program of rank " << o.rank << " (stage " << program.mesh.stage << ", tp rank " << program.mesh.tp_rank << ")\n";
+    // Every rank runs this same program (SPMD) outside a mesh; in one, each stage and
+    // tensor-parallel rank its own.
+    if (program.mesh.model_parallel() > 1)
+      std::cout << "# the program of rank " << o.rank << " (stage " << program.mesh.stage << ", tp rank " << program.mesh.tp_rank << ")\n";
     else std::cout << "# the program of rank " << o.rank << " (every rank runs the same one)\n";
-    // replace(): the compute instructions below are the replacing implementations' (their saved bytes, FLOPs).
-    for (const ModuleReplacement& r : plan.replacements) std::cout << "# " << r.module << " runs " << r.impl << " (replace)\n";
+    for (const ModuleReplacement& r : step.replacements) std::cout << "# " << r.module << " runs " << r.impl << " (replace)\n";
     std::cout << "# passes (in order):\n";
-    for (auto& r : records)
-      std::cout << "#   " << r.pass << ": " << (r.changed ? "changed" : "unchanged") << ", " << r.instructions
-                << " instructions\n";
-    if (o.profile.empty()) {
-      std::cout << program.to_text();
-      return kOk;
-    }
-    StepEstimate estimate = estimate_step(program, *profile, o.profile);
-    // The IR's text, one instruction per line after its header, each with its estimate.
-    std::istringstream lines(program.to_text());
-    std::string line;
-    std::getline(lines, line);
-    std::cout << line << "\n";
-    for (double ms : estimate.instruction_ms) {
-      std::getline(lines, line);
-      char cost[32] = "";
-      if (ms >= 0) std::snprintf(cost, sizeof cost, "~%.3f ms", ms);
-      std::printf("%-100s %s\n", line.c_str(), cost);
-    }
-    auto measured = [](double profiled_ms, double sum_ms) {  // a figure the profile lacks is not a zero
-      char text[32] = "not measured";
-      if (profiled_ms >= 0) std::snprintf(text, sizeof text, "%.2f ms", sum_ms);
-      return std::string(text);
-    };
-    bool unpacks = std::any_of(program.instrs.begin(), program.instrs.end(), [](const ir::Instr& in) { return in.unpack_bytes > 0; });
-    std::printf("# estimate from %s (serial sums; overlap is what --trace shows): forward compute %.2f ms, backward "
-                "compute %.2f ms, collectives %.2f ms, optimizer step %s, gradient norm %s, unpacking at waits %s\n",
-                o.profile.c_str(), estimate.forward_compute_ms, estimate.backward_compute_ms, estimate.collective_ms,
-                measured(profile->optimizer_step_ms, estimate.optimizer_ms).c_str(),
-                measured(profile->grad_norm_ms, estimate.grad_norm_ms).c_str(),
-                unpacks ? measured(profile->unpack_gb_per_s, estimate.unpack_ms).c_str() : "none");
+    for (const PassRecord& r : step.passes)
+      std::cout << "#   " << r.pass << ": " << (r.changed ? "changed" : "unchanged") << ", " << r.instructions << " instructions\n";
+    if (step.estimate) print_estimate(step, o.profile);
+    else std::cout << program.to_text();
     return kOk;
   } catch (const UserError& e) {
     std::cerr << render(e.diagnostic(), &sources);
@@ -140,6 +127,7 @@ int explain(const ExplainOptions& given) {
 
 void add_explain(CLI::App& app, std::function<int()>& run) {
   auto o = std::make_shared<ExplainOptions>();
+  o->stdlib = stdlib_dir();
   CLI::App* c = app.add_subcommand("explain", "Print the instruction IR a schedule lowers to, and the per-pass log (no training)");
   c->add_option("file", o->file, "the .sched file (optional)");
   c->add_option("--model", o->model, "reference model (see `loom models`)")->required();

@@ -1,23 +1,59 @@
-// The commands as library calls (the Python module's functions): what `loom simulate`, `loom
-// plan`, `loom verify` and `loom tune` compute, returned as the JSON their --json prints instead
+// The commands as library calls (the Python module's functions): what `loom explain`, `loom
+// simulate`, `loom plan`, `loom verify` and `loom tune` compute, returned as the JSON their --json prints instead
 // of printed. Each throws UserError for the user's mistakes, as the command reports them.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cost/profile.h"
+#include "backend/cost/step_estimate.h"
+#include "backend/ir/ir.h"
+#include "backend/passes/pass_pipeline.h"
 #include "cli/commands.h"
+#include "lang/replacements.h"
 
 namespace loom {
 class Schedule;
 }
 
 namespace loom::cli {
+
+// loom explain's settings.
+struct ExplainOptions {
+  std::string file;
+  std::string model;
+  int nproc = 1;
+  int local_world = 0;
+  int rank = 0;
+  double clip = TrainOptions{}.clip;
+  int64_t seq = TrainOptions{}.seq;                  // the micro-batch the compute instructions' FLOPs
+  int64_t micro_batch = TrainOptions{}.micro_batch;  // and saved activations are for
+  int64_t accum = TrainOptions{}.accum;
+  std::vector<std::string> sets;
+  bool json = false;
+  std::string profile;  // a profile from `loom profile` prices every instruction
+  int64_t memory_limit = 0;
+  std::string stdlib;
+};
+// What `loom explain` shows of one rank's step.
+struct ExplainedStep {
+  ir::Program program;
+  std::vector<PassRecord> passes;               // the pipeline's log, in order
+  std::vector<ModuleReplacement> replacements;  // replace(): the compute instructions are these implementations'
+  std::optional<Profile> profile;               // with --profile: what the passes planned with,
+  std::optional<StepEstimate> estimate;         // and each instruction priced by it
+};
+// The program rank options.rank runs under `schedule` (its model and world), lowered as `loom run`
+// plans it: by the memory limit without instruction times, or with a profile on its measured times
+// and memory. The file, the knob settings and `json` of `options` are not used; debug logs the passes.
+ExplainedStep explain_step(const Schedule& schedule, const ExplainOptions& options, const PipelineDebug& debug = {});
 
 // loom simulate's settings.
 struct SimulateOptions {

@@ -63,14 +63,14 @@ class ScheduleFile {
 std::string explain_json(PySchedule& s, int64_t micro_batch, int64_t seq, int64_t accum, int64_t memory_limit) {
   return guarded(s.sources.get(), [&] {
     check_schedule_rules(*s.schedule);
-    RuntimePlan plan = lower_schedule(*s.schedule);
-    StepOptions options;
-    options.accum = plan.accum_or(accum);
-    options.memory.limit = memory_limit;
-    ir::TraceShape shape{plan.micro_batch_or(micro_batch), seq};
+    cli::ExplainOptions options;
+    options.nproc = s.schedule->world();
+    options.micro_batch = micro_batch;
+    options.seq = seq;
+    options.accum = accum;
+    options.memory_limit = memory_limit;
     py::gil_scoped_release unlocked;  // tracing and the passes take a while on large models
-    const std::string& model = s.schedule->tree().model_name();
-    return lower_step(plan, trace_model(model, shape, plan.replacements), nullptr, PipelineDebug{}, options).to_json();
+    return cli::explain_step(*s.schedule, options).program.to_json();
   });
 }
 
