@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "grammar/parse.h"
+#include "lang/builtin_functions.h"
 #include "lang/printer.h"
 
 namespace loom {
@@ -223,6 +224,65 @@ namespace {
                   std::string("operator ") + e.text + " does not apply to " + kind_name(a.kind()) + " and " + kind_name(b.kind()),
                   "convert the operands, or check the expression");
 }
+
+// <, <=, > and >= of two numbers (or sizes) or two strings.
+Value compare(const ast::Expr& e, const Value& a, const Value& b) {
+  const std::string& op = e.text;
+  int cmp;
+  if (a.is_number() && b.is_number()) {
+    double x = a.as_number(), y = b.as_number();
+    cmp = x < y ? -1 : x > y ? 1 : 0;
+  } else if (a.is(ValueKind::String) && b.is(ValueKind::String)) {
+    cmp = a.as_string().compare(b.as_string());
+  } else {
+    type_error(e, a, b);
+  }
+  if (op == "<") return Value::boolean(cmp < 0);
+  if (op == "<=") return Value::boolean(cmp <= 0);
+  if (op == ">") return Value::boolean(cmp > 0);
+  return Value::boolean(cmp >= 0);
+}
+
+// + - * / // % of two numbers: a size stays a size, ints stay ints but for /, floor division and
+// modulo round as Python's do.
+Value arithmetic(const ast::Expr& e, const Value& a, const Value& b) {
+  const std::string& op = e.text;
+  if (!a.is_number() || !b.is_number()) type_error(e, a, b);
+  bool bytes = a.is(ValueKind::Bytes) || b.is(ValueKind::Bytes);
+  bool floating = a.is(ValueKind::Float) || b.is(ValueKind::Float);
+  auto make = [&](double d, int64_t i, bool exact_int) -> Value {
+    if (bytes) return Value::bytes(exact_int ? i : static_cast<int64_t>(d));
+    if (floating || !exact_int) return Value::floating(d);
+    return Value::integer(i);
+  };
+  double x = a.as_number(), y = b.as_number();
+  int64_t i = a.as_int(), j = b.as_int();
+  bool ints = !floating;
+  if (op == "+") return make(x + y, i + j, ints);
+  if (op == "-") return make(x - y, i - j, ints);
+  if (op == "*") return make(x * y, i * j, ints);
+  if (op != "/" && op != "//" && op != "%") type_error(e, a, b);
+  if (y == 0) throw UserError(e.operands[1]->range, "division by zero", "check the divisor");
+  if (op == "/") {
+    if (a.is(ValueKind::Bytes) && b.is(ValueKind::Bytes)) return Value::floating(x / y);
+    if (bytes) return Value::bytes(static_cast<int64_t>(x / y));
+    return Value::floating(x / y);
+  }
+  if (op == "//") {
+    if (ints) {
+      int64_t q = i / j;
+      if ((i % j != 0) && ((i < 0) != (j < 0))) --q;  // floor, like Python
+      return make(0, q, true);
+    }
+    return make(std::floor(x / y), 0, false);
+  }
+  if (ints) {
+    int64_t r = i % j;
+    if (r != 0 && ((r < 0) != (j < 0))) r += j;
+    return make(0, r, true);
+  }
+  return make(x - std::floor(x / y) * y, 0, false);
+}
 }  // namespace
 
 Value Interpreter::eval_binary(const ast::Expr& e) {
@@ -239,64 +299,14 @@ Value Interpreter::eval_binary(const ast::Expr& e) {
   Value b = eval(*e.operands[1]);
   if (op == "==") return Value::boolean(a == b);
   if (op == "!=") return Value::boolean(a != b);
-  if (op == "<" || op == "<=" || op == ">" || op == ">=") {
-    int cmp;
-    if (a.is_number() && b.is_number()) {
-      double x = a.as_number(), y = b.as_number();
-      cmp = x < y ? -1 : x > y ? 1 : 0;
-    } else if (a.is(ValueKind::String) && b.is(ValueKind::String)) {
-      cmp = a.as_string().compare(b.as_string());
-    } else {
-      type_error(e, a, b);
-    }
-    if (op == "<") return Value::boolean(cmp < 0);
-    if (op == "<=") return Value::boolean(cmp <= 0);
-    if (op == ">") return Value::boolean(cmp > 0);
-    return Value::boolean(cmp >= 0);
-  }
+  if (op == "<" || op == "<=" || op == ">" || op == ">=") return compare(e, a, b);
   if (op == "+" && a.is(ValueKind::String) && b.is(ValueKind::String)) return Value::string(a.as_string() + b.as_string());
   if (op == "+" && a.is(ValueKind::List) && b.is(ValueKind::List)) {
     auto items = a.as_list();
     items.insert(items.end(), b.as_list().begin(), b.as_list().end());
     return Value::list(std::move(items));
   }
-  if (!a.is_number() || !b.is_number()) type_error(e, a, b);
-  bool bytes = a.is(ValueKind::Bytes) || b.is(ValueKind::Bytes);
-  bool floating = a.is(ValueKind::Float) || b.is(ValueKind::Float);
-  auto make = [&](double d, int64_t i, bool exact_int) -> Value {
-    if (bytes) return Value::bytes(exact_int ? i : static_cast<int64_t>(d));
-    if (floating || !exact_int) return Value::floating(d);
-    return Value::integer(i);
-  };
-  double x = a.as_number(), y = b.as_number();
-  int64_t i = a.as_int(), j = b.as_int();
-  bool ints = !floating;
-  if (op == "+") return make(x + y, i + j, ints);
-  if (op == "-") return make(x - y, i - j, ints);
-  if (op == "*") return make(x * y, i * j, ints);
-  if (op == "/" || op == "//" || op == "%") {
-    if (y == 0) throw UserError(e.operands[1]->range, "division by zero", "check the divisor");
-    if (op == "/") {
-      if (a.is(ValueKind::Bytes) && b.is(ValueKind::Bytes)) return Value::floating(x / y);
-      if (bytes) return Value::bytes(static_cast<int64_t>(x / y));
-      return Value::floating(x / y);
-    }
-    if (op == "//") {
-      if (ints) {
-        int64_t q = i / j;
-        if ((i % j != 0) && ((i < 0) != (j < 0))) --q;  // floor, like Python
-        return make(0, q, true);
-      }
-      return make(std::floor(x / y), 0, false);
-    }
-    if (ints) {
-      int64_t r = i % j;
-      if (r != 0 && ((r < 0) != (j < 0))) r += j;
-      return make(0, r, true);
-    }
-    return make(x - std::floor(x / y) * y, 0, false);
-  }
-  type_error(e, a, b);
+  return arithmetic(e, a, b);
 }
 
 Value Interpreter::eval(const ast::Expr& e) {
@@ -432,58 +442,10 @@ Value Interpreter::call_builtin(const std::string& name, const ast::Expr& call, 
                                 const std::vector<std::pair<std::string, ArgValue>>& kwargs) {
   if (!kwargs.empty() && name != "tune")
     throw UserError(kwargs[0].second.range, name + "() takes no keyword arguments", "pass the arguments by position");
-  auto need = [&](size_t lo, size_t hi, const char* signature) {
-    if (args.size() < lo || args.size() > hi)
-      throw UserError(call.range, name + "() takes " + (lo == hi ? std::to_string(lo) : std::to_string(lo) + " to " + std::to_string(hi)) +
-                                      " argument" + (hi == 1 ? "" : "s") + ", got " + std::to_string(args.size()),
-                      std::string("usage: ") + signature);
-  };
-  auto want_int = [&](const ArgValue& a) {
-    if (!a.value.is(ValueKind::Int))
-      throw UserError(a.range, name + "() needs an int here, got " + std::string(kind_name(a.value.kind())), "pass a whole number");
-    return a.value.as_int();
-  };
-  if (name == "len") {
-    need(1, 1, "len(list | string | selection)");
-    const Value& v = args[0].value;
-    if (v.is(ValueKind::List)) return Value::integer(static_cast<int64_t>(v.as_list().size()));
-    if (v.is(ValueKind::String)) return Value::integer(static_cast<int64_t>(v.as_string().size()));
-    if (v.is(ValueKind::Selection)) return Value::integer(static_cast<int64_t>(v.as_selection()->elements().size()));
-    throw UserError(args[0].range, "len() of " + kind_with_article(v.kind()), "len takes a list, a string or a module selection");
-  }
-  if (name == "range") {
-    need(1, 3, "range(stop) | range(start, stop) | range(start, stop, step)");
-    int64_t start = 0, stop, step = 1;
-    if (args.size() == 1) stop = want_int(args[0]);
-    else start = want_int(args[0]), stop = want_int(args[1]);
-    if (args.size() == 3) step = want_int(args[2]);
-    if (step == 0) throw UserError(args[2].range, "range() step must not be zero", "use a positive or negative step");
-    int64_t count = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0) : (start > stop ? (start - stop - step - 1) / -step : 0);
-    if (count > options_.max_range)
-      throw UserError(call.range, "range() of " + std::to_string(count) + " elements is too large",
-                      "ranges are limited to " + std::to_string(options_.max_range) + " elements");
-    std::vector<Value> items;
-    items.reserve(count);
-    for (int64_t k = 0; k < count; ++k) items.push_back(Value::integer(start + k * step));
-    return Value::list(std::move(items));
-  }
-  if (name == "min" || name == "max") {
-    if (args.empty()) need(1, 1000000, "min(a, b, ...) | min(list)");
-    std::vector<ArgValue> items = args;
-    if (args.size() == 1 && args[0].value.is(ValueKind::List)) {
-      items.clear();
-      for (auto& v : args[0].value.as_list()) items.push_back({v, args[0].range});
-      if (items.empty()) throw UserError(args[0].range, name + "() of an empty list", "pass at least one value");
-    }
-    Value best = items[0].value;
-    for (auto& a : items) {
-      if (!a.value.is_number()) throw UserError(a.range, name + "() compares numbers, got " + kind_with_article(a.value.kind()), "pass numbers or sizes");
-      if (!best.is_number()) throw UserError(items[0].range, name + "() compares numbers", "pass numbers or sizes");
-      bool better = name == "min" ? a.value.as_number() < best.as_number() : a.value.as_number() > best.as_number();
-      if (better) best = a.value;
-    }
-    return best;
-  }
+  BuiltinCall builtin{name, call.range, args};
+  if (name == "len") return builtin_len(builtin);
+  if (name == "range") return builtin_range(builtin, options_.max_range);
+  if (name == "min" || name == "max") return builtin_min_max(builtin);
   if (name == "print") {
     std::string line;
     for (size_t i = 0; i < args.size(); ++i) line += (i ? " " : "") + args[i].value.to_display();
@@ -503,7 +465,7 @@ Value Interpreter::call_builtin(const std::string& name, const ast::Expr& call, 
     return schedule_.knobs().declare(all[0].value.as_string(), all[1].value.as_list(), call.range);
   }
   if (name == "constrain") {
-    need(1, 1, "constrain(condition)");
+    builtin.need(1, 1, "constrain(condition)");
     schedule_.knobs().constrain(truthy(args[0].value), format_expr(*call.args[0].value), call.range);
     return Value::none();
   }

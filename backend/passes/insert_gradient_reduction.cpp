@@ -21,6 +21,47 @@ Instr select_drop(int q, const ir::Sharding& s, ir::MicroBatches runs_in) {
   drop.runs_in = runs_in;
   return drop;
 }
+
+// The reductions of parameter q's complete gradient (lins.txt §IV-C), appended to `out`; the waits
+// (and select & drops) the optimizer step needs first go to `pending`. s_g = 1: one all-reduce
+// over every replica. Otherwise a reduce-scatter to the s_p shard owners; accumulating, every
+// micro-batch but the last sums over the s_g / s_p gradient peers and keeps its 1/s_g; the last
+// sums over the dp / s_p replicas.
+void reduce_gradient(ir::Program& p, int q, std::vector<Instr>& out, std::vector<Instr>& pending) {
+  const ir::Sharding& s = p.sharding;
+  int64_t bytes = ir::param_bytes(p, q);
+  if (s.grads == 1) {
+    Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {ir::Role::Dp, s.dp}, bytes);
+    ar.runs_in = Last;
+    pending.push_back(wait_for(ar.handle, ir::Phase::Backward, Last));
+    out.push_back(std::move(ar));
+    return;
+  }
+  int64_t shard_bytes = bytes / s.params;
+  if (s.params > 1) {
+    Instr rs = collective(p, OpKind::ReduceScatter, ir::Phase::Backward, q, {ir::Role::Params, s.params}, bytes);
+    int handle = rs.handle;
+    out.push_back(std::move(rs));
+    out.push_back(wait_for(handle, ir::Phase::Backward));
+  }
+  // Accumulating, select & drop needs only the s_g / s_p gradient peers' sum.
+  if (s.grads > s.params && p.micro_batches > 1) {
+    Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {ir::Role::Grads, s.grads / s.params}, shard_bytes);
+    ar.runs_in = AllButLast;
+    int handle = ar.handle;
+    out.push_back(std::move(ar));
+    out.push_back(wait_for(handle, ir::Phase::Backward, AllButLast));
+    out.push_back(select_drop(q, s, AllButLast));
+  }
+  if (s.dp / s.params > 1) {
+    Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {ir::Role::Replicas, s.dp / s.params}, shard_bytes);
+    ar.runs_in = Last;
+    pending.push_back(wait_for(ar.handle, ir::Phase::Backward, Last));
+    out.push_back(std::move(ar));
+  }
+  if (s.grads > s.params) pending.push_back(select_drop(q, s, Last));
+}
+
 }  // namespace
 
 bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
@@ -57,39 +98,7 @@ bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
     out.push_back(std::move(p.instrs[i]));
     // After a compute op (or its release), launch the reductions of the gradients it completed.
     if (!backward_compute) continue;
-    for (int q : completed_at[i]) {
-      int64_t bytes = ir::param_bytes(p, q);
-      if (s.grads == 1) {
-        Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {ir::Role::Dp, s.dp}, bytes);
-        ar.runs_in = Last;
-        pending.push_back(wait_for(ar.handle, ir::Phase::Backward, Last));
-        out.push_back(std::move(ar));
-        continue;
-      }
-      int64_t shard_bytes = bytes / s.params;
-      if (s.params > 1) {
-        Instr rs = collective(p, OpKind::ReduceScatter, ir::Phase::Backward, q, {ir::Role::Params, s.params}, bytes);
-        int handle = rs.handle;
-        out.push_back(std::move(rs));
-        out.push_back(wait_for(handle, ir::Phase::Backward));
-      }
-      // Accumulating, select & drop needs only the s_g / s_p gradient peers' sum.
-      if (s.grads > s.params && p.micro_batches > 1) {
-        Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {ir::Role::Grads, s.grads / s.params}, shard_bytes);
-        ar.runs_in = AllButLast;
-        int handle = ar.handle;
-        out.push_back(std::move(ar));
-        out.push_back(wait_for(handle, ir::Phase::Backward, AllButLast));
-        out.push_back(select_drop(q, s, AllButLast));
-      }
-      if (s.dp / s.params > 1) {
-        Instr ar = collective(p, OpKind::AllReduce, ir::Phase::Backward, q, {ir::Role::Replicas, s.dp / s.params}, shard_bytes);
-        ar.runs_in = Last;
-        pending.push_back(wait_for(ar.handle, ir::Phase::Backward, Last));
-        out.push_back(std::move(ar));
-      }
-      if (s.grads > s.params) pending.push_back(select_drop(q, s, Last));
-    }
+    for (int q : completed_at[i]) reduce_gradient(p, q, out, pending);
   }
   p.instrs = std::move(out);
   return true;

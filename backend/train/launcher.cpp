@@ -109,19 +109,15 @@ int pick_free_port() {
   return port;
 }
 
-int launch(const LaunchSpec& spec, std::ostream& err) {
-  int world = spec.nproc * spec.nnodes;
-  int port = spec.master_port > 0 ? spec.master_port : (spec.nnodes == 1 ? pick_free_port() : 29500);
-  bool prefix = world > 1;
-  // Ctrl-C and SIGTERM stop the workers while they run; the caller's handlers are back afterwards.
-  interrupted = 0;
-  ScopedSignalHandler ctrl_c(SIGINT, on_interrupt), term(SIGTERM, on_interrupt);
+namespace {
 
-  std::vector<Worker> workers(spec.nproc);
+// Starts this node's ranks, each writing its stderr into a pipe of its own; false (having said
+// why) when a pipe cannot be made.
+bool spawn_workers(const LaunchSpec& spec, int port, std::vector<Worker>& workers, std::ostream& err) {
   for (int i = 0; i < spec.nproc; ++i) {
     RankEnv env;
     env.rank = spec.node_rank * spec.nproc + i;
-    env.world = world;
+    env.world = spec.nproc * spec.nnodes;
     env.local_rank = i;
     env.local_world = spec.nproc;
     env.master_addr = spec.master_addr;
@@ -129,7 +125,7 @@ int launch(const LaunchSpec& spec, std::ostream& err) {
     int fds[2];
     if (pipe(fds) != 0) {
       err << "loom run: cannot create a pipe: " << std::strerror(errno) << "\n";
-      return 1;
+      return false;
     }
     workers[i].rank = env.rank;
     workers[i].pid = spawn(spec, env, fds[1]);
@@ -137,8 +133,14 @@ int launch(const LaunchSpec& spec, std::ostream& err) {
     fcntl(fds[0], F_SETFL, O_NONBLOCK);
     workers[i].err_fd = fds[0];
   }
+  return true;
+}
 
-  int failed = -1;  // index of the first worker that failed
+// Relays the workers' output until every one has exited. The first to fail, or an interrupt,
+// stops the others: SIGTERM, then SIGKILL after the grace period. Returns the index of the first
+// worker that failed, -1 if none did.
+int supervise(const LaunchSpec& spec, std::vector<Worker>& workers, bool prefix, std::ostream& err) {
+  int failed = -1;
   bool stopping = false;
   auto stop_deadline = std::chrono::steady_clock::now();
   auto stop_all = [&](int sig) {
@@ -179,15 +181,31 @@ int launch(const LaunchSpec& spec, std::ostream& err) {
   for (auto& w : workers)
     while (drain(w, err, prefix)) {
     }
+  return failed;
+}
+
+// The failed rank, how it ended and its error line (not a hint printed after it).
+void report_failure(const Worker& w, std::ostream& err) {
+  err << "loom run: rank " << w.rank << " failed (" << describe_exit(w.status) << ")";
+  std::string quoted = w.last.empty() ? "" : w.last.back();
+  for (auto& line : w.last)
+    if (line.find("error") != std::string::npos) quoted = line;
+  if (!quoted.empty()) err << ": " << quoted;
+  err << "\nloom run: stopped the other ranks\n";
+}
+
+}  // namespace
+
+int launch(const LaunchSpec& spec, std::ostream& err) {
+  int port = spec.master_port > 0 ? spec.master_port : (spec.nnodes == 1 ? pick_free_port() : 29500);
+  // Ctrl-C and SIGTERM stop the workers while they run; the caller's handlers are back afterwards.
+  interrupted = 0;
+  ScopedSignalHandler ctrl_c(SIGINT, on_interrupt), term(SIGTERM, on_interrupt);
+  std::vector<Worker> workers(spec.nproc);
+  if (!spawn_workers(spec, port, workers, err)) return 1;
+  int failed = supervise(spec, workers, /*prefix=*/spec.nproc * spec.nnodes > 1, err);
   if (failed >= 0) {
-    Worker& w = workers[failed];
-    err << "loom run: rank " << w.rank << " failed (" << describe_exit(w.status) << ")";
-    // Quote the error itself, not a hint printed after it.
-    std::string quoted = w.last.empty() ? "" : w.last.back();
-    for (auto& line : w.last)
-      if (line.find("error") != std::string::npos) quoted = line;
-    if (!quoted.empty()) err << ": " << quoted;
-    err << "\nloom run: stopped the other ranks\n";
+    report_failure(workers[failed], err);
     return 1;
   }
   if (interrupted) {

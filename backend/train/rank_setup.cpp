@@ -310,14 +310,11 @@ void warn_if_over_limit(const ir::Program& step, const MemoryPlanning& memory, i
               << "prefetch(budget=auto), unshard(auto) and bucket(size=auto) add nothing\n";
 }
 
-// The interceptors around every module call, innermost first: checkpointing, the op profiler,
-// the sharded executor, tensor parallelism, the step recorder, the pipeline stage.
-void install_executors(RankRun& r, const std::vector<std::string>& unreduced, torch::Dtype reduce_dtype) {
+// The step's program, as `loom explain --rank` shows it for this rank: the sharded executor
+// follows it, the data-parallel reducer takes its buckets from it, the step's tail runs it.
+void lower_rank_program(RankRun& r) {
   const TrainOptions& o = r.o;
-  ir::OpTrace& trace = r.trace;
-  trace = trace_model(o.model, {o.micro_batch, o.seq}, r.plan.replacements);
-  // The step's program, as `loom explain --rank` shows it for this rank: the sharded executor
-  // follows it, the data-parallel reducer takes its buckets from it, the step's tail runs it.
+  r.trace = trace_model(o.model, {o.micro_batch, o.seq}, r.plan.replacements);
   StepOptions& step_options = r.step_options;
   step_options.bucket_bytes = o.bucket_bytes;
   step_options.grad_norm = measures_grad_norm(o);
@@ -334,23 +331,34 @@ void install_executors(RankRun& r, const std::vector<std::string>& unreduced, to
                 << format_size(device) << " (--memory-limit BYTES sets another limit)\n";
   }
   plan_replan_rounds(r.o, r.plan, step_options.memory.limit);
-  // A re-plan measures the run's ops, where it can act: a sharded run without a mesh.
-  bool profiling = !o.profile_out.empty() || (o.replan_at > 0 && can_replan(o, r.plan));
-  r.step = lower_step(r.plan, trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
+  r.step = lower_step(r.plan, r.trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
   warn_if_over_limit(*r.step, step_options.memory, r.env.rank);
-  // checkpoint(): the modules the program recomputes (on a pipeline stage, its own).
+}
+
+// checkpoint(): the modules the program recomputes (on a pipeline stage, its own).
+std::unordered_set<const torch::nn::Module*> checkpointed_modules(const RankRun& r) {
   std::set<std::string> recomputed;
   for (const ir::Instr& in : r.step->instrs)
     if (in.kind == ir::OpKind::Recompute) recomputed.insert(in.module);
   std::unordered_set<const torch::nn::Module*> checkpointed;
   for (auto& item : r.model.module->named_modules("", /*include_self=*/true))
     if (recomputed.count(item.key())) checkpointed.insert(item.value().get());
+  return checkpointed;
+}
+
+// The interceptors around every module call, innermost first: checkpointing, the op profiler,
+// the sharded executor, tensor parallelism, the step recorder, the pipeline stage.
+void install_executors(RankRun& r, const std::vector<std::string>& unreduced, torch::Dtype reduce_dtype) {
+  const TrainOptions& o = r.o;
+  // A re-plan measures the run's ops, where it can act: a sharded run without a mesh.
+  bool profiling = !o.profile_out.empty() || (o.replan_at > 0 && can_replan(o, r.plan));
+  std::unordered_set<const torch::nn::Module*> checkpointed = checkpointed_modules(r);
   r.checkpointer = std::make_unique<ActivationCheckpointer>(checkpointed);
   if (!checkpointed.empty()) nn::set_call_interceptor(r.checkpointer.get());
   // Profiling: the op profiler runs innermost, where an op's parameters are resident.
   nn::CallInterceptor* innermost = checkpointed.empty() ? nullptr : r.checkpointer.get();
   if (profiling) {
-    r.profiler = std::make_unique<OpProfiler>(*r.model.module, trace, innermost, r.cuda ? r.gpu : -1);
+    r.profiler = std::make_unique<OpProfiler>(*r.model.module, r.trace, innermost, r.cuda ? r.gpu : -1);
     innermost = r.profiler.get();
     nn::set_call_interceptor(r.profiler.get());
   }
@@ -588,6 +596,7 @@ std::unique_ptr<RankRun> set_up_rank(const TrainOptions& o, const RankEnv& env) 
   std::vector<std::string> unreduced;  // test_skip_reduction: gradients each rank keeps as they are
   for (const InjectedFault& f : r->plan.faults)
     if (f.kind == FaultKind::SkipReduction) unreduced.push_back(f.param);
+  lower_rank_program(*r);
   install_executors(*r, unreduced, reduce_dtype);
   create_optimizer(*r);
   // Replicated parameters are all-reduced in buckets; sharded ones by the executor.

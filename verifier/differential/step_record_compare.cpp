@@ -41,6 +41,53 @@ QuantityDifference difference(const RecordEntry& plain, const torch::Tensor& exp
   return d;
 }
 
+// Stated error bounds (compress()): [gradient, after the step, estimated entries] per parameter.
+using Bounds = std::map<std::string, std::array<double, 3>>;
+
+Bounds stated_bounds(const std::vector<RecordEntry>& scheduled) {
+  Bounds bound;
+  for (const RecordEntry& s : scheduled)
+    if (s.kind == RecordKind::Bound) {
+      torch::Tensor v = s.value.to(torch::kDouble).reshape({-1});
+      bound[s.name] = {v[0].item<double>(), v[1].item<double>(), v[2].item<double>()};
+    }
+  return bound;
+}
+
+// A parameter's value after the step, where its plain gradient `grad` has elements the comparison
+// cannot tell from zero: there AdamW's step may go either way, so those elements are allowed its
+// bound of 2 lr on top. Counts the elements only that allowance keeps within.
+void allow_unresolved_updates(QuantityDifference& d, const torch::Tensor& expected, const torch::Tensor& got, const torch::Tensor& grad,
+                              const Tolerance& tol, int64_t& unresolved_updates) {
+  torch::Tensor g = grad.to(torch::kDouble).reshape(expected.sizes()).abs();
+  torch::Tensor unresolved = g <= tol.atol + tol.rtol * g.max().item<double>();
+  torch::Tensor diff = (expected.to(torch::kDouble) - got.to(torch::kDouble)).abs();
+  double resolved_max = diff.masked_fill(unresolved, 0).max().item<double>();
+  double unresolved_max = diff.masked_fill(unresolved.logical_not(), 0).max().item<double>();
+  unresolved_updates += (diff.gt(d.allowed) & unresolved).sum().item<int64_t>();
+  if (unresolved_max > d.allowed + 2 * tol.step_lr) {
+    d.max_abs = unresolved_max;
+    d.allowed += 2 * tol.step_lr;
+    d.note = "beyond AdamW's 2 lr where the gradient is within the tolerance of zero";
+  } else {
+    d.max_abs = resolved_max;
+  }
+}
+
+// A compress()ed parameter's gradient or value: lossy by design, so checked against the
+// compression's own bound on top of the tolerance.
+void allow_compression(QuantityDifference& d, const std::array<double, 3>& bound, bool grad, bool first_rank, BoundedSummary& compressed) {
+  double extra = grad ? bound[0] : bound[1];
+  d.allowed += extra;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g", extra);
+  d.note = std::string("compressed: ") + (grad ? "TAGC's bound " : "one AdamW step's bound ") + text;
+  if (grad && bound[2] > 0) d.note += ", but peeling left " + std::to_string(static_cast<int64_t>(bound[2])) + " entries to estimation";
+  ++compressed.compared;
+  if (grad) compressed.largest_gradient_bound = std::max(compressed.largest_gradient_bound, extra);
+  if (grad && first_rank) compressed.estimated += static_cast<int64_t>(bound[2]);
+}
+
 }  // namespace
 
 RecordComparison compare_step_records(const std::vector<std::vector<RecordEntry>>& plain,
@@ -62,13 +109,7 @@ RecordComparison compare_step_records(const std::vector<std::vector<RecordEntry>
       if (plain[r][i].kind == RecordKind::ParamGrad) full_grad[plain[r][i].name] = i;
     }
     int64_t matched = 0;  // quantities other than reduced gradients found in both runs
-    // Stated error bounds (compress()): [gradient, after the step, estimated entries] per parameter.
-    std::map<std::string, std::array<double, 3>> bound;
-    for (const RecordEntry& s : scheduled[r])
-      if (s.kind == RecordKind::Bound) {
-        torch::Tensor v = s.value.to(torch::kDouble).reshape({-1});
-        bound[s.name] = {v[0].item<double>(), v[1].item<double>(), v[2].item<double>()};
-      }
+    Bounds bound = stated_bounds(scheduled[r]);
     for (const RecordEntry& s : scheduled[r]) {
       if (s.kind == RecordKind::Bound) continue;
       size_t at = 0;
@@ -97,37 +138,11 @@ RecordComparison compare_step_records(const std::vector<std::vector<RecordEntry>
       d.index = s.index;
       auto grad = full_grad.find(s.name);
       if (s.kind == RecordKind::Param && tol.step_lr > 0 && !d.within() && grad != full_grad.end() &&
-          plain[r][grad->second].value.numel() == expected.numel() && expected.sizes() == got.sizes()) {
-        // Elements whose gradient the comparison cannot tell from zero: AdamW's step bound on top.
-        torch::Tensor g = plain[r][grad->second].value.to(torch::kDouble).reshape(expected.sizes()).abs();
-        torch::Tensor unresolved = g <= tol.atol + tol.rtol * g.max().item<double>();
-        torch::Tensor diff = (expected.to(torch::kDouble) - got.to(torch::kDouble)).abs();
-        double resolved_max = diff.masked_fill(unresolved, 0).max().item<double>();
-        double unresolved_max = diff.masked_fill(unresolved.logical_not(), 0).max().item<double>();
-        out.unresolved_updates += (diff.gt(d.allowed) & unresolved).sum().item<int64_t>();
-        if (unresolved_max > d.allowed + 2 * tol.step_lr) {
-          d.max_abs = unresolved_max;
-          d.allowed += 2 * tol.step_lr;
-          d.note = "beyond AdamW's 2 lr where the gradient is within the tolerance of zero";
-        } else {
-          d.max_abs = resolved_max;
-        }
-      }
+          plain[r][grad->second].value.numel() == expected.numel() && expected.sizes() == got.sizes())
+        allow_unresolved_updates(d, expected, got, plain[r][grad->second].value, tol, out.unresolved_updates);
       auto b = bound.find(s.name);
-      if (b != bound.end() && (s.kind == RecordKind::ParamGrad || s.kind == RecordKind::Param)) {
-        // Lossy by design: checked against the compression's own bound (on top of the tolerance).
-        bool grad = s.kind == RecordKind::ParamGrad;
-        double extra = grad ? b->second[0] : b->second[1];
-        d.allowed += extra;
-        char text[32];
-        std::snprintf(text, sizeof text, "%.3g", extra);
-        d.note = std::string("compressed: ") + (grad ? "TAGC's bound " : "one AdamW step's bound ") + text;
-        if (grad && b->second[2] > 0)
-          d.note += ", but peeling left " + std::to_string(static_cast<int64_t>(b->second[2])) + " entries to estimation";
-        ++out.compressed.compared;
-        if (grad) out.compressed.largest_gradient_bound = std::max(out.compressed.largest_gradient_bound, extra);
-        if (grad && r == 0) out.compressed.estimated += static_cast<int64_t>(b->second[2]);
-      }
+      if (b != bound.end() && (s.kind == RecordKind::ParamGrad || s.kind == RecordKind::Param))
+        allow_compression(d, b->second, s.kind == RecordKind::ParamGrad, r == 0, out.compressed);
       KindSummary& ks = summary(s.kind);
       ++ks.compared;
       if (!ks.largest || d.max_abs > ks.largest->max_abs) ks.largest = d;
