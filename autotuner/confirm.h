@@ -1,6 +1,6 @@
-// confirm_best, `loom tune`'s sim+run (issue #16 §2): the simulator ranks every point it evaluated, real runs confirm its
-// best few, and the regret says how much slower the simulator's choice ran than the fastest of
-// them as measured. Torch-free.
+// confirm_best, `loom tune`'s sim+run (issue #16 §2): the simulator ranks every point it
+// evaluated, real runs confirm its best few, and the regret says how much slower the simulator's
+// choice ran than the fastest of them as measured. Torch-free.
 #pragma once
 
 #include <functional>

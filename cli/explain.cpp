@@ -37,13 +37,11 @@ std::unique_ptr<Schedule> planned_schedule(const std::string& file, const std::s
   return sch;
 }
 
-ExplainedStep explain_step(const Schedule& schedule, const ExplainOptions& o, const PipelineDebug& debug) {
+ExplainedStep explain_step(const RuntimePlan& plan, const std::string& model, const ExplainOptions& o, const PipelineDebug& debug) {
   if (o.rank >= o.nproc)
     throw UserError(SourceRange{}, "--rank " + std::to_string(o.rank) + " is not below --nproc " + std::to_string(o.nproc),
                     "ranks are numbered 0.." + std::to_string(o.nproc - 1));
   ExplainedStep step;
-  RuntimePlan plan = lower_schedule(schedule);
-  step.replacements = plan.replacements;
   StepOptions options;
   options.grad_norm = o.clip > 0;
   options.accum = plan.accum_or(o.accum);
@@ -52,14 +50,13 @@ ExplainedStep explain_step(const Schedule& schedule, const ExplainOptions& o, co
   // profile, with its measured times and memory: the program a run's re-plan (--replan-at)
   // settles on where each round is switched to and measures what the profile did.
   options.memory.limit = o.memory_limit;
-  ir::OpTrace trace = trace_model(schedule.tree().model_name(), {plan.micro_batch_or(o.micro_batch), o.seq}, plan.replacements);
+  ir::OpTrace trace = trace_model(model, {plan.micro_batch_or(o.micro_batch), o.seq}, plan.replacements);
   if (!o.profile.empty()) {
     step.profile = load_profile(o.profile);
     // The profile measured the programs the run starts with.
     plan_on_profile(options.memory, *step.profile, lower_stage_programs(plan, trace, o.nproc, options));
   }
   step.program = lower_step(plan, trace, &step.passes, debug, options);
-  if (step.profile) step.estimate = estimate_step(step.program, *step.profile, o.profile);
   return step;
 }
 
@@ -67,7 +64,7 @@ namespace {
 
 // The IR's text, one instruction per line after its header, each with its estimate, then the sums.
 void print_estimate(const ExplainedStep& step, const std::string& profile_path) {
-  const StepEstimate& estimate = *step.estimate;
+  StepEstimate estimate = estimate_step(step.program, *step.profile, profile_path);
   std::istringstream lines(step.program.to_text());
   std::string line;
   std::getline(lines, line);
@@ -97,7 +94,8 @@ int explain(const ExplainOptions& o) {
   SourceManager sources;
   try {
     std::unique_ptr<Schedule> sch = planned_schedule(o.file, o.model, o.nproc, o.local_world, o.sets, o.stdlib, sources);
-    ExplainedStep step = explain_step(*sch, o, PipelineDebug::from_environment(std::cerr));
+    RuntimePlan plan = lower_schedule(*sch);
+    ExplainedStep step = explain_step(plan, o.model, o, PipelineDebug::from_environment(std::cerr));
     const ir::Program& program = step.program;
     if (o.json) {
       nlohmann::json j = nlohmann::json::parse(program.to_json());
@@ -110,11 +108,11 @@ int explain(const ExplainOptions& o) {
     if (program.mesh.model_parallel() > 1)
       std::cout << "# the program of rank " << o.rank << " (stage " << program.mesh.stage << ", tp rank " << program.mesh.tp_rank << ")\n";
     else std::cout << "# the program of rank " << o.rank << " (every rank runs the same one)\n";
-    for (const ModuleReplacement& r : step.replacements) std::cout << "# " << r.module << " runs " << r.impl << " (replace)\n";
+    for (const ModuleReplacement& r : plan.replacements) std::cout << "# " << r.module << " runs " << r.impl << " (replace)\n";
     std::cout << "# passes (in order):\n";
     for (const PassRecord& r : step.passes)
       std::cout << "#   " << r.pass << ": " << (r.changed ? "changed" : "unchanged") << ", " << r.instructions << " instructions\n";
-    if (step.estimate) print_estimate(step, o.profile);
+    if (step.profile) print_estimate(step, o.profile);
     else std::cout << program.to_text();
     return kOk;
   } catch (const UserError& e) {

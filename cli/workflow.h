@@ -1,6 +1,7 @@
 // The commands as library calls (the Python module's functions): what `loom explain`, `loom
-// simulate`, `loom plan`, `loom verify` and `loom tune` compute, returned as the JSON their --json prints instead
-// of printed. Each throws UserError for the user's mistakes, as the command reports them.
+// simulate`, `loom plan`, `loom verify` and `loom tune` compute, returned instead of printed (as
+// the JSON their --json prints, or explain's program). Each throws UserError for the user's
+// mistakes, as the command reports them.
 #pragma once
 
 #include <functional>
@@ -13,11 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cost/profile.h"
-#include "backend/cost/step_estimate.h"
 #include "backend/ir/ir.h"
+#include "backend/lower/runtime_plan.h"
 #include "backend/passes/pass_pipeline.h"
 #include "cli/commands.h"
-#include "lang/replacements.h"
 
 namespace loom {
 class Schedule;
@@ -45,15 +45,15 @@ struct ExplainOptions {
 // What `loom explain` shows of one rank's step.
 struct ExplainedStep {
   ir::Program program;
-  std::vector<PassRecord> passes;               // the pipeline's log, in order
-  std::vector<ModuleReplacement> replacements;  // replace(): the compute instructions are these implementations'
-  std::optional<Profile> profile;               // with --profile: what the passes planned with,
-  std::optional<StepEstimate> estimate;         // and each instruction priced by it
+  std::vector<PassRecord> passes;  // the pipeline's log, in order
+  std::optional<Profile> profile;  // with options.profile: what the passes planned with (estimate_step prices the program on it)
 };
-// The program rank options.rank runs under `schedule` (its model and world), lowered as `loom run`
-// plans it: by the memory limit without instruction times, or with a profile on its measured times
-// and memory. The file, the knob settings and `json` of `options` are not used; debug logs the passes.
-ExplainedStep explain_step(const Schedule& schedule, const ExplainOptions& options, const PipelineDebug& debug = {});
+// The program rank options.rank runs under `plan` (lower_schedule's, of a schedule of `model`),
+// lowered as `loom run` plans it: by the memory limit without instruction times, or with a
+// profile on its measured times and memory. Of `options` it reads nproc, rank, clip, seq,
+// micro_batch, accum, profile and memory_limit; debug logs the passes.
+ExplainedStep explain_step(const RuntimePlan& plan, const std::string& model, const ExplainOptions& options,
+                           const PipelineDebug& debug = {});
 
 // loom simulate's settings.
 struct SimulateOptions {

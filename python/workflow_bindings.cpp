@@ -63,6 +63,8 @@ class ScheduleFile {
 std::string explain_json(PySchedule& s, int64_t micro_batch, int64_t seq, int64_t accum, int64_t memory_limit) {
   return guarded(s.sources.get(), [&] {
     check_schedule_rules(*s.schedule);
+    RuntimePlan plan = lower_schedule(*s.schedule);
+    const std::string& model = s.schedule->tree().model_name();
     cli::ExplainOptions options;
     options.nproc = s.schedule->world();
     options.micro_batch = micro_batch;
@@ -70,7 +72,7 @@ std::string explain_json(PySchedule& s, int64_t micro_batch, int64_t seq, int64_
     options.accum = accum;
     options.memory_limit = memory_limit;
     py::gil_scoped_release unlocked;  // tracing and the passes take a while on large models
-    return cli::explain_step(*s.schedule, options).program.to_json();
+    return cli::explain_step(plan, model, options).program.to_json();
   });
 }
 

@@ -1,6 +1,6 @@
-// CollectiveLog: while open, when each collective this process launches started and when its transfer
-// completed, as gloo's worker thread marks it (a callback on the work's future; not when a rank
-// waits for it): what `loom profile` measures a step's collectives by
+// CollectiveLog: while open, when each collective this process launches started and when its
+// transfer completed, as gloo's worker thread marks it (a callback on the work's future; not when
+// a rank waits for it): what `loom profile` measures a step's collectives by
 // (backend/cost/in_step_collectives.h). gloo only: NCCL completes a work's future when the
 // collective is queued. Works without a future (gloo's send and recv) are not logged.
 #pragma once

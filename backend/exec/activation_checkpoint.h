@@ -1,6 +1,6 @@
 // ActivationCheckpointer, the runtime of checkpoint(): a module's forward runs without keeping
-// activations, and is run again with gradients during backward (LibTorch C++ has no checkpoint utility).
-// Random state is restored for the recomputation, so dropout masks match.
+// activations, and is run again with gradients during backward (LibTorch C++ has no checkpoint
+// utility). Random state is restored for the recomputation, so dropout masks match.
 #pragma once
 
 #include <unordered_set>

@@ -1,11 +1,12 @@
 // OptimizerOffload, the runtime of offload("optimizer", budget=BYTES), deepcompile.txt §4.4's
-// offloading in its static form: the optimizer states live in host memory. Each tensor the optimizer
-// updates gets a host master copy; the optimizer is built over those, so its AdamW states are
-// allocated on the host. Each step: gradients device -> host, the step on the host, values host ->
-// device: the step program's `offload` and `reload` instructions, which also say which tensors
-// (backend/passes/offload_optimizer.h). budget=auto's adaptive form moves the states instead and
-// steps on the device (backend/passes/adaptive_offload.h, backend/exec/state_copier.h).
-// On a CPU run device and host are the same memory, but the path runs the same way.
+// offloading in its static form: the optimizer states live in host memory. Each tensor the
+// optimizer updates gets a host master copy; the optimizer is built over those, so its AdamW
+// states are allocated on the host. Each step: gradients device -> host, the step on the host,
+// values host -> device: the step program's `offload` and `reload` instructions, which also say
+// which tensors (backend/passes/offload_optimizer.h). budget=auto's adaptive form moves the
+// states instead and steps on the device (backend/passes/adaptive_offload.h,
+// backend/exec/state_copier.h). On a CPU run device and host are the same memory, but the path
+// runs the same way.
 #pragma once
 
 #include <cstdint>

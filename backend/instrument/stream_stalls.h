@@ -1,8 +1,8 @@
-// StreamStalls, a wait listener: where each Work::wait() of a measured step held a GPU's stream (the op profiler's, issue #15
-// §5): an event before the wait and one once its collective completed. An op whose call waits
-// for a collective (a tensor-parallel row's sum inside it) has that stall between its own
-// events; it is the collective's time (the simulator's collective stream prices it), so the op's
-// own time leaves it out.
+// StreamStalls, a wait listener: where each Work::wait() of a measured step held a GPU's stream
+// (the op profiler's, issue #15 §5): an event before the wait and one once its collective
+// completed. An op whose call waits for a collective (a tensor-parallel row's sum inside it) has
+// that stall between its own events; it is the collective's time (the simulator's collective
+// stream prices it), so the op's own time leaves it out.
 #pragma once
 
 #include <atomic>

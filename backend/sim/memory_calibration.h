@@ -1,6 +1,6 @@
-// measured_calibrations: what a profile measured on a GPU says of the memory walk's two blind spots there
-// (MemoryCalibration, backend/cost/memory_model.h): the traced activations' dtype under bf16
-// autocast and the GPU libraries' own memory. Compared at two points of the program it
+// measured_calibrations: what a profile measured on a GPU says of the memory walk's two blind
+// spots there (MemoryCalibration, backend/cost/memory_model.h): the traced activations' dtype
+// under bf16 autocast and the GPU libraries' own memory. Compared at two points of the program it
 // measured, where both the walk and the op profiler read the memory in use. Torch-free.
 #pragma once
 

@@ -1,7 +1,7 @@
 // A training run's options (TrainOptions), what each step reports (StepMetrics), its result, and
-// the entry points that check and run it on one rank (rank_setup.cpp builds the rank: model, data,
-// executors, AdamW with warmup + cosine learning rate; step_loop.cpp runs its steps: clipping,
-// accumulation, metrics, checkpoints that resume exactly, the re-plans).
+// the entry points that check and run it on one rank (rank_setup.cpp builds the rank: model,
+// data, executors, AdamW with warmup + cosine learning rate; step_loop.cpp runs its steps:
+// clipping, accumulation, metrics, checkpoints that resume exactly, the re-plans).
 #pragma once
 
 #include <cmath>

@@ -68,6 +68,12 @@ TEST_CASE("the IR verifier accepts the pipeline's ZeRO-3 step") {
   CHECK(ir::verify_complete(p) == "");
 }
 
+TEST_CASE("the IR verifier: an instruction names parameters that exist") {
+  ir::Program p = zero3_step();
+  p.instrs[first(p, OpKind::Compute, Phase::Forward, "fc")].params.push_back(7);
+  CHECK_VIOLATION(p, "(fwd compute fc): refers to parameter 7, which does not exist");
+}
+
 TEST_CASE("the IR verifier: handles are fresh, issued before they are waited, and waited once") {
   ir::Program p = zero3_step();
   size_t gather = first(p, OpKind::AllGather, Phase::Forward, "w1");
@@ -91,6 +97,13 @@ TEST_CASE("the IR verifier: handles are fresh, issued before they are waited, an
     p.instrs.push_back(wait);
     CHECK_VIOLATION(p, "updates parameters before waiting for gradient reduction %" + std::to_string(wait.handle));
   }
+  SUBCASE("a state copy never waited") {
+    int w2 = p.instrs[first(p, OpKind::AllGather, Phase::Forward, "w2")].params[0];
+    ir::Instr offload = instr(OpKind::OffloadStates, Phase::Backward, {w2}, p.new_handle());
+    p.instrs.push_back(offload);
+    CHECK(ir::verify(p) == "instruction " + std::to_string(p.instrs.size() - 1) + " (bwd offload_states): copy %" +
+                               std::to_string(offload.handle) + " is never waited");
+  }
   SUBCASE("a collective never waited") {
     ir::Instr loss = instr(OpKind::LossReduce, Phase::Step, {}, p.new_handle());
     p.instrs.push_back(loss);
@@ -101,6 +114,10 @@ TEST_CASE("the IR verifier: handles are fresh, issued before they are waited, an
 
 TEST_CASE("the IR verifier: a sharded parameter is gathered, waited for, used, and released once") {
   ir::Program p = zero3_step();
+  SUBCASE("gathered where parameters are not sharded") {
+    p.sharding.params = 1;
+    CHECK_VIOLATION(p, "gathers although parameters are not sharded");
+  }
   size_t gather = first(p, OpKind::AllGather, Phase::Forward, "w1");
   SUBCASE("used before its gather's wait") {
     size_t wait = wait_of(p, gather);
