@@ -15,11 +15,19 @@ ir::Program initial_step_program(const RuntimePlan& plan, const ir::OpTrace& tra
     mesh = {plan.tp, plan.pp, at.stage, at.tp_rank};
   }
   ir::Program initial = ir::lower(trace, plan.factors, options.grad_norm, options.accum, mesh);
+  // Each parallelism's lowering verified on its own, so a violation names the one that made it.
+  auto verified = [&initial](const char* lowering) {
+    std::string problem = ir::verify(initial);
+    if (!problem.empty()) throw InternalError(std::string("IR verifier, after lowering ") + lowering + ": " + problem);
+  };
   lowering::lower_pipeline_stage(plan, trace, initial);
+  verified("lower_pipeline_stage");
   lowering::lower_tensor_parallel(plan, trace, initial);
+  verified("lower_tensor_parallel");
   // Last: a stage recomputes only its own ops, and a recomputation replays the tensor-parallel
   // collectives of the forward it repeats.
   lowering::insert_recomputation(plan.checkpoint, initial);
+  verified("insert_recomputation");
   return initial;
 }
 

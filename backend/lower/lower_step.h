@@ -22,8 +22,9 @@ struct StepOptions {
   MemoryPlanning memory;           // the limit (and instruction times) the memory-aware passes plan with
 };
 
-// The step program of a plan (lower_schedule) on a traced model. The IR is verified after
-// lowering, after every pass and, whole, at the end: a violation is an InternalError.
+// The step program of a plan (lower_schedule) on a traced model. The IR is verified after each
+// parallelism's lowering, after every pass and, whole, at the end: a violation is an
+// InternalError naming the lowering or the pass.
 ir::Program lower_step(const RuntimePlan& plan, const ir::OpTrace& trace, std::vector<PassRecord>* records,
                        const PipelineDebug& debug, const StepOptions& options = {});
 
