@@ -110,6 +110,17 @@ void GradientReducer::prepare(bool sync) {
     b.ready = 0;
     b.launched = false;
   }
+  if (!sync) return;
+  // A parameter no backward op of the program uses (a pipeline stage's copy of an embedding
+  // another stage computes with) is a zero gradient from the start, so its bucket launches when
+  // its other members are in, where the program reduces it, not at finish().
+  State& s = *s_;
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    if (s.deliveries[p] > 0 || s.bucket_of[p] == State::kNone) continue;
+    s.buckets[s.bucket_of[p]].flat.narrow(0, s.offset[p], s.params[p].numel()).zero_();
+    s.reported[p] = true;
+    ++s.buckets[s.bucket_of[p]].ready;
+  }
 }
 
 void GradientReducer::finish() {

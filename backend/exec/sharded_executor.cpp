@@ -184,6 +184,16 @@ torch::Tensor ShardedExecutor::intercept(torch::nn::Module& module, const std::v
   return RegatherBeforeBackward::apply(out, holder);
 }
 
+void ShardedExecutor::run_backward_to_send() {
+  State& s = *s_;
+  for (size_t k = s.backward_cursor; k < s.backward_instrs.size(); ++k) {
+    if (s.program.instrs[s.backward_instrs[k]].kind != ir::OpKind::Send) continue;
+    s.drop_autograd_gradients();
+    if (k > 0) s.run_backward_through(k - 1);
+    return;
+  }
+}
+
 void ShardedExecutor::finish_backward() {
   State& s = *s_;
   s.drop_autograd_gradients();

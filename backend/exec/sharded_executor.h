@@ -67,6 +67,10 @@ class ShardedExecutor : public nn::CallInterceptor {
   bool moves_optimizer_states() const;
   // After the forward returned: runs the IR's remaining forward instructions (final releases).
   void finish_forward();
+  // On a pipeline stage that hands its input's gradient back, once its backward returned: runs
+  // the program's backward instructions before that send (the reductions it places after the
+  // last backward compute), so they are issued before it, as the program orders them.
+  void run_backward_to_send();
   // After backward: completes the gradient reductions still in flight (during backward each
   // completes where the program waits for it, window_reductions' window, which bounds the
   // full-size gradients alive) and keeps this rank's part.

@@ -34,6 +34,15 @@ void ShardedExecutor::State::follow_program() {
       for (int p : program.instrs[i].params) last_backward_use[p] = i;
   for (auto& [p, i] : last_backward_use) completed_by[i].push_back(static_cast<size_t>(p));
   for (auto& [i, ps] : completed_by) std::sort(ps.begin(), ps.end());
+  uncomputed.clear();
+  last_computed.clear();
+  for (size_t p = 0; p < params.size(); ++p)
+    if (!last_backward_use.count(static_cast<int>(p))) uncomputed.push_back(p);
+  for (auto it = backward_instrs.rbegin(); it != backward_instrs.rend(); ++it)
+    if (program.instrs[*it].kind == ir::OpKind::Compute) {
+      last_computed = as_indices(program.instrs[*it].params);
+      break;
+    }
 }
 
 void ShardedExecutor::State::launch_gather(const std::vector<size_t>& wanted) {
@@ -173,6 +182,7 @@ void ShardedExecutor::State::run_backward_through(size_t last) {
       auto it = completed_by.find(index);
       if (it == completed_by.end()) continue;
       for (size_t p : it->second) complete_gradient(p);
+      complete_uncomputed();
       launch_reductions();
     }
   }

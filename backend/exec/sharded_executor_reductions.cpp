@@ -25,7 +25,13 @@ void ShardedExecutor::State::on_grad(size_t p, const torch::Tensor& grad) {
   stored_by_autograd.push_back(p);
   // Its gradient is complete, so no backward op needs the gathered weight any more.
   release(p);
+  complete_uncomputed();
   launch_reductions();
+}
+
+void ShardedExecutor::State::complete_uncomputed() {
+  if (uncomputed.empty() || last_computed.empty() || !ready(last_computed)) return;
+  for (size_t q : uncomputed) complete_gradient(q);
 }
 
 void ShardedExecutor::State::drop_autograd_gradients() {

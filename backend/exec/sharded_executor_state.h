@@ -95,6 +95,11 @@ struct ShardedExecutor::State {
   size_t cursor = 0;                   // next forward instruction to execute
   std::vector<size_t> backward_instrs; // indices of the program's backward instructions
   std::unordered_map<size_t, std::vector<size_t>> completed_by;  // backward compute -> parameters whose gradient it completes
+  // Parameters no backward compute of this rank uses (a pipeline stage's copy of an embedding
+  // another stage computes with): their gradients are zeros, complete, as the program reduces
+  // them, once those of the last backward compute's parameters are (insert_gradient_reduction).
+  std::vector<size_t> uncomputed;
+  std::vector<size_t> last_computed;  // the last backward compute's parameters
   size_t backward_cursor = 0;          // next backward instruction to execute
   bool in_backward = false;            // module calls now are recomputations (checkpoint())
   bool last_micro_batch = true;        // this backward ends the step's accumulation
@@ -170,6 +175,9 @@ struct ShardedExecutor::State {
   StateCopier& attached_copier();
 
   void on_grad(size_t p, const torch::Tensor& grad);
+
+  // Completes the uncomputed gradients once the last backward compute's are complete.
+  void complete_uncomputed();
 
   // Autograd stores each full gradient the hook returns in the parameter's .grad, beside the
   // copy in grad_flat; by the next op's backward it has, and the copy is all the reduction needs.

@@ -41,12 +41,24 @@ bool window_reductions(ir::Program& p, const PassInputs& inputs) {
     }
     pending.pop_front();
   };
+  // Part of launching a reduction: TAGC's index all-reduce and its wait come before its compress.
+  std::set<int> index_handles;
+  auto in_a_launch = [&](const Instr& in) {
+    if (in.phase != ir::Phase::Backward) return false;
+    if (in.kind == OpKind::CompressIndex) return index_handles.insert(in.handle), true;
+    return launches_reduction(in) || (in.kind == OpKind::Wait && index_handles.count(in.handle) > 0);
+  };
   auto is_pending = [&](int handle) { return handle >= 0 && handle < static_cast<int>(pending_handle.size()) && pending_handle[handle]; };
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& in = p.instrs[i];
     // What the step's tail reads, or a wait on something still pending, needs the pending completed.
     bool needs = in.phase == ir::Phase::Step || (in.kind == OpKind::Wait && is_pending(in.handle));
     while (needs && !pending.empty()) complete_oldest();
+    // Past the window, the oldest completes before whatever follows a run of launches: a rank
+    // launches the reductions one op's backward completes together, in its gradient hooks, and
+    // reaches the program's next instructions only after them.
+    if (!in_a_launch(in))
+      while (pending.size() > static_cast<size_t>(inputs.reductions_in_flight)) complete_oldest();
     order.push_back(i);
     if (!launches_reduction(in)) continue;
     std::vector<size_t> completion;
@@ -60,7 +72,6 @@ bool window_reductions(ir::Program& p, const PassInputs& inputs) {
     pending.push_back(std::move(completion));
     for (int h : chain_handles)
       if (h < static_cast<int>(pending_handle.size())) pending_handle[h] = 1;
-    if (pending.size() > static_cast<size_t>(inputs.reductions_in_flight)) complete_oldest();
   }
   while (!pending.empty()) complete_oldest();
   bool changed = false;
