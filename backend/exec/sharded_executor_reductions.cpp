@@ -29,8 +29,8 @@ void ShardedExecutor::State::on_grad(size_t p, const torch::Tensor& grad) {
   launch_reductions();
 }
 
-void ShardedExecutor::State::complete_uncomputed() {
-  if (uncomputed.empty() || last_computed.empty() || !ready(last_computed)) return;
+void ShardedExecutor::State::complete_uncomputed(bool backward_over) {
+  if (uncomputed.empty() || (!backward_over && (last_computed.empty() || !ready(last_computed)))) return;
   for (size_t q : uncomputed) complete_gradient(q);
 }
 

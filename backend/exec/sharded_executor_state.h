@@ -176,8 +176,9 @@ struct ShardedExecutor::State {
 
   void on_grad(size_t p, const torch::Tensor& grad);
 
-  // Completes the uncomputed gradients once the last backward compute's are complete.
-  void complete_uncomputed();
+  // Completes the uncomputed gradients once the last backward compute's are complete (or
+  // `backward_over`: autograd has returned, so every compute this rank runs has run).
+  void complete_uncomputed(bool backward_over = false);
 
   // Autograd stores each full gradient the hook returns in the parameter's .grad, beside the
   // copy in grad_flat; by the next op's backward it has, and the copy is all the reduction needs.

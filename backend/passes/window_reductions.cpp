@@ -25,6 +25,10 @@ bool completes(const Instr& in, const Instr& launch, const std::set<int>& chain_
   return follows && in.params == launch.params;
 }
 
+// A pipeline stage's send of its input's gradient: the previous stage waits for it, not for
+// these reductions, so completions due at it come after it.
+bool hands_gradient_back(const Instr& in) { return in.phase == ir::Phase::Backward && in.kind == OpKind::Send; }
+
 }  // namespace
 
 bool window_reductions(ir::Program& p, const PassInputs& inputs) {
@@ -57,7 +61,7 @@ bool window_reductions(ir::Program& p, const PassInputs& inputs) {
     // Past the window, the oldest completes before whatever follows a run of launches: a rank
     // launches the reductions one op's backward completes together, in its gradient hooks, and
     // reaches the program's next instructions only after them.
-    if (!in_a_launch(in))
+    if (!in_a_launch(in) && !hands_gradient_back(in))
       while (pending.size() > static_cast<size_t>(inputs.reductions_in_flight)) complete_oldest();
     order.push_back(i);
     if (!launches_reduction(in)) continue;

@@ -695,6 +695,39 @@ TEST_CASE("checkpoint() under a mesh: a stage recomputes only its own entry; a r
   CHECK(ir::verify_complete(p) == "");
 }
 
+TEST_CASE("window_reductions: a completion comes after the run of launches one op's backward completes together") {
+  // Each op has a weight and a bias: its backward completes both, and a rank launches both
+  // reductions in the op's gradient hooks before it reaches the program's next instruction.
+  ir::OpTrace t;
+  t.model = "pairs";
+  t.params = {{"a.w", 10, 4}, {"a.b", 10, 4}, {"b.w", 10, 4}, {"b.b", 10, 4}, {"c.w", 10, 4}, {"c.b", 10, 4}};
+  t.forward = {{"a", {"a.w", "a.b"}}, {"b", {"b.w", "b.b"}}, {"c", {"c.w", "c.b"}}};
+  passes::PassInputs in;
+  in.reductions_in_flight = 1;
+  ir::Program p = run(t, {2, 2, 2, 2}, in);
+  auto B = ir::Phase::Backward;
+  for (const char* op : {"c", "b", "a"}) {
+    CAPTURE(op);
+    int weight = find(p, OpKind::ReduceScatter, B, std::string(op) + ".w"), bias = find(p, OpKind::ReduceScatter, B, std::string(op) + ".b");
+    REQUIRE(weight > find(p, OpKind::Compute, B, op));
+    CHECK(bias == weight + 1);  // nothing between them, the window's waits least of all
+  }
+  // One in flight: past the window, the weight's reduction completes after its op's run of
+  // launches (after the bias's launch), before the next op's backward.
+  auto wait_of = [&](int launch) {
+    for (size_t i = static_cast<size_t>(launch) + 1; i < p.instrs.size(); ++i)
+      if (p.instrs[i].kind == OpKind::Wait && p.instrs[i].handle == p.instrs[static_cast<size_t>(launch)].handle) return static_cast<int>(i);
+    return -1;
+  };
+  for (auto [op, next] : {std::pair<const char*, const char*>{"c", "b"}, {"b", "a"}}) {
+    CAPTURE(op);
+    int waited = wait_of(find(p, OpKind::ReduceScatter, B, std::string(op) + ".w"));
+    CHECK(waited > find(p, OpKind::ReduceScatter, B, std::string(op) + ".b"));
+    CHECK(waited < find(p, OpKind::Compute, B, next));
+  }
+  CHECK(ir::verify_complete(p) == "");
+}
+
 TEST_CASE("window_reductions: each reduce-scatter's wait follows the launch of the reduction `window` later") {
   // ZeRO-3 at dp 2 with accumulation: reduce-scatters, the gradient peers' all-reduces and select & drop.
   for (int window : {1, 2, 3}) {
