@@ -17,7 +17,8 @@ class GradientReducer {
   // order: the step program's data-parallel all-reduces (bucket_data_parallel). A parameter in
   // no bucket is never reduced. `deliveries`: per parameter, the gradients autograd hands it
   // in one backward (ir::gradient_deliveries); it is ready for its bucket after the last, or
-  // from the start, a zero gradient, where the program hands it none. A bucket holds `reduce_dtype` (gradients are cast into it and back).
+  // from the start, a zero gradient, where the program hands it none. A bucket holds
+  // `reduce_dtype` (gradients are cast into it and back).
   GradientReducer(const std::vector<torch::Tensor>& params, const std::vector<std::vector<size_t>>& buckets,
                   std::vector<int> deliveries, comm::Group& group, torch::Dtype reduce_dtype = torch::kFloat);
   ~GradientReducer();

@@ -47,10 +47,11 @@ bool window_reductions(ir::Program& p, const PassInputs& inputs) {
   };
   // Part of launching a reduction: TAGC's index all-reduce and its wait come before its compress.
   std::set<int> index_handles;
+  for (const Instr& in : p.instrs)
+    if (in.phase == ir::Phase::Backward && in.kind == OpKind::CompressIndex) index_handles.insert(in.handle);
   auto in_a_launch = [&](const Instr& in) {
     if (in.phase != ir::Phase::Backward) return false;
-    if (in.kind == OpKind::CompressIndex) return index_handles.insert(in.handle), true;
-    return launches_reduction(in) || (in.kind == OpKind::Wait && index_handles.count(in.handle) > 0);
+    return launches_reduction(in) || in.kind == OpKind::CompressIndex || (in.kind == OpKind::Wait && index_handles.count(in.handle) > 0);
   };
   auto is_pending = [&](int handle) { return handle >= 0 && handle < static_cast<int>(pending_handle.size()) && pending_handle[handle]; };
   for (size_t i = 0; i < p.instrs.size(); ++i) {
