@@ -1,5 +1,6 @@
 #include "backend/exec/gradient_reducer.h"
 
+#include <algorithm>
 #include <string>
 
 #include "backend/instrument/gradient_hooks.h"
@@ -24,6 +25,8 @@ struct GradientReducer::State {
   std::vector<bool> reported;
   std::vector<int> deliveries;    // the gradients autograd hands each parameter per backward
   std::vector<int> arrived;       // those handed this backward
+  std::vector<size_t> last_computed;  // the parameters of the program's last backward compute
+  bool uncomputed_complete = false;   // the zero gradients are in their buckets this backward
   std::vector<Bucket> buckets;
   size_t next_launch = 0;         // buckets launch in index order on every rank
   bool sync = false;
@@ -41,6 +44,28 @@ struct GradientReducer::State {
     }
   }
 
+  void report(size_t p) {
+    if (reported[p]) return;
+    reported[p] = true;
+    ++buckets[bucket_of[p]].ready;
+  }
+
+  // The parameters autograd hands no gradient: zeros, in their buckets once the last backward
+  // compute's gradients are in, where the program reduces them.
+  void complete_uncomputed() {
+    if (uncomputed_complete) return;
+    uncomputed_complete = true;
+    for (size_t p = 0; p < params.size(); ++p) {
+      if (deliveries[p] > 0 || bucket_of[p] == kNone) continue;
+      buckets[bucket_of[p]].flat.narrow(0, offset[p], params[p].numel()).zero_();
+      report(p);
+    }
+  }
+
+  bool last_compute_done() const {
+    return !last_computed.empty() && std::all_of(last_computed.begin(), last_computed.end(), [&](size_t p) { return reported[p]; });
+  }
+
   void on_grad(size_t p, const torch::Tensor& incoming) {
     instrument::gradient_hook_begins();
     if (!sync) return;
@@ -54,16 +79,15 @@ struct GradientReducer::State {
                           ", after its bucket's all-reduce started");
     copy_in(p, full);
     if (++arrived[p] < deliveries[p]) return;  // a recomputation still hands it more
-    if (!reported[p]) {
-      reported[p] = true;
-      ++b.ready;
-    }
+    report(p);
+    if (last_compute_done()) complete_uncomputed();
     launch_ready();
   }
 };
 
 GradientReducer::GradientReducer(const std::vector<torch::Tensor>& params, const std::vector<std::vector<size_t>>& buckets,
-                                 std::vector<int> deliveries, comm::Group& group, torch::Dtype reduce_dtype)
+                                 std::vector<int> deliveries, std::vector<size_t> last_computed, comm::Group& group,
+                                 torch::Dtype reduce_dtype)
     : s_(std::make_unique<State>()) {
   s_->group = &group;
   s_->params = params;
@@ -71,6 +95,7 @@ GradientReducer::GradientReducer(const std::vector<torch::Tensor>& params, const
   if (deliveries.size() != n) throw InternalError("gradient reducer: deliveries for " + std::to_string(deliveries.size()) +
                                                   " of " + std::to_string(n) + " parameters");
   s_->deliveries = std::move(deliveries);
+  s_->last_computed = std::move(last_computed);
   s_->arrived.assign(n, 0);
   s_->offset.assign(n, 0);
   s_->bucket_of.assign(n, State::kNone);
@@ -110,17 +135,13 @@ void GradientReducer::prepare(bool sync) {
     b.ready = 0;
     b.launched = false;
   }
-  if (!sync) return;
-  // A parameter no backward op of the program uses (a pipeline stage's copy of an embedding
-  // another stage computes with) is a zero gradient from the start, so its bucket launches when
-  // its other members are in, where the program reduces it, not at finish().
-  State& s = *s_;
-  for (size_t p = 0; p < s.params.size(); ++p) {
-    if (s.deliveries[p] > 0 || s.bucket_of[p] == State::kNone) continue;
-    s.buckets[s.bucket_of[p]].flat.narrow(0, s.offset[p], s.params[p].numel()).zero_();
-    s.reported[p] = true;
-    ++s.buckets[s.bucket_of[p]].ready;
-  }
+  s_->uncomputed_complete = false;
+}
+
+void GradientReducer::backward_returned() {
+  if (!s_->sync) return;
+  s_->complete_uncomputed();
+  s_->launch_ready();
 }
 
 void GradientReducer::finish() {
@@ -134,8 +155,7 @@ void GradientReducer::finish() {
     const torch::Tensor& g = s.params[p].grad();
     if (g.defined()) s.copy_in(p, g);
     else b.flat.narrow(0, s.offset[p], s.params[p].numel()).zero_();
-    s.reported[p] = true;
-    ++b.ready;
+    s.report(p);
   }
   s.launch_ready();
   // Each bucket's wait unpacks it (the program's wait, passes/mark_unpacks.h): the average of

@@ -184,13 +184,16 @@ GradientBuffers::GradientBuffers(const ir::Program& p) : p_(p), active_(sharded(
   slice_.assign(p.params.size(), 0);
   reductions_of_.resize(p.params.size());
   last_compute_.assign(p.params.size(), p.instrs.size());
+  last_backward_compute_ = p.instrs.size();
   int handles = p.next_handle;
   for (const Instr& in : p.instrs) handles = std::max(handles, in.handle + 1);
   by_handle_.resize(static_cast<size_t>(std::max(handles, 0)));
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& in = p.instrs[i];
-    if (in.kind == OpKind::Compute && in.phase == Phase::Backward)
+    if (in.kind == OpKind::Compute && in.phase == Phase::Backward) {
       for (int q : in.params) last_compute_[static_cast<size_t>(q)] = i;
+      last_backward_compute_ = i;
+    }
     if (!reduces_gradients(in)) continue;
     Reduction& r = by_handle_[static_cast<size_t>(in.handle)];
     r.params = in.params;
@@ -199,6 +202,11 @@ GradientBuffers::GradientBuffers(const ir::Program& p) : p_(p), active_(sharded(
     else r.launch = reduction_launch_bytes(p, in);
     for (int q : in.params) reductions_of_[static_cast<size_t>(q)].push_back(i);
   }
+  for (size_t q = 0; q < p.params.size(); ++q)
+    if (last_compute_[q] == p.instrs.size() && !reductions_of_[q].empty()) {
+      uncomputed_.push_back(static_cast<int>(q));
+      last_compute_[q] = last_backward_compute_;  // completed there, as zeros
+    }
 }
 
 int64_t GradientBuffers::drop_autograd() {
@@ -253,21 +261,28 @@ int64_t GradientBuffers::end_micro_batch(bool last_micro_batch) {
   return bytes;
 }
 
+int64_t GradientBuffers::hold(int q, size_t at, int micro_batch) {
+  size_t k = static_cast<size_t>(q);
+  int64_t bytes = 0;
+  if (!held_[k]) {
+    held_[k] = true;
+    bytes += padded_bytes(p_, q);
+  }
+  // No reduction of q runs in this micro-batch (ZeRO-1 before the last): the executor adds
+  // the gradient into what it keeps where the program's reduction stands, after its last use.
+  if (at == last_compute_[k] && !reduced_again(q, at, micro_batch)) bytes += land(q, last(micro_batch));
+  return bytes;
+}
+
 int64_t GradientBuffers::hand_gradients(const Instr& compute, int micro_batch) {
   int64_t bytes = 0;
   size_t at = static_cast<size_t>(&compute - p_.instrs.data());
   for (int q : compute.params) {
-    size_t k = static_cast<size_t>(q);
-    if (!held_[k]) {
-      held_[k] = true;
-      bytes += padded_bytes(p_, q);
-    }
     autograd_.push_back(q);
-    bytes += ir::param_bytes(p_, q);
-    // No reduction of q runs in this micro-batch (ZeRO-1 before the last): the executor adds
-    // the gradient into what it keeps where the program's reduction stands, after its last use.
-    if (at == last_compute_[k] && !reduced_again(q, at, micro_batch)) bytes += land(q, last(micro_batch));
+    bytes += ir::param_bytes(p_, q) + hold(q, at, micro_batch);
   }
+  if (at != last_backward_compute_) return bytes;
+  for (int q : uncomputed_) bytes += hold(q, at, micro_batch);
   return bytes;
 }
 

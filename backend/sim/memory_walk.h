@@ -103,12 +103,18 @@ class GradientBuffers {
   std::vector<Reduction> by_handle_;
   std::vector<std::vector<size_t>> reductions_of_;  // by parameter: its backward reductions' instructions
   std::vector<size_t> last_compute_;                 // by parameter: its last backward compute
+  // Parameters the rank reduces whose gradient no backward compute hands (a pipeline stage's
+  // copy of an embedding another stage computes with): the executor completes them as zeros
+  // of their full size after the last backward compute (complete_uncomputed).
+  std::vector<int> uncomputed_;
+  size_t last_backward_compute_ = 0;
   std::vector<int> autograd_;     // parameters whose full gradient autograd holds in .grad
   int64_t drop_autograd();        // frees those (negative bytes)
   const Reduction* reduction_of(const ir::Instr& in) const;  // the backward reduction `in` launches or waits for
   bool last(int micro_batch) const;  // the step's last micro-batch
   bool reduced_again(int q, size_t after, int micro_batch) const;  // another reduction of q follows in it
   int64_t hand_gradients(const ir::Instr& compute, int micro_batch);  // a backward compute's gradients arrive
+  int64_t hold(int q, size_t at, int micro_batch);   // q's full gradient is allocated by the compute at `at`
   int64_t launch(const Reduction& r, int micro_batch);                // a reduction starts
   int64_t finish(const Reduction& r, int micro_batch);                // its wait
   int64_t land(int q, bool last_micro_batch);        // q's gradient is reduced: keep its part

@@ -185,6 +185,21 @@ std::vector<int> program_deliveries(const ir::Program& step, const std::vector<s
   return deliveries;
 }
 
+// The parameters of the step program's last backward compute, as indices into `names`: once
+// their gradients are in, the ones it hands none are complete (GradientReducer).
+std::vector<size_t> program_last_computed(const ir::Program& step, const std::vector<std::string>& names) {
+  std::vector<size_t> last;
+  for (auto it = step.instrs.rbegin(); it != step.instrs.rend(); ++it) {
+    if (it->kind != ir::OpKind::Compute || it->phase != ir::Phase::Backward) continue;
+    for (int q : it->params) {
+      auto at = std::find(names.begin(), names.end(), step.params[q].name);
+      if (at != names.end()) last.push_back(static_cast<size_t>(at - names.begin()));
+    }
+    break;
+  }
+  return last;
+}
+
 // compress(): TAGC on the reduce-scatter of every parameter below each module (the lowering
 // (compression.cpp) refused it where parameters are not sharded). Resuming at the same world size, the
 // error-feedback accumulators continue where they were; otherwise they restart at zero.
@@ -603,8 +618,8 @@ std::unique_ptr<RankRun> set_up_rank(const TrainOptions& o, const RankEnv& env) 
   comm::Group* replicas = r->layout.dp == 1 ? nullptr : r->mesh ? r->mesh->dp.get() : r->world.get();
   if (replicas && !r->sharded)
     r->reducer = std::make_unique<GradientReducer>(r->params, program_buckets(*r->step, r->param_names, unreduced),
-                                                   program_deliveries(*r->step, r->param_names), *replicas,
-                                                   reduce_dtype);
+                                                   program_deliveries(*r->step, r->param_names),
+                                                   program_last_computed(*r->step, r->param_names), *replicas, reduce_dtype);
   if (!o.trace.empty()) {
     timeline::enable(env.rank);
     r->observer = std::make_unique<TimelineObserver>(*r->model.module);

@@ -199,6 +199,7 @@ double train_micro_batch(RankRun& r, int64_t step, int64_t micro, bool recording
     if (handed_on) r.stage->backward_from_next_stage();
     else loss.backward();
     if (r.stage && r.sharded) r.sharded->run_backward_to_send();
+    if (r.reducer) r.reducer->backward_returned();
     if (r.stage) r.stage->send_gradient_to_previous_stage();
     if (r.profiler) r.profiler->end_backward();
     if (r.reducer) r.reducer->finish();

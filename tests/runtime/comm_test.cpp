@@ -12,9 +12,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/comm/collective_log.h"
 #include "backend/comm/communicator.h"
 #include "backend/comm/mesh_groups.h"
 #include "backend/comm/shard_groups.h"
+#include "backend/exec/gradient_reducer.h"
 #include "backend/instrument/memory_counter.h"
 #include "backend/instrument/timeline.h"
 #include "backend/train/launcher.h"
@@ -141,6 +143,48 @@ void check_wait_listener(comm::Group& world, int r) {
          r);
 }
 
+// The data-parallel reducer with a parameter autograd hands no gradient (z: a pipeline stage's
+// copy of an embedding another stage computes with). The program reduces it, as zeros, after
+// the last backward compute, so its bucket launches once that compute's gradients are in (a,
+// via `last_computed`), or where that compute has no parameters at backward_returned(); not
+// as soon as the bucket before it (b's) has launched. loss = sum(2a * b) * (rank + 1): autograd
+// hands b its gradient first, then a. Buckets in the program's order: b, z, a.
+void check_reducer_zero_gradient(comm::Group& world, int r) {
+  if (world.size() == 1) return;  // the reducer runs where there are replicas
+  for (bool last_has_params : {true, false}) {
+    std::string tag = last_has_params ? " (the last compute's parameters say when)" : " (backward_returned says when)";
+    torch::Tensor z = torch::full({7}, 5.0f).requires_grad_(), b = torch::full({3}, 3.0f).requires_grad_(),
+                  a = torch::ones({3}).requires_grad_();
+    int launched_before_a = -1;
+    comm::CollectiveLog log;
+    auto launched = [&] {
+      int in_flight = 0;
+      return static_cast<int>(log.spans(&in_flight).size()) + in_flight;
+    };
+    a.register_hook([&](torch::Tensor grad) {  // before the reducer's own hook on a
+      launched_before_a = launched();
+      return grad;
+    });
+    std::vector<size_t> last_computed;
+    if (last_has_params) last_computed = {2};
+    GradientReducer reducer({z, b, a}, {{1}, {0}, {2}}, {0, 1, 1}, last_computed, world);
+    reducer.prepare(/*sync=*/true);
+    ((a * 2 * b).sum() * static_cast<float>(r + 1)).backward();
+    expect(launched_before_a == 1, "reducer: only b's bucket launched before a's gradient" + tag + ", not " +
+                                       std::to_string(launched_before_a), r);
+    int after_backward = launched();
+    reducer.backward_returned();
+    expect(after_backward == (last_has_params ? 3 : 1) && launched() == 3,
+           "reducer: z's and a's buckets launched after a's gradient" + tag + " (" + std::to_string(after_backward) +
+               " launched when backward returned, " + std::to_string(launched()) + " after)", r);
+    reducer.finish();
+    float mean = (world.size() + 1) / 2.0f;  // of the ranks' (rank + 1)
+    expect(torch::equal(z.grad(), torch::zeros({7})) && torch::allclose(b.grad(), torch::full({3}, 2 * mean)) &&
+               torch::allclose(a.grad(), torch::full({3}, 6 * mean)),
+           "reducer: averaged gradients, z's zero" + tag, r);
+  }
+}
+
 int worker(const RankEnv& env) {
   memory::install_counting_allocator();
   torch::set_num_threads(1);
@@ -224,6 +268,7 @@ int worker(const RankEnv& env) {
   check_gather_memory(*world, r);
   check_trace_span(*world, r);
   check_wait_listener(*world, r);
+  check_reducer_zero_gradient(*world, r);
   comm::barrier(*world);
   return failures == 0 ? 0 : 1;
 }

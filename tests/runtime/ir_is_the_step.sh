@@ -85,6 +85,8 @@ same_collectives "a pipeline of 2 stages on gpt:tiny, stage 1, 2 micro-batches" 
 same_collectives "examples/gpt_tp.sched (tp 2 x pp 2), stage 1, tp rank 1" 4 1 examples/gpt_tp.sched --model gpt:50m --rank 3
 # Meshes beside data parallelism: the data-parallel buckets are the program's.
 same_collectives "a pipeline of 2 stages x dp 2 on gpt:tiny, stage 1" 4 1 tests/verify/pipeline.sched --model gpt:tiny --rank 2
+same_collectives "a pipeline of 2 stages x dp 2 on gpt:tiny, stage 1, 2 micro-batches" 4 1 tests/verify/pipeline.sched \
+  --model gpt:tiny --rank 2 --accum 2
 # Composition: each stage recomputes its own checkpointed blocks; a recomputation under tensor
 # parallelism issues its forward's all-reduces again; bucket() under a mesh.
 same_collectives "pipeline with every block checkpointed, stage 1" 2 2 tests/verify/pipeline_checkpoint.sched --model gpt:tiny --rank 1
@@ -100,8 +102,10 @@ same_collectives "tp 2 x ZeRO-3 with TAGC, unshard and offload, 2 micro-batches"
 # parameters; the shared gradients' slices are summed over the pipeline.
 same_collectives "pp 2 x ZeRO-1, every block checkpointed, stage 1, 2 micro-batches" 4 1 tests/verify/pipeline_zero1_checkpoint.sched \
   --model gpt:tiny --rank 2 --accum 2
-same_collectives "tp 2 x pp 2 x dp 2 with ZeRO-3, prefetch and a checkpointed block, last rank" 8 1 tests/verify/tp_pp_zero3.sched \
-  --model gpt:tiny --rank 7
+for rank in 0 7; do
+  same_collectives "tp 2 x pp 2 x dp 2 with ZeRO-3, prefetch and a checkpointed block, rank $rank, 2 micro-batches" 8 1 \
+    tests/verify/tp_pp_zero3.sched --model gpt:tiny --rank "$rank" --accum 2
+done
 
 # Where the step waits is the program's too: ZeRO-1/2 (s_p = 1) launch every gradient's
 # all-reduce over the replicas in backward and wait for them after the last (the IR's pending
