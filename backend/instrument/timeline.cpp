@@ -49,17 +49,18 @@ Span::~Span() {
   if (active_) record(name_, category_, Track::Compute, start_, now_us());
 }
 
-void write_rank_events(const std::string& path) {
+std::string rank_events() {
   std::lock_guard<std::mutex> lock(mutex);
-  std::ofstream out(path);
+  std::string lines;
   for (auto& e : events) {
     nlohmann::json j{{"name", e.name}, {"cat", e.category}, {"ph", "X"}, {"ts", e.start}, {"dur", e.end - e.start},
                      {"pid", this_rank}, {"tid", static_cast<int>(e.track)}};
-    out << j.dump() << "\n";
+    lines += j.dump() + "\n";
   }
+  return lines;
 }
 
-void merge(const std::string& prefix, int world, const std::string& path) {
+std::string merged_trace(const std::string& prefix, int world) {
   nlohmann::json trace;
   trace["displayTimeUnit"] = "ms";
   trace["traceEvents"] = nlohmann::json::array();
@@ -75,7 +76,7 @@ void merge(const std::string& prefix, int world, const std::string& path) {
       if (!line.empty()) trace["traceEvents"].push_back(nlohmann::json::parse(line));
     std::remove(file.c_str());
   }
-  std::ofstream(path) << trace.dump() << "\n";
+  return trace.dump() + "\n";
 }
 
 }  // namespace loom::timeline

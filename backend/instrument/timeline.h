@@ -36,9 +36,10 @@ class Span {
   bool active_;
 };
 
-// Writes this rank's events as JSON lines to `path`.
-void write_rank_events(const std::string& path);
-// Merges the per-rank files `prefix.rank<N>` for N < world into one Chrome trace at `path`.
-void merge(const std::string& prefix, int world, const std::string& path);
+// This rank's events, as JSON lines. (The caller writes them: a failed write is its error.)
+std::string rank_events();
+// The per-rank files `prefix.rank<N>` for N < world (rank_events() of each), merged into one
+// Chrome trace; the files are removed.
+std::string merged_trace(const std::string& prefix, int world);
 
 }  // namespace loom::timeline

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -184,6 +185,27 @@ int supervise(const LaunchSpec& spec, std::vector<Worker>& workers, bool prefix,
   return failed;
 }
 
+// Whether a rank's last lines say it failed because another rank stopped (trainer.cpp's hint
+// for a collective that broke): the consequence of a failure, not its cause.
+bool failed_for_another(const Worker& w) {
+  return std::any_of(w.last.begin(), w.last.end(),
+                     [](const std::string& line) { return line.find("another rank stopped or stalled") != std::string::npos; });
+}
+
+// The rank whose failure to report: the first that failed, unless it failed only because
+// another stopped and another rank said an error of its own (a rank that fails on its own
+// closes its connections as it exits, and a peer's collective can fail and exit first).
+size_t failure_cause(const std::vector<Worker>& workers, size_t first) {
+  if (!failed_for_another(workers[first])) return first;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const Worker& w = workers[i];
+    bool ok = WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0;
+    bool said_error = std::any_of(w.last.begin(), w.last.end(), [](const std::string& line) { return line.find("error") != std::string::npos; });
+    if (i != first && !ok && said_error && !failed_for_another(w)) return i;
+  }
+  return first;
+}
+
 // The failed rank, how it ended and its error line (not a hint printed after it).
 void report_failure(const Worker& w, std::ostream& err) {
   err << "loom run: rank " << w.rank << " failed (" << describe_exit(w.status) << ")";
@@ -205,7 +227,7 @@ int launch(const LaunchSpec& spec, std::ostream& err) {
   if (!spawn_workers(spec, port, workers, err)) return 1;
   int failed = supervise(spec, workers, /*prefix=*/spec.nproc * spec.nnodes > 1, err);
   if (failed >= 0) {
-    report_failure(workers[failed], err);
+    report_failure(workers[failure_cause(workers, static_cast<size_t>(failed))], err);
     return 1;
   }
   if (interrupted) {

@@ -404,6 +404,19 @@ StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
   return measured;
 }
 
+namespace {
+// Writes one of --trace's files (a rank's events, or the merged trace); a failed write (a full
+// disk) is a UserError, where it once left a short trace behind without a word.
+void write_trace_file(const std::string& path, const std::string& text) {
+  try {
+    write_whole_file(path, text);
+  } catch (const WriteError& e) {
+    throw UserError(SourceRange{}, std::string("--trace: ") + e.what(),
+                    "free space or choose another --trace file (the run's steps are done; its --save checkpoints are kept)");
+  }
+}
+}  // namespace
+
 // After the last step: interceptors off, the profile and the timeline written.
 void finish_rank(RankRun& r) {
   const TrainOptions& o = r.o;
@@ -412,9 +425,9 @@ void finish_rank(RankRun& r) {
   if (r.profiler && !o.profile_out.empty()) write_profile(r);
   if (!o.trace.empty()) {
     // Each rank writes its events; rank 0 merges them (ranks of one node share the file system).
-    timeline::write_rank_events(o.trace + ".rank" + std::to_string(r.env.rank));
+    write_trace_file(o.trace + ".rank" + std::to_string(r.env.rank), timeline::rank_events());
     comm::barrier(*r.world);
-    if (r.lead() && r.env.world == r.env.local_world) timeline::merge(o.trace, r.env.world, o.trace);
+    if (r.lead() && r.env.world == r.env.local_world) write_trace_file(o.trace, timeline::merged_trace(o.trace, r.env.world));
   }
   comm::barrier(*r.world);
 }

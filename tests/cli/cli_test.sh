@@ -166,6 +166,19 @@ expect "profile --out unwritable" 1 "error: --out $tmp: cannot write it: it is a
   -- "$loom" profile --model gpt:tiny --nproc 1 --steps 1 --cache-dir "$tmp/cache2" --out "$tmp"
 expect "profile --cache-dir unwritable" 1 "error: --cache-dir /proc/x: cannot create the directory /proc/x" \
   -- "$loom" profile --model gpt:tiny --nproc 1 --steps 1 --cache-dir /proc/x
+# A write that fails once the work is done (a full disk: /dev/full takes the open, refuses the
+# bytes) names the file and why, and fails the command.
+expect "plan --out on a full disk" 1 "loom plan: cannot write /dev/full: No space left on device" \
+  -- "$loom" plan --model gpt:tiny --world 2 --local-world 2 --seq 64 --micro-batch 1 --cluster dgx-a100 --out /dev/full
+for output in --trace --memory-plot; do
+  expect "simulate $output on a full disk" 1 "loom simulate: cannot write /dev/full: No space left on device" \
+    -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --cluster dgx-a100 "$output" /dev/full
+done
+expect "check --trace-json on a full disk" 1 "cannot write /dev/full: No space left on device" \
+  -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --trace-json /dev/full
+expect "profile --out on a full disk" 1 "error: --out: cannot write /dev/full: No space left on device" \
+  "hint: free space, or choose another file; the profile stays in $tmp/cache3/gpt-tiny-w1-" \
+  -- "$loom" profile --model gpt:tiny --nproc 1 --steps 1 --cache-dir "$tmp/cache3" --out /dev/full
 
 # Whole-schedule rules (verifier/) run in check.
 expect "memory limit" 1 "error: model states need" -- "$loom" check stdlib_schedules/zero1.sched --model gpt2 --world 8 --memory-limit 500MB

@@ -217,6 +217,12 @@ RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port + 3)) "$loom" run 
   > "$tmp/out" 2> "$tmp/err"
 if [ $? -eq 1 ] && grep -q "error: --save $tmp/afile/x: cannot create the directory" "$tmp/err"; then ok; else bad "torchrun rank checks --save"; fi
 expect_run_error 1 "error: could not write --metrics /dev/full after step 1: No space left on device" $small_run --steps 2 --metrics /dev/full
+# The launcher names the rank that failed on its own, not a peer whose barrier broke as it exited
+# (rank 1's collective fails when rank 0 goes, and can exit first): five tries.
+for try in 1 2 3 4 5; do
+  expect_run_error 1 "loom run: rank 0 failed (exit code 1): error: --trace: cannot write /dev/full: No space left on device" \
+    $small_run --nproc 2 --steps 2 --trace /dev/full
+done
 "$loom" run $small_run --nproc 2 --steps 2 --save "$tmp/ck" > /dev/null 2>&1
 (ulimit -f 1000; "$loom" run $small_run --nproc 2 --steps 4 --resume "$tmp/ck" --save "$tmp/ck" > /dev/null 2> "$tmp/err")
 rc=$?
