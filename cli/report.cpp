@@ -14,6 +14,7 @@
 #include "backend/report/run_metrics.h"
 #include "backend/report/share_bars.h"
 #include "backend/report/step_shares.h"
+#include "backend/train/output_paths.h"
 #include "cli/commands.h"
 #include "lang/diagnostics.h"
 #include "lang/value.h"
@@ -28,9 +29,11 @@ struct ReportOptions {
 };
 
 void write_file(const fs::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw UserError(SourceRange{}, "could not write " + path.string(), "choose an --out directory you can write to");
+  try {
+    write_whole_file(path.string(), text);
+  } catch (const WriteError& e) {
+    throw UserError(SourceRange{}, std::string("--out: ") + e.what(), "free space, or choose an --out directory you can write to");
+  }
 }
 
 // One chart of a metric over the steps.

@@ -73,7 +73,15 @@ void check_output_file(const std::string& path, const std::string& flag) {
 void write_whole_file(const std::string& path, const std::string& bytes) {
   CheckedFileWriter writer(path);
   writer.sink()(bytes.data(), bytes.size());
-  writer.finish();
+  try {
+    writer.finish();
+  } catch (const WriteError&) {
+    // A short file would be read back as if whole (a profile in the cache); a device such as
+    // /dev/full is left alone.
+    std::error_code ec;
+    if (fs::is_regular_file(path, ec)) fs::remove(path, ec);
+    throw;
+  }
 }
 
 struct CheckedFileWriter::State {

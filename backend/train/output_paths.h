@@ -25,8 +25,9 @@ class WriteError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Writes `bytes` as the whole of `path`, or throws WriteError: for the files of a checkpoint,
-// where a silently short file would be read back later.
+// Writes `bytes` as the whole of `path`, or throws WriteError having removed what it wrote:
+// for the files of a checkpoint, a profile, a trace, where a silently short file would be read
+// back later.
 void write_whole_file(const std::string& path, const std::string& bytes);
 
 // Streams a LibTorch archive into a file (`archive.save_to(writer.sink())`). LibTorch 1.13's

@@ -154,7 +154,12 @@ void write_profile(RankRun& r) {
   auto write = [&](const std::string& path) {
     fs::path parent = fs::path(path).parent_path();
     if (!parent.empty()) fs::create_directories(parent);
-    std::ofstream(path) << text;
+    try {
+      write_whole_file(path, text);
+    } catch (const WriteError& e) {
+      throw UserError(SourceRange{}, std::string("could not write the profile: ") + e.what(),
+                      "free space, or give another --cache-dir (the profile is written there, then copied to --out)");
+    }
   };
   if (lead) write(o.profile_out);
   const char* per_rank = std::getenv("LOOM_PROFILE_PER_RANK");

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "backend/train/output_paths.h"
 #include "lang/diagnostics.h"
 
 namespace loom {
@@ -124,18 +125,16 @@ TokenFileHeader prepare_token_file(const std::vector<std::string>& inputs, const
   if (tokens.empty()) throw UserError(SourceRange{}, "the input text files are empty", "give files with some text");
   TokenFileHeader h;
   h.count = tokens.size();
-  std::string tmp = out + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) throw UserError(SourceRange{}, "cannot write '" + out + "'", "check that its directory exists and is writable");
-    char header[kHeaderBytes] = {};
-    std::memcpy(header, kMagic, 8);
-    std::memcpy(header + 8, &h.vocab_size, 4);
-    std::memcpy(header + 12, &h.token_bytes, 4);
-    std::memcpy(header + 16, &h.count, 8);
-    f.write(header, kHeaderBytes);
-    f.write(tokens.data(), static_cast<std::streamsize>(tokens.size()));
-    if (!f) throw UserError(SourceRange{}, "writing '" + out + "' failed", "check free disk space");
+  std::string tmp = out + ".tmp";  // renamed over `out` once whole
+  char header[kHeaderBytes] = {};
+  std::memcpy(header, kMagic, 8);
+  std::memcpy(header + 8, &h.vocab_size, 4);
+  std::memcpy(header + 12, &h.token_bytes, 4);
+  std::memcpy(header + 16, &h.count, 8);
+  try {
+    write_whole_file(tmp, std::string(header, kHeaderBytes) + tokens);
+  } catch (const WriteError& e) {
+    throw UserError(SourceRange{}, std::string("--out: ") + e.what(), "free space, or choose another --out file");
   }
   std::rename(tmp.c_str(), out.c_str());
   return h;

@@ -162,6 +162,9 @@ touch "$tmp/afile"
 expect "check --trace-json unwritable" 1 "error: --trace-json $tmp/afile/t.json: cannot create the directory $tmp/afile: '$tmp/afile' is a file, not a directory" \
   -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --trace-json "$tmp/afile/t.json"
 expect "data prepare --out unwritable" 1 "error: --out /proc/x/c.bin: cannot create the directory /proc/x" -- "$loom" data prepare README.md --out /proc/x/c.bin
+expect "data prepare past a file-size limit" 1 "error: --out: cannot write $tmp/big.bin.tmp: File too large" \
+  "hint: free space, or choose another --out file" -- bash -c "ulimit -f 1; \"\$0\" data prepare README.md --out \"\$1\"" "$loom" "$tmp/big.bin"
+expect "data prepare past a file-size limit left nothing" 0 "none" -- bash -c "ls \"\$0\"* 2>/dev/null || echo none" "$tmp/big.bin"
 expect "profile --out unwritable" 1 "error: --out $tmp: cannot write it: it is a directory" \
   -- "$loom" profile --model gpt:tiny --nproc 1 --steps 1 --cache-dir "$tmp/cache2" --out "$tmp"
 expect "profile --cache-dir unwritable" 1 "error: --cache-dir /proc/x: cannot create the directory /proc/x" \
@@ -174,6 +177,20 @@ for output in --trace --memory-plot; do
   expect "simulate $output on a full disk" 1 "loom simulate: cannot write /dev/full: No space left on device" \
     -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --cluster dgx-a100 "$output" /dev/full
 done
+# A profile that cannot be written whole leaves nothing in the cache to be read back as if it were
+# (its output past a file-size limit; the run's own lines stay under it).
+expect "profile past a file-size limit" 1 "could not write the profile: cannot write $tmp/cache5/gpt-tiny-w1-" "File too large" \
+  "hint: free space, or give another --cache-dir" -- bash -c "ulimit -f 1; set -o pipefail; \"\$0\" profile --model gpt:tiny --nproc 1 --steps 1 --cache-dir \"\$1\" --out \"\$1.json\" | tail -c 500" \
+  "$loom" "$tmp/cache5"
+expect "profile past a file-size limit left no file" 0 "0 files" -- bash -c "echo \$(ls -A \"\$0\" | wc -l) files" "$tmp/cache5"
+# fmt -i writes beside the file and renames: a failed write (here past a file-size limit) leaves it as it was.
+for i in $(seq 0 59); do printf 'sch["h.%d"].prefetch(  budget=auto )\n' "$i"; done > "$tmp/long.sched"
+cp "$tmp/long.sched" "$tmp/long.orig"
+expect "fmt -i past a file-size limit" 1 "error: cannot write $tmp/long.sched.loom-fmt: File too large" \
+  "hint: free space (or raise the file-size limit); $tmp/long.sched is unchanged" -- bash -c "ulimit -f 1; \"\$0\" fmt -i \"\$1\"" "$loom" "$tmp/long.sched"
+expect "fmt -i left the file and nothing beside it" 0 "" -- bash -c "cmp \"\$0\" \"\$1\" && [ ! -e \"\$0.loom-fmt\" ]" "$tmp/long.sched" "$tmp/long.orig"
+chmod 640 "$tmp/long.sched"
+expect "fmt -i rewrites, keeping the file's mode" 0 "640" -- bash -c "\"\$0\" fmt -i \"\$1\" && \"\$0\" fmt --check \"\$1\" && stat -c %a \"\$1\"" "$loom" "$tmp/long.sched"
 expect "check --trace-json on a full disk" 1 "cannot write /dev/full: No space left on device" \
   -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --trace-json /dev/full
 expect "profile --out on a full disk" 1 "error: --out: cannot write /dev/full: No space left on device" \
@@ -262,6 +279,9 @@ expect "--representative needs a profile" 2 \
 # This machine as a cluster, from the profile: loom plan plans for it.
 expect "simulate --save-cluster" 0 "step" -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 \
   --micro-batch 2 --profile "$tmp/profile.json" --save-cluster "$tmp/here.json"
+expect "simulate --save-cluster on a full disk" 1 "loom simulate: cannot write /dev/full: No space left on device" \
+  -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json" \
+  --save-cluster /dev/full
 expect "plan on this machine" 0 "loom plan: gpt:tiny on 2 ranks of here" "plans simulated" \
   -- "$loom" plan --model gpt:tiny --world 2 --seq 32 --micro-batch 2 --cluster "$tmp/here.json"
 expect "--save-cluster needs a profile" 2 "error: --save-cluster derives this machine from a profile; this run is priced on a cluster" \
@@ -293,6 +313,9 @@ expect "report of the simulator's trace" 2 "error: $tmp/sim.json has no steps: i
 expect "report of a missing trace" 2 "error: cannot read the trace '$tmp/none.json'" "hint: pass the file \`loom run --trace\` wrote" \
   -- "$loom" report "$tmp/run.jsonl" --trace "$tmp/none.json" --out "$tmp/report"
 expect "report of a trace that is not JSON" 2 "error: README.md is not JSON" -- "$loom" report "$tmp/run.jsonl" --trace README.md --out "$tmp/report"
+expect "report past a file-size limit" 2 "error: --out: cannot write $tmp/report_full/loss.svg: File too large" \
+  "hint: free space, or choose an --out directory you can write to" \
+  -- bash -c "ulimit -f 1; \"\$0\" report \"\$1\" --out \"\$2\"" "$loom" "$tmp/run.jsonl" "$tmp/report_full"
 expect "report into a directory it cannot make" 2 "error: cannot create the --out directory '$tmp/run.jsonl/plots'" \
   -- "$loom" report "$tmp/run.jsonl" --out "$tmp/run.jsonl/plots"
 expect "simulate without a cost model" 2 "error: loom simulate needs one cost model: --cluster NAME or --profile FILE" \
