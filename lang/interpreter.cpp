@@ -107,41 +107,17 @@ Interpreter::Flow Interpreter::exec(const ast::Stmt& s, const std::shared_ptr<co
     case ast::StmtKind::Let:
       declare(s.name, eval(*s.expr), s.name_range);
       return Flow::Normal;
-    case ast::StmtKind::Assign: {
-      Value v = eval(*s.expr);
-      Value* slot = lookup(s.name);
-      if (!slot) {
-        if (kBuiltinNames.count(s.name))
-          throw UserError(s.name_range, "'" + s.name + "' is a built-in name and cannot be assigned", "choose another name");
-        throw UserError(s.name_range, "assignment to undeclared variable '" + s.name + "'", "declare it first: let " + s.name + " = ...");
-      }
-      *slot = std::move(v);
+    case ast::StmtKind::Assign:
+      exec_assign(s);
       return Flow::Normal;
-    }
     case ast::StmtKind::If: {
       ScopeGuard guard(frames_.back().scopes);
       if (truthy(eval(*s.expr))) return exec_block(s.body, program);
       if (s.has_else) return exec_block(s.else_body, program);
       return Flow::Normal;
     }
-    case ast::StmtKind::For: {
-      Value iterable = eval(*s.expr);
-      std::vector<Value> items;
-      if (iterable.is(ValueKind::List)) {
-        items = iterable.as_list();
-      } else if (iterable.is(ValueKind::Selection)) {
-        for (auto& e : iterable.as_selection()->elements()) items.push_back(Value::selection(std::make_shared<Selection>(e)));
-      } else {
-        throw UserError(s.expr->range, "cannot iterate over " + kind_with_article(iterable.kind()),
-                        "loop over a list, range(...) or a module selection");
-      }
-      for (auto& item : items) {
-        ScopeGuard guard(frames_.back().scopes);
-        declare(s.name, item, s.name_range);
-        if (exec_block(s.body, program) == Flow::Return) return Flow::Return;
-      }
-      return Flow::Normal;
-    }
+    case ast::StmtKind::For:
+      return exec_for(s, program);
     case ast::StmtKind::Def:
       declare(s.name, Value::function(std::make_shared<FunctionValue>(FunctionValue{&s, program})), s.name_range);
       return Flow::Normal;
@@ -152,6 +128,36 @@ Interpreter::Flow Interpreter::exec(const ast::Stmt& s, const std::shared_ptr<co
     case ast::StmtKind::Expr:
       eval(*s.expr);
       return Flow::Normal;
+  }
+  return Flow::Normal;
+}
+
+void Interpreter::exec_assign(const ast::Stmt& s) {
+  Value v = eval(*s.expr);
+  Value* slot = lookup(s.name);
+  if (!slot) {
+    if (kBuiltinNames.count(s.name))
+      throw UserError(s.name_range, "'" + s.name + "' is a built-in name and cannot be assigned", "choose another name");
+    throw UserError(s.name_range, "assignment to undeclared variable '" + s.name + "'", "declare it first: let " + s.name + " = ...");
+  }
+  *slot = std::move(v);
+}
+
+Interpreter::Flow Interpreter::exec_for(const ast::Stmt& s, const std::shared_ptr<const ast::Program>& program) {
+  Value iterable = eval(*s.expr);
+  std::vector<Value> items;
+  if (iterable.is(ValueKind::List)) {
+    items = iterable.as_list();
+  } else if (iterable.is(ValueKind::Selection)) {
+    for (auto& e : iterable.as_selection()->elements()) items.push_back(Value::selection(std::make_shared<Selection>(e)));
+  } else {
+    throw UserError(s.expr->range, "cannot iterate over " + kind_with_article(iterable.kind()),
+                    "loop over a list, range(...) or a module selection");
+  }
+  for (auto& item : items) {
+    ScopeGuard guard(frames_.back().scopes);
+    declare(s.name, item, s.name_range);
+    if (exec_block(s.body, program) == Flow::Return) return Flow::Return;
   }
   return Flow::Normal;
 }
@@ -330,39 +336,42 @@ Value Interpreter::eval(const ast::Expr& e) {
     }
     case ast::ExprKind::Member:
       throw UserError(e.range, "'." + e.text + "' must be called", "write ." + e.text + "(...)");
-    case ast::ExprKind::Index: {
-      Value object = eval(*e.operands[0]);
-      Value index = eval(*e.operands[1]);
-      if (object.is(ValueKind::Selection)) {
-        if (!index.is(ValueKind::String))
-          throw UserError(e.operands[1]->range, "modules are selected by a path string, not " + kind_with_article(index.kind()),
-                          "e.g. sch[\"h.{i}\"]");
-        return Value::selection(std::make_shared<Selection>(object.as_selection()->select(index.as_string(), e.operands[1]->range)));
-      }
-      if (object.is(ValueKind::List)) {
-        if (!index.is(ValueKind::Int))
-          throw UserError(e.operands[1]->range, "list index must be an int", "e.g. xs[0]");
-        int64_t n = static_cast<int64_t>(object.as_list().size()), k = index.as_int();
-        if (k < 0) k += n;
-        if (k < 0 || k >= n)
-          throw UserError(e.operands[1]->range, "index " + std::to_string(index.as_int()) + " is out of range for a list of " + std::to_string(n),
-                          "valid indices are 0.." + std::to_string(n - 1));
-        return object.as_list()[k];
-      }
-      throw UserError(e.operands[0]->range, "cannot index " + kind_with_article(object.kind()), "index lists or module selections");
-    }
-    case ast::ExprKind::Unary: {
-      Value v = eval(*e.operands[0]);
-      if (e.text == "not") return Value::boolean(!truthy(v));
-      if (v.is(ValueKind::Int)) return Value::integer(-v.as_int());
-      if (v.is(ValueKind::Float)) return Value::floating(-v.as_number());
-      if (v.is(ValueKind::Bytes)) return Value::bytes(-v.as_int());
-      throw UserError(e.range, std::string("cannot negate a ") + kind_name(v.kind()), "negate numbers only");
-    }
+    case ast::ExprKind::Index: return eval_index(e);
+    case ast::ExprKind::Unary: return eval_unary(e);
     case ast::ExprKind::Binary: return eval_binary(e);
     case ast::ExprKind::Call: return eval_call(e);
   }
   throw InternalError("unknown expression kind");
+}
+
+// xs[k] (Python's negative indices count from the end) or sch["path"].
+Value Interpreter::eval_index(const ast::Expr& e) {
+  Value object = eval(*e.operands[0]);
+  Value index = eval(*e.operands[1]);
+  if (object.is(ValueKind::Selection)) {
+    if (!index.is(ValueKind::String))
+      throw UserError(e.operands[1]->range, "modules are selected by a path string, not " + kind_with_article(index.kind()),
+                      "e.g. sch[\"h.{i}\"]");
+    return Value::selection(std::make_shared<Selection>(object.as_selection()->select(index.as_string(), e.operands[1]->range)));
+  }
+  if (!object.is(ValueKind::List))
+    throw UserError(e.operands[0]->range, "cannot index " + kind_with_article(object.kind()), "index lists or module selections");
+  if (!index.is(ValueKind::Int)) throw UserError(e.operands[1]->range, "list index must be an int", "e.g. xs[0]");
+  int64_t n = static_cast<int64_t>(object.as_list().size()), k = index.as_int();
+  if (k < 0) k += n;
+  if (k < 0 || k >= n)
+    throw UserError(e.operands[1]->range, "index " + std::to_string(index.as_int()) + " is out of range for a list of " + std::to_string(n),
+                    "valid indices are 0.." + std::to_string(n - 1));
+  return object.as_list()[k];
+}
+
+Value Interpreter::eval_unary(const ast::Expr& e) {
+  Value v = eval(*e.operands[0]);
+  if (e.text == "not") return Value::boolean(!truthy(v));
+  if (v.is(ValueKind::Int)) return Value::integer(-v.as_int());
+  if (v.is(ValueKind::Float)) return Value::floating(-v.as_number());
+  if (v.is(ValueKind::Bytes)) return Value::bytes(-v.as_int());
+  throw UserError(e.range, "cannot negate " + kind_with_article(v.kind()), "negate numbers only");
 }
 
 Value Interpreter::eval_call(const ast::Expr& e) {

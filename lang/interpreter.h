@@ -52,10 +52,14 @@ class Interpreter {
 
   Flow exec_block(const std::vector<ast::StmtPtr>& stmts, const std::shared_ptr<const ast::Program>& program);
   Flow exec(const ast::Stmt& s, const std::shared_ptr<const ast::Program>& program);
+  void exec_assign(const ast::Stmt& s);
+  Flow exec_for(const ast::Stmt& s, const std::shared_ptr<const ast::Program>& program);
   void run_import(const ast::Stmt& s);
   Value eval(const ast::Expr& e);
   Value eval_call(const ast::Expr& e);
   Value eval_binary(const ast::Expr& e);
+  Value eval_index(const ast::Expr& e);
+  Value eval_unary(const ast::Expr& e);
   Value call_builtin(const std::string& name, const ast::Expr& call, const std::vector<ArgValue>& args,
                      const std::vector<std::pair<std::string, ArgValue>>& kwargs);
   Value call_function(const FunctionValue& f, const ast::Expr& call, const std::vector<ArgValue>& args,
