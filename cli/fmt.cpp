@@ -1,10 +1,15 @@
 // loom fmt: print a .sched file in canonical form (comments kept).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
-#include "backend/train/output_paths.h"
 #include "cli/commands.h"
 #include "grammar/parse.h"
 #include "lang/diagnostics.h"
@@ -13,23 +18,37 @@
 namespace loom::cli {
 namespace {
 
-// Replaces `file` with `text` through a file beside it, renamed over it once whole, so that a
-// failed write (a full disk) leaves the schedule as it was; false, having said why, if it failed.
-bool rewrite(const std::string& file, const std::string& text) {
-  std::string beside = file + ".loom-fmt";
-  std::error_code ignored;
-  try {
-    write_whole_file(beside, text);
-    std::filesystem::permissions(beside, std::filesystem::status(file).permissions());  // the schedule's, not the default
-    std::filesystem::rename(beside, file);
-    return true;
-  } catch (const WriteError& e) {
-    std::cerr << "error: " << e.what() << "\n  hint: free space (or raise the file-size limit); " << file << " is unchanged\n";
-  } catch (const std::filesystem::filesystem_error& e) {
-    std::cerr << "error: cannot replace " << file << ": " << e.code().message() << "\n  hint: " << file << " is unchanged\n";
+namespace fs = std::filesystem;
+
+[[noreturn]] void cannot_rewrite(const std::string& file, const std::string& why, const std::string& hint) {
+  throw UserError(SourceRange{}, "cannot rewrite " + file + ": " + why, hint + "; " + file + " is unchanged");
+}
+
+// Replaces the schedule (the file a symbolic link names, where it is one) with `text` through a
+// new file beside it, renamed over it once whole, so that a failed write (a full disk) leaves the
+// schedule as it was. The new file has the schedule's permissions; a hard link to the old one
+// keeps the old text.
+void rewrite(const std::string& file, const std::string& text) {
+  std::error_code ec;
+  fs::path target = fs::canonical(file, ec);
+  if (ec) cannot_rewrite(file, ec.message(), "check the path");
+  if (::access(target.c_str(), W_OK) != 0) cannot_rewrite(file, std::strerror(errno), "make it writable, or print it with `loom fmt " + file + "`");
+  std::string name = (target.parent_path() / ("." + target.filename().string() + ".loom-fmt-XXXXXX")).string();
+  int fd = ::mkstemp(name.data());  // a new file of its own, whatever lies beside the schedule
+  if (fd < 0) cannot_rewrite(file, std::string("cannot create a file beside it: ") + std::strerror(errno), "make its directory writable");
+  size_t done = 0;
+  int failed = 0;
+  while (done < text.size() && !failed) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n >= 0) done += static_cast<size_t>(n);
+    else if (errno != EINTR) failed = errno;
   }
-  std::filesystem::remove(beside, ignored);
-  return false;
+  if (!failed && ::fchmod(fd, static_cast<mode_t>(fs::status(target).permissions())) != 0) failed = errno;
+  if (::close(fd) != 0 && !failed) failed = errno;
+  if (!failed && ::rename(name.c_str(), target.c_str()) != 0) failed = errno;
+  if (!failed) return;
+  ::unlink(name.c_str());
+  cannot_rewrite(file, std::strerror(failed), "free space (or raise the file-size limit)");
 }
 
 }  // namespace
@@ -60,7 +79,8 @@ void add_fmt(CLI::App& app, std::function<int()>& run) {
           std::cout << formatted;
           return kOk;
         }
-        return rewrite(*file, formatted) ? kOk : kUserError;
+        rewrite(*file, formatted);
+        return kOk;
       } catch (const UserError& e) {
         std::cerr << render(e.diagnostic(), &sources);
         return kUserError;

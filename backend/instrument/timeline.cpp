@@ -74,9 +74,12 @@ std::string merged_trace(const std::string& prefix, int world) {
     std::string line;
     while (std::getline(in, line))
       if (!line.empty()) trace["traceEvents"].push_back(nlohmann::json::parse(line));
-    std::remove(file.c_str());
   }
   return trace.dump() + "\n";
+}
+
+void remove_rank_files(const std::string& prefix, int world) {
+  for (int r = 0; r < world; ++r) std::remove((prefix + ".rank" + std::to_string(r)).c_str());
 }
 
 }  // namespace loom::timeline

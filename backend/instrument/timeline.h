@@ -39,7 +39,9 @@ class Span {
 // This rank's events, as JSON lines. (The caller writes them: a failed write is its error.)
 std::string rank_events();
 // The per-rank files `prefix.rank<N>` for N < world (rank_events() of each), merged into one
-// Chrome trace; the files are removed.
+// Chrome trace.
 std::string merged_trace(const std::string& prefix, int world);
+// Removes those files (once the merged trace is written: until then they are the only copy).
+void remove_rank_files(const std::string& prefix, int world);
 
 }  // namespace loom::timeline

@@ -200,7 +200,7 @@ size_t failure_cause(const std::vector<Worker>& workers, size_t first) {
   for (size_t i = 0; i < workers.size(); ++i) {
     const Worker& w = workers[i];
     bool ok = WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0;
-    bool said_error = std::any_of(w.last.begin(), w.last.end(), [](const std::string& line) { return line.find("error") != std::string::npos; });
+    bool said_error = std::any_of(w.last.begin(), w.last.end(), [](const std::string& line) { return line.rfind("error: ", 0) == 0; });
     if (i != first && !ok && said_error && !failed_for_another(w)) return i;
   }
   return first;

@@ -70,29 +70,32 @@ void check_output_file(const std::string& path, const std::string& flag) {
   if (!existed) fs::remove(path, ec);
 }
 
-void write_whole_file(const std::string& path, const std::string& bytes) {
+void write_whole_file(const std::string& path, const std::vector<std::string_view>& pieces) {
   CheckedFileWriter writer(path);
-  writer.sink()(bytes.data(), bytes.size());
+  for (std::string_view piece : pieces) writer.sink()(piece.data(), piece.size());
   try {
     writer.finish();
   } catch (const WriteError&) {
-    // A short file would be read back as if whole (a profile in the cache); a device such as
-    // /dev/full is left alone.
+    // A short file would be read back as if whole (a profile in the cache).
     std::error_code ec;
-    if (fs::is_regular_file(path, ec)) fs::remove(path, ec);
+    if (writer.opened() && fs::is_regular_file(fs::symlink_status(path, ec))) fs::remove(path, ec);
     throw;
   }
 }
+
+void write_whole_file(const std::string& path, const std::string& bytes) { write_whole_file(path, {std::string_view(bytes)}); }
 
 struct CheckedFileWriter::State {
   std::string path;
   std::ofstream out;
   std::string failure;  // the first failed write's reason
+  bool opened = false;
 };
 
 CheckedFileWriter::CheckedFileWriter(const std::string& path) : s_(std::make_unique<State>()) {
   s_->path = path;
   s_->out.open(path, std::ios::binary | std::ios::trunc);
+  s_->opened = s_->out.is_open();
   if (!s_->out) s_->failure = std::strerror(errno);
 }
 
@@ -107,6 +110,8 @@ std::function<size_t(const void*, size_t)> CheckedFileWriter::sink() {
     return n;
   };
 }
+
+bool CheckedFileWriter::opened() const { return s_->opened; }
 
 void CheckedFileWriter::finish() {
   if (s_->failure.empty()) {

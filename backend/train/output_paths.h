@@ -6,6 +6,8 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace loom {
 
@@ -25,10 +27,13 @@ class WriteError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Writes `bytes` as the whole of `path`, or throws WriteError having removed what it wrote:
-// for the files of a checkpoint, a profile, a trace, where a silently short file would be read
-// back later.
+// Writes `bytes` as the whole of `path`, or throws WriteError: for the files of a checkpoint, a
+// profile, a trace, where a silently short file would be read back later. A file it opened and
+// could not finish is removed (a file it could not open, a device such as /dev/full, or a
+// symbolic link is left as it was).
 void write_whole_file(const std::string& path, const std::string& bytes);
+// The same, of `pieces` one after another (without copying them into one string first).
+void write_whole_file(const std::string& path, const std::vector<std::string_view>& pieces);
 
 // Streams a LibTorch archive into a file (`archive.save_to(writer.sink())`). LibTorch 1.13's
 // own file writer aborts the process when a write fails, so the sink reports every write as
@@ -39,6 +44,7 @@ class CheckedFileWriter {
   ~CheckedFileWriter();
   std::function<size_t(const void*, size_t)> sink();
   void finish();
+  bool opened() const;  // whether the file could be opened (created or truncated) at all
 
  private:
   struct State;

@@ -19,6 +19,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <nlohmann/json.hpp>
@@ -146,10 +147,27 @@ void check_outputs(const TrainOptions& o, bool lead) {
   if (lead && !o.profile_out.empty()) check_output_file(o.profile_out, "--cache-dir");  // the profile's file in the cache
 }
 
+constexpr size_t kNotTrained = static_cast<size_t>(-1);
+
+// For each of the step program's parameters, its index in `names` (the parameters the model
+// trains), or kNotTrained.
+std::vector<size_t> indices_in(const std::vector<std::string>& names, const ir::Program& step) {
+  std::unordered_map<std::string, size_t> index;
+  for (size_t k = 0; k < names.size(); ++k) index.emplace(names[k], k);
+  std::vector<size_t> out;
+  out.reserve(step.params.size());
+  for (const ir::TracedParam& p : step.params) {
+    auto it = index.find(p.name);
+    out.push_back(it == index.end() ? kNotTrained : it->second);
+  }
+  return out;
+}
+
 // The data-parallel buckets of the step program (its gradient all-reduces over dp), as indices
 // into `names`; `skipped` (test_skip_reduction) are left out.
 std::vector<std::vector<size_t>> program_buckets(const ir::Program& step, const std::vector<std::string>& names,
                                                  const std::vector<std::string>& skipped) {
+  std::vector<size_t> index = indices_in(names, step);
   std::vector<std::vector<size_t>> buckets;
   for (const ir::Instr& in : step.instrs) {
     if (in.kind != ir::OpKind::AllReduce || in.phase != ir::Phase::Backward || in.group.role != ir::Role::Dp) continue;
@@ -157,9 +175,8 @@ std::vector<std::vector<size_t>> program_buckets(const ir::Program& step, const 
     for (int q : in.params) {
       const std::string& name = step.params[q].name;
       if (std::find(skipped.begin(), skipped.end(), name) != skipped.end()) continue;
-      auto at = std::find(names.begin(), names.end(), name);
-      if (at == names.end()) throw InternalError("the step program reduces " + name + ", which the model does not train");
-      members.push_back(static_cast<size_t>(at - names.begin()));
+      if (index[q] == kNotTrained) throw InternalError("the step program reduces " + name + ", which the model does not train");
+      members.push_back(index[q]);
     }
     if (!members.empty()) buckets.push_back(members);
   }
@@ -177,24 +194,21 @@ std::vector<std::vector<size_t>> program_buckets(const ir::Program& step, const 
 // (ir::gradient_deliveries); one for a parameter the program does not hold.
 std::vector<int> program_deliveries(const ir::Program& step, const std::vector<std::string>& names) {
   std::vector<int> by_program = ir::gradient_deliveries(step);
+  std::vector<size_t> index = indices_in(names, step);
   std::vector<int> deliveries(names.size(), 1);
-  for (size_t q = 0; q < step.params.size(); ++q) {
-    auto at = std::find(names.begin(), names.end(), step.params[q].name);
-    if (at != names.end()) deliveries[static_cast<size_t>(at - names.begin())] = by_program[q];
-  }
+  for (size_t q = 0; q < step.params.size(); ++q)
+    if (index[q] != kNotTrained) deliveries[index[q]] = by_program[q];
   return deliveries;
 }
 
 // The parameters of the step program's last backward compute, as indices into `names`: once
 // their gradients are in, the ones it hands none are complete (GradientReducer).
 std::vector<size_t> program_last_computed(const ir::Program& step, const std::vector<std::string>& names) {
-  std::vector<size_t> last;
+  std::vector<size_t> index = indices_in(names, step), last;
   for (auto it = step.instrs.rbegin(); it != step.instrs.rend(); ++it) {
     if (it->kind != ir::OpKind::Compute || it->phase != ir::Phase::Backward) continue;
-    for (int q : it->params) {
-      auto at = std::find(names.begin(), names.end(), step.params[q].name);
-      if (at != names.end()) last.push_back(static_cast<size_t>(at - names.begin()));
-    }
+    for (int q : it->params)
+      if (index[q] != kNotTrained) last.push_back(index[q]);
     break;
   }
   return last;

@@ -432,7 +432,10 @@ void finish_rank(RankRun& r) {
     // Each rank writes its events; rank 0 merges them (ranks of one node share the file system).
     write_trace_file(o.trace + ".rank" + std::to_string(r.env.rank), timeline::rank_events());
     comm::barrier(*r.world);
-    if (r.lead() && r.env.world == r.env.local_world) write_trace_file(o.trace, timeline::merged_trace(o.trace, r.env.world));
+    if (r.lead() && r.env.world == r.env.local_world) {
+      write_trace_file(o.trace, timeline::merged_trace(o.trace, r.env.world));
+      timeline::remove_rank_files(o.trace, r.env.world);
+    }
   }
   comm::barrier(*r.world);
 }

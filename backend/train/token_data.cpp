@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -132,11 +134,15 @@ TokenFileHeader prepare_token_file(const std::vector<std::string>& inputs, const
   std::memcpy(header + 12, &h.token_bytes, 4);
   std::memcpy(header + 16, &h.count, 8);
   try {
-    write_whole_file(tmp, std::string(header, kHeaderBytes) + tokens);
+    write_whole_file(tmp, {std::string_view(header, kHeaderBytes), std::string_view(tokens)});
   } catch (const WriteError& e) {
     throw UserError(SourceRange{}, std::string("--out: ") + e.what(), "free space, or choose another --out file");
   }
-  std::rename(tmp.c_str(), out.c_str());
+  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+    std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw UserError(SourceRange{}, "--out: cannot rename " + tmp + " to " + out + ": " + why, "choose another --out file");
+  }
   return h;
 }
 

@@ -183,14 +183,21 @@ expect "profile past a file-size limit" 1 "could not write the profile: cannot w
   "hint: free space, or give another --cache-dir" -- bash -c "ulimit -f 1; set -o pipefail; \"\$0\" profile --model gpt:tiny --nproc 1 --steps 1 --cache-dir \"\$1\" --out \"\$1.json\" | tail -c 500" \
   "$loom" "$tmp/cache5"
 expect "profile past a file-size limit left no file" 0 "0 files" -- bash -c "echo \$(ls -A \"\$0\" | wc -l) files" "$tmp/cache5"
-# fmt -i writes beside the file and renames: a failed write (here past a file-size limit) leaves it as it was.
+# fmt -i writes a new file beside the schedule and renames it over: a failed write (here past a
+# file-size limit) leaves the schedule as it was, and nothing beside it.
 for i in $(seq 0 59); do printf 'sch["h.%d"].prefetch(  budget=auto )\n' "$i"; done > "$tmp/long.sched"
 cp "$tmp/long.sched" "$tmp/long.orig"
-expect "fmt -i past a file-size limit" 1 "error: cannot write $tmp/long.sched.loom-fmt: File too large" \
+expect "fmt -i past a file-size limit" 1 "error: cannot rewrite $tmp/long.sched: File too large" \
   "hint: free space (or raise the file-size limit); $tmp/long.sched is unchanged" -- bash -c "ulimit -f 1; \"\$0\" fmt -i \"\$1\"" "$loom" "$tmp/long.sched"
-expect "fmt -i left the file and nothing beside it" 0 "" -- bash -c "cmp \"\$0\" \"\$1\" && [ ! -e \"\$0.loom-fmt\" ]" "$tmp/long.sched" "$tmp/long.orig"
+expect "fmt -i left the file and nothing beside it" 0 "0 beside" -- bash -c "cmp \"\$0\" \"\$1\" && echo \$(ls -A \"\$2\" | grep -c loom-fmt) beside" \
+  "$tmp/long.sched" "$tmp/long.orig" "$tmp"
 chmod 640 "$tmp/long.sched"
 expect "fmt -i rewrites, keeping the file's mode" 0 "640" -- bash -c "\"\$0\" fmt -i \"\$1\" && \"\$0\" fmt --check \"\$1\" && stat -c %a \"\$1\"" "$loom" "$tmp/long.sched"
+# Through a symbolic link, the file it names is rewritten and the link stays.
+cp "$tmp/long.orig" "$tmp/linked.sched"
+ln -s "$tmp/linked.sched" "$tmp/link.sched"
+expect "fmt -i through a symbolic link" 0 "a link to a formatted file" -- bash -c "\"\$0\" fmt -i \"\$1\" && [ -L \"\$1\" ] &&
+  \"\$0\" fmt --check \"\$2\" && echo a link to a formatted file" "$loom" "$tmp/link.sched" "$tmp/linked.sched"
 expect "check --trace-json on a full disk" 1 "cannot write /dev/full: No space left on device" \
   -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --trace-json /dev/full
 expect "profile --out on a full disk" 1 "error: --out: cannot write /dev/full: No space left on device" \

@@ -378,6 +378,19 @@ TEST_CASE("memory: a parameter no backward compute uses is completed as zeros af
   CHECK(after == std::vector<int64_t>{16000, 28000, 22000, 20000});  // the start, then each change
   CHECK(r.peak_bytes == 28000);
   CHECK(r.peak_instr == 1);
+
+  // Accumulating over two micro-batches, the reductions in the last only: the first keeps each
+  // gradient (w1's zeros too) where its reduction stands, and the last adds it in at the launch.
+  p.micro_batches = 2;
+  for (size_t i = 2; i < p.instrs.size(); ++i) p.instrs[i].runs_in = ir::MicroBatches::Last;
+  SimResult accumulating = simulate({p}, cost);
+  after.clear();
+  for (const auto& point : accumulating.memory[0]) after.push_back(point.bytes);
+  // The first backward: w0's autograd copy and both kept gradients; autograd's is dropped at the
+  // next micro-batch, whose backward holds both full gradients again beside the kept ones; each
+  // launch adds its kept gradient in, each wait keeps the optimizer slice.
+  CHECK(after == std::vector<int64_t>{16000, 28000, 24000, 36000, 32000, 28000, 22000, 20000});
+  CHECK(accumulating.peak_bytes == 36000);
 }
 
 TEST_CASE("micro-batches: the body runs once per micro-batch, as each instruction's runs_in says, the tail once") {
