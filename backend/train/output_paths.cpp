@@ -73,14 +73,7 @@ void check_output_file(const std::string& path, const std::string& flag) {
 void write_whole_file(const std::string& path, const std::vector<std::string_view>& pieces) {
   CheckedFileWriter writer(path);
   for (std::string_view piece : pieces) writer.sink()(piece.data(), piece.size());
-  try {
-    writer.finish();
-  } catch (const WriteError&) {
-    // A short file would be read back as if whole (a profile in the cache).
-    std::error_code ec;
-    if (writer.opened() && fs::is_regular_file(fs::symlink_status(path, ec))) fs::remove(path, ec);
-    throw;
-  }
+  writer.finish();
 }
 
 void write_whole_file(const std::string& path, const std::string& bytes) { write_whole_file(path, {std::string_view(bytes)}); }
@@ -111,14 +104,16 @@ std::function<size_t(const void*, size_t)> CheckedFileWriter::sink() {
   };
 }
 
-bool CheckedFileWriter::opened() const { return s_->opened; }
-
 void CheckedFileWriter::finish() {
   if (s_->failure.empty()) {
     s_->out.close();
     if (!s_->out) s_->failure = std::strerror(errno);
   }
-  if (!s_->failure.empty()) throw WriteError("cannot write " + s_->path + ": " + s_->failure);
+  if (s_->failure.empty()) return;
+  // A short file would be read back as if whole (a profile in the cache).
+  std::error_code ec;
+  if (s_->opened && fs::is_regular_file(fs::symlink_status(s_->path, ec))) fs::remove(s_->path, ec);
+  throw WriteError("cannot write " + s_->path + ": " + s_->failure);
 }
 
 }  // namespace loom

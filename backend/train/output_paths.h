@@ -27,24 +27,24 @@ class WriteError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Writes `bytes` as the whole of `path`, or throws WriteError: for the files of a checkpoint, a
-// profile, a trace, where a silently short file would be read back later. A file it opened and
-// could not finish is removed (a file it could not open, a device such as /dev/full, or a
-// symbolic link is left as it was).
+// Writes `bytes` as the whole of `path`, or throws WriteError (as CheckedFileWriter::finish()
+// does): for the files of a checkpoint, a profile, a trace, where a silently short file would be
+// read back later.
 void write_whole_file(const std::string& path, const std::string& bytes);
 // The same, of `pieces` one after another (without copying them into one string first).
 void write_whole_file(const std::string& path, const std::vector<std::string_view>& pieces);
 
 // Streams a LibTorch archive into a file (`archive.save_to(writer.sink())`). LibTorch 1.13's
 // own file writer aborts the process when a write fails, so the sink reports every write as
-// done and finish() throws WriteError for the first one that was not.
+// done and finish() throws WriteError for the first one that was not, having removed the file
+// it opened and could not finish (a file it could not open, a device such as /dev/full, or a
+// symbolic link is left as it was).
 class CheckedFileWriter {
  public:
   explicit CheckedFileWriter(const std::string& path);
   ~CheckedFileWriter();
   std::function<size_t(const void*, size_t)> sink();
   void finish();
-  bool opened() const;  // whether the file could be opened (created or truncated) at all
 
  private:
   struct State;

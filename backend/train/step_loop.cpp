@@ -273,9 +273,13 @@ void record_parameters(RankRun& r) {
     for (size_t i = 0; i < r.params.size(); ++i) r.recorder->add(RecordKind::Param, r.param_names[i], 0, 0, r.params[i]);
   if (r.sharded) r.sharded->release_all();
   fs::create_directories(o.record);
-  if (r.lead())  // how loom verify reassembles the ranks' records into the plain model's
-    std::ofstream(fs::path(o.record) / "mesh.json") << nlohmann::json{{"tp", r.layout.tp}, {"pp", r.layout.pp}}.dump() << "\n";
-  r.recorder->write((fs::path(o.record) / ("rank-" + std::to_string(r.env.rank) + ".pt")).string());
+  try {
+    if (r.lead())  // how loom verify reassembles the ranks' records into the plain model's
+      write_whole_file((fs::path(o.record) / "mesh.json").string(), nlohmann::json{{"tp", r.layout.tp}, {"pp", r.layout.pp}}.dump() + "\n");
+    r.recorder->write((fs::path(o.record) / ("rank-" + std::to_string(r.env.rank) + ".pt")).string());
+  } catch (const WriteError& e) {
+    throw UserError(SourceRange{}, std::string("--record: ") + e.what(), "free space, or record into another directory");
+  }
 }
 
 // What the step's tail produces: the loss over every rank (the sum of this rank's micro-batch

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/serialize.h>
 
+#include "backend/train/output_paths.h"
 #include "lang/diagnostics.h"
 
 namespace loom {
@@ -68,8 +69,10 @@ void StepRecorder::write(const std::string& file) const {
     tensors.push_back(e.value);
     index.push_back({{"kind", static_cast<int>(e.kind)}, {"name", e.name}, {"call", e.call}, {"index", e.index}});
   }
-  torch::save(tensors, file);
-  std::ofstream(file + ".json") << index.dump() << "\n";
+  CheckedFileWriter tensors_file(file);  // LibTorch's own file writer aborts on a failed write
+  torch::save(tensors, tensors_file.sink());
+  tensors_file.finish();
+  write_whole_file(file + ".json", index.dump() + "\n");
 }
 
 std::vector<RecordEntry> read_step_record(const std::string& file) {
