@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <thread>
+#include <utility>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -148,11 +149,14 @@ void check_wait_listener(comm::Group& world, int r) {
 // the last backward compute, so its bucket launches once that compute's gradients are in (a,
 // via `last_computed`), or where that compute has no parameters at backward_returned(); not
 // as soon as the bucket before it (b's) has launched. loss = sum(2a * b) * (rank + 1): autograd
-// hands b its gradient first, then a. Buckets in the program's order: b, z, a.
+// hands b its gradient first, then a. Buckets in the program's order: b, z, a. Accumulating, the
+// micro-batches before the last launch nothing.
 void check_reducer_zero_gradient(comm::Group& world, int r) {
   if (world.size() == 1) return;  // the reducer runs where there are replicas
-  for (bool last_has_params : {true, false}) {
-    std::string tag = last_has_params ? " (the last compute's parameters say when)" : " (backward_returned says when)";
+  // Two micro-batches a step (`accumulating`): the first reduces nothing and the second the sum.
+  for (auto [last_has_params, accumulating] : {std::pair{true, false}, std::pair{false, false}, std::pair{true, true}}) {
+    std::string tag = std::string(last_has_params ? " (the last compute's parameters say when" : " (backward_returned says when") +
+                      (accumulating ? ", the second of two micro-batches)" : ")");
     torch::Tensor z = torch::full({7}, 5.0f).requires_grad_(), b = torch::full({3}, 3.0f).requires_grad_(),
                   a = torch::ones({3}).requires_grad_();
     int launched_before_a = -1;
@@ -161,15 +165,23 @@ void check_reducer_zero_gradient(comm::Group& world, int r) {
       int in_flight = 0;
       return static_cast<int>(log.spans(&in_flight).size()) + in_flight;
     };
-    a.register_hook([&](torch::Tensor grad) {  // before the reducer's own hook on a
+    a.register_hook([&](torch::Tensor grad) {  // runs before the reducer's own hook on a
       launched_before_a = launched();
       return grad;
     });
     std::vector<size_t> last_computed;
     if (last_has_params) last_computed = {2};
     GradientReducer reducer({z, b, a}, {{1}, {0}, {2}}, {0, 1, 1}, last_computed, world);
+    auto loss = [&] { return (a * 2 * b).sum() * static_cast<float>(r + 1); };
+    if (accumulating) {
+      reducer.prepare(/*sync=*/false);
+      loss().backward();
+      reducer.backward_returned();
+      reducer.finish();
+      expect(launched() == 0, "reducer: nothing launched in a micro-batch before the last" + tag, r);
+    }
     reducer.prepare(/*sync=*/true);
-    ((a * 2 * b).sum() * static_cast<float>(r + 1)).backward();
+    loss().backward();
     expect(launched_before_a == 1, "reducer: only b's bucket launched before a's gradient" + tag + ", not " +
                                        std::to_string(launched_before_a), r);
     int after_backward = launched();
@@ -178,7 +190,7 @@ void check_reducer_zero_gradient(comm::Group& world, int r) {
            "reducer: z's and a's buckets launched after a's gradient" + tag + " (" + std::to_string(after_backward) +
                " launched when backward returned, " + std::to_string(launched()) + " after)", r);
     reducer.finish();
-    float mean = (world.size() + 1) / 2.0f;  // of the ranks' (rank + 1)
+    float mean = (world.size() + 1) / 2.0f * (accumulating ? 2 : 1);  // of the ranks' (rank + 1), summed over micro-batches
     expect(torch::equal(z.grad(), torch::zeros({7})) && torch::allclose(b.grad(), torch::full({3}, 2 * mean)) &&
                torch::allclose(a.grad(), torch::full({3}, 6 * mean)),
            "reducer: averaged gradients, z's zero" + tag, r);
