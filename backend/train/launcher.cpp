@@ -185,11 +185,10 @@ int supervise(const LaunchSpec& spec, std::vector<Worker>& workers, bool prefix,
   return failed;
 }
 
-// Whether a rank's last lines say it failed because another rank stopped (trainer.cpp's hint
-// for a collective that broke): the consequence of a failure, not its cause.
+// Whether a rank's last lines say it failed because another rank stopped (kAnotherRankStopped):
+// the consequence of a failure, not its cause.
 bool failed_for_another(const Worker& w) {
-  return std::any_of(w.last.begin(), w.last.end(),
-                     [](const std::string& line) { return line.find("another rank stopped or stalled") != std::string::npos; });
+  return std::any_of(w.last.begin(), w.last.end(), [](const std::string& line) { return line.find(kAnotherRankStopped) != std::string::npos; });
 }
 
 // The rank whose failure to report: the first that failed, unless it failed only because

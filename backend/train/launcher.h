@@ -24,6 +24,10 @@ struct LaunchSpec {
 // what the schedule prints, so the ranks need not again.
 inline constexpr const char* kLaunchedByLoom = "LOOM_LAUNCHER";
 
+// What a rank's hint says where its collective broke because another rank stopped (trainer.cpp):
+// the launcher reports the rank that failed on its own instead.
+inline constexpr const char* kAnotherRankStopped = "another rank stopped or stalled";
+
 // Runs the workers to completion. Returns 0 when all succeed; otherwise stops the
 // others and returns 1 (130 after Ctrl-C), having written to `err` which rank failed
 // and its last error lines.

@@ -142,7 +142,16 @@ void check_options(const TrainOptions& o) {
 void check_outputs(const TrainOptions& o, bool lead) {
   if (!o.save_dir.empty()) prepare_output_directory(o.save_dir, "--save");
   if (!o.record.empty()) prepare_output_directory(o.record, "--record");
-  if (!o.trace.empty()) check_output_file(o.trace, "--trace");
+  if (!o.trace.empty()) {
+    check_output_file(o.trace, "--trace");
+    // The ranks write their events beside it (FILE.rank<N>) before rank 0 merges them: a device
+    // such as /dev/null would have them written into /dev.
+    std::error_code ec;
+    if (fs::exists(o.trace, ec) && !fs::is_regular_file(o.trace, ec))
+      throw UserError(SourceRange{}, "--trace " + o.trace + ": not a regular file (the ranks write their events beside it, as " +
+                                         o.trace + ".rank<N>, and rank 0 merges them into it)",
+                      "give a file's path, or leave --trace out to trace nothing");
+  }
   if (lead && !o.metrics.empty()) check_output_file(o.metrics, "--metrics");
   if (lead && !o.profile_out.empty()) check_output_file(o.profile_out, "--cache-dir");  // the profile's file in the cache
 }

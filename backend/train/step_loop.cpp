@@ -416,12 +416,13 @@ StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
 namespace {
 // Writes one of --trace's files (a rank's events, or the merged trace); a failed write (a full
 // disk) is a UserError, where it once left a short trace behind without a word.
-void write_trace_file(const std::string& path, const std::string& text) {
+// `kept`: what is left of the trace if this write fails.
+void write_trace_file(const std::string& path, const std::string& text, const std::string& kept = "") {
   try {
     write_whole_file(path, text);
   } catch (const WriteError& e) {
     throw UserError(SourceRange{}, std::string("--trace: ") + e.what(),
-                    "free space or choose another --trace file (the run's steps are done; its --save checkpoints are kept)");
+                    "free space or choose another --trace file (the run's steps are done; its --save checkpoints are kept" + kept + ")");
   }
 }
 }  // namespace
@@ -437,7 +438,7 @@ void finish_rank(RankRun& r) {
     write_trace_file(o.trace + ".rank" + std::to_string(r.env.rank), timeline::rank_events());
     comm::barrier(*r.world);
     if (r.lead() && r.env.world == r.env.local_world) {
-      write_trace_file(o.trace, timeline::merged_trace(o.trace, r.env.world));
+      write_trace_file(o.trace, timeline::merged_trace(o.trace, r.env.world), "; each rank's events are in " + o.trace + ".rank<N>");
       timeline::remove_rank_files(o.trace, r.env.world);
     }
   }

@@ -14,6 +14,7 @@
 #include "backend/train/replan.h"
 #include "backend/instrument/memory_counter.h"
 #include "backend/torch_compat.h"
+#include "backend/train/launcher.h"
 #include "backend/train/lr_schedule.h"
 #include "backend/train/rank_run.h"
 #include "lang/diagnostics.h"
@@ -118,7 +119,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
     return 1;
   } catch (const comm::CommError& e) {
     // Another process's failure as this rank sees it: not a Loom bug.
-    std::cerr << "error: " << e.what() << "\n  hint: another rank stopped or stalled (its own message says why); if the ranks "
+    std::cerr << "error: " << e.what() << "\n  hint: " << kAnotherRankStopped << " (its own message says why); if the ranks "
               << "are only slow, raise --timeout (now " << o.timeout_s << " s)\n";
     return 1;
   }

@@ -212,6 +212,7 @@ expect_no_step "error: --save $tmp/afile/ckpt: cannot create the directory $tmp/
 expect_no_step "error: --save /proc/x: cannot create the directory /proc/x" --nproc 2 --save /proc/x
 expect_no_step "error: --metrics /proc/x/m.jsonl: cannot create the directory /proc/x" --metrics /proc/x/m.jsonl
 expect_no_step "error: --trace $tmp: cannot write it: it is a directory" --trace "$tmp"
+expect_no_step "error: --trace /dev/null: not a regular file (the ranks write their events beside it" --trace /dev/null
 # A rank started by torchrun's variables checks its outputs itself.
 RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port + 3)) "$loom" run $small_run --steps 2 --save "$tmp/afile/x" \
   > "$tmp/out" 2> "$tmp/err"
@@ -226,6 +227,7 @@ for try in 1 2 3 4 5; do
   (ulimit -f 24; "$loom" run $small_run --nproc 2 --steps 2 --trace "$tmp/full.json" > /dev/null 2> "$tmp/err")
   rc=$?
   if [ "$rc" -eq 1 ] && grep -qF "loom run: rank 0 failed (exit code 1): error: --trace: cannot write $tmp/full.json: File too large" "$tmp/err" &&
+     grep -qF "each rank's events are in $tmp/full.json.rank<N>)" "$tmp/err" &&
      [ -s "$tmp/full.json.rank0" ] && [ -s "$tmp/full.json.rank1" ] && [ ! -e "$tmp/full.json" ]; then ok
   else bad "a trace past a file-size limit (try $try, rc=$rc): $(grep 'loom run: rank' "$tmp/err")"; fi
 done
