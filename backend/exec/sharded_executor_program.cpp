@@ -38,11 +38,8 @@ void ShardedExecutor::State::follow_program() {
   last_computed.clear();
   for (size_t p = 0; p < params.size(); ++p)
     if (!last_backward_use.count(static_cast<int>(p))) uncomputed.push_back(p);
-  for (auto it = backward_instrs.rbegin(); it != backward_instrs.rend(); ++it)
-    if (program.instrs[*it].kind == ir::OpKind::Compute) {
-      last_computed = as_indices(program.instrs[*it].params);
-      break;
-    }
+  size_t last = ir::last_backward_compute(program);
+  if (last < program.instrs.size()) last_computed = as_indices(program.instrs[last].params);
 }
 
 void ShardedExecutor::State::launch_gather(const std::vector<size_t>& wanted) {

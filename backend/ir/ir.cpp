@@ -90,6 +90,12 @@ int64_t times_per_step(const Program& p, const Instr& in) {
   return 0;
 }
 
+size_t last_backward_compute(const Program& p) {
+  for (size_t i = p.instrs.size(); i-- > 0;)
+    if (p.instrs[i].kind == OpKind::Compute && p.instrs[i].phase == Phase::Backward) return i;
+  return p.instrs.size();
+}
+
 std::vector<int> gradient_deliveries(const Program& p) {
   std::vector<int> deliveries(p.params.size(), 0);
   std::vector<const Instr*> recomputes;

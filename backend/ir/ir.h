@@ -160,6 +160,9 @@ int64_t times_per_step(const Program& program, const Instr& in);
 // a pipeline stage's copy of a module only another stage runs backward. Executors reduce a
 // gradient once all of them have arrived.
 std::vector<int> gradient_deliveries(const Program& program);
+// The index of the program's last backward compute, or instrs.size() where it has none: where
+// the gradients of parameters no backward compute uses are complete, as zeros.
+size_t last_backward_compute(const Program& program);
 // A release of parameter `q`'s gathered storage.
 Instr release_of(const Program& program, int q, Phase phase);
 

@@ -70,16 +70,14 @@ bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
   if (s.dp <= 1) return false;
   constexpr size_t kNone = static_cast<size_t>(-1);
   std::vector<size_t> last_backward_use(p.params.size(), kNone);
-  size_t last_backward_compute = kNone;
   for (size_t i = 0; i < p.instrs.size(); ++i)
-    if (p.instrs[i].kind == OpKind::Compute && p.instrs[i].phase == ir::Phase::Backward) {
+    if (p.instrs[i].kind == OpKind::Compute && p.instrs[i].phase == ir::Phase::Backward)
       for (int q : p.instrs[i].params) last_backward_use[q] = i;
-      last_backward_compute = i;
-    }
   // A parameter the rank updates whose gradient no op of its computes (an embedding on a later
   // pipeline stage) is reduced, as zeros, after the last backward compute.
+  size_t last_backward_compute = ir::last_backward_compute(p);
   for (const Instr& in : p.instrs)
-    if (in.kind == OpKind::OptimizerStep && last_backward_compute != kNone)
+    if (in.kind == OpKind::OptimizerStep && last_backward_compute < p.instrs.size())
       for (int q : in.params)
         if (last_backward_use[q] == kNone) last_backward_use[q] = last_backward_compute;
   // Per instruction, the gradients it completes, in parameter order.

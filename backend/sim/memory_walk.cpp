@@ -184,16 +184,14 @@ GradientBuffers::GradientBuffers(const ir::Program& p) : p_(p), active_(sharded(
   slice_.assign(p.params.size(), 0);
   reductions_of_.resize(p.params.size());
   last_compute_.assign(p.params.size(), p.instrs.size());
-  last_backward_compute_ = p.instrs.size();
+  last_backward_compute_ = ir::last_backward_compute(p);
   int handles = p.next_handle;
   for (const Instr& in : p.instrs) handles = std::max(handles, in.handle + 1);
   by_handle_.resize(static_cast<size_t>(std::max(handles, 0)));
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& in = p.instrs[i];
-    if (in.kind == OpKind::Compute && in.phase == Phase::Backward) {
+    if (in.kind == OpKind::Compute && in.phase == Phase::Backward)
       for (int q : in.params) last_compute_[static_cast<size_t>(q)] = i;
-      last_backward_compute_ = i;
-    }
     if (!reduces_gradients(in)) continue;
     Reduction& r = by_handle_[static_cast<size_t>(in.handle)];
     r.params = in.params;

@@ -107,7 +107,7 @@ class GradientBuffers {
   // copy of an embedding another stage computes with): the executor completes them as zeros
   // of their full size after the last backward compute (complete_uncomputed).
   std::vector<int> uncomputed_;
-  size_t last_backward_compute_;  // its index (the instructions' count where there is none)
+  size_t last_backward_compute_;  // ir::last_backward_compute
   std::vector<int> autograd_;     // parameters whose full gradient autograd holds in .grad
   int64_t drop_autograd();        // frees those (negative bytes)
   const Reduction* reduction_of(const ir::Instr& in) const;  // the backward reduction `in` launches or waits for

@@ -214,12 +214,10 @@ std::vector<int> program_deliveries(const ir::Program& step, const std::vector<s
 // their gradients are in, the ones it hands none are complete (GradientReducer).
 std::vector<size_t> program_last_computed(const ir::Program& step, const std::vector<std::string>& names) {
   std::vector<size_t> index = indices_in(names, step), last;
-  for (auto it = step.instrs.rbegin(); it != step.instrs.rend(); ++it) {
-    if (it->kind != ir::OpKind::Compute || it->phase != ir::Phase::Backward) continue;
-    for (int q : it->params)
-      if (index[q] != kNotTrained) last.push_back(index[q]);
-    break;
-  }
+  size_t compute = ir::last_backward_compute(step);
+  if (compute == step.instrs.size()) return last;
+  for (int q : step.instrs[compute].params)
+    if (index[q] != kNotTrained) last.push_back(index[q]);
   return last;
 }
 
