@@ -29,11 +29,7 @@ struct ReportOptions {
 };
 
 void write_file(const fs::path& path, const std::string& text) {
-  try {
-    write_whole_file(path.string(), text);
-  } catch (const WriteError& e) {
-    throw UserError(SourceRange{}, std::string("--out: ") + e.what(), "free space, or choose an --out directory you can write to");
-  }
+  write_output_file(path.string(), {text}, "--out", "free space, or choose an --out directory you can write to");
 }
 
 // One chart of a metric over the steps.

@@ -78,6 +78,15 @@ void write_whole_file(const std::string& path, const std::vector<std::string_vie
 
 void write_whole_file(const std::string& path, const std::string& bytes) { write_whole_file(path, {std::string_view(bytes)}); }
 
+void write_output_file(const std::string& path, const std::vector<std::string_view>& pieces, const std::string& what,
+                       const std::string& hint) {
+  try {
+    write_whole_file(path, pieces);
+  } catch (const WriteError& e) {
+    throw UserError(SourceRange{}, what + ": " + e.what(), hint);
+  }
+}
+
 struct CheckedFileWriter::State {
   std::string path;
   std::ofstream out;

@@ -33,6 +33,10 @@ class WriteError : public std::runtime_error {
 void write_whole_file(const std::string& path, const std::string& bytes);
 // The same, of `pieces` one after another (without copying them into one string first).
 void write_whole_file(const std::string& path, const std::vector<std::string_view>& pieces);
+// write_whole_file of an output the user asked for: a failed write is a UserError, "`what`:
+// cannot write PATH: why", with `hint`.
+void write_output_file(const std::string& path, const std::vector<std::string_view>& pieces, const std::string& what,
+                       const std::string& hint);
 
 // Streams a LibTorch archive into a file (`archive.save_to(writer.sink())`). LibTorch 1.13's
 // own file writer aborts the process when a write fails, so the sink reports every write as

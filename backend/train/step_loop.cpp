@@ -154,12 +154,8 @@ void write_profile(RankRun& r) {
   auto write = [&](const std::string& path) {
     fs::path parent = fs::path(path).parent_path();
     if (!parent.empty()) fs::create_directories(parent);
-    try {
-      write_whole_file(path, text);
-    } catch (const WriteError& e) {
-      throw UserError(SourceRange{}, std::string("could not write the profile: ") + e.what(),
+    write_output_file(path, {text}, "could not write the profile",
                       "free space, or give another --cache-dir (the profile is written there, then copied to --out)");
-    }
   };
   if (lead) write(o.profile_out);
   const char* per_rank = std::getenv("LOOM_PROFILE_PER_RANK");
@@ -414,16 +410,11 @@ StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
 }
 
 namespace {
-// Writes one of --trace's files (a rank's events, or the merged trace); a failed write (a full
-// disk) is a UserError, where it once left a short trace behind without a word.
-// `kept`: what is left of the trace if this write fails.
+// Writes one of --trace's files (a rank's events, or the merged trace); `kept`: what is left of
+// the trace if this write fails.
 void write_trace_file(const std::string& path, const std::string& text, const std::string& kept = "") {
-  try {
-    write_whole_file(path, text);
-  } catch (const WriteError& e) {
-    throw UserError(SourceRange{}, std::string("--trace: ") + e.what(),
+  write_output_file(path, {text}, "--trace",
                     "free space or choose another --trace file (the run's steps are done; its --save checkpoints are kept" + kept + ")");
-  }
 }
 }  // namespace
 

@@ -133,11 +133,7 @@ TokenFileHeader prepare_token_file(const std::vector<std::string>& inputs, const
   std::memcpy(header + 8, &h.vocab_size, 4);
   std::memcpy(header + 12, &h.token_bytes, 4);
   std::memcpy(header + 16, &h.count, 8);
-  try {
-    write_whole_file(tmp, {std::string_view(header, kHeaderBytes), std::string_view(tokens)});
-  } catch (const WriteError& e) {
-    throw UserError(SourceRange{}, std::string("--out: ") + e.what(), "free space, or choose another --out file");
-  }
+  write_output_file(tmp, {std::string_view(header, kHeaderBytes), tokens}, "--out", "free space, or choose another --out file");
   if (std::rename(tmp.c_str(), out.c_str()) != 0) {
     std::string why = std::strerror(errno);
     std::remove(tmp.c_str());
