@@ -188,9 +188,7 @@ void ShardedExecutor::run_backward_to_send() {
   State& s = *s_;
   for (size_t k = s.backward_cursor; k < s.backward_instrs.size(); ++k) {
     if (s.program.instrs[s.backward_instrs[k]].kind != ir::OpKind::Send) continue;
-    s.drop_autograd_gradients();
-    s.complete_uncomputed(/*backward_over=*/true);  // where the last compute has no parameters to say so
-    s.launch_reductions();
+    s.autograd_returned();
     if (k > 0) s.run_backward_through(k - 1);
     return;
   }
@@ -198,9 +196,7 @@ void ShardedExecutor::run_backward_to_send() {
 
 void ShardedExecutor::finish_backward() {
   State& s = *s_;
-  s.drop_autograd_gradients();
-  s.complete_uncomputed(/*backward_over=*/true);
-  s.launch_reductions();
+  s.autograd_returned();
   // The backward ops after the last one that ran did not run here: their zeros, in IR order.
   if (!s.backward_instrs.empty()) s.run_backward_through(s.backward_instrs.size() - 1);
   // Parameters that received no gradient contribute zeros, in the same order on every rank.

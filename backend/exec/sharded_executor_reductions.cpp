@@ -34,6 +34,12 @@ void ShardedExecutor::State::complete_uncomputed(bool backward_over) {
   for (size_t q : uncomputed) complete_gradient(q);
 }
 
+void ShardedExecutor::State::autograd_returned() {
+  drop_autograd_gradients();
+  complete_uncomputed(/*backward_over=*/true);
+  launch_reductions();
+}
+
 void ShardedExecutor::State::drop_autograd_gradients() {
   for (size_t p : stored_by_autograd) params[p].full.mutable_grad() = torch::Tensor();
   stored_by_autograd.clear();

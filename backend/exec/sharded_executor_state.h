@@ -179,6 +179,10 @@ struct ShardedExecutor::State {
   // Completes the uncomputed gradients once the last backward compute's are complete (or
   // `backward_over`: autograd has returned, so every compute this rank runs has run).
   void complete_uncomputed(bool backward_over = false);
+  // Autograd has returned from the micro-batch's backward: its copies of the gradients go, the
+  // uncomputed ones are complete (where the last compute had no parameters to say so) and the
+  // reductions that are ready launch.
+  void autograd_returned();
 
   // Autograd stores each full gradient the hook returns in the parameter's .grad, beside the
   // copy in grad_flat; by the next op's backward it has, and the copy is all the reduction needs.
