@@ -165,6 +165,16 @@ expect "data prepare --out unwritable" 1 "error: --out /proc/x/c.bin: cannot cre
 expect "data prepare past a file-size limit" 1 "error: --out: cannot write $tmp/big.bin.tmp: File too large" \
   "hint: free space, or choose another --out file" -- bash -c "ulimit -f 1; \"\$0\" data prepare README.md --out \"\$1\"" "$loom" "$tmp/big.bin"
 expect "data prepare past a file-size limit left nothing" 0 "none" -- bash -c "ls \"\$0\"* 2>/dev/null || echo none" "$tmp/big.bin"
+# An append-only directory (chattr +a) takes the tokens' new file beside --out but refuses to rename it.
+mkdir "$tmp/append_only"
+if chattr +a "$tmp/append_only" 2>/dev/null; then
+  expect "data prepare whose rename fails" 1 \
+    "error: --out: cannot rename $tmp/append_only/t.bin.tmp to $tmp/append_only/t.bin: Operation not permitted" \
+    "hint: choose another --out file" -- "$loom" data prepare README.md --out "$tmp/append_only/t.bin"
+  chattr -a "$tmp/append_only"
+else
+  echo "skipped: data prepare whose rename fails (chattr +a is not supported under $tmp)"
+fi
 expect "profile --out unwritable" 1 "error: --out $tmp: cannot write it: it is a directory" \
   -- "$loom" profile --model gpt:tiny --nproc 1 --steps 1 --cache-dir "$tmp/cache2" --out "$tmp"
 expect "profile --cache-dir unwritable" 1 "error: --cache-dir /proc/x: cannot create the directory /proc/x" \
