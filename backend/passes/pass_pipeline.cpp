@@ -1,6 +1,8 @@
 #include "backend/passes/pass_pipeline.h"
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -62,6 +64,12 @@ std::string describe_timed_group(TimedGroup group) {
   return "the passes that read no times";
 }
 
+std::string first_differing_pass(const std::vector<PassRecord>& a, const std::vector<PassRecord>& b) {
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (a[i].digest != b[i].digest) return a[i].pass;
+  return "";
+}
+
 PipelineDebug PipelineDebug::from_environment(std::ostream& out) {
   PipelineDebug d;
   if (const char* v = std::getenv("LOOM_DEBUG")) d.level = std::atoi(v);
@@ -96,7 +104,7 @@ ir::Program run_passes(ir::Program program, const passes::PassInputs& inputs, co
     bool changed = pass(program, *given);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (debug.verify_each_pass) check(program, "pass '" + name + "'");
-    if (records) records->push_back({name, changed, ms, program.instrs.size()});
+    if (records) records->push_back({name, changed, ms, program.instrs.size(), std::hash<std::string>{}(program.to_json())});
     if (debug.out && (debug.level >= 1 || debug.time)) {
       *debug.out << "[loom] pass " << name << ": " << (changed ? "changed" : "unchanged") << ", "
                  << program.instrs.size() << " instructions";

@@ -19,7 +19,14 @@ struct PassRecord {
   bool changed = false;
   double ms = 0;
   size_t instructions = 0;
+  // The program after the pass, hashed: two lowerings' records compare pass by pass (a re-plan
+  // names the first pass that planned otherwise than the running program's did).
+  size_t digest = 0;
 };
+
+// The first pass whose program differs between two lowerings' records of one pipeline, or none
+// (the empty string) where every pass left the same program.
+std::string first_differing_pass(const std::vector<PassRecord>& a, const std::vector<PassRecord>& b);
 
 struct PipelineDebug {
   int level = 0;          // LOOM_DEBUG

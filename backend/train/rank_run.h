@@ -71,6 +71,7 @@ struct RankRun {
   // What each group of passes (TimedGroup) of `step` was planned with: by sizes until a re-plan
   // that timed it is switched to (the inner loop's later rounds keep it, replan.h).
   std::map<TimedGroup, GroupPlanning> step_planned_with;
+  std::vector<PassRecord> step_passes;  // how the pipeline lowered `step`, pass by pass
   std::unique_ptr<OpProfiler> profiler;
   std::unique_ptr<comm::CollectiveLog> collective_log;  // `loom profile`: its measured steps' collectives
   std::unique_ptr<ShardedExecutor> sharded;

@@ -367,7 +367,7 @@ void lower_rank_program(RankRun& r) {
                 << format_size(device) << " (--memory-limit BYTES sets another limit)\n";
   }
   plan_replan_rounds(r.o, r.plan, step_options.memory.limit);
-  r.step = lower_step(r.plan, r.trace, nullptr, PipelineDebug::from_environment(std::cerr), step_options);
+  r.step = lower_step(r.plan, r.trace, &r.step_passes, PipelineDebug::from_environment(std::cerr), step_options);
   warn_if_over_limit(*r.step, step_options.memory, r.env.rank);
 }
 

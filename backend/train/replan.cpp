@@ -122,21 +122,20 @@ std::string describe_round(const std::vector<TimedGroup>& groups, const MemoryPl
 
 void log_replan(const RankRun& r, const ir::Program& next, const std::vector<PassRecord>& records, const Prediction* predicted,
                 bool switching, int64_t steps_done, const TrainResult& result, double in_step_scale, const std::string& round) {
-  std::string acted;
-  for (const PassRecord& p : records)
-    if (p.changed) acted += (acted.empty() ? "" : ", ") + p.pass;
   int64_t first = round_start(r.o, steps_done) + 2;
   char scale[32];
   std::snprintf(scale, sizeof scale, "%.2f", in_step_scale);
   std::cout << "loom run: re-plan after step " << steps_done << " on this run's measurements (ops, optimizer step and gradient norm of steps "
             << first << "-" << steps_done << ", collectives timed on its process groups, at " << scale
             << "x as those steps ran them)\n"
-            << round
-            << "  passes that changed the program: " << acted << "\n";
+            << round;
   if (!predicted) {
     std::cout << "  the measured times keep the program (" << next.instrs.size() << " instructions): no switch\n" << std::flush;
     return;
   }
+  std::string differing = first_differing_pass(r.step_passes, records);
+  if (!differing.empty())
+    std::cout << "  first planned otherwise than the running program by " << differing << " (the passes before it planned as they did)\n";
   std::map<std::string, int> before = collectives_of(*r.step), after = collectives_of(next);
   std::cout << "  program: " << r.step->instrs.size() << " -> " << next.instrs.size() << " instructions;";
   for (const auto& [op, n] : before)
@@ -291,6 +290,7 @@ bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
   if (!switching) return false;
   r.sharded->replace_program(next);
   r.step = std::move(next);
+  r.step_passes = std::move(records);
   for (TimedGroup g : groups)
     if (g <= options.memory.timed_through && !options.memory.settled.count(g))
       r.step_planned_with[g] = options.memory.planning();

@@ -804,3 +804,17 @@ TEST_CASE("an initial program depends on the sharding only through dp and s_os")
   from_shared.sharding = four.factors;
   CHECK_FALSE(finish_step_program(from_shared, four, options, nullptr, {}) == lower_step(four, t, nullptr, {}, options));
 }
+
+TEST_CASE("two lowerings' records name the first pass that planned otherwise") {
+  ir::OpTrace t = two_blocks();
+  RuntimePlan plan;
+  plan.factors = {8, 8, 8, 8};
+  std::vector<PassRecord> plain, again, prefetched;
+  lower_step(plan, t, &plain, {}, {});
+  lower_step(plan, t, &again, {}, {});
+  CHECK(first_differing_pass(plain, again).empty());
+  plan.prefetch = {{"h.0", 0}, {"h.1", 0}};
+  lower_step(plan, t, &prefetched, {}, {});
+  // The passes before prefetch see no prefetch: their programs are the same.
+  CHECK(first_differing_pass(plain, prefetched) == "prefetch");
+}
