@@ -45,10 +45,14 @@ void rewrite(const std::string& file, const std::string& text) {
   }
   if (!failed && ::fchmod(fd, static_cast<mode_t>(fs::status(target).permissions())) != 0) failed = errno;
   if (::close(fd) != 0 && !failed) failed = errno;
-  if (!failed && ::rename(name.c_str(), target.c_str()) != 0) failed = errno;
-  if (!failed) return;
+  if (failed) {
+    ::unlink(name.c_str());
+    cannot_rewrite(file, std::strerror(failed), "free space (or raise the file-size limit)");
+  }
+  if (::rename(name.c_str(), target.c_str()) == 0) return;
+  failed = errno;
   ::unlink(name.c_str());
-  cannot_rewrite(file, std::strerror(failed), "free space (or raise the file-size limit)");
+  cannot_rewrite(file, std::string("cannot rename the new file over it: ") + std::strerror(failed), "make its directory writable");
 }
 
 }  // namespace

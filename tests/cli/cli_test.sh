@@ -208,6 +208,23 @@ cp "$tmp/long.orig" "$tmp/linked.sched"
 ln -s "$tmp/linked.sched" "$tmp/link.sched"
 expect "fmt -i through a symbolic link" 0 "a link to a formatted file" -- bash -c "\"\$0\" fmt -i \"\$1\" && [ -L \"\$1\" ] &&
   \"\$0\" fmt --check \"\$2\" && echo a link to a formatted file" "$loom" "$tmp/link.sched" "$tmp/linked.sched"
+# A schedule that cannot be changed (chattr +i), or one in a directory that refuses renames (chattr +a).
+cp "$tmp/long.orig" "$tmp/fixed.sched"
+mkdir "$tmp/no_renames"
+cp "$tmp/long.orig" "$tmp/no_renames/s.sched"
+if chattr +i "$tmp/fixed.sched" 2>/dev/null && chattr +a "$tmp/no_renames" 2>/dev/null; then
+  expect "fmt -i of an immutable schedule" 1 "error: cannot rewrite $tmp/fixed.sched: Operation not permitted" \
+    "hint: make it writable, or print it with \`loom fmt $tmp/fixed.sched\`; $tmp/fixed.sched is unchanged" -- "$loom" fmt -i "$tmp/fixed.sched"
+  expect "fmt -i where the rename is refused" 1 \
+    "error: cannot rewrite $tmp/no_renames/s.sched: cannot rename the new file over it: Operation not permitted" \
+    "hint: make its directory writable; $tmp/no_renames/s.sched is unchanged" -- "$loom" fmt -i "$tmp/no_renames/s.sched"
+  expect "fmt -i where the rename is refused left the schedule" 0 "unchanged" -- bash -c "cmp \"\$0\" \"\$1\" && echo unchanged" \
+    "$tmp/no_renames/s.sched" "$tmp/long.orig"
+  chattr -i "$tmp/fixed.sched"
+  chattr -a "$tmp/no_renames"
+else
+  echo "skipped: fmt -i of an immutable schedule, and where renames are refused (chattr is not supported under $tmp)"
+fi
 expect "check --trace-json on a full disk" 1 "cannot write /dev/full: No space left on device" \
   -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --trace-json /dev/full
 expect "profile --out on a full disk" 1 "error: --out: cannot write /dev/full: No space left on device" \
