@@ -79,15 +79,7 @@ int run_check(const CheckOptions& o) {
     interp.run_file(o.file);
     sch.knobs().check_overrides_used();
     RuleOptions rules;
-    if (!o.memory_limit.empty()) {
-      rules.memory_limit = parse_size(o.memory_limit);
-      if (rules.memory_limit <= 0) {
-        emit(Diagnostic{Severity::Error, SourceRange{}, "--memory-limit " + o.memory_limit + " is not a size",
-                        "write bytes, or a number with KiB, MiB, GiB, TiB (or KB, MB, GB, TB), e.g. 80GiB"},
-             sources, o.json);
-        return kUsageError;
-      }
-    }
+    rules.memory_limit = memory_limit_bytes(o.memory_limit);
     check_schedule_rules(sch, rules);
     emit_warnings(sch.warnings(), sources, o.json);
     lower_schedule(sch);  // what `loom run` cannot honour yet is an error here too, with run's message
@@ -124,7 +116,8 @@ void add_check(CLI::App& app, std::function<int()>& run) {
   c->add_flag("--json", o->json, "emit diagnostics as JSON objects, one per line, on stdout");
   c->add_option("--trace-json", o->trace_json, "write the directive trace as JSON to this file");
   c->add_option("--memory-limit", o->memory_limit,
-                "model-state bytes allowed per rank (e.g. 80GiB): schedules above it by lins.txt's formula are errors");
+                "model-state bytes allowed per rank (e.g. 80GiB): schedules above it by lins.txt's formula are errors")
+      ->transform(byte_size());
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules (import \"stdlib/...\")");
   c->callback([&run, o] { run = [o] { return run_check(*o); }; });
 }

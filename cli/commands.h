@@ -81,13 +81,15 @@ int64_t machine_memory_per_rank(int ranks);
 // changes no op's FLOPs). Throws UserError when the profile does not fit `run`.
 Cluster profiled_machine(const std::string& profile, const ir::OpTrace& trace, const ProfileKeyInputs& run);
 
-// --memory-limit's bytes ("80GiB"); throws UserError for text that is not a size.
+// --memory-limit's bytes ("80GiB"); 0 for none (empty, or "0"); throws UserError, with
+// byte_size()'s message, for text that is not a size (the Python module's sizes come this way).
 int64_t memory_limit_bytes(const std::string& text);
 
 // A numeric option's check: "must be at least 1, got 0" (CLI11's own range check prints the
 // whole double range).
 CLI::Validator at_least(double min);
-// A size as the language writes it (600MiB, 2GiB, or bytes), turned into bytes; an error names the forms.
+// A size as the language writes it (600MiB, 2GiB, or bytes; read_size), turned into bytes, or 0
+// for none; an error names the forms and what is wrong ("not a whole number of bytes").
 CLI::Validator byte_size();
 
 // The options `loom run` and `loom profile` share: the model, the data and its shapes, the

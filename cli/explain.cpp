@@ -50,9 +50,11 @@ ExplainedStep explain_step(const RuntimePlan& plan, const std::string& model, co
   // profile, with its measured times and memory: the program a run's re-plan (--replan-at)
   // settles on where each round is switched to and measures what the profile did.
   options.memory.limit = o.memory_limit;
-  ir::OpTrace trace = trace_model(model, {plan.micro_batch_or(o.micro_batch), o.seq}, plan.replacements);
+  int64_t micro_batch = plan.micro_batch_or(o.micro_batch);
+  ir::OpTrace trace = trace_model(model, {micro_batch, o.seq}, plan.replacements);
   if (!o.profile.empty()) {
     step.profile = load_profile(o.profile);
+    check_profile_fits(*step.profile, o.profile, {model, "", o.nproc, 0, micro_batch, o.seq, options.accum});
     // The profile measured the programs the run starts with.
     plan_on_profile(options.memory, *step.profile, lower_stage_programs(plan, trace, o.nproc, options));
   }

@@ -59,16 +59,29 @@ CLI::Validator at_least(double min) {
       "at least " + bound);
 }
 
+std::string size_problem(const std::string& text) {
+  if (text == "0") return "";  // none
+  SizeReading size = read_size(text);
+  if (size.problem.empty()) return "";
+  return "expects a size such as 600MiB, 2GiB or a number of bytes (0: none), got '" + text + "'" +
+         (size.problem == "is not a size" ? "" : ", which " + size.problem);
+}
+
 CLI::Validator byte_size() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        if (text == "0") return "";  // none
-        int64_t bytes = parse_size(text);
-        if (bytes <= 0) return "expects a size such as 600MiB, 2GiB or a number of bytes, got '" + text + "'";
-        text = std::to_string(bytes);
-        return "";
+        std::string problem = size_problem(text);
+        if (problem.empty() && text != "0") text = std::to_string(parse_size(text));
+        return problem;
       },
       "SIZE");
+}
+
+int64_t memory_limit_bytes(const std::string& text) {
+  if (text.empty() || text == "0") return 0;
+  std::string problem = size_problem(text);
+  if (!problem.empty()) throw UserError(SourceRange{}, "--memory-limit: " + problem, size_hint(read_size(text).problem));
+  return parse_size(text);
 }
 
 void add_step_options(CLI::App* c, TrainOptions& t) {

@@ -74,6 +74,22 @@ struct PlanOutcome {
   PlanReport report;
 };
 
+// Why no plan was kept, with the least memory a plan needed, and what to change.
+UserError no_plan_fits(const PlanOptions& o, const PlanOutcome& out) {
+  const PlanReport& r = out.report;
+  std::string least;
+  if (r.least_simulated_peak > 0) least = "; the least simulated peak: " + format_size(r.least_simulated_peak);
+  if (r.least_state_bytes > 0 && (r.least_simulated_peak == 0 || r.least_state_bytes < r.least_simulated_peak))
+    least += std::string(least.empty() ? ";" : ",") + " the least model states of a plan not simulated: " + format_size(r.least_state_bytes) +
+             " (its peak is higher)";
+  std::string hint = "raise --memory-limit, use more ranks, ";
+  if (o.checkpoint != "auto" && o.checkpoint != "all") hint += "--checkpoint auto, ";
+  return UserError(SourceRange{}, "no plan fits " + format_size(out.limit) + " per rank (" + std::to_string(r.over_memory) +
+                                      " over the limit, " + std::to_string(r.refused) + " refused" +
+                                      (r.first_refusal.empty() ? "" : ": " + r.first_refusal) + ")" + least,
+                   hint + "or a smaller --micro-batch or --seq");
+}
+
 PlanOutcome search_plans(const PlanOptions& o, const std::function<void(size_t, size_t)>& progress) {
   if (o.cluster.empty() == o.profile.empty())
     throw UserError(SourceRange{}, "loom plan needs one cost model: --cluster NAME or --profile FILE",
@@ -89,7 +105,8 @@ PlanOutcome search_plans(const PlanOptions& o, const std::function<void(size_t, 
                         : profiled_machine(o.profile, attention.empty() ? trace : trace_model(o.model, {o.micro_batch, o.seq}),
                                            {o.model, "", o.world, 0, o.micro_batch, o.seq, o.accum})};
   out.local_world = run_ranks_per_node(out.cluster, o.world, "--world", o.local_world);
-  out.limit = o.memory_limit.empty() ? out.cluster.device.memory_bytes : memory_limit_bytes(o.memory_limit);
+  out.limit = memory_limit_bytes(o.memory_limit);
+  if (out.limit == 0) out.limit = out.cluster.device.memory_bytes;
   PlannerOptions po;
   po.world = o.world;
   po.local_world = out.local_world;
@@ -102,11 +119,7 @@ PlanOutcome search_plans(const PlanOptions& o, const std::function<void(size_t, 
   po.threads = o.threads;
   ClusterCost cost(out.cluster, o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, po.local_world);
   out.report = plan_parallelism(tree, trace, cost, po, progress);
-  if (out.report.feasible.empty())
-    throw UserError(SourceRange{}, "no plan fits " + format_size(out.limit) + " per rank (" + std::to_string(out.report.over_memory) +
-                                       " over the limit, " + std::to_string(out.report.refused) + " refused" +
-                                       (out.report.first_refusal.empty() ? "" : ": " + out.report.first_refusal) + ")",
-                    "raise --memory-limit, use more ranks, --checkpoint auto, or a smaller --micro-batch or --seq");
+  if (out.report.feasible.empty()) throw no_plan_fits(o, out);
   return out;
 }
 
@@ -147,14 +160,6 @@ int plan(const PlanOptions& o) {
 
 nlohmann::json plan_json_report(const PlanOptions& o) { return report_json(o, search_plans(o, nullptr)); }
 
-int64_t memory_limit_bytes(const std::string& text) {
-  int64_t limit = parse_size(text);
-  if (limit <= 0)
-    throw UserError(SourceRange{}, "--memory-limit " + text + " is not a size",
-                    "write bytes, or a number with KiB, MiB, GiB, TiB (or KB, MB, GB, TB), e.g. 80GiB");
-  return limit;
-}
-
 Cluster profiled_machine(const std::string& path, const ir::OpTrace& trace, const ProfileKeyInputs& run) {
   Profile profile = load_profile(path);
   check_profile_fits(profile, path, run);
@@ -173,7 +178,8 @@ void add_plan(CLI::App& app, std::function<int()>& run) {
   c->add_option("--seq", o->seq, "tokens per sequence")->check(at_least(1));
   c->add_option("--micro-batch", o->micro_batch, "sequences per rank per micro-batch")->check(at_least(1));
   c->add_option("--accum", o->accum, "micro-batches per step")->check(at_least(1));
-  c->add_option("--memory-limit", o->memory_limit, "bytes per rank, e.g. 80GiB (default: the cluster device's memory)");
+  c->add_option("--memory-limit", o->memory_limit, "bytes per rank, e.g. 80GiB (default, or 0: the cluster device's memory)")
+      ->transform(byte_size());
   c->add_option("--cluster", o->cluster, "a cluster by name (clusters/, $LOOM_CLUSTER_PATH) or a cluster file's path");
   c->add_option("--profile", o->profile,
                 "price plans on this machine, as the profile (`loom profile --out FILE`, at --world ranks) measured it");

@@ -75,6 +75,14 @@ MemoryPlanning memory_planning(const SimulateOptions& o, const std::shared_ptr<C
   return m;
 }
 
+// Where the limit the passes plan within comes from, for a message.
+std::string limit_origin(const SimulateOptions& o, const ClusterCost* cluster_cost, int64_t limit) {
+  if (o.memory_limit > 0 || !cluster_cost) return "--memory-limit " + format_size(limit);
+  const Cluster& c = cluster_cost->cluster();
+  return format_size(limit) + ", 90% of cluster " + c.name + "'s " + format_size(c.device.memory_bytes) +
+         " devices (--memory-limit sets another limit)";
+}
+
 // --save-cluster: this machine as a cluster file, from the profile (one node of the profiled
 // ranks, each with an equal share of the physical memory).
 void save_machine_cluster(const SimulateOptions& o, const ir::Program& program) {
@@ -95,6 +103,8 @@ struct Simulation {
   double tokens_per_s_per_rank = 0;
   std::vector<MemoryCalibration> memory_calibration;  // by stage, from a GPU profile (else identity or none)
   bool host_timed = false;  // a GPU profile's ops have host parts: kernels can wait for the host
+  int64_t memory_limit = 0;  // what the passes planned within (0: none)
+  std::string memory_limit_from;  // "--memory-limit 600.0 MiB", or the cluster device's share
 };
 
 void print_report(const SimulateOptions& o, const Simulation& s) {
@@ -138,6 +148,8 @@ Simulation simulate_planned(const Schedule& sch, SimulateOptions& o, std::option
   step_options.grad_norm = o.clip > 0;
   step_options.accum = o.accum;
   step_options.memory = memory_planning(o, cluster_cost);
+  s.memory_limit = step_options.memory.limit;
+  s.memory_limit_from = limit_origin(o, cluster_cost.get(), s.memory_limit);
   ir::OpTrace trace = trace_model(o.model, {o.micro_batch, o.seq}, s.plan.replacements);
   s.stages = lower_stage_programs(s.plan, trace, o.nproc, step_options);
   // The memory the profile measured of the programs the run starts with, which the programs the
@@ -205,11 +217,11 @@ int simulate_schedule(const SimulateOptions& given) {
     std::unique_ptr<Schedule> sch = planned_schedule(o.file, o.model, o.nproc, local_world, o.sets, o.stdlib, sources);
     Simulation s = simulate_planned(*sch, o, std::move(cluster), local_world);
     const SimResult& r = s.result;
-    if (o.memory_limit > 0 && r.peak_bytes > o.memory_limit)
-      std::fprintf(stderr, "loom simulate: warning: the simulated peak %s is above --memory-limit %s: the schedule's base "
+    if (s.memory_limit > 0 && r.peak_bytes > s.memory_limit)
+      std::fprintf(stderr, "loom simulate: warning: the simulated peak %s is above %s: the schedule's base "
                    "placement does not fit (prefetch(budget=auto), unshard(auto) and bucket(size=auto) only add where "
                    "memory allows)\n",
-                   format_size(r.peak_bytes).c_str(), format_size(o.memory_limit).c_str());
+                   format_size(r.peak_bytes).c_str(), s.memory_limit_from.c_str());
     if (!o.save_cluster.empty()) save_machine_cluster(o, s.stages[0]);
     if (!o.trace.empty()) write_whole_file(o.trace, sim_trace_json(r, s.stages));
     if (!o.memory_plot.empty())

@@ -113,7 +113,7 @@ std::unique_ptr<tune::Evaluator> run_evaluator(const TuneCommand& o, int& local_
   s.steps = o.steps;
   s.world = o.nproc;
   s.timeout_s = o.trial_timeout;
-  s.memory_limit = o.memory_limit.empty() ? 0 : memory_limit_bytes(o.memory_limit);
+  s.memory_limit = memory_limit_bytes(o.memory_limit);
   return std::make_unique<tune::RunEvaluator>(s, &stop_requested);
 }
 
@@ -131,7 +131,7 @@ std::unique_ptr<tune::Evaluator> sim_evaluator(const TuneCommand& o, int& local_
   local_world = run_ranks_per_node(cluster, o.nproc, "--nproc", o.local_world);
   auto cost = std::make_unique<ClusterCost>(cluster, o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, local_world);
   std::string key = schedule_key(o);
-  tune::SimShape shape{o.model, o.nproc, o.seq, o.micro_batch, o.accum, o.memory_limit.empty() ? 0 : memory_limit_bytes(o.memory_limit)};
+  tune::SimShape shape{o.model, o.nproc, o.seq, o.micro_batch, o.accum, memory_limit_bytes(o.memory_limit)};
   int lw = local_world;
   tune::ScheduleAt at = [&o, lw](const std::map<std::string, Value>& values) { return schedule_at(o, lw, values); };
   return std::make_unique<tune::SimEvaluator>(key, at, tracer, std::move(cost), shape);
@@ -342,7 +342,8 @@ void add_tune(CLI::App& app, std::function<int()>& run) {
   c->add_option("--seed", o->seed, "the random strategies' seed");
   c->add_option("--max-trials", o->max_trials, "evaluate at most this many new points (points in the database are free)");
   c->add_option("--memory-limit", o->memory_limit, "bytes per rank, e.g. 16GiB: a point above it is infeasible (default: the "
-                                                   "cluster device's memory)");
+                                                   "cluster device's memory)")
+      ->transform(byte_size());
   c->add_option("--cluster", o->cluster, "price points on a cluster by name (clusters/) or a cluster file's path");
   c->add_option("--profile", o->profile, "price points on this machine, as the profile (`loom profile --out FILE`) measured it");
   c->add_option("--precision", o->precision, "the compute precision priced")->check(CLI::IsMember({"bf16", "fp32"}));

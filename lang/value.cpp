@@ -1,6 +1,8 @@
 #include "lang/value.h"
 
+#include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <cstdio>
 #include <cmath>
 
@@ -80,20 +82,29 @@ std::string format_bytes(int64_t n) {
   return std::to_string(n) + "B";
 }
 
-int64_t parse_size(const std::string& text) {
-  size_t end = 0;
-  double number = 0;
-  try {
-    number = std::stod(text, &end);
-  } catch (const std::exception&) {
-    return -1;
-  }
+SizeReading read_size(const std::string& text) {
+  // Digits and one point only: strtod would also take signs, hexadecimal, exponents, inf and nan.
+  size_t unit_at = text.find_first_not_of("0123456789.");
+  std::string number = text.substr(0, unit_at), unit = unit_at == std::string::npos ? "" : text.substr(unit_at);
+  if (number.empty() || number == "." || number.find('.') != number.rfind('.')) return {-1, "is not a size"};
   static const std::vector<std::pair<std::string, double>> units{
       {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
       {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
-  for (auto& [unit, scale] : units)
-    if (text.substr(end) == unit && number > 0) return static_cast<int64_t>(number * scale);
-  return -1;
+  auto known = std::find_if(units.begin(), units.end(), [&unit](const auto& u) { return u.first == unit; });
+  if (known == units.end()) return {-1, "is not a size"};
+  double bytes = std::strtod(number.c_str(), nullptr) * known->second;
+  if (!(bytes < 9.2e18)) return {-1, "is too large"};
+  if (bytes != std::floor(bytes)) return {-1, "is not a whole number of bytes"};
+  if (bytes <= 0) return {-1, "is not positive"};
+  return {static_cast<int64_t>(bytes), ""};
+}
+
+int64_t parse_size(const std::string& text) { return read_size(text).bytes; }
+
+std::string size_hint(const std::string& problem) {
+  if (problem == "is too large") return "sizes must fit in 64 bits";
+  if (problem == "is not a whole number of bytes") return "use a smaller unit";
+  return "write a whole number of bytes, or a number with KiB, MiB, GiB, TiB (or KB, MB, GB, TB), e.g. 80GiB";
 }
 
 std::string format_size(int64_t b) {

@@ -75,9 +75,19 @@ std::string format_float(double f);
 std::string format_bytes(int64_t n);
 // A size for people to read, rounded: 512 B, 1.5 KiB, 12.3 MiB, 2.05 GiB.
 std::string format_size(int64_t bytes);
-// A size people write -> bytes: "500000000", "512MiB", "8GiB", "1.5GB" (KiB..TiB, KB..TB); -1 when
-// it is none of these or not positive.
+// A size as people write it, in the language's byte literals and on the command line: a decimal
+// number, then B, KiB..TiB or KB..TB, or nothing for bytes ("500000000", "512MiB", "1.5GB").
+// `problem` is empty when `bytes` holds it, else why not: "is not a size", "is not a whole number
+// of bytes", "is too large" (64 bits) or "is not positive".
+struct SizeReading {
+  int64_t bytes = -1;
+  std::string problem;
+};
+SizeReading read_size(const std::string& text);
+// read_size's bytes, or -1 when it has a problem.
 int64_t parse_size(const std::string& text);
+// The hint for a size read_size refuses with `problem`.
+std::string size_hint(const std::string& problem);
 // FLOPs for people to read, rounded: 512 FLOP, 3.2 MFLOP, 1.5 TFLOP.
 std::string format_flops(double flops);
 // A string literal with quotes and escapes (braces escaped, since strings interpolate).

@@ -43,6 +43,10 @@ BertConfig bert_tiny() {
   return c;
 }
 
+// LLaMA 1 was trained on 2,048 positions; lins.txt §VI trains 7B, 13B and 30B on 4,096. Its
+// positions are rotary, computed for any length (no table bounds them).
+constexpr int64_t kLinsSeq = 4096;
+
 template <class Holder>
 BuiltModel wrap(Holder model, int64_t vocab, int64_t max_seq) {
   return language_model(model, vocab, max_seq);
@@ -66,11 +70,11 @@ const std::vector<Entry>& entries() {
       {{"llama:tiny", "LLaMA style, 4 layers, 128 wide, grouped-query attention (4 heads, 2 kv)", 0},
        [] { return wrap(models::LlamaModel(llama(256, 128, 344, 4, 4, 2, 10000), "LlamaForCausalLM"), 256, 256); }},
       {{"llama-7b", "LLaMA 7B: 32 layers, 4096 wide", 6'738'415'616},
-       [] { return wrap(models::LlamaModel(llama(32000, 4096, 11008, 32, 32, 32, 10000), "LlamaForCausalLM"), 32000, 2048); }},
+       [] { return wrap(models::LlamaModel(llama(32000, 4096, 11008, 32, 32, 32, 10000), "LlamaForCausalLM"), 32000, kLinsSeq); }},
       {{"llama-13b", "LLaMA 13B: 40 layers, 5120 wide", 13'015'864'320},
-       [] { return wrap(models::LlamaModel(llama(32000, 5120, 13824, 40, 40, 40, 10000), "LlamaForCausalLM"), 32000, 2048); }},
+       [] { return wrap(models::LlamaModel(llama(32000, 5120, 13824, 40, 40, 40, 10000), "LlamaForCausalLM"), 32000, kLinsSeq); }},
       {{"llama-30b", "LLaMA 30B (32.5B): 60 layers, 6656 wide", 32'528'943'616},
-       [] { return wrap(models::LlamaModel(llama(32000, 6656, 17920, 60, 52, 52, 10000), "LlamaForCausalLM"), 32000, 2048); }},
+       [] { return wrap(models::LlamaModel(llama(32000, 6656, 17920, 60, 52, 52, 10000), "LlamaForCausalLM"), 32000, kLinsSeq); }},
       {{"llama3-70b", "Llama 3 70B: 80 layers, 8192 wide, 8 kv heads, 128256 tokens", 70'553'706'496},
        [] { return wrap(models::LlamaModel(llama(128256, 8192, 28672, 80, 64, 8, 500000), "LlamaForCausalLM"), 128256, 8192); }},
       {{"bert:tiny", "BERT style encoder with MLM head, 2 layers, 128 wide", 0},

@@ -76,8 +76,19 @@ class Reader {
     std::sort(t.steps.begin(), t.steps.end());
     return t;
   }
+  // A field the format does not have is most likely a misspelled one, whose value would be lost.
+  void only(const json& object, const std::string& path, const std::vector<std::string>& fields) const {
+    if (!object.is_object()) return;
+    for (const auto& [key, value] : object.items()) {
+      if (std::find(fields.begin(), fields.end(), key) != fields.end()) continue;
+      std::string known;
+      for (const std::string& f : fields) known += (known.empty() ? "" : ", ") + f;
+      fail(join(path, key), "is not a field of " + (path.empty() ? std::string("a cluster") : "`" + path + "`") + " (its fields: " + known + ")");
+    }
+  }
   LinkSpec link(const json& object, const std::string& key) const {
     const json& l = at(object, "", key);
+    only(l, key, {"GBps", "efficiency", "latency_us"});
     LinkSpec s;
     s.bandwidth = positive(l, key, "GBps") * 1e9;
     s.efficiency = fraction(l, key, "efficiency");
@@ -107,13 +118,19 @@ Cluster parse_cluster(const std::string& json_text, const std::string& origin) {
   c.origin = origin;
   c.name = r.text(j, "", "name");
   if (j.is_object() && j.contains("description")) c.description = r.text(j, "", "description");
+  r.only(j, "", {"name", "description", "nodes", "devices_per_node", "device", "intra_node", "inter_node", "host", "inter_node_scale"});
   c.nodes = r.count(j, "", "nodes");
   c.devices_per_node = r.count(j, "", "devices_per_node");
+  if (static_cast<int64_t>(c.nodes) * c.devices_per_node > (1 << 24))
+    r.fail("nodes", "times `devices_per_node` is " + std::to_string(static_cast<int64_t>(c.nodes) * c.devices_per_node) +
+                        " devices: at most 16777216 (2^24) are simulated");
   const json& d = r.at(j, "", "device");
+  r.only(d, "device", {"name", "memory", "matrix_tflops", "matrix_efficiency_by_gflop", "memory_GBps", "memory_efficiency_by_mb"});
   c.device.name = r.text(d, "device", "name");
   c.device.memory_bytes = parse_size(r.text(d, "device", "memory"));
   if (c.device.memory_bytes <= 0) r.fail("device.memory", "must be a size such as \"80GiB\"");
   const json& tflops = r.at(d, "device", "matrix_tflops");
+  r.only(tflops, "device.matrix_tflops", {"bf16", "fp32"});
   c.device.matrix_flops_bf16 = r.positive(tflops, "device.matrix_tflops", "bf16") * 1e12;
   c.device.matrix_flops_fp32 = r.positive(tflops, "device.matrix_tflops", "fp32") * 1e12;
   c.device.matrix_efficiency = r.table(d, "device", "matrix_efficiency_by_gflop");
@@ -185,7 +202,19 @@ int run_ranks_per_node(const Cluster& cluster, int world, const std::string& wor
     throw UserError(SourceRange{}, "--local-world " + std::to_string(local_world) + " is more than a node of cluster " + cluster.name +
                                        " has (" + std::to_string(cluster.devices_per_node) + " devices)",
                     "give at most " + std::to_string(cluster.devices_per_node) + ", or leave --local-world out");
-  return local_world > 0 ? local_world : std::min(world, cluster.devices_per_node);
+  int per_node = local_world > 0 ? local_world : std::min(world, cluster.devices_per_node);
+  if (world % per_node == 0) return per_node;
+  std::string divisors;  // the ranks per node that would divide the world, within a node
+  for (int d = 1; d <= std::min(world, cluster.devices_per_node); ++d)
+    if (world % d == 0) divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
+  std::string hint = "every node runs the same number of ranks: give --local-world dividing " + std::to_string(world) + " (" +
+                     divisors + ")";
+  if (local_world > 0)
+    throw UserError(SourceRange{}, "--local-world " + std::to_string(local_world) + " does not divide " + world_flag + " " +
+                                       std::to_string(world), hint);
+  throw UserError(SourceRange{}, world_flag + " " + std::to_string(world) + " does not split evenly over cluster " + cluster.name +
+                                     "'s nodes of " + std::to_string(per_node) + " devices",
+                  hint + ", or " + world_flag + " a multiple of " + std::to_string(per_node));
 }
 
 }  // namespace loom

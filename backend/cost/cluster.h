@@ -67,7 +67,8 @@ Cluster load_cluster(const std::string& name_or_path, const std::vector<std::str
 
 // The ranks per node of a run of `world` ranks (`world_flag` names the option that says so) on
 // `cluster`: `local_world`, or when it is 0 the cluster's devices per node (all ranks when there
-// are fewer). Throws UserError when the run does not fit the cluster.
+// are fewer). Throws UserError when the run does not fit the cluster, or its ranks do not split
+// evenly over nodes.
 int run_ranks_per_node(const Cluster& cluster, int world, const std::string& world_flag, int local_world);
 
 }  // namespace loom

@@ -1,6 +1,7 @@
 #include "backend/cost/profile.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -21,6 +22,8 @@ namespace {
 // the waits' unpacking, which the ops' times of format 5 still hold; 7: with sharded states the
 // replica sums' copies too, which format 6's ops' times hold; 8: on a GPU each op's host time).
 constexpr int kFormat = 8;
+
+constexpr bool kUnmeasuredAllowed = true;
 
 // The world a profile's key names (0 when it names none).
 int key_world(const std::string& key) {
@@ -53,6 +56,108 @@ void check_rank_times(const Profile& p, const std::string& origin) {
                     "write it again with `loom profile`");
   }
 }
+
+
+// Reads the fields of one profile, naming the file and the field in every error: a profile
+// written by hand or by another tool is priced as if measured, so a negative time or unsorted
+// samples would price a step silently wrong.
+class ProfileReader {
+ public:
+  explicit ProfileReader(std::string origin) : origin_(std::move(origin)) {}
+
+  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
+    throw UserError(SourceRange{}, origin_ + ": `" + field + "` " + what, "write it again with `loom profile`");
+  }
+  const nlohmann::json& at(const nlohmann::json& object, const std::string& path, const std::string& key) const {
+    if (!object.is_object() || !object.contains(key)) fail(join(path, key), "is missing");
+    return object.at(key);
+  }
+  std::string text(const nlohmann::json& object, const std::string& path, const std::string& key) const {
+    const nlohmann::json& v = at(object, path, key);
+    if (!v.is_string()) fail(join(path, key), "must be a string, not " + v.dump());
+    return v.get<std::string>();
+  }
+  const nlohmann::json& list(const nlohmann::json& object, const std::string& path, const std::string& key) const {
+    const nlohmann::json& v = at(object, path, key);
+    if (!v.is_array()) fail(join(path, key), "must be a list, not " + v.dump());
+    return v;
+  }
+  int count(const nlohmann::json& object, const std::string& path, const std::string& key, int least) const {
+    const nlohmann::json& v = at(object, path, key);
+    if (!v.is_number_integer() || v.get<int64_t>() < least || v.get<int64_t>() > (1 << 24))
+      fail(join(path, key), "must be a whole number of at least " + std::to_string(least) + ", not " + v.dump());
+    return v.get<int>();
+  }
+  int64_t bytes(const nlohmann::json& object, const std::string& path, const std::string& key) const {
+    const nlohmann::json& v = at(object, path, key);
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) fail(join(path, key), "must be a whole number of bytes (0 or more), not " + v.dump());
+    return v.get<int64_t>();
+  }
+  // A time or a rate: 0 or more, or with kUnmeasuredAllowed -1 for "not measured".
+  double value_amount(const nlohmann::json& v, const std::string& field, bool unmeasured_allowed = false) const {
+    if (v.is_number() && (v.get<double>() >= 0 || (unmeasured_allowed && v.get<double>() == -1)) && std::isfinite(v.get<double>()))
+      return v.get<double>();
+    fail(field, std::string("must be a number of 0 or more") + (unmeasured_allowed ? " (or -1: not measured)" : "") + ", not " + v.dump());
+  }
+  double amount(const nlohmann::json& object, const std::string& path, const std::string& key, bool unmeasured_allowed = false) const {
+    return value_amount(at(object, path, key), join(path, key), unmeasured_allowed);
+  }
+  // An amount the file may leave out: -1 (not measured) where it does.
+  double optional_amount(const nlohmann::json& object, const std::string& path, const std::string& key) const {
+    return object.contains(key) ? amount(object, path, key, kUnmeasuredAllowed) : -1;
+  }
+  std::vector<double> amounts(const nlohmann::json& object, const std::string& path, const std::string& key) const {
+    std::vector<double> values;
+    if (!object.contains(key)) return values;
+    const nlohmann::json& v = list(object, path, key);
+    for (size_t i = 0; i < v.size(); ++i) values.push_back(value_amount(v[i], join(path, key) + "[" + std::to_string(i) + "]"));
+    return values;
+  }
+
+  OpProfile op(const nlohmann::json& o, const std::string& at_index) const {
+    OpProfile op;
+    op.module = text(o, at_index, "module");
+    std::string path = at_index + " (" + op.module + ")";
+    op.forward_ms = amount(o, path, "forward_ms");
+    op.backward_ms = amount(o, path, "backward_ms");
+    op.memory_before_bytes = bytes(o, path, "memory_before_bytes");
+    op.forward_peak_bytes = bytes(o, path, "forward_peak_bytes");
+    op.backward_before_bytes = bytes(o, path, "backward_before_bytes");
+    op.backward_peak_bytes = bytes(o, path, "backward_peak_bytes");
+    op.forward_ms_by_rank = amounts(o, path, "forward_ms_by_rank");
+    op.backward_ms_by_rank = amounts(o, path, "backward_ms_by_rank");
+    op.forward_host_ms = optional_amount(o, path, "forward_host_ms");
+    op.backward_host_ms = optional_amount(o, path, "backward_host_ms");
+    return op;
+  }
+
+  CollectiveProfile collective(const nlohmann::json& c, const std::string& at_index) const {
+    CollectiveProfile cp;
+    cp.collective = text(c, at_index, "collective");
+    cp.group = text(c, at_index, "group");
+    std::string path = at_index + " (" + cp.collective + " on " + cp.group + ")";
+    cp.group_size = count(c, path, "group_size", 1);
+    const nlohmann::json& beside = at(c, path, "beside_compute");
+    if (!beside.is_boolean()) fail(join(path, "beside_compute"), "must be true or false, not " + beside.dump());
+    cp.beside_compute = beside.get<bool>();
+    cp.fit = {amount(c, path, "alpha_ms"), amount(c, path, "beta_ms_per_byte")};
+    std::string field = join(path, "samples_bytes_ms");
+    for (const nlohmann::json& s : list(c, path, "samples_bytes_ms")) {
+      if (!s.is_array() || s.size() != 2 || !s[0].is_number_integer() || s[0].get<int64_t>() < 0)
+        fail(field, "holds " + s.dump() + ": each sample is [bytes, ms], bytes a whole number of 0 or more");
+      cp.samples.push_back({s[0].get<int64_t>(), value_amount(s[1], field + " (" + s.dump() + ")")});
+      if (cp.samples.size() > 1 && cp.samples[cp.samples.size() - 2].bytes > cp.samples.back().bytes)
+        fail(field, "is not sorted by bytes (" + s.dump() + " comes after a larger sample)");
+    }
+    cp.in_step_scale = amount(c, path, "in_step_scale");
+    if (!(cp.in_step_scale > 0)) fail(join(path, "in_step_scale"), "must be positive, not " + std::to_string(cp.in_step_scale));
+    return cp;
+  }
+
+ private:
+  static std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+  std::string origin_;
+};
 
 }  // namespace
 
@@ -137,47 +242,31 @@ std::string Profile::to_json() const {
 }
 
 Profile Profile::from_json(const std::string& text, const std::string& origin) {
+  nlohmann::json j;
   try {
-    auto j = nlohmann::json::parse(text);
-    if (j.value("format", "") != "loom-profile-" + std::to_string(kFormat))
-      throw UserError(SourceRange{}, origin + " is not a Loom profile of format " + std::to_string(kFormat),
-                      "write it again with `loom profile`");
-    Profile p;
-    p.key = j.at("key").get<std::string>();
-    p.device = j.at("device").get<std::string>();
-    p.measured_steps = j.at("measured_steps").get<int>();
-    p.optimizer_step_ms = j.at("optimizer_step_ms").get<double>();
-    p.grad_norm_ms = j.value("grad_norm_ms", -1.0);
-    p.unpack_gb_per_s = j.value("unpack_gb_per_s", -1.0);
-    p.unpack_bytes_per_step = j.value("unpack_bytes_per_step", int64_t{0});
-    for (auto& o : j.at("ops")) {
-      p.ops.push_back({o.at("module").get<std::string>(), o.at("forward_ms").get<double>(), o.at("backward_ms").get<double>(),
-                       o.at("memory_before_bytes").get<int64_t>(), o.at("forward_peak_bytes").get<int64_t>(),
-                       o.at("backward_before_bytes").get<int64_t>(), o.at("backward_peak_bytes").get<int64_t>(),
-                       o.value("forward_ms_by_rank", std::vector<double>{}), o.value("backward_ms_by_rank", std::vector<double>{})});
-      p.ops.back().forward_host_ms = o.value("forward_host_ms", -1.0);
-      p.ops.back().backward_host_ms = o.value("backward_host_ms", -1.0);
-    }
-    for (auto& c : j.at("collectives")) {
-      CollectiveProfile cp;
-      cp.collective = c.at("collective").get<std::string>();
-      cp.group = c.at("group").get<std::string>();
-      cp.group_size = c.at("group_size").get<int>();
-      cp.beside_compute = c.at("beside_compute").get<bool>();
-      cp.fit = {c.at("alpha_ms").get<double>(), c.at("beta_ms_per_byte").get<double>()};
-      for (auto& s : c.at("samples_bytes_ms")) cp.samples.push_back({s.at(0).get<int64_t>(), s.at(1).get<double>()});
-      cp.in_step_scale = c.at("in_step_scale").get<double>();
-      if (!(cp.in_step_scale > 0))
-        throw UserError(SourceRange{}, origin + ": the " + cp.collective + " on `" + cp.group + "` has in_step_scale " +
-                                           std::to_string(cp.in_step_scale) + ", not a positive number",
-                        "write it again with `loom profile`");
-      p.collectives.push_back(std::move(cp));
-    }
-    check_rank_times(p, origin);
-    return p;
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw UserError(SourceRange{}, origin + " is not a readable Loom profile: " + e.what(), "write it again with `loom profile`");
   }
+  if (!j.is_object() || j.value("format", nlohmann::json()) != "loom-profile-" + std::to_string(kFormat))
+    throw UserError(SourceRange{}, origin + " is not a Loom profile of format " + std::to_string(kFormat),
+                    "write it again with `loom profile`");
+  ProfileReader r(origin);
+  Profile p;
+  p.key = r.text(j, "", "key");
+  p.device = r.text(j, "", "device");
+  p.measured_steps = r.count(j, "", "measured_steps", 0);
+  p.optimizer_step_ms = r.amount(j, "", "optimizer_step_ms", kUnmeasuredAllowed);
+  p.grad_norm_ms = r.optional_amount(j, "", "grad_norm_ms");
+  p.unpack_gb_per_s = r.optional_amount(j, "", "unpack_gb_per_s");
+  p.unpack_bytes_per_step = j.contains("unpack_bytes_per_step") ? r.bytes(j, "", "unpack_bytes_per_step") : 0;
+  const nlohmann::json& ops = r.list(j, "", "ops");
+  for (size_t i = 0; i < ops.size(); ++i) p.ops.push_back(r.op(ops[i], "ops[" + std::to_string(i) + "]"));
+  const nlohmann::json& collectives = r.list(j, "", "collectives");
+  for (size_t i = 0; i < collectives.size(); ++i)
+    p.collectives.push_back(r.collective(collectives[i], "collectives[" + std::to_string(i) + "]"));
+  check_rank_times(p, origin);
+  return p;
 }
 
 std::string profile_key(const ProfileKeyInputs& k) {

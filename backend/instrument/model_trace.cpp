@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "backend/instrument/aten_op_cost.h"
+#include "lang/diagnostics.h"
 #include "models/nn/module.h"
 #include "models/replacements.h"
 #include "models/zoo_torch.h"
@@ -129,8 +130,16 @@ void on_op_end(const at::RecordFunction& fn, at::ObserverContext* context) {
 
 }  // namespace
 
+void check_context(const std::string& model_name, int64_t max_seq, int64_t seq) {
+  if (seq > max_seq)
+    throw UserError(SourceRange{}, "--seq " + std::to_string(seq) + " is longer than model " + model_name + "'s context of " +
+                                       std::to_string(max_seq) + " tokens",
+                    "use --seq " + std::to_string(max_seq) + " or less");
+}
+
 ir::OpTrace trace_model(const std::string& model_name, ir::TraceShape shape, const std::vector<ModuleReplacement>& replacements) {
   BuiltModel model = build_model(model_name, torch::kMeta);
+  check_context(model_name, model.max_seq, shape.seq);
   apply_replacements(*model.module, replacements);
   ir::OpTrace trace;
   trace.model = model_name;

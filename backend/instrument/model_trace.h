@@ -4,6 +4,7 @@
 // uses, and, from the aten ops it dispatches, its FLOPs and saved activation bytes.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,8 +14,13 @@
 namespace loom {
 
 // `replacements`: the schedule's replace()s, applied before tracing, so the ops carry what the
-// replacing implementations compute and keep.
+// replacing implementations compute and keep. Throws check_context's UserError for a sequence
+// longer than the model's context.
 ir::OpTrace trace_model(const std::string& model_name, ir::TraceShape shape = {},
                         const std::vector<ModuleReplacement>& replacements = {});
+
+// Throws UserError when --seq `seq` is longer than model `model_name`'s context of `max_seq`
+// tokens (its position table's length): no run could train it.
+void check_context(const std::string& model_name, int64_t max_seq, int64_t seq);
 
 }  // namespace loom

@@ -63,10 +63,10 @@ double model_flops_per_step(const ir::OpTrace& trace, const PlanPoint& p, const 
   return 3 * forward * static_cast<double>(o.accum) * p.dp(o.world);
 }
 
-// Whether the model states alone exceed the limit: then simulating cannot help.
-bool states_exceed(const ModuleTree& tree, const PlanPoint& p, int64_t limit) {
+// The bytes of a rank's model states: where they alone exceed the limit, simulating cannot help.
+int64_t state_bytes_of(const ModuleTree& tree, const PlanPoint& p) {
   double elements = static_cast<double>(tree.parameter_count()) / (p.tp * p.pp);
-  return model_state_bytes(elements, StateBytes::loom_adamw(), p.params, p.grads, p.optim) > static_cast<double>(limit);
+  return static_cast<int64_t>(model_state_bytes(elements, StateBytes::loom_adamw(), p.params, p.grads, p.optim));
 }
 
 }  // namespace
@@ -77,6 +77,7 @@ namespace {
 struct PointOutcome {
   enum { OverMemory, Refused, Simulated } what = Refused;
   bool simulated = false;  // OverMemory: by its simulated peak (else by its model states alone)
+  int64_t least_bytes = 0;  // OverMemory: its simulated peak, or its model states' bytes (a bound below its peak)
   std::string refusal;     // Refused: why
   PlannedStep step;     // Simulated
 };
@@ -125,8 +126,9 @@ class PlanEvaluator {
   PointOutcome evaluate(const PlanPoint& p, const ClusterCost& cost) {
     int64_t limit = o_.memory_limit > 0 ? o_.memory_limit : cost.cluster().device.memory_bytes;
     PointOutcome out;
-    if (states_exceed(*tree_, p, limit)) {
+    if (int64_t states = state_bytes_of(*tree_, p); states > limit) {
       out.what = PointOutcome::OverMemory;
+      out.least_bytes = states;
       return out;
     }
     PlanText text = plan_schedule_parts(*tree_, p, o_.attention);
@@ -149,6 +151,7 @@ class PlanEvaluator {
     out.simulated = true;
     if (r.peak_bytes > limit) {
       out.what = PointOutcome::OverMemory;
+      out.least_bytes = r.peak_bytes;
       return out;
     }
     const DeviceSpec& device = cost.cluster().device;
@@ -249,7 +252,11 @@ PlanReport plan_parallelism(std::shared_ptr<const ModuleTree> tree, const ir::Op
   for (PointOutcome& out : outcomes) {  // in the space's order, whatever the threads did first
     if (out.what == PointOutcome::Refused && report.refused++ == 0) report.first_refusal = out.refusal;
     if (out.simulated) ++report.evaluated;
-    if (out.what == PointOutcome::OverMemory) ++report.over_memory;
+    if (out.what == PointOutcome::OverMemory) {
+      ++report.over_memory;
+      int64_t& least = out.simulated ? report.least_simulated_peak : report.least_state_bytes;
+      if (least == 0 || out.least_bytes < least) least = out.least_bytes;
+    }
     if (out.what == PointOutcome::Simulated) report.feasible.push_back(std::move(out.step));
   }
   // Best first by throughput: a plan with fewer data-parallel replicas (a mesh) processes fewer

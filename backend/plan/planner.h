@@ -44,6 +44,10 @@ struct PlanReport {
   std::vector<PlannedStep> feasible;  // best first
   size_t evaluated = 0;               // points lowered and simulated
   size_t over_memory = 0;             // of those, dropped for their peak
+  // What the over_memory points were found to need, for a message: the least simulated peak
+  // among them, and the least model states among those dropped for their states alone, unsimulated
+  // (their peaks would be higher); 0 where there is none of the kind.
+  int64_t least_simulated_peak = 0, least_state_bytes = 0;
   size_t refused = 0;                 // points the language or lowering refused (a split that does not fit)
   std::string first_refusal;          // why the first of them was
 };

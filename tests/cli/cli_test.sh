@@ -85,7 +85,7 @@ expect "without a limit they leave the program to prefetch's one block ahead" 0 
 printf 'sch.zero(stage=3)\nsch.offload("optimizer", budget=0)\n' > "$tmp/offload_all.sched"
 expect "offload(budget=0) under a limit offloads every state" 0 "#   adaptive_offload: unchanged" "#   offload_optimizer: changed" \
   -- "$loom" explain "$tmp/offload_all.sched" --model gpt:tiny --nproc 2 --memory-limit 7MiB
-expect "a memory limit that is not a size" 2 "--memory-limit: expects a size such as 600MiB, 2GiB or a number of bytes, got 'lots'" \
+expect "a memory limit that is not a size" 2 "--memory-limit: expects a size such as 600MiB, 2GiB or a number of bytes (0: none), got 'lots'" \
   -- "$loom" explain tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2 --memory-limit lots
 expect "the auto passes keep the simulated peak within each limit, unsharding more as it grows" 0 "within" \
   -- python3 -c "
@@ -234,7 +234,16 @@ expect "profile --out on a full disk" 1 "error: --out: cannot write /dev/full: N
 # Whole-schedule rules (verifier/) run in check.
 expect "memory limit" 1 "error: model states need" -- "$loom" check stdlib_schedules/zero1.sched --model gpt2 --world 8 --memory-limit 500MB
 expect "memory limit fits" 0 "ok (" -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 80GiB
-expect "memory limit not a size" 2 "error: --memory-limit lots is not a size" -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit lots
+expect "memory limit not a size" 2 "--memory-limit: expects a size such as 600MiB, 2GiB or a number of bytes (0: none), got 'lots'" \
+  -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit lots
+# Every command reads a size as the language writes it: whole bytes, decimal digits, a unit.
+expect "a memory limit of a fraction of a byte" 2 "got '0.3KiB', which is not a whole number of bytes" \
+  -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 0.3KiB
+expect "a memory limit in hexadecimal" 2 "got '0x10'" -- "$loom" simulate --model gpt:tiny --nproc 2 --cluster dgx-a100 --memory-limit 0x10
+expect "a memory limit past 64 bits" 2 "got '99999999TiB', which is too large" \
+  -- "$loom" tune examples/gpt_tuned.sched --model gpt:tiny --nproc 2 --memory-limit 99999999TiB
+expect "a memory limit with an exponent" 2 "got '1e9'" -- "$loom" plan --model gpt:tiny --world 2 --cluster dgx-a100 --memory-limit 1e9
+expect "a memory limit of 0 is none, in check too" 0 "ok (" -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 0
 
 
 # A measured profile prices the IR; one of another model is refused, naming both ops.
@@ -248,7 +257,10 @@ expect "profile measures its collectives in the step" 0 "one in-step scale" -- p
 import json, sys
 scales = {c['in_step_scale'] for c in json.load(open(sys.argv[1]))['collectives']}
 print('one in-step scale' if len(scales) == 1 and min(scales) > 0 and scales != {1.0} else 'scales: %s' % scales)" "$tmp/profile.json"
-expect "explain --profile" 0 "# estimate from $tmp/profile.json (serial sums" "ms, gradient norm " "ms, unpacking at waits none" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --profile "$tmp/profile.json"
+expect "explain --profile" 0 "# estimate from $tmp/profile.json (serial sums" "ms, gradient norm " "ms, unpacking at waits none" \
+  -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json"
+expect "explain --profile of another run" 2 "error: $tmp/profile.json was measured for another run: micro_batch 2 (this run: 4), seq 32 (this run: 128)" \
+  "hint: measure this run with \`loom profile\`" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --profile "$tmp/profile.json"
 # ... and the passes plan with its times: bucket(size=auto) sizes buckets for overlap (the program
 # a run's --replan-at settles on) where without times it buckets each block whole. The measured
 # compute is scaled down 1000x and the collectives up 1000x, so that no gather hides behind
@@ -279,7 +291,8 @@ print('start %.6f s, replanned %.6f s' % (start, replanned)); print('the steps d
 expect "simulate --replanned on a cluster" 2 "error: --replanned plans with a profile's measured times; this run is priced on a cluster" \
   "hint: give --profile FILE instead of --cluster" \
   -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --cluster dgx-a100 --replanned
-expect "explain --profile other model" 2 "error: $tmp/profile.json was measured for other compute ops: the step's op 0 is \`embed_tokens\`, the profile's is \`wpe\`" -- "$loom" explain --model llama:tiny --nproc 2 --profile "$tmp/profile.json"
+expect "explain --profile other model" 2 "error: $tmp/profile.json was measured for another run: model gpt:tiny (this run: llama:tiny)" \
+  -- "$loom" explain --model llama:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json"
 expect "explain --profile missing" 2 "error: cannot read the profile '$tmp/none.json'" -- "$loom" explain --model gpt:tiny --nproc 2 --profile "$tmp/none.json"
 expect "explain --profile not a profile" 2 "is not a readable Loom profile" -- "$loom" explain --model gpt:tiny --nproc 2 --profile stdlib_schedules/zero3.sched
 
@@ -406,10 +419,30 @@ best_plan() { "$loom" plan --model gpt:tiny --world 2 --seq 32 --micro-batch 2 "
 expect "plan on a profile = plan on its cluster" 0 "same" \
   -- bash -c "[ \"\$1\" = \"\$2\" ] && [ -n \"\$1\" ] && echo same || echo \"\$1 vs \$2\"" _ \
   "$(best_plan --profile "$tmp/profile.json")" "$(best_plan --cluster "$tmp/here.json")"
-expect "plan with a bad memory limit" 2 "error: --memory-limit lots is not a size" \
+expect "plan with a bad memory limit" 2 "--memory-limit: expects a size such as 600MiB, 2GiB or a number of bytes (0: none), got 'lots'" \
   -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit lots
-expect "plan that nothing fits" 2 "error: no plan fits 1.0 MiB per rank (20 over the limit, 0 refused)" \
+expect "plan that nothing fits" 2 "error: no plan fits 1.0 MiB per rank (20 over the limit, 0 refused); the least model states of a plan not simulated: " \
+  "hint: raise --memory-limit, use more ranks, --checkpoint auto, or a smaller --micro-batch or --seq" \
   -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit 1MiB
+expect "plan that nothing fits, with the least simulated peak" 2 "error: no plan fits 5.0 MiB per rank (40 over the limit, 0 refused); the least simulated peak: " \
+  "hint: raise --memory-limit, use more ranks, or a smaller --micro-batch or --seq" \
+  -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit 5MiB --checkpoint auto
+expect "plan where the world does not split over nodes" 2 "error: --world 12 does not split evenly over cluster dgx-a100's nodes of 8 devices" \
+  "hint: every node runs the same number of ranks: give --local-world dividing 12 (1, 2, 3, 4, 6), or --world a multiple of 8" \
+  -- "$loom" plan --model gpt:tiny --world 12 --cluster dgx-a100
+expect "simulate where --local-world does not divide the world" 2 "error: --local-world 4 does not divide --nproc 6" \
+  "hint: every node runs the same number of ranks: give --local-world dividing 6 (1, 2, 3, 6)" \
+  -- "$loom" simulate --model gpt:tiny --nproc 6 --local-world 4 --cluster dgx-a100
+for command in "simulate --cluster dgx-a100 --nproc 2" "plan --cluster dgx-a100 --world 2" "explain --nproc 2"; do
+  expect "${command%% *} beyond the model's context" 2 "error: --seq 512 is longer than model gpt:tiny's context of 256 tokens" \
+    "hint: use --seq 256 or less" -- "$loom" $command --model gpt:tiny --seq 512
+done
+# Without --memory-limit, on a cluster the passes plan within 90% of its device's memory: a peak
+# above it is said too.
+sed -e 's/"name": "dgx-a100"/"name": "small"/' -e 's/"80GiB"/"10MiB"/' clusters/dgx-a100.json > "$tmp/small.json"
+expect "simulate on a cluster warns above the share of the device it plans within" 0 "loom simulate: warning: the simulated peak " \
+  "is above 9.0 MiB, 90% of cluster small's 10.0 MiB devices (--memory-limit sets another limit): the schedule's base placement does not fit" \
+  -- "$loom" simulate --model gpt:tiny --nproc 2 --cluster "$tmp/small.json"
 expect "plan with more ranks per node than the cluster's nodes have" 2 "error: --local-world 16 is more than a node of cluster dgx-a100 has (8 devices)" \
   -- "$loom" plan --model gpt:tiny --world 16 --local-world 16 --cluster dgx-a100
 expect "plan more ranks than the cluster has" 2 "error: --world 4096 is more than cluster dgx-a100 has (128 devices)" \

@@ -138,6 +138,21 @@ TEST_CASE("a bad cluster file is a user error naming the file, the field and the
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"description\": \"DGX", "\"description\": 7, \"x\": \"DGX"), "c.json"),
                        "c.json: `description` must be a string, not 7", UserError);
   CHECK_THROWS_WITH_AS(parse_cluster("[1, 2]", "c.json"), "c.json must hold a JSON object, not array", UserError);
+  // A misspelled field would be lost: refused, with the fields there are.
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"nodes\": 16,", "\"nodes\": 16, \"inter_node_scal\": [[1, 0.5]],"), "c.json"),
+                       "c.json: `inter_node_scal` is not a field of a cluster (its fields: name, description, nodes, devices_per_node, "
+                       "device, intra_node, inter_node, host, inter_node_scale)",
+                       UserError);
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"memory_GBps\"", "\"memory_GBPS\": 1, \"memory_GBps\""), "c.json"),
+                       doctest::Contains("c.json: `device.memory_GBPS` is not a field of `device` (its fields: name, memory,"), UserError);
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"latency_us\": 1}", "\"latency_us\": 1, \"latency\": 1}"), "c.json"),
+                       doctest::Contains("c.json: `intra_node.latency` is not a field of `intra_node`"), UserError);
+  // 2^24 x 2^24 devices would overflow the world's count.
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(replaced(good, "\"nodes\": 16", "\"nodes\": 16777216"), "\"devices_per_node\": 8",
+                                              "\"devices_per_node\": 16777216"),
+                                     "c.json"),
+                       "c.json: `nodes` times `devices_per_node` is 281474976710656 devices: at most 16777216 (2^24) are simulated",
+                       UserError);
   CHECK_THROWS_WITH_AS(load_cluster("dgx-z900", cluster_dirs()),
                        "no cluster named 'dgx-z900' (known: dgx-a100, dgx-h100, lins-a800)", UserError);
   CHECK_THROWS_WITH_AS(load_cluster("/nonexistent/c.json", cluster_dirs()), "cannot read the cluster file '/nonexistent/c.json'",

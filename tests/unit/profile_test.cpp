@@ -9,6 +9,8 @@
 #include <functional>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/cost/collective_cost.h"
 #include "backend/cost/in_step_collectives.h"
 #include "backend/cost/instruction_cost.h"
@@ -74,13 +76,15 @@ TEST_CASE("predictions interpolate the table inside the sweep and follow the lin
   CHECK(predict_ms(table, steep_start, 10000) == doctest::Approx(13.0));
 }
 
-TEST_CASE("a profile round-trips through JSON, and a foreign file is refused with a hint") {
+namespace {
+// A profile of one op and one collective (an all-gather on `params`, timed alone).
+Profile one_op_profile(const std::string& module) {
   Profile p;
   p.key = "k";
   p.device = "cpu";
   p.measured_steps = 3;
   p.optimizer_step_ms = 2.5;
-  p.ops.push_back({"h.0.mlp.c_fc", 0.5, 1.25, 100, 200, 300, 400, {}, {}});
+  p.ops.push_back({module, 0.5, 1.25, 100, 200, 300, 400, {}, {}});
   CollectiveProfile c;
   c.collective = "all_gather";
   c.group = "params";
@@ -88,6 +92,13 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
   c.samples = {{4096, 0.1}, {8192, 0.2}};
   c.fit = fit_alpha_beta(c.samples);
   p.collectives.push_back(c);
+  return p;
+}
+}  // namespace
+
+TEST_CASE("a profile round-trips through JSON, and a foreign file is refused with a hint") {
+  Profile p = one_op_profile("h.0.mlp.c_fc");
+  CollectiveProfile c = p.collectives[0];
   c.beside_compute = true;  // the same collective timed beside compute: slower
   c.samples = {{4096, 0.3}, {8192, 0.6}};
   c.fit = fit_alpha_beta(c.samples);
@@ -116,7 +127,7 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
     Profile::from_json(p.to_json(), "zero.json");
     FAIL("a scale of 0 was accepted");
   } catch (const UserError& e) {
-    CHECK(e.diagnostic().message == "zero.json: the all_gather on `params` has in_step_scale 0.000000, not a positive number");
+    CHECK(e.diagnostic().message == "zero.json: `collectives[0] (all_gather on params).in_step_scale` must be positive, not 0.000000");
     CHECK(e.diagnostic().hint == "write it again with `loom profile`");
   }
 
@@ -520,4 +531,40 @@ TEST_CASE("a profile of a pipeline prices each stage: its ops found among every 
   } catch (const UserError& err) {
     CHECK(err.diagnostic().message == "p.json was measured for other compute ops: the step's op 1 is `h.2`, the profile's is `h.0`");
   }
+}
+
+TEST_CASE("a profile whose figures no measurement gives is refused, naming the field") {
+  nlohmann::json good = nlohmann::json::parse(one_op_profile("h.0.attn").to_json());
+  auto refusal = [&good](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json j = good;
+    change(j);
+    try {
+      Profile::from_json(j.dump(), "p.json");
+    } catch (const UserError& e) {
+      CHECK(e.diagnostic().hint == "write it again with `loom profile`");
+      return e.diagnostic().message;
+    }
+    return std::string("accepted");
+  };
+  CHECK(refusal([](nlohmann::json&) {}) == "accepted");
+  CHECK(refusal([](nlohmann::json& j) { j["ops"][0]["forward_ms"] = -5; }) ==
+        "p.json: `ops[0] (h.0.attn).forward_ms` must be a number of 0 or more, not -5");
+  CHECK(refusal([](nlohmann::json& j) { j["ops"][0]["backward_ms"] = "fast"; }) ==
+        "p.json: `ops[0] (h.0.attn).backward_ms` must be a number of 0 or more, not \"fast\"");
+  CHECK(refusal([](nlohmann::json& j) { j["ops"][0]["forward_peak_bytes"] = -1; }) ==
+        "p.json: `ops[0] (h.0.attn).forward_peak_bytes` must be a whole number of bytes (0 or more), not -1");
+  CHECK(refusal([](nlohmann::json& j) { j["ops"][0]["forward_host_ms"] = -5; }) ==
+        "p.json: `ops[0] (h.0.attn).forward_host_ms` must be a number of 0 or more (or -1: not measured), not -5");
+  CHECK(refusal([](nlohmann::json& j) { j["ops"][0]["forward_host_ms"] = -1; }) == "accepted");
+  CHECK(refusal([](nlohmann::json& j) { j["optimizer_step_ms"] = -100; }) ==
+        "p.json: `optimizer_step_ms` must be a number of 0 or more (or -1: not measured), not -100");
+  CHECK(refusal([](nlohmann::json& j) { j.erase("ops"); }) == "p.json: `ops` is missing");
+  CHECK(refusal([](nlohmann::json& j) { j["collectives"][0]["group_size"] = 0; }) ==
+        "p.json: `collectives[0] (all_gather on params).group_size` must be a whole number of at least 1, not 0");
+  CHECK(refusal([](nlohmann::json& j) { j["collectives"][0]["samples_bytes_ms"] = {{8192, 0.2}, {4096, 0.1}}; }) ==
+        "p.json: `collectives[0] (all_gather on params).samples_bytes_ms` is not sorted by bytes ([4096,0.1] comes after a larger sample)");
+  CHECK(refusal([](nlohmann::json& j) { j["collectives"][0]["samples_bytes_ms"][1][1] = -0.2; }) ==
+        "p.json: `collectives[0] (all_gather on params).samples_bytes_ms ([8192,-0.2])` must be a number of 0 or more, not -0.2");
+  CHECK(refusal([](nlohmann::json& j) { j["collectives"][0]["beside_compute"] = 1; }) ==
+        "p.json: `collectives[0] (all_gather on params).beside_compute` must be true or false, not 1");
 }
