@@ -21,6 +21,7 @@ namespace {
 // the gradient norm's own work, which a cached profile of format 4 would price at nothing; 6:
 // the waits' unpacking, which the ops' times of format 5 still hold; 7: with sharded states the
 // replica sums' copies too, which format 6's ops' times hold; 8: on a GPU each op's host time).
+// With a bump, write tests/fuzz/seeds/profile.json again: the fuzzer's seed of this format.
 constexpr int kFormat = 8;
 
 constexpr bool kUnmeasuredAllowed = true;
