@@ -16,8 +16,8 @@ struct StateBytes {
   // What Loom's runtime keeps: fp32 parameters and gradients (on a GPU bf16 autocast computes
   // from fp32 master weights) and AdamW's two fp32 moments.
   static StateBytes loom_adamw() { return {4, 4, 8}; }
-  // lins.txt §IV-D: fp16 parameters and gradients; fp32 master weights, momentum and variance.
-  static StateBytes mixed_precision_adam() { return {2, 2, 12}; }
+  // (lins.txt §IV-D counts 2/2/12: fp16 parameters and gradients; fp32 master weights, momentum
+  // and variance. Loom has no such layout yet, so nothing counts with it.)
 };
 
 // What a profile measured on a GPU says of the two things the memory model cannot see there

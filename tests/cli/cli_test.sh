@@ -233,6 +233,11 @@ expect "profile --out on a full disk" 1 "error: --out: cannot write /dev/full: N
 
 # Whole-schedule rules (verifier/) run in check.
 expect "memory limit" 1 "error: model states need" -- "$loom" check stdlib_schedules/zero1.sched --model gpt2 --world 8 --memory-limit 500MB
+# The rule counts the states as the runtime keeps them, as the simulator does (lins.txt's 2/2/12
+# would put ZeRO-1's 684 MB under 900 MB).
+expect "memory limit, as the runtime keeps the states" 1 \
+  "error: model states need 1.04 GiB per rank, above --memory-limit 858.3 MiB (4/1 + 4/1 + 8/8 bytes for each of 124439808 parameters: fp32 parameters and gradients, AdamW's two moments)" \
+  -- "$loom" check stdlib_schedules/zero1.sched --model gpt2 --world 8 --memory-limit 900MB
 expect "memory limit fits" 0 "ok (" -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 80GiB
 expect "memory limit not a size" 2 "--memory-limit: expects a size such as 600MiB, 2GiB or a number of bytes (0: none), got 'lots'" \
   -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit lots

@@ -5,20 +5,24 @@
 
 namespace loom::rules {
 
-// lins.txt §IV-D: 2/s_p + 2/s_g + 12/s_os bytes per parameter (fp16 parameters and
-// gradients, fp32 master weights and Adam moments), of the 1/(tp * pp) a rank holds: the
-// memory model's mixed-precision layout (backend/cost/memory_model.h).
+// lins.txt §IV-D's D_modelstate, each state's bytes over its sharding factor, of the 1/(tp * pp)
+// of the parameters a rank holds, with the bytes Loom's runtime keeps (4/s_p + 4/s_g + 8/s_os):
+// the memory model the simulator and the planner count model states with
+// (backend/cost/memory_model.h), so that a schedule `loom check` passes is one they do not find
+// over the limit for its states alone.
 void memory_fits(const Schedule& s, const RuleOptions& o) {
   if (o.memory_limit <= 0) return;
   const ShardingFactors& f = s.sharding();
   double params = static_cast<double>(s.tree().parameter_count()) / (s.mesh_state().tp * s.mesh_state().pp);
-  double bytes = model_state_bytes(params, StateBytes::mixed_precision_adam(), f.params, f.grads, f.optim);
+  StateBytes kept = StateBytes::loom_adamw();
+  double bytes = model_state_bytes(params, kept, f.params, f.grads, f.optim);
   if (bytes <= static_cast<double>(o.memory_limit)) return;
+  auto term = [](double b, int factor) { return std::to_string(static_cast<int>(b)) + "/" + std::to_string(factor); };
   throw UserError(f.where,
                   "model states need " + format_size(static_cast<int64_t>(bytes)) + " per rank, above --memory-limit " +
-                      format_size(o.memory_limit) + " (lins.txt: 2/" + std::to_string(f.params) + " + 2/" +
-                      std::to_string(f.grads) + " + 12/" + std::to_string(f.optim) + " bytes for each of " +
-                      std::to_string(static_cast<int64_t>(params)) + " parameters)",
+                      format_size(o.memory_limit) + " (" + term(kept.param, f.params) + " + " + term(kept.grad, f.grads) + " + " +
+                      term(kept.optim, f.optim) + " bytes for each of " + std::to_string(static_cast<int64_t>(params)) +
+                      " parameters: fp32 parameters and gradients, AdamW's two moments)",
                   "shard more: raise s_p, s_g or s_os in shard_states (each must divide dp = " + std::to_string(s.dp()) + ")");
 }
 
