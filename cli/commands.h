@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -80,6 +81,10 @@ int64_t machine_memory_per_rank(int ranks);
 // profiled ops, matched to the model's traced ops (a data-parallel program of them: sharding
 // changes no op's FLOPs). Throws UserError when the profile does not fit `run`.
 Cluster profiled_machine(const std::string& profile, const ir::OpTrace& trace, const ProfileKeyInputs& run);
+
+// A simulation's communication breakdown (SimResult::comm_busy_s) for people: "all_gather on
+// params 12.3, reduce_scatter on grads 8.1" (ms), the busiest first; "none".
+std::string communication_text(const std::map<std::string, double>& busy_s);
 
 // --memory-limit's bytes ("80GiB"); 0 for none (empty, or "0"); throws UserError, with
 // byte_size()'s message, for text that is not a size (the Python module's sizes come this way).

@@ -37,7 +37,8 @@ nlohmann::json plan_json(const PlannedStep& s) {
   return {{"params", s.point.params}, {"grads", s.point.grads}, {"optim", s.point.optim}, {"tp", s.point.tp},
           {"pp", s.point.pp},         {"checkpoint", s.point.checkpoint},                  {"step_s", s.step_s},
           {"mfu", s.mfu},             {"peak_bytes", s.peak_bytes},                        {"compute_s", s.compute_s},
-          {"exposed_comm_s", s.exposed_comm_s}, {"tokens_per_s_per_rank", s.tokens_per_s_per_rank}, {"schedule", s.schedule}};
+          {"exposed_comm_s", s.exposed_comm_s}, {"comm_busy_s", s.comm_busy_s}, {"tokens_per_s_per_rank", s.tokens_per_s_per_rank},
+          {"schedule", s.schedule}};
 }
 
 void print_table(const PlanOptions& o, const Cluster& cluster, const PlanReport& report, int64_t limit) {
@@ -54,6 +55,9 @@ void print_table(const PlanOptions& o, const Cluster& cluster, const PlanReport&
                 s.point.params, s.point.grads, s.point.optim, s.point.checkpoint ? "all" : "none", s.step_s * 1e3, s.mfu * 100,
                 s.tokens_per_s_per_rank, format_size(s.peak_bytes).c_str(), s.compute_s * 1e3, s.exposed_comm_s * 1e3);
   }
+  std::printf("  communication (ms each kind kept its stream busy on the stage that ends the step, hidden by compute or not):\n");
+  for (size_t i = 0; i < report.feasible.size() && static_cast<int>(i) < o.top; ++i)
+    std::printf("  %-4zu %s\n", i + 1, communication_text(report.feasible[i].comm_busy_s).c_str());
 }
 
 // The trace every plan is lowered on: with --attention memory_efficient, of the model whose

@@ -1,6 +1,7 @@
 // loom simulate: replay a schedule's step programs under a cost model (a cluster file or a
 // measured profile) and report the step time, compute, exposed communication and peak memory,
 // without a GPU or a training run (issue #15 §3).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -27,6 +28,20 @@
 #include "verifier/schedule_rules.h"
 
 namespace loom::cli {
+
+std::string communication_text(const std::map<std::string, double>& busy_s) {
+  std::vector<std::pair<double, std::string>> kinds;
+  for (const auto& [kind, s] : busy_s) kinds.emplace_back(-s, kind);
+  std::sort(kinds.begin(), kinds.end());
+  std::string text;
+  char ms[32];
+  for (const auto& [minus_s, kind] : kinds) {
+    std::snprintf(ms, sizeof ms, " %.3g", -minus_s * 1e3);
+    text += (text.empty() ? "" : ", ") + kind + ms;
+  }
+  return text.empty() ? "none" : text;
+}
+
 namespace {
 
 std::string instruction_line(const ir::Program& p, size_t index) {
@@ -122,6 +137,8 @@ void print_report(const SimulateOptions& o, const Simulation& s) {
   std::printf("  peak memory     %10s     on stage %d, at instruction %s\n", format_size(r.peak_bytes).c_str(), r.peak_stage,
               instruction_line(s.stages[static_cast<size_t>(r.peak_stage)], r.peak_instr).c_str());
   std::printf("  tokens/s/rank   %10.0f\n", s.tokens_per_s_per_rank);
+  std::printf("  communication   %s  (ms each kind kept its stream busy on stage %d, hidden by compute or not)\n",
+              communication_text(r.comm_busy_s).c_str(), r.critical_stage);
   if (r.ranks_simulated > 1)
     std::printf("  each of the %d ranks simulated at its own measured op times (the step ends with rank %d)\n",
                 r.ranks_simulated, r.critical_rank);
@@ -192,6 +209,7 @@ nlohmann::json report_json(const Simulation& s) {
   return {{"step_s", r.step_s},
           {"compute_s", r.compute_s},
           {"exposed_comm_s", r.exposed_comm_s},
+          {"comm_busy_s", r.comm_busy_s},
           {"peak_bytes", r.peak_bytes},
           {"peak_stage", r.peak_stage},
           {"stage_peak_bytes", r.stage_peak_bytes},

@@ -160,6 +160,7 @@ class PlanEvaluator {
     step.compute_s = r.compute_s;
     step.exposed_comm_s = r.exposed_comm_s;
     step.peak_bytes = r.peak_bytes;
+    step.comm_busy_s = std::move(r.comm_busy_s);
     step.mfu = model_flops_per_step(trace_, p, o_) / (r.step_s * o_.world * peak_flops);
     step.tokens_per_s_per_rank = static_cast<double>(o_.micro_batch * o_.seq * o_.accum) * p.dp(o_.world) / (r.step_s * o_.world);
     out.what = PointOutcome::Simulated;

@@ -38,6 +38,7 @@ struct Rank {
   // for both neighbours of a middle stage, where the executor has a group for each.
   double host = 0, compute_free = 0, collective_free = 0, copy_free = 0, transfer_free = 0, compute_s = 0;
   std::vector<double> handle_end;   // by handle: when its collective ends; -1 while it has not run
+  std::map<std::string, double> comm_busy_s;  // SimResult::comm_busy_s, of this rank
   std::map<std::string, int> seen;  // how many of each meeting kind this rank has issued
   std::string meeting;              // the meeting its current instruction waits in, once issued
   int64_t memory = 0;
@@ -95,6 +96,7 @@ class Simulator {
     }
     result_.exposed_comm_s = std::max(0.0, result_.step_s - result_.compute_s);
     result_.ranks_simulated = each_rank_ ? static_cast<int>(ranks_.size()) : 1;
+    result_.comm_busy_s = ranks_[critical].comm_busy_s;
     if (each_rank_) {
       result_.critical_rank = static_cast<int>(critical);
       result_.events = std::move(ranks_[critical].events);
@@ -260,6 +262,7 @@ class Simulator {
   // The timeline shows one rank per stage; with every rank simulated, each keeps its own until
   // run() keeps the critical rank's.
   void record(Rank& r, const Run& run, const char* stream, double start, double end) {
+    if (end > start && std::string(stream) != "compute") r.comm_busy_s[communication_kind(r.program->instrs[run.instr])] += end - start;
     if (end <= start || !timeline_) return;
     (each_rank_ ? r.events : result_.events).push_back({r.stage, run.instr, run.micro_batch, stream, start, end});
   }
@@ -298,6 +301,11 @@ SimResult simulate_each_rank(const ir::Program& program, const std::vector<const
       throw InternalError("simulator: a collective over " + std::to_string(in.group.size) + " of the " +
                           std::to_string(rank_costs.size()) + " ranks simulated each");
   return Simulator(program, rank_costs, state_bytes, timeline).run();
+}
+
+std::string communication_kind(const Instr& in) {
+  std::string op = ir::op_name(in.kind);
+  return ir::issued_collective(in) ? op + " on " + ir::role_name(in.group.role) : op;
 }
 
 std::string sim_trace_json(const SimResult& result, const std::vector<ir::Program>& stages) {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,10 @@ struct SimResult {
   int critical_stage = 0;     // the stage whose end is the step's
   int ranks_simulated = 1;    // 1: one representative per stage; else every rank (simulate_each_rank)
   int critical_rank = 0;      // with every rank simulated, the one whose end is the step's
+  // The communication breakdown of that stage (or rank): for each kind of transfer, the seconds
+  // it kept its stream busy, hidden by compute or not ("all_gather on params", "send on
+  // stage_pair", "offload_states"; communication_kind names them).
+  std::map<std::string, double> comm_busy_s;
   // The timeline: one rank per stage; with every rank simulated, the critical rank's.
   std::vector<SimEvent> events;
   std::vector<std::vector<MemorySample>> memory;  // per stage, after each change
@@ -71,6 +76,10 @@ SimResult simulate(const std::vector<ir::Program>& stages, const InstructionCost
 // timeline is the slowest rank's.
 SimResult simulate_each_rank(const ir::Program& program, const std::vector<const InstructionCost*>& rank_costs,
                              const StateBytes& state_bytes = StateBytes::loom_adamw(), bool timeline = true);
+
+// What comm_busy_s files `in` under: a collective or a transfer by its op and group role
+// ("reduce_scatter on grads"), a copy by its op ("offload").
+std::string communication_kind(const ir::Instr& in);
 
 // The events as a Chrome trace (chrome://tracing, Perfetto): a process per stage, a thread per
 // stream, each event named by its instruction as `loom explain` prints it.

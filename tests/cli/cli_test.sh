@@ -389,7 +389,21 @@ expect "simulate on a malformed cluster file" 2 "error: $tmp/bad_cluster.json: \
 
 # loom plan (issue #15 §4): the plans searched, simulated and ranked; the best written as a schedule.
 expect "plan" 0 "plans simulated" "rank  tp  pp  s_p  s_g  s_os" \
+  "  communication (ms each kind kept its stream busy on the stage that ends the step, hidden by compute or not):" \
   -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --checkpoint auto
+# The breakdown names what each plan moves, and on one stage adds up to at least its exposed
+# communication (busy time hidden by compute is in it too; a pipeline's bubble is not).
+expect "plan's communication breakdown" 0 "breakdowns hold the exposed time" -- python3 -c "
+import json, subprocess
+plans = json.loads(subprocess.run(['$loom', 'plan', '--model', 'gpt:tiny', '--world', '4', '--cluster', 'dgx-a100', '--top', '40',
+                                   '--json'], capture_output=True, text=True, check=True).stdout)['plans']
+for p in plans:
+    busy = p['comm_busy_s']
+    assert p['pp'] > 1 or sum(busy.values()) >= p['exposed_comm_s'] - 1e-12, p
+    assert (p['params'] > 1) == any(k.startswith('all_gather on ') for k in busy), p
+    assert (p['tp'] > 1) == ('tp_all_reduce on tp' in busy), p
+    assert (p['pp'] > 1) == ('send on stage_pair' in busy), p
+print('breakdowns hold the exposed time')"
 expect "plan --json" 0 '"plans"' '"params"' '"grads"' '"optim"' '"tp"' '"pp"' '"step_s"' '"mfu"' '"peak_bytes"' \
   -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --json
 expect "plan --out" 0 "wrote the best plan to $tmp/best.sched" -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --out "$tmp/best.sched"

@@ -606,3 +606,18 @@ TEST_CASE("a module called twice in forward: its last call's backward comes firs
   CHECK(c.outside_bytes == 3000);
   CHECK(c.activation_scale == doctest::Approx(1.2));  // 1200 saved against the traced 1000
 }
+
+TEST_CASE("the communication breakdown: each kind's busy time on its stream, hidden by compute or not") {
+  FixedCost cost;
+  cost.by_kind = {{OpKind::AllGather, 2}, {OpKind::ReduceScatter, 4}, {OpKind::Compute, 3}};
+  ir::Program p = one_param({instr(OpKind::AllGather, Phase::Forward, "", 0), instr(OpKind::Compute, Phase::Forward, "a"), wait(0),
+                             instr(OpKind::AllGather, Phase::Backward, "", 1), wait(1, Phase::Backward),
+                             instr(OpKind::Compute, Phase::Backward, "a"),
+                             instr(OpKind::ReduceScatter, Phase::Backward, "", 2, {ir::Role::Grads, 2}), wait(2, Phase::Backward)});
+  SimResult r = simulate({p}, cost, StateBytes::loom_adamw(), /*timeline=*/false);
+  // The forward gather hides under a (0-2), the backward one does not (3-5), then a (5-8) and
+  // the reduce-scatter (8-12): 4 s of all-gathers, 4 of reduce-scatters, 6 of them exposed.
+  CHECK(r.step_s == doctest::Approx(12));
+  CHECK(r.exposed_comm_s == doctest::Approx(6));
+  CHECK(r.comm_busy_s == std::map<std::string, double>{{"all_gather on params", 4}, {"reduce_scatter on grads", 4}});
+}
