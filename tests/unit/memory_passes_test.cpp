@@ -633,3 +633,29 @@ TEST_CASE("the IR verifier: with accumulation, states leave in the first micro-b
     }
   CHECK(ir::verify(p).find("moves optimizer states in other micro-batches than the first (once a step each way)") != std::string::npos);
 }
+
+TEST_CASE("proactive prefetch in backward: a gather moves up over what stays under the limit with its output") {
+  // Under these limits the forward's gathers all run at its start. In backward a gather moved
+  // above a compute adds its 400-byte output to every instruction it moves over: l1.w's fits
+  // above c(l2) from 4,000 bytes (the walk's most over that span is 3,600, while l2's
+  // reduce-scatter runs).
+  ir::Program base = lowered(three_layers(), {});
+  std::vector<std::string> unmoved = words(base, ir::Phase::Backward);
+  CHECK(unmoved == std::vector<std::string>{"ag(l2.w)", "c(l2)", "rel(l2.w)", "ag(l1.w)", "c(l1)", "rel(l1.w)", "ag(l0.w)", "c(l0)",
+                                            "rel(l0.w)"});
+  CHECK(words(lowered(three_layers(), auto_prefetch(3999)), ir::Phase::Backward) == unmoved);
+  CHECK(words(lowered(three_layers(), auto_prefetch(4000)), ir::Phase::Backward) ==
+        std::vector<std::string>{"ag(l2.w)", "ag(l1.w)", "c(l2)", "rel(l2.w)", "c(l1)", "rel(l1.w)", "ag(l0.w)", "c(l0)", "rel(l0.w)"});
+  // l0.w's, from 5,000 (4,600 while l1's reduce-scatter runs).
+  CHECK(words(lowered(three_layers(), auto_prefetch(4999)), ir::Phase::Backward) ==
+        words(lowered(three_layers(), auto_prefetch(4000)), ir::Phase::Backward));
+  ir::Program both = lowered(three_layers(), auto_prefetch(5000));
+  CHECK(words(both, ir::Phase::Backward) ==
+        std::vector<std::string>{"ag(l2.w)", "ag(l1.w)", "ag(l0.w)", "c(l2)", "rel(l2.w)", "c(l1)", "rel(l1.w)", "c(l0)", "rel(l0.w)"});
+  CHECK(ir::verify_complete(both) == "");
+  // Where a gather now runs, the memory is what the base held there plus the moved outputs: the
+  // base's own peak (5,600, its reduce-scatters' buffers at the end) is not the pass's to lower.
+  std::vector<int64_t> before = memory::memory_around_each(base, StateBytes::loom_adamw(), nullptr);
+  std::vector<int64_t> after = memory::memory_around_each(both, StateBytes::loom_adamw(), nullptr);
+  CHECK(*std::max_element(after.begin(), after.end()) == *std::max_element(before.begin(), before.end()));
+}
