@@ -92,10 +92,9 @@ SizeReading read_size(const std::string& text) {
       {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
   auto known = std::find_if(units.begin(), units.end(), [&unit](const auto& u) { return u.first == unit; });
   if (known == units.end()) return {-1, "is not a size"};
-  double bytes = std::strtod(number.c_str(), nullptr) * known->second;
+  double bytes = std::floor(std::strtod(number.c_str(), nullptr) * known->second);  // 9.2MiB: a fraction of a byte dropped
   if (!(bytes < 9.2e18)) return {-1, "is too large"};
-  if (bytes != std::floor(bytes)) return {-1, "is not a whole number of bytes"};
-  if (bytes <= 0) return {-1, "is not positive"};
+  if (bytes < 1) return {-1, "is less than one byte"};
   return {static_cast<int64_t>(bytes), ""};
 }
 
@@ -103,7 +102,6 @@ int64_t parse_size(const std::string& text) { return read_size(text).bytes; }
 
 std::string size_hint(const std::string& problem) {
   if (problem == "is too large") return "sizes must fit in 64 bits";
-  if (problem == "is not a whole number of bytes") return "use a smaller unit";
   return "write a whole number of bytes, or a number with KiB, MiB, GiB, TiB (or KB, MB, GB, TB), e.g. 80GiB";
 }
 

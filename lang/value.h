@@ -75,10 +75,11 @@ std::string format_float(double f);
 std::string format_bytes(int64_t n);
 // A size for people to read, rounded: 512 B, 1.5 KiB, 12.3 MiB, 2.05 GiB.
 std::string format_size(int64_t bytes);
-// A size as people write it, in the language's byte literals and on the command line: a decimal
-// number, then B, KiB..TiB or KB..TB, or nothing for bytes ("500000000", "512MiB", "1.5GB").
-// `problem` is empty when `bytes` holds it, else why not: "is not a size", "is not a whole number
-// of bytes", "is too large" (64 bits) or "is not positive".
+// A size as people write it on the command line and in cluster files: a decimal number, then B,
+// KiB..TiB or KB..TB, or nothing for bytes ("500000000", "512MiB", "9.2MiB"), a fraction of a
+// byte dropped (the language's byte literals must be whole: grammar/parse_tree_to_ast.cpp).
+// `problem` is empty when `bytes` holds it, else why not: "is not a size", "is too large" (64
+// bits) or "is less than one byte".
 struct SizeReading {
   int64_t bytes = -1;
   std::string problem;

@@ -241,9 +241,9 @@ expect "memory limit, as the runtime keeps the states" 1 \
 expect "memory limit fits" 0 "ok (" -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 80GiB
 expect "memory limit not a size" 2 "--memory-limit: expects a size such as 600MiB, 2GiB or a number of bytes (0: none), got 'lots'" \
   -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit lots
-# Every command reads a size as the language writes it: whole bytes, decimal digits, a unit.
-expect "a memory limit of a fraction of a byte" 2 "got '0.3KiB', which is not a whole number of bytes" \
-  -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 0.3KiB
+# Every command reads a size alike: decimal digits, a unit, at least a byte, within 64 bits.
+expect "a memory limit below a byte" 2 "got '0.3B', which is less than one byte" \
+  -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 0.3B
 expect "a memory limit in hexadecimal" 2 "got '0x10'" -- "$loom" simulate --model gpt:tiny --nproc 2 --cluster dgx-a100 --memory-limit 0x10
 expect "a memory limit past 64 bits" 2 "got '99999999TiB', which is too large" \
   -- "$loom" tune examples/gpt_tuned.sched --model gpt:tiny --nproc 2 --memory-limit 99999999TiB
