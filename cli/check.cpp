@@ -116,7 +116,7 @@ void add_check(CLI::App& app, std::function<int()>& run) {
   c->add_flag("--json", o->json, "emit diagnostics as JSON objects, one per line, on stdout");
   c->add_option("--trace-json", o->trace_json, "write the directive trace as JSON to this file");
   c->add_option("--memory-limit", o->memory_limit,
-                "model-state bytes allowed per rank (e.g. 80GiB): schedules above it by lins.txt's formula are errors")
+                "model-state bytes allowed per rank (e.g. 80GiB): schedules whose states need more (4/s_p + 4/s_g + 8/s_os bytes per parameter, lins.txt's formula with the runtime's bytes) are errors")
       ->transform(byte_size());
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules (import \"stdlib/...\")");
   c->callback([&run, o] { run = [o] { return run_check(*o); }; });

@@ -52,7 +52,10 @@ void rewrite(const std::string& file, const std::string& text) {
   if (::rename(name.c_str(), target.c_str()) == 0) return;
   failed = errno;
   ::unlink(name.c_str());
-  cannot_rewrite(file, std::string("cannot rename the new file over it: ") + std::strerror(failed), "make its directory writable");
+  // mkstemp wrote beside it, so the directory is writable: it refuses the rename itself (append-only,
+  // or sticky with the schedule another user's).
+  cannot_rewrite(file, std::string("cannot rename the new file over it: ") + std::strerror(failed),
+                 "check that its directory lets files be renamed in it (an append-only one does not)");
 }
 
 }  // namespace

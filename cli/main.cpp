@@ -59,12 +59,15 @@ CLI::Validator at_least(double min) {
       "at least " + bound);
 }
 
+// What is wrong with a size given on the command line ("" for none): the message both the option
+// check and memory_limit_bytes give.
 std::string size_problem(const std::string& text) {
+  using Problem = SizeReading::Problem;
   if (text == "0") return "";  // none
   SizeReading size = read_size(text);
-  if (size.problem.empty()) return "";
+  if (size.problem == Problem::None) return "";
   return "expects a size such as 600MiB, 2GiB or a number of bytes (0: none), got '" + text + "'" +
-         (size.problem == "is not a size" ? "" : ", which " + size.problem);
+         (size.problem == Problem::NotASize ? "" : ", which " + size_problem_text(size.problem));
 }
 
 CLI::Validator byte_size() {

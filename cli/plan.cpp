@@ -2,6 +2,7 @@
 // sharding factors, a tensor-parallel and pipeline mesh and recomputation, each lowered on the
 // model's shapes and simulated; the best plans within the memory limit, best first.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -78,15 +79,32 @@ struct PlanOutcome {
   PlanReport report;
 };
 
+// `bytes` as a --memory-limit, rounded up to a tenth of its unit: "6.1MiB" holds 6.04 MiB.
+std::string limit_at_least(int64_t bytes) {
+  static const std::vector<std::pair<const char*, double>> units{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}};
+  for (const auto& [unit, size] : units)
+    if (static_cast<double>(bytes) >= size) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.1f%s", std::ceil(static_cast<double>(bytes) / size * 10) / 10, unit);
+      return text;
+    }
+  return std::to_string(bytes) + "B";
+}
+
 // Why no plan was kept, with the least memory a plan needed, and what to change.
 UserError no_plan_fits(const PlanOptions& o, const PlanOutcome& out) {
   const PlanReport& r = out.report;
-  std::string least;
-  if (r.least_simulated_peak > 0) least = "; the least simulated peak: " + format_size(r.least_simulated_peak);
-  if (r.least_state_bytes > 0 && (r.least_simulated_peak == 0 || r.least_state_bytes < r.least_simulated_peak))
-    least += std::string(least.empty() ? ";" : ",") + " the least model states of a plan not simulated: " + format_size(r.least_state_bytes) +
-             " (its peak is higher)";
-  std::string hint = "raise --memory-limit, use more ranks, ";
+  // What limit would do: the least simulated peak fits a plan; with none simulated, every plan's
+  // states alone are over, and the least of them is a bound below what any plan needs.
+  std::string least, raise = "raise --memory-limit";
+  if (r.least_simulated_peak > 0) {
+    least = "; a limit of " + limit_at_least(r.least_simulated_peak) + " fits at least one (the least simulated peak)";
+    raise += " to " + limit_at_least(r.least_simulated_peak);
+  } else if (r.least_state_bytes > 0) {
+    least = "; every plan's model states alone are over it (the least: " + format_size(r.least_state_bytes) + ")";
+    raise += " above " + format_size(r.least_state_bytes);
+  }
+  std::string hint = raise + ", use more ranks, ";
   if (o.checkpoint != "auto" && o.checkpoint != "all") hint += "--checkpoint auto, ";
   return UserError(SourceRange{}, "no plan fits " + format_size(out.limit) + " per rank (" + std::to_string(r.over_memory) +
                                       " over the limit, " + std::to_string(r.refused) + " refused" +

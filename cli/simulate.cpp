@@ -137,8 +137,9 @@ void print_report(const SimulateOptions& o, const Simulation& s) {
   std::printf("  peak memory     %10s     on stage %d, at instruction %s\n", format_size(r.peak_bytes).c_str(), r.peak_stage,
               instruction_line(s.stages[static_cast<size_t>(r.peak_stage)], r.peak_instr).c_str());
   std::printf("  tokens/s/rank   %10.0f\n", s.tokens_per_s_per_rank);
-  std::printf("  communication   %s  (ms each kind kept its stream busy on stage %d, hidden by compute or not)\n",
-              communication_text(r.comm_busy_s).c_str(), r.critical_stage);
+  std::string ends = r.ranks_simulated > 1 ? "rank " + std::to_string(r.critical_rank) : "stage " + std::to_string(r.critical_stage);
+  std::printf("  communication   %s  (ms each kind kept its stream busy on %s, where the step ends; hidden by compute or not)\n",
+              communication_text(r.comm_busy_s).c_str(), ends.c_str());
   if (r.ranks_simulated > 1)
     std::printf("  each of the %d ranks simulated at its own measured op times (the step ends with rank %d)\n",
                 r.ranks_simulated, r.critical_rank);

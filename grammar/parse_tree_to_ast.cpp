@@ -10,6 +10,7 @@
 #include "antlr4-runtime.h"
 #include "grammar/parse.h"
 #include "lang/diagnostics.h"
+#include "lang/value.h"
 
 namespace loom {
 namespace {
@@ -472,21 +473,18 @@ class AstBuilder {
     throw InternalError("parse tree has a literal kind the AST builder does not know");
   }
 
+  // The lexer's BYTES token (digits, '_' between them, a point, a unit), read as the command
+  // line reads sizes, but whole: a byte literal is exact.
   ast::ExprPtr bytes_literal(const std::string& text, const SourceRange& r) {
-    size_t unit_at = text.find_first_not_of("0123456789._");
-    std::string number = text.substr(0, unit_at), unit = text.substr(unit_at);
-    static const std::vector<std::pair<std::string, double>> units = {
-        {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
-    double scale = 1;
-    for (auto& [name, s] : units)
-      if (name == unit) scale = s;
-    double bytes = parse_double(number) * scale;
-    if (!(bytes < 9.2e18)) throw UserError(r, "byte size " + text + " is too large", "sizes must fit in 64 bits");
-    if (bytes != std::floor(bytes))
-      throw UserError(r, "byte size " + text + " is not a whole number of bytes", "use a smaller unit");
+    std::string digits;
+    for (char c : text)
+      if (c != '_') digits += c;
+    SizeReading size = read_size(digits);
+    if (size.problem == SizeReading::Problem::NotASize) throw InternalError("the lexer's byte size " + text + " is not a size");
+    if (size.problem == SizeReading::Problem::TooLarge) throw UserError(r, "byte size " + text + " is too large", size_hint(size.problem));
+    if (size.fraction_dropped) throw UserError(r, "byte size " + text + " is not a whole number of bytes", "use a smaller unit");
     auto e = make(ast::ExprKind::Bytes, r);
-    e->int_value = static_cast<int64_t>(bytes);
+    e->int_value = size.bytes;  // 0B is 0
     e->text = text;
     return e;
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <limits>
 #include <cstdio>
 #include <cmath>
 
@@ -83,25 +84,49 @@ std::string format_bytes(int64_t n) {
 }
 
 SizeReading read_size(const std::string& text) {
-  // Digits and one point only: strtod would also take signs, hexadecimal, exponents, inf and nan.
+  using Problem = SizeReading::Problem;
   size_t unit_at = text.find_first_not_of("0123456789.");
   std::string number = text.substr(0, unit_at), unit = unit_at == std::string::npos ? "" : text.substr(unit_at);
-  if (number.empty() || number == "." || number.find('.') != number.rfind('.')) return {-1, "is not a size"};
-  static const std::vector<std::pair<std::string, double>> units{
-      {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
-      {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+  size_t point = number.find('.');
+  if (number.empty() || number == "." || (point != std::string::npos && number.find('.', point + 1) != std::string::npos))
+    return {};
+  static const std::vector<std::pair<std::string, int64_t>> units{
+      {"", 1}, {"B", 1}, {"KiB", int64_t{1} << 10}, {"MiB", int64_t{1} << 20}, {"GiB", int64_t{1} << 30}, {"TiB", int64_t{1} << 40},
+      {"KB", 1'000}, {"MB", 1'000'000}, {"GB", 1'000'000'000}, {"TB", 1'000'000'000'000}};
   auto known = std::find_if(units.begin(), units.end(), [&unit](const auto& u) { return u.first == unit; });
-  if (known == units.end()) return {-1, "is not a size"};
-  double bytes = std::floor(std::strtod(number.c_str(), nullptr) * known->second);  // 9.2MiB: a fraction of a byte dropped
-  if (!(bytes < 9.2e18)) return {-1, "is too large"};
-  if (bytes < 1) return {-1, "is less than one byte"};
-  return {static_cast<int64_t>(bytes), ""};
+  if (known == units.end()) return {};
+  std::string whole = number.substr(0, point), fraction = point == std::string::npos ? "" : number.substr(point + 1);
+  whole.erase(0, std::min(whole.find_first_not_of('0'), whole.size()));
+  if (whole.size() > 19) return {-1, Problem::TooLarge, false};
+  // Integers throughout (a double would make 4.1MB 4,099,999 bytes). 18 digits of fraction decide
+  // the bytes of any unit up to 2^40; the digits after them only whether a fraction was dropped.
+  __int128 scale = known->second, bytes = (whole.empty() ? 0 : static_cast<__int128>(std::stoull(whole))) * scale;
+  std::string exact = fraction.substr(0, 18);
+  __int128 numerator = 0, denominator = 1;
+  for (char digit : exact) numerator = numerator * 10 + (digit - '0'), denominator *= 10;
+  bytes += numerator * scale / denominator;
+  bool dropped = numerator * scale % denominator != 0 || fraction.find_first_not_of('0', exact.size()) != std::string::npos;
+  if (bytes > std::numeric_limits<int64_t>::max()) return {-1, Problem::TooLarge, dropped};
+  return {static_cast<int64_t>(bytes), bytes < 1 ? Problem::BelowOneByte : Problem::None, dropped};
 }
 
-int64_t parse_size(const std::string& text) { return read_size(text).bytes; }
+int64_t parse_size(const std::string& text) {
+  SizeReading size = read_size(text);
+  return size.problem == SizeReading::Problem::None ? size.bytes : -1;
+}
 
-std::string size_hint(const std::string& problem) {
-  if (problem == "is too large") return "sizes must fit in 64 bits";
+std::string size_problem_text(SizeReading::Problem problem) {
+  switch (problem) {
+    case SizeReading::Problem::None: return "";
+    case SizeReading::Problem::NotASize: return "is not a size";
+    case SizeReading::Problem::TooLarge: return "is too large";
+    case SizeReading::Problem::BelowOneByte: return "is less than one byte";
+  }
+  return "";
+}
+
+std::string size_hint(SizeReading::Problem problem) {
+  if (problem == SizeReading::Problem::TooLarge) return "sizes must fit in 64 bits";
   return "write a whole number of bytes, or a number with KiB, MiB, GiB, TiB (or KB, MB, GB, TB), e.g. 80GiB";
 }
 

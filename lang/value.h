@@ -75,20 +75,22 @@ std::string format_float(double f);
 std::string format_bytes(int64_t n);
 // A size for people to read, rounded: 512 B, 1.5 KiB, 12.3 MiB, 2.05 GiB.
 std::string format_size(int64_t bytes);
-// A size as people write it on the command line and in cluster files: a decimal number, then B,
-// KiB..TiB or KB..TB, or nothing for bytes ("500000000", "512MiB", "9.2MiB"), a fraction of a
-// byte dropped (the language's byte literals must be whole: grammar/parse_tree_to_ast.cpp).
-// `problem` is empty when `bytes` holds it, else why not: "is not a size", "is too large" (64
-// bits) or "is less than one byte".
+// A size as people write it, in the language's byte literals (which must be whole), on the
+// command line and in cluster files (where a fraction of a byte is dropped): decimal digits with
+// at most one point, then B, KiB..TiB or KB..TB, or nothing for bytes ("500000000", "512MiB",
+// "9.2MiB"). Read exactly, in integers: 4.1MB is 4,100,000 bytes.
 struct SizeReading {
-  int64_t bytes = -1;
-  std::string problem;
+  enum class Problem { None, NotASize, TooLarge, BelowOneByte };
+  int64_t bytes = -1;  // rounded down; -1 unless None or BelowOneByte
+  Problem problem = Problem::NotASize;
+  bool fraction_dropped = false;  // the size was not a whole number of bytes
 };
 SizeReading read_size(const std::string& text);
 // read_size's bytes, or -1 when it has a problem.
 int64_t parse_size(const std::string& text);
-// The hint for a size read_size refuses with `problem`.
-std::string size_hint(const std::string& problem);
+// What is wrong, for a message ("is too large"), and what to do about it.
+std::string size_problem_text(SizeReading::Problem problem);
+std::string size_hint(SizeReading::Problem problem);
 // FLOPs for people to read, rounded: 512 FLOP, 3.2 MFLOP, 1.5 TFLOP.
 std::string format_flops(double flops);
 // A string literal with quotes and escapes (braces escaped, since strings interpolate).

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cost/json_fields.h"
 #include "backend/data_dirs.h"
 #include "lang/diagnostics.h"
 #include "lang/value.h"
@@ -28,38 +29,20 @@ namespace {
 using nlohmann::json;
 
 // Reads the fields of one cluster file, naming the file and the field in every error.
-class Reader {
+class Reader : public JsonFields {
  public:
-  explicit Reader(std::string origin) : origin_(std::move(origin)) {}
+  explicit Reader(std::string origin)
+      : JsonFields(std::move(origin), "see docs/simulate.md for the cluster format, or start from clusters/dgx-a100.json") {}
 
-  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
-    throw UserError(SourceRange{}, origin_ + ": `" + field + "` " + what,
-                    "see docs/simulate.md for the cluster format, or start from clusters/dgx-a100.json");
-  }
-  const json& at(const json& object, const std::string& path, const std::string& key) const {
-    if (!object.is_object() || !object.contains(key)) fail(join(path, key), "is missing");
-    return object.at(key);
-  }
   double positive(const json& object, const std::string& path, const std::string& key) const {
     const json& v = at(object, path, key);
     if (!v.is_number() || v.get<double>() <= 0) fail(join(path, key), "must be a positive number, not " + v.dump());
     return v.get<double>();
   }
-  int count(const json& object, const std::string& path, const std::string& key) const {
-    const json& v = at(object, path, key);
-    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (1 << 24))
-      fail(join(path, key), "must be a whole number of at least 1, not " + v.dump());
-    return v.get<int>();
-  }
   double fraction(const json& object, const std::string& path, const std::string& key) const {
     double f = positive(object, path, key);
     if (f > 1) fail(join(path, key), "is a fraction of the peak: at most 1, not " + std::to_string(f));
     return f;
-  }
-  std::string text(const json& object, const std::string& path, const std::string& key) const {
-    const json& v = at(object, path, key);
-    if (!v.is_string()) fail(join(path, key), "must be a string, not " + v.dump());
-    return v.get<std::string>();
   }
   // [[threshold, efficiency], ...] in any order; efficiencies in (0, 1].
   EfficiencyTable table(const json& object, const std::string& path, const std::string& key, bool fractions = true) const {
@@ -96,9 +79,6 @@ class Reader {
     return s;
   }
 
- private:
-  static std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
-  std::string origin_;
 };
 
 }  // namespace
@@ -119,8 +99,8 @@ Cluster parse_cluster(const std::string& json_text, const std::string& origin) {
   c.name = r.text(j, "", "name");
   if (j.is_object() && j.contains("description")) c.description = r.text(j, "", "description");
   r.only(j, "", {"name", "description", "nodes", "devices_per_node", "device", "intra_node", "inter_node", "host", "inter_node_scale"});
-  c.nodes = r.count(j, "", "nodes");
-  c.devices_per_node = r.count(j, "", "devices_per_node");
+  c.nodes = r.count(j, "", "nodes", 1);
+  c.devices_per_node = r.count(j, "", "devices_per_node", 1);
   if (static_cast<int64_t>(c.nodes) * c.devices_per_node > (1 << 24))
     r.fail("nodes", "times `devices_per_node` is " + std::to_string(static_cast<int64_t>(c.nodes) * c.devices_per_node) +
                         " devices: at most 16777216 (2^24) are simulated");
@@ -186,35 +166,63 @@ Cluster load_cluster(const std::string& name_or_path, const std::vector<std::str
       throw UserError(SourceRange{}, "no cluster named '" + name_or_path + "' (known: " + cluster_names_text(dirs) + ")",
                       "name one of those, give a cluster file's path, or add NAME.json to a folder in $LOOM_CLUSTER_PATH");
   }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw UserError(SourceRange{}, "the cluster file '" + path + "' is a directory", "give a cluster file's path, or a cluster's name");
   std::ifstream in(path);
-  if (!in) throw UserError(SourceRange{}, "cannot read the cluster file '" + path + "'", "check the path");
+  if (!in) {
+    // "dgx-a100.json" where the shipped cluster was meant: its name is "dgx-a100".
+    std::string stem = std::filesystem::path(path).stem().string();
+    std::vector<std::string> known = cluster_names(dirs);
+    bool named = std::find(known.begin(), known.end(), stem) != known.end();
+    throw UserError(SourceRange{}, "cannot read the cluster file '" + path + "'",
+                    named ? "check the path, or name the cluster without .json: --cluster " + stem : "check the path");
+  }
   std::stringstream text;
   text << in.rdbuf();
   return parse_cluster(text.str(), path);
 }
 
-int run_ranks_per_node(const Cluster& cluster, int world, const std::string& world_flag, int local_world) {
-  if (world > cluster.world())
-    throw UserError(SourceRange{}, world_flag + " " + std::to_string(world) + " is more than cluster " + cluster.name + " has (" +
-                                       std::to_string(cluster.world()) + " devices)",
-                    "use at most " + std::to_string(cluster.world()) + " ranks, or describe a larger cluster");
-  if (local_world > cluster.devices_per_node)
-    throw UserError(SourceRange{}, "--local-world " + std::to_string(local_world) + " is more than a node of cluster " + cluster.name +
-                                       " has (" + std::to_string(cluster.devices_per_node) + " devices)",
-                    "give at most " + std::to_string(cluster.devices_per_node) + ", or leave --local-world out");
-  int per_node = local_world > 0 ? local_world : std::min(world, cluster.devices_per_node);
-  if (world % per_node == 0) return per_node;
-  std::string divisors;  // the ranks per node that would divide the world, within a node
+namespace {
+
+// What to do when `world` ranks do not split evenly over the cluster's nodes: the ranks per node
+// that would (each dividing the world, within a node, on the nodes there are).
+std::string ranks_per_node_hint(const Cluster& cluster, int world, const std::string& world_flag) {
+  std::string fitting;
   for (int d = 1; d <= std::min(world, cluster.devices_per_node); ++d)
-    if (world % d == 0) divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
-  std::string hint = "every node runs the same number of ranks: give --local-world dividing " + std::to_string(world) + " (" +
-                     divisors + ")";
-  if (local_world > 0)
-    throw UserError(SourceRange{}, "--local-world " + std::to_string(local_world) + " does not divide " + world_flag + " " +
-                                       std::to_string(world), hint);
-  throw UserError(SourceRange{}, world_flag + " " + std::to_string(world) + " does not split evenly over cluster " + cluster.name +
-                                     "'s nodes of " + std::to_string(per_node) + " devices",
-                  hint + ", or " + world_flag + " a multiple of " + std::to_string(per_node));
+    if (world % d == 0 && world / d <= cluster.nodes) fitting += (fitting.empty() ? "" : ", ") + std::to_string(d);
+  if (fitting.empty())
+    return "no number of ranks per node splits " + std::to_string(world) + " ranks over cluster " + cluster.name +
+           "'s nodes: give a " + world_flag + " that does";
+  return "every node runs the same number of ranks: give --local-world one of " + fitting;
+}
+
+}  // namespace
+
+int run_ranks_per_node(const Cluster& cluster, int world, const std::string& world_flag, int local_world) {
+  auto refuse = [&](const std::string& what, const std::string& hint) { throw UserError(SourceRange{}, what, hint); };
+  std::string ranks = world_flag + " " + std::to_string(world);
+  if (world > cluster.world())
+    refuse(ranks + " is more than cluster " + cluster.name + " has (" + std::to_string(cluster.world()) + " devices)",
+           "use at most " + std::to_string(cluster.world()) + " ranks, or describe a larger cluster");
+  if (local_world > cluster.devices_per_node)
+    refuse("--local-world " + std::to_string(local_world) + " is more than a node of cluster " + cluster.name + " has (" +
+               std::to_string(cluster.devices_per_node) + " devices)",
+           "give at most " + std::to_string(cluster.devices_per_node) + ", or leave --local-world out");
+  if (local_world > world)
+    refuse("--local-world " + std::to_string(local_world) + " is more than " + ranks, "give at most " + std::to_string(world));
+  int per_node = local_world > 0 ? local_world : std::min(world, cluster.devices_per_node);
+  std::string hint = ranks_per_node_hint(cluster, world, world_flag);
+  if (world % per_node != 0 && local_world > 0)
+    refuse("--local-world " + std::to_string(local_world) + " does not divide " + ranks, hint);
+  if (world % per_node != 0)
+    refuse(ranks + " does not split evenly over cluster " + cluster.name + "'s nodes of " + std::to_string(per_node) + " devices",
+           hint + ", or " + world_flag + " a multiple of " + std::to_string(per_node));
+  if (world / per_node > cluster.nodes)
+    refuse(ranks + " at " + std::to_string(per_node) + " per node needs " + std::to_string(world / per_node) + " nodes; cluster " +
+               cluster.name + " has " + std::to_string(cluster.nodes),
+           hint);
+  return per_node;
 }
 
 }  // namespace loom

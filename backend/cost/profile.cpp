@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cost/json_fields.h"
 #include "lang/diagnostics.h"
 
 namespace loom {
@@ -58,36 +59,17 @@ void check_rank_times(const Profile& p, const std::string& origin) {
   }
 }
 
-
 // Reads the fields of one profile, naming the file and the field in every error: a profile
 // written by hand or by another tool is priced as if measured, so a negative time or unsorted
 // samples would price a step silently wrong.
-class ProfileReader {
+class ProfileReader : public JsonFields {
  public:
-  explicit ProfileReader(std::string origin) : origin_(std::move(origin)) {}
+  explicit ProfileReader(std::string origin) : JsonFields(std::move(origin), "write it again with `loom profile`") {}
 
-  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
-    throw UserError(SourceRange{}, origin_ + ": `" + field + "` " + what, "write it again with `loom profile`");
-  }
-  const nlohmann::json& at(const nlohmann::json& object, const std::string& path, const std::string& key) const {
-    if (!object.is_object() || !object.contains(key)) fail(join(path, key), "is missing");
-    return object.at(key);
-  }
-  std::string text(const nlohmann::json& object, const std::string& path, const std::string& key) const {
-    const nlohmann::json& v = at(object, path, key);
-    if (!v.is_string()) fail(join(path, key), "must be a string, not " + v.dump());
-    return v.get<std::string>();
-  }
   const nlohmann::json& list(const nlohmann::json& object, const std::string& path, const std::string& key) const {
     const nlohmann::json& v = at(object, path, key);
     if (!v.is_array()) fail(join(path, key), "must be a list, not " + v.dump());
     return v;
-  }
-  int count(const nlohmann::json& object, const std::string& path, const std::string& key, int least) const {
-    const nlohmann::json& v = at(object, path, key);
-    if (!v.is_number_integer() || v.get<int64_t>() < least || v.get<int64_t>() > (1 << 24))
-      fail(join(path, key), "must be a whole number of at least " + std::to_string(least) + ", not " + v.dump());
-    return v.get<int>();
   }
   int64_t bytes(const nlohmann::json& object, const std::string& path, const std::string& key) const {
     const nlohmann::json& v = at(object, path, key);
@@ -155,9 +137,6 @@ class ProfileReader {
     return cp;
   }
 
- private:
-  static std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
-  std::string origin_;
 };
 
 }  // namespace

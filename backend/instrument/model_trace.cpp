@@ -130,7 +130,7 @@ void on_op_end(const at::RecordFunction& fn, at::ObserverContext* context) {
 
 }  // namespace
 
-void check_context(const std::string& model_name, int64_t max_seq, int64_t seq) {
+void check_seq_within_context(const std::string& model_name, int64_t max_seq, int64_t seq) {
   if (seq > max_seq)
     throw UserError(SourceRange{}, "--seq " + std::to_string(seq) + " is longer than model " + model_name + "'s context of " +
                                        std::to_string(max_seq) + " tokens",
@@ -139,7 +139,7 @@ void check_context(const std::string& model_name, int64_t max_seq, int64_t seq) 
 
 ir::OpTrace trace_model(const std::string& model_name, ir::TraceShape shape, const std::vector<ModuleReplacement>& replacements) {
   BuiltModel model = build_model(model_name, torch::kMeta);
-  check_context(model_name, model.max_seq, shape.seq);
+  check_seq_within_context(model_name, model.max_seq, shape.seq);
   apply_replacements(*model.module, replacements);
   ir::OpTrace trace;
   trace.model = model_name;

@@ -67,7 +67,8 @@ std::string describe_timed_group(TimedGroup group) {
 std::string first_differing_pass(const std::vector<PassRecord>& a, const std::vector<PassRecord>& b) {
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
     if (a[i].digest != b[i].digest) return a[i].pass;
-  return "";
+  if (a.size() == b.size()) return "";
+  return (a.size() > b.size() ? a : b)[std::min(a.size(), b.size())].pass;  // one ran a pass the other did not
 }
 
 PipelineDebug PipelineDebug::from_environment(std::ostream& out) {

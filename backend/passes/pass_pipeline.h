@@ -24,8 +24,9 @@ struct PassRecord {
   size_t digest = 0;
 };
 
-// The first pass whose program differs between two lowerings' records of one pipeline, or none
-// (the empty string) where every pass left the same program.
+// The first pass whose program differs between two lowerings' records of one pipeline (or the
+// first pass only one of them ran), or none (the empty string) where every pass left the same
+// program.
 std::string first_differing_pass(const std::vector<PassRecord>& a, const std::vector<PassRecord>& b);
 
 struct PipelineDebug {

@@ -316,7 +316,7 @@ void build_rank_model(RankRun& r) {
     throw UserError(SourceRange{}, "the data's vocabulary (" + std::to_string(r.data->vocab_size()) + ") is larger than model " +
                                        o.model + "'s (" + std::to_string(r.model.vocab_size) + ")",
                     "choose a model with a larger vocabulary");
-  check_context(o.model, r.model.max_seq, o.seq);
+  check_seq_within_context(o.model, r.model.max_seq, o.seq);
   std::tie(r.params, r.param_names) = unique_parameters(*r.model.module);
   // Resuming: the consolidated weights before any sharding, the optimizer states later.
   if (!o.resume.empty()) std::tie(r.resume_dir, r.start) = load_model_checkpoint(o, *r.model.module, r.params);

@@ -217,7 +217,8 @@ if chattr +i "$tmp/fixed.sched" 2>/dev/null && chattr +a "$tmp/no_renames" 2>/de
     "hint: make it writable, or print it with \`loom fmt $tmp/fixed.sched\`; $tmp/fixed.sched is unchanged" -- "$loom" fmt -i "$tmp/fixed.sched"
   expect "fmt -i where the rename is refused" 1 \
     "error: cannot rewrite $tmp/no_renames/s.sched: cannot rename the new file over it: Operation not permitted" \
-    "hint: make its directory writable; $tmp/no_renames/s.sched is unchanged" -- "$loom" fmt -i "$tmp/no_renames/s.sched"
+    "hint: check that its directory lets files be renamed in it (an append-only one does not); $tmp/no_renames/s.sched is unchanged" \
+    -- "$loom" fmt -i "$tmp/no_renames/s.sched"
   expect "fmt -i where the rename is refused left the schedule" 0 "unchanged" -- bash -c "cmp \"\$0\" \"\$1\" && echo unchanged" \
     "$tmp/no_renames/s.sched" "$tmp/long.orig"
   chattr -i "$tmp/fixed.sched"
@@ -440,18 +441,26 @@ expect "plan on a profile = plan on its cluster" 0 "same" \
   "$(best_plan --profile "$tmp/profile.json")" "$(best_plan --cluster "$tmp/here.json")"
 expect "plan with a bad memory limit" 2 "--memory-limit: expects a size such as 600MiB, 2GiB or a number of bytes (0: none), got 'lots'" \
   -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit lots
-expect "plan that nothing fits" 2 "error: no plan fits 1.0 MiB per rank (20 over the limit, 0 refused); the least model states of a plan not simulated: " \
-  "hint: raise --memory-limit, use more ranks, --checkpoint auto, or a smaller --micro-batch or --seq" \
+expect "plan that nothing fits" 2 "error: no plan fits 1.0 MiB per rank (20 over the limit, 0 refused); every plan's model states alone are over it (the least: " \
+  "hint: raise --memory-limit above " ", use more ranks, --checkpoint auto, or a smaller --micro-batch or --seq" \
   -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit 1MiB
-expect "plan that nothing fits, with the least simulated peak" 2 "error: no plan fits 5.0 MiB per rank (40 over the limit, 0 refused); the least simulated peak: " \
-  "hint: raise --memory-limit, use more ranks, or a smaller --micro-batch or --seq" \
+expect "plan that nothing fits, with the least simulated peak" 2 "error: no plan fits 5.0 MiB per rank (40 over the limit, 0 refused); a limit of " \
+  " fits at least one (the least simulated peak)" "hint: raise --memory-limit to " ", use more ranks, or a smaller --micro-batch or --seq" \
   -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit 5MiB --checkpoint auto
+expect "the limit no plan fits names one that does" 0 "plans simulated" -- bash -c "
+  limit=\$(\"$loom\" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit 5MiB --checkpoint auto 2>&1 | sed -n 's/.*a limit of \\([^ ]*\\) fits.*/\\1/p')
+  \"$loom\" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit \"\$limit\" --checkpoint auto 2>/dev/null"
 expect "plan where the world does not split over nodes" 2 "error: --world 12 does not split evenly over cluster dgx-a100's nodes of 8 devices" \
-  "hint: every node runs the same number of ranks: give --local-world dividing 12 (1, 2, 3, 4, 6), or --world a multiple of 8" \
+  "hint: every node runs the same number of ranks: give --local-world one of 1, 2, 3, 4, 6, or --world a multiple of 8" \
   -- "$loom" plan --model gpt:tiny --world 12 --cluster dgx-a100
 expect "simulate where --local-world does not divide the world" 2 "error: --local-world 4 does not divide --nproc 6" \
-  "hint: every node runs the same number of ranks: give --local-world dividing 6 (1, 2, 3, 6)" \
+  "hint: every node runs the same number of ranks: give --local-world one of 1, 2, 3, 6" \
   -- "$loom" simulate --model gpt:tiny --nproc 6 --local-world 4 --cluster dgx-a100
+expect "simulate with more ranks per node than ranks" 2 "error: --local-world 4 is more than --nproc 2" "hint: give at most 2" \
+  -- "$loom" simulate --model gpt:tiny --nproc 2 --local-world 4 --cluster dgx-a100
+expect "simulate on more nodes than the cluster has" 2 "error: --nproc 128 at 1 per node needs 128 nodes; cluster dgx-a100 has 16" \
+  "hint: every node runs the same number of ranks: give --local-world one of 8" \
+  -- "$loom" simulate --model gpt:tiny --nproc 128 --local-world 1 --cluster dgx-a100
 for command in "simulate --cluster dgx-a100 --nproc 2" "plan --cluster dgx-a100 --world 2" "explain --nproc 2"; do
   expect "${command%% *} beyond the model's context" 2 "error: --seq 512 is longer than model gpt:tiny's context of 256 tokens" \
     "hint: use --seq 256 or less" -- "$loom" $command --model gpt:tiny --seq 512

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/cost/analytic_cost.h"
 #include "backend/cost/cluster.h"
 #include "backend/cost/instruction_cost.h"
@@ -138,6 +140,9 @@ TEST_CASE("a bad cluster file is a user error naming the file, the field and the
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"description\": \"DGX", "\"description\": 7, \"x\": \"DGX"), "c.json"),
                        "c.json: `description` must be a string, not 7", UserError);
   CHECK_THROWS_WITH_AS(parse_cluster("[1, 2]", "c.json"), "c.json must hold a JSON object, not array", UserError);
+  nlohmann::json listed = nlohmann::json::parse(good);
+  listed["device"] = nlohmann::json::array({1});
+  CHECK_THROWS_WITH_AS(parse_cluster(listed.dump(), "c.json"), "c.json: `device` must be a JSON object, not array", UserError);
   // A misspelled field would be lost: refused, with the fields there are.
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"nodes\": 16,", "\"nodes\": 16, \"inter_node_scal\": [[1, 0.5]],"), "c.json"),
                        "c.json: `inter_node_scal` is not a field of a cluster (its fields: name, description, nodes, devices_per_node, "
@@ -155,6 +160,14 @@ TEST_CASE("a bad cluster file is a user error naming the file, the field and the
                        UserError);
   CHECK_THROWS_WITH_AS(load_cluster("dgx-z900", cluster_dirs()),
                        "no cluster named 'dgx-z900' (known: dgx-a100, dgx-h100, lins-a800)", UserError);
+  try {
+    load_cluster("dgx-a100.json", cluster_dirs());  // a shipped cluster's file name, not a file here
+    FAIL("a file that is not there was read");
+  } catch (const UserError& e) {
+    CHECK(e.diagnostic().message == "cannot read the cluster file 'dgx-a100.json'");
+    CHECK(e.diagnostic().hint == "check the path, or name the cluster without .json: --cluster dgx-a100");
+  }
+  CHECK_THROWS_WITH_AS(load_cluster("/tmp", cluster_dirs()), "the cluster file '/tmp' is a directory", UserError);
   CHECK_THROWS_WITH_AS(load_cluster("/nonexistent/c.json", cluster_dirs()), "cannot read the cluster file '/nonexistent/c.json'",
                        UserError);
 }

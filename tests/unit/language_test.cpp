@@ -1,7 +1,10 @@
 // Correctness of the language: each test states the values a construct must produce.
 #include <doctest/doctest.h>
 
+#include <tuple>
+
 #include "helpers.h"
+#include "lang/value.h"
 
 using namespace loom;
 using loom::testing::error_of;
@@ -14,6 +17,14 @@ print(true and false, true or false, not true, 1 < 2, "a" < "b", 3 == 3.0, none,
 print([1, 2] + [3], "ab" + "c", 1_000_000)
 )");
   CHECK(e->printed == "7 3 -4 1 3.5 3.0\n512MiB 2GiB 64KB 1536B 1GiB 2GiB\nfalse true false true true true none auto\n[1, 2, 3] abc 1000000\n");
+}
+
+TEST_CASE("byte sizes are read exactly") {
+  // In a double, 4.1MB is 4099999.9999999995 bytes: once refused as "not a whole number of bytes".
+  auto e = evaluate("print(4.1MB, 8.2MB, 2.01KB, 1_000.5KB, 0B, 9223372036854775807B)\n");
+  CHECK(e->printed == "4100KB 8200KB 2010B 1000500B 0B 9223372036854775807B\n");
+  CHECK(error_of("print(0.3KiB)\n").find("byte size 0.3KiB is not a whole number of bytes") != std::string::npos);
+  CHECK(error_of("print(9223372036854775808B)\n").find("byte size 9223372036854775808B is too large") != std::string::npos);
 }
 
 TEST_CASE("strings interpolate expressions") {
@@ -116,4 +127,27 @@ TEST_CASE("evaluation limits turn runaway programs into errors") {
   CHECK(error_of("def f(n) { return f(n + 1) }\nf(0)\n").find("nested more than 200 deep") != std::string::npos);
   CHECK(error_of("let x = range(100000000)\n").find("too large") != std::string::npos);
   CHECK(error_of("print(1 // 0)\n").find("division by zero") != std::string::npos);
+}
+
+TEST_CASE("sizes on the command line: read exactly, a fraction of a byte dropped, and what is wrong named") {
+  using Problem = SizeReading::Problem;
+  auto read = [](const std::string& text) {
+    SizeReading s = read_size(text);
+    return std::make_tuple(s.bytes, s.problem, s.fraction_dropped);
+  };
+  CHECK(read("4.1MB") == std::make_tuple(int64_t{4'100'000}, Problem::None, false));
+  CHECK(read("9.2MiB") == std::make_tuple(int64_t{9'646'899}, Problem::None, true));  // 9,646,899.2
+  CHECK(read("600MiB") == std::make_tuple(int64_t{600} << 20, Problem::None, false));
+  CHECK(read(".5KiB") == std::make_tuple(int64_t{512}, Problem::None, false));
+  CHECK(read("9223372036854775807") == std::make_tuple(int64_t{9'223'372'036'854'775'807}, Problem::None, false));
+  CHECK(std::get<1>(read("9223372036854775808")) == Problem::TooLarge);
+  CHECK(std::get<1>(read("99999999TiB")) == Problem::TooLarge);
+  CHECK(read("0.3B") == std::make_tuple(int64_t{0}, Problem::BelowOneByte, true));
+  CHECK(std::get<1>(read("00")) == Problem::BelowOneByte);
+  for (const char* text : {"", ".", "1..2", "0x10", "1e3", "-1", " 1", "1KiBx", "1kib", "lots"}) {
+    CAPTURE(text);
+    CHECK(std::get<1>(read(text)) == Problem::NotASize);
+  }
+  CHECK(parse_size("9.2MiB") == 9'646'899);
+  CHECK(parse_size("0.3B") == -1);
 }

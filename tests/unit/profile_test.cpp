@@ -559,6 +559,7 @@ TEST_CASE("a profile whose figures no measurement gives is refused, naming the f
   CHECK(refusal([](nlohmann::json& j) { j["optimizer_step_ms"] = -100; }) ==
         "p.json: `optimizer_step_ms` must be a number of 0 or more (or -1: not measured), not -100");
   CHECK(refusal([](nlohmann::json& j) { j.erase("ops"); }) == "p.json: `ops` is missing");
+  CHECK(refusal([](nlohmann::json& j) { j["ops"][0] = 3; }) == "p.json: `ops[0]` must be a JSON object, not number");
   CHECK(refusal([](nlohmann::json& j) { j["collectives"][0]["group_size"] = 0; }) ==
         "p.json: `collectives[0] (all_gather on params).group_size` must be a whole number of at least 1, not 0");
   CHECK(refusal([](nlohmann::json& j) { j["collectives"][0]["samples_bytes_ms"] = {{8192, 0.2}, {4096, 0.1}}; }) ==

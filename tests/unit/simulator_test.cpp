@@ -198,6 +198,8 @@ TEST_CASE("each rank simulated at its own times: a collective starts when the la
   CHECK(waiting.events[2].start_s == doctest::Approx(6));
   CHECK(waiting.events[3].end_s == doctest::Approx(8));  // rank 1's c; it then waits for rank 0's
   CHECK(waiting.events[4].start_s == doctest::Approx(9));
+  // The breakdown is the critical rank's: each all-reduce busy from when the last rank issued it.
+  CHECK(waiting.comm_busy_s == std::map<std::string, double>{{"all_reduce on world", 2}});
   // Rank 1 late at the end: the step is its, and so is the timeline.
   rank1.compute = {{"a", 3}, {"b", 3}, {"c", 4}};
   SimResult late = simulate_each_rank(p, {&rank0, &rank1});

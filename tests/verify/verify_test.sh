@@ -87,13 +87,17 @@ expect "prefetch(budget=auto) under a 9.2 MiB limit at world 2" 0 "equivalent ("
   -- "$loom" verify "$tmp/prefetch_auto.sched" $small --nproc 2 --memory-limit 9.2MiB
 expect "unshard(auto) under a 9.2 MiB limit at world 2" 0 "equivalent (" \
   -- "$loom" verify "$tmp/unshard_auto.sched" $small --nproc 2 --memory-limit 9.2MiB
-# Each alone with accumulation, and at world 4, under limits where `loom explain` shows it changes
-# the program: 9.2 MiB at world 2, 6.5 MiB at world 4.
-for pass in prefetch_auto unshard_auto bucket_auto; do
-  expect "$pass under 9.2 MiB at world 2, accum 2" 0 "equivalent (" \
-    -- "$loom" verify "$tmp/$pass.sched" $small --nproc 2 --accum 2 --memory-limit 9.2MiB
-  expect "$pass under 6.5 MiB at world 4, accum 2" 0 "equivalent (" \
-    -- "$loom" verify "$tmp/$pass.sched" $small --nproc 4 --accum 2 --memory-limit 6.5MiB
+# Each alone with accumulation, and at world 4, under limits where it changes the program (as
+# `loom explain` shows): 9.2 MiB at world 2, 6.5 MiB at world 4.
+for pass in prefetch_auto:proactive_prefetch unshard_auto:selective_unshard bucket_auto:auto_bucket; do
+  sched=${pass%%:*} name=${pass#*:}
+  for at in "2 9.2MiB" "4 6.5MiB"; do
+    read -r world limit <<< "$at"
+    expect "$sched changes the program under $limit at world $world, accum 2" 0 "#   $name: changed" \
+      -- "$loom" explain "$tmp/$sched.sched" ${small% --threads 1} --nproc "$world" --accum 2 --memory-limit "$limit"
+    expect "$sched under $limit at world $world, accum 2" 0 "equivalent (" \
+      -- "$loom" verify "$tmp/$sched.sched" $small --nproc "$world" --accum 2 --memory-limit "$limit"
+  done
 done
 for accum in 1 2; do
   expect "offload(budget=auto) under 8 MiB at world 2, accum $accum" 0 "equivalent (" \
