@@ -36,7 +36,8 @@ std::string communication_text(const std::map<std::string, double>& busy_s) {
   std::string text;
   char ms[32];
   for (const auto& [minus_s, kind] : kinds) {
-    std::snprintf(ms, sizeof ms, " %.3g", -minus_s * 1e3);
+    double value = -minus_s * 1e3;  // three figures or so, without an exponent: 1330, 76.4, 0.52
+    std::snprintf(ms, sizeof ms, value >= 100 ? " %.0f" : value >= 1 ? " %.1f" : " %.2g", value);
     text += (text.empty() ? "" : ", ") + kind + ms;
   }
   return text.empty() ? "none" : text;
