@@ -1,6 +1,7 @@
 #include "backend/sim/simulator.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 
@@ -38,7 +39,9 @@ struct Rank {
   // for both neighbours of a middle stage, where the executor has a group for each.
   double host = 0, compute_free = 0, collective_free = 0, copy_free = 0, transfer_free = 0, compute_s = 0;
   std::vector<double> handle_end;   // by handle: when its collective ends; -1 while it has not run
-  std::map<std::string, double> comm_busy_s;  // SimResult::comm_busy_s, of this rank
+  // By instruction: the seconds it kept a communication stream busy (summed over its runs); named
+  // by kind into SimResult::comm_busy_s once, for the critical rank (the planner's hot path).
+  std::vector<double> comm_busy_s;
   std::map<std::string, int> seen;  // how many of each meeting kind this rank has issued
   std::string meeting;              // the meeting its current instruction waits in, once issued
   int64_t memory = 0;
@@ -96,7 +99,9 @@ class Simulator {
     }
     result_.exposed_comm_s = std::max(0.0, result_.step_s - result_.compute_s);
     result_.ranks_simulated = each_rank_ ? static_cast<int>(ranks_.size()) : 1;
-    result_.comm_busy_s = ranks_[critical].comm_busy_s;
+    const Rank& ends = ranks_[critical];
+    for (size_t i = 0; i < ends.comm_busy_s.size(); ++i)
+      if (ends.comm_busy_s[i] > 0) result_.comm_busy_s[communication_kind(ends.program->instrs[i])] += ends.comm_busy_s[i];
     if (each_rank_) {
       result_.critical_rank = static_cast<int>(critical);
       result_.events = std::move(ranks_[critical].events);
@@ -116,6 +121,7 @@ class Simulator {
     int handles = program.next_handle;
     for (const Instr& in : program.instrs) handles = std::max(handles, in.handle + 1);
     r.handle_end.assign(static_cast<size_t>(handles), -1);
+    r.comm_busy_s.assign(program.instrs.size(), 0);
     r.memory = memory::step_start_bytes(program, state_bytes, &cost);
     r.allocations = std::make_unique<memory::StepMemory>(program, &cost);
     ranks_.push_back(std::move(r));
@@ -262,7 +268,7 @@ class Simulator {
   // The timeline shows one rank per stage; with every rank simulated, each keeps its own until
   // run() keeps the critical rank's.
   void record(Rank& r, const Run& run, const char* stream, double start, double end) {
-    if (end > start && std::string(stream) != "compute") r.comm_busy_s[communication_kind(r.program->instrs[run.instr])] += end - start;
+    if (end > start && std::strcmp(stream, "compute") != 0) r.comm_busy_s[run.instr] += end - start;
     if (end <= start || !timeline_) return;
     (each_rank_ ? r.events : result_.events).push_back({r.stage, run.instr, run.micro_batch, stream, start, end});
   }
