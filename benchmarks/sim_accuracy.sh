@@ -15,6 +15,9 @@
 # (NCCL needs a GPU per rank) and train in the CUDA default, bf16 autocast; SHAPE replaces
 # the model and shape (default "--model gpt:tiny --micro-batch 4 --seq 128"), SCHEDULES the
 # schedules (default all nine). KEEP=DIR keeps the profiles, simulations and metrics there.
+# `here`: this machine as a cluster (`loom simulate --save-cluster`), derived once from the
+# first schedule's profile (data parallelism by default), as `loom plan --cluster` would price
+# every schedule for it: each schedule simulated on it, without a memory limit as the runs.
 # `--repeat N` runs the whole invocation (profile, simulate, run) N times, a table each, then
 # the spread: each invocation's mean error and each schedule's sim/run in every one, since on
 # this 2-core machine one invocation's profile and runs can sit 10-20% from the next one's.
@@ -66,6 +69,9 @@ for rep in $(seq 1 "$repeat"); do
     "${in_net[@]}" "$loom" simulate "$f" $shape --nproc "$world" --profile "$r/$sched.profile.json" --json > "$r/$sched.sim.json"
     "${in_net[@]}" "$loom" simulate "$f" $shape --nproc "$world" --profile "$r/$sched.profile.json" --json --representative \
       > "$r/$sched.rep.json"
+    # The first schedule's profile is this machine; each schedule is priced on it.
+    [ -f "$r/here.json" ] || "$loom" simulate "$f" $shape --nproc "$world" --profile "$r/$sched.profile.json" --save-cluster "$r/here.json" > /dev/null
+    "$loom" simulate "$f" $shape --nproc "$world" --cluster "$r/here.json" --memory-limit 0 --json > "$r/$sched.here.json"
     "${in_net[@]}" "$loom" run "$f" $run --metrics "$r/$sched.jsonl" > /dev/null
     echo "invocation $rep of $repeat, $sched: profiled, simulated and run" >&2
   done
@@ -98,11 +104,12 @@ on = "" if device == "cpu" else f" on {device} (ranks share it over gloo)"
 
 def report(d):
     """One invocation's table and ranking; returns its mean step and peak errors and each schedule's sim/run."""
-    print(f"{'schedule':<16}{'sim ms':>9}{'run ms':>9}{'sim/run':>9}{'rep/run':>9}{'sim peak':>11}{'run peak':>11}{'sim/run':>9}")
-    errors, rep_errors, memory_errors, sim, run, steps, ratio = [], [], [], {}, {}, {}, {}
+    print(f"{'schedule':<16}{'sim ms':>9}{'run ms':>9}{'sim/run':>9}{'rep/run':>9}{'here/run':>9}{'sim peak':>11}{'run peak':>11}{'sim/run':>9}")
+    errors, rep_errors, here_errors, memory_errors, sim, run, steps, ratio = [], [], [], [], {}, {}, {}, {}
     for s in schedules:
         r = json.load(open(f"{d}/{s}.sim.json"))
         rep = json.load(open(f"{d}/{s}.rep.json"))["step_s"]
+        here = json.load(open(f"{d}/{s}.here.json"))["step_s"]
         rows = [json.loads(l) for l in open(f"{d}/{s}.jsonl")][2:]
         steps[s] = [x["step_ms"] for x in rows]
         ms = sorted(steps[s])[len(rows) // 2]
@@ -111,13 +118,16 @@ def report(d):
         t, m = r["step_s"] * 1e3 / ms, sim_peak / peak
         errors.append(abs(t - 1))
         rep_errors.append(abs(rep * 1e3 / ms - 1))
+        here_errors.append(abs(here * 1e3 / ms - 1))
         memory_errors.append(abs(m - 1))
         sim[s], run[s], ratio[s] = r["step_s"], ms, t
-        print(f"{s:<16}{r['step_s'] * 1e3:>9.1f}{ms:>9.1f}{t:>9.2f}{rep * 1e3 / ms:>9.2f}{sim_peak / 2**20:>10.1f}M{peak / 2**20:>10.1f}M{m:>9.2f}")
+        print(f"{s:<16}{r['step_s'] * 1e3:>9.1f}{ms:>9.1f}{t:>9.2f}{rep * 1e3 / ms:>9.2f}{here * 1e3 / ms:>9.2f}{sim_peak / 2**20:>10.1f}M{peak / 2**20:>10.1f}M{m:>9.2f}")
     step_error, memory_error = sum(errors) / len(errors), sum(memory_errors) / len(memory_errors)
     print(f"mean |sim/run - 1|: step time {step_error:.2f}, peak memory {memory_error:.2f}")
     print(f"rep: the same profile simulated by one rank per stage at each op's slowest rank's time (--representative): "
           f"mean {sum(rep_errors) / len(rep_errors):.2f}")
+    print(f"here: each schedule priced on this machine as a cluster, derived from {schedules[0]}'s profile (--save-cluster): "
+          f"mean {sum(here_errors) / len(here_errors):.2f}")
     print("fastest first, simulated:", " ".join(sorted(schedules, key=sim.get)))
     print("fastest first, measured: ", " ".join(sorted(schedules, key=run.get)))
     # A pair out of the measured order counts against the ranking where the measurement tells the two

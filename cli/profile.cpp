@@ -94,8 +94,9 @@ void print_profile(const Profile& p, std::ostream& out) {
   }
   out << "  total: forward " << fixed(forward, 2) << " ms, backward " << fixed(backward, 2) << " ms\n";
   auto measured = [](double ms) { return ms >= 0 ? fixed(ms, 2) + " ms" : std::string("not measured"); };
-  out << "step tail: optimizer step " << measured(p.optimizer_step_ms) << ", gradient norm's own work "
-      << measured(p.grad_norm_ms) << " (without its all-reduce)\n";
+  out << "step tail: optimizer step " << measured(p.optimizer_step_ms);
+  if (p.optimizer_elements > 0) out << " (" << p.optimizer_elements << " elements on the rank updating most)";
+  out << ", gradient norm's own work " << measured(p.grad_norm_ms) << " (without its all-reduce)\n";
   out << "unpacking at waits (members copied out of a collective's buffer): ";
   if (p.device == "cuda") out << "not measured (on a GPU the host sees only the copies' queueing)\n";
   else if (p.unpack_gb_per_s > 0) out << format_size(p.unpack_bytes_per_step) << " a step at " << fixed(p.unpack_gb_per_s, 2) << " GB/s\n";

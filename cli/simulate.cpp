@@ -84,16 +84,16 @@ SimResult simulate_profiled(const SimulateOptions& o, const Profile& profile, co
 // then plans again on the profile: simulate_planned).
 MemoryPlanning memory_planning(const SimulateOptions& o, const std::shared_ptr<ClusterCost>& cluster_cost) {
   MemoryPlanning m;
-  m.limit = o.memory_limit;
+  m.limit = std::max<int64_t>(o.memory_limit, 0);
   if (!cluster_cost) return m;
-  if (m.limit <= 0) m.limit = MemoryPlanning::device_default(cluster_cost->cluster().device.memory_bytes);
+  if (o.memory_limit < 0) m.limit = MemoryPlanning::device_default(cluster_cost->cluster().device.memory_bytes);
   m.plan_with(cluster_cost);
   return m;
 }
 
 // Where the limit the passes plan within comes from, for a message.
 std::string limit_origin(const SimulateOptions& o, const ClusterCost* cluster_cost, int64_t limit) {
-  if (o.memory_limit > 0 || !cluster_cost) return "--memory-limit " + format_size(limit);
+  if (o.memory_limit >= 0 || !cluster_cost) return "--memory-limit " + format_size(limit);
   const Cluster& c = cluster_cost->cluster();
   return format_size(limit) + ", 90% of cluster " + c.name + "'s " + format_size(c.device.memory_bytes) +
          " devices (--memory-limit sets another limit)";
@@ -300,7 +300,8 @@ void add_simulate(CLI::App& app, std::function<int()>& run) {
   c->add_flag("--json", o->json, "print {\"step_s\", \"compute_s\", \"exposed_comm_s\", \"peak_bytes\", ...} as JSON");
   c->add_option("--memory-limit", o->memory_limit,
                 "bytes per rank, e.g. 600MiB: prefetch(budget=auto), unshard(auto) and bucket(size=auto) plan within it "
-                "(default on a cluster: 90% of its device's memory, as a GPU run; on a profile: none)")
+                "(default on a cluster: 90% of its device's memory, as a GPU run; on a profile: none; 0: none, "
+                "so that auto prefetches one block ahead and unshards nothing)")
       ->transform(byte_size());
   c->add_flag("--replanned", o->replanned,
               "with --profile: the passes plan with the profile's measured times and memory, the program a run's "
@@ -312,8 +313,9 @@ void add_simulate(CLI::App& app, std::function<int()>& run) {
   c->add_option("--trace", o->trace, "write the simulated timeline in Chrome trace format (open it beside `loom run --trace`'s)");
   c->add_option("--memory-plot", o->memory_plot, "draw the simulated memory timeline as an SVG file");
   c->add_option("--save-cluster", o->save_cluster,
-                "with --profile: write this machine as a cluster file (its achieved compute and memory rates and measured "
-                "all-reduce link), for `loom plan --cluster FILE`");
+                "with --profile: write this machine as a cluster file (its achieved compute rate, the memory rates of its "
+                "element-wise ops and its optimizer step, and its measured all-reduce links on idle cores and beside "
+                "compute), for `loom plan --cluster FILE`; derive it from a data-parallel profile (docs/simulate.md)");
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules");
   c->callback([&run, o] { run = [o] { return simulate_schedule(*o); }; });
 }

@@ -73,7 +73,7 @@ struct SimulateOptions {
   std::string trace;
   std::string memory_plot;
   std::string save_cluster;
-  int64_t memory_limit = 0;
+  int64_t memory_limit = -1;  // -1: not given (on a cluster its device's default); 0: none
   bool replanned = false;  // with a profile: the passes plan with its times and memory (what --replan-at settles on where each round is switched to)
   bool representative = false;  // with a profile: one rank per stage at the slowest rank's op times, not each rank
   std::string stdlib;

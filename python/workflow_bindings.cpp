@@ -112,8 +112,15 @@ py::object verify(PySelection& s, int nproc, int64_t micro_batch, int64_t seq, i
   }
 }
 
+// A size given as bytes (an int) or as the language writes it ("80GiB"); "" for none.
+std::string size_text(const py::object& size) {
+  if (size.is_none()) return "";
+  if (py::isinstance<py::int_>(size)) return std::to_string(size.cast<int64_t>());
+  return size.cast<std::string>();
+}
+
 py::object simulate(PySelection& s, const std::string& cluster, const std::string& profile, int64_t micro_batch, int64_t seq,
-                    int64_t accum, double clip, const std::string& precision, int64_t memory_limit) {
+                    int64_t accum, double clip, const std::string& precision, const py::object& memory_limit) {
   cli::SimulateOptions o;
   o.model = s.owner->schedule->tree().model_name();
   o.cluster = cluster;
@@ -123,15 +130,12 @@ py::object simulate(PySelection& s, const std::string& cluster, const std::strin
   o.accum = accum;
   o.clip = clip;
   o.precision = precision;
-  o.memory_limit = memory_limit;
-  return unlocked(s.owner->sources.get(), [&] { return cli::simulate_json(*s.owner->schedule, o); });
-}
-
-// A size given as bytes (an int) or as the language writes it ("80GiB"); "" for none.
-std::string size_text(const py::object& size) {
-  if (size.is_none()) return "";
-  if (py::isinstance<py::int_>(size)) return std::to_string(size.cast<int64_t>());
-  return size.cast<std::string>();
+  bool given = !memory_limit.is_none();
+  std::string limit = size_text(memory_limit);
+  return unlocked(s.owner->sources.get(), [&] {
+    o.memory_limit = given ? cli::memory_limit_bytes(limit) : -1;  // in here a bad size raises ScheduleError
+    return cli::simulate_json(*s.owner->schedule, o);
+  });
 }
 
 py::object plan(const std::string& model, int world, int local_world, int64_t seq, int64_t micro_batch, int64_t accum,
@@ -335,9 +339,10 @@ void bind_workflow(py::module_& m) {
         "by module; a dict with 'equivalent', 'first_divergence' and 'breaking_directives'.");
   m.def("simulate", &simulate, py::arg("schedule"), py::arg("cluster") = "", py::arg("profile") = "",
         py::arg("micro_batch") = d.micro_batch, py::arg("seq") = d.seq, py::arg("accum") = d.accum, py::arg("clip") = d.clip,
-        py::arg("precision") = "bf16", py::arg("memory_limit") = 0,
+        py::arg("precision") = "bf16", py::arg("memory_limit") = py::none(),
         "`loom simulate --json` on a cluster (by name or file) or a profile: a dict with 'step_s', 'compute_s', "
-        "'exposed_comm_s', 'peak_bytes', ...");
+        "'exposed_comm_s', 'peak_bytes', ...; memory_limit in bytes or as '600MiB' (None: on a cluster 90% of its "
+        "device's memory, on a profile none; 0: none)");
   m.def("plan", &plan, py::arg("model"), py::arg("world"), py::arg("local_world") = 0, py::arg("seq") = d.seq,
         py::arg("micro_batch") = d.micro_batch, py::arg("accum") = d.accum, py::arg("memory_limit") = py::none(),
         py::arg("cluster") = "", py::arg("profile") = "", py::arg("checkpoint") = "none", py::arg("attention") = "memory_efficient",

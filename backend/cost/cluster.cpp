@@ -98,7 +98,8 @@ Cluster parse_cluster(const std::string& json_text, const std::string& origin) {
   c.origin = origin;
   c.name = r.text(j, "", "name");
   if (j.is_object() && j.contains("description")) c.description = r.text(j, "", "description");
-  r.only(j, "", {"name", "description", "nodes", "devices_per_node", "device", "intra_node", "inter_node", "host", "inter_node_scale"});
+  r.only(j, "", {"name", "description", "nodes", "devices_per_node", "device", "intra_node", "intra_node_beside_compute", "inter_node",
+                 "host", "inter_node_scale"});
   c.nodes = r.count(j, "", "nodes", 1);
   c.devices_per_node = r.count(j, "", "devices_per_node", 1);
   if (static_cast<int64_t>(c.nodes) * c.devices_per_node > (1 << 24))
@@ -117,6 +118,7 @@ Cluster parse_cluster(const std::string& json_text, const std::string& origin) {
   c.device.memory_bandwidth = r.positive(d, "device", "memory_GBps") * 1e9;
   c.device.memory_efficiency = r.table(d, "device", "memory_efficiency_by_mb");
   c.intra_node = r.link(j, "intra_node");
+  if (j.contains("intra_node_beside_compute")) c.intra_node_beside_compute = r.link(j, "intra_node_beside_compute");
   c.inter_node = r.link(j, "inter_node");
   c.host = r.link(j, "host");
   if (j.contains("inter_node_scale")) c.inter_node_scale = r.table(j, "", "inter_node_scale");

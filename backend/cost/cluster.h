@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,11 @@ struct Cluster {
   int devices_per_node = 1;
   DeviceSpec device;
   LinkSpec intra_node, inter_node, host;
+  // The link inside a node as a collective sees it while the ranks go on computing beside it,
+  // where the two share the device (a CPU's cores: a collective issued before other work, or
+  // while another is in flight, as a profile's `beside_compute` sweep times it); absent: the
+  // intra-node link's. "This machine" has one (machine_cluster.h); a GPU cluster none.
+  std::optional<LinkSpec> intra_node_beside_compute;
   // The inter-node efficiency's multiplier by the number of nodes a collective spans
   // (lins.txt §III-A: effective bandwidth falls with scale); empty: 1 at every scale.
   EfficiencyTable inter_node_scale;

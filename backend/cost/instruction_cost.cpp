@@ -12,7 +12,11 @@
 namespace loom {
 
 ClusterCost::ClusterCost(Cluster cluster, Precision precision, int devices_per_node, StateBytes state_bytes)
-    : cluster_(std::move(cluster)), precision_(precision), devices_per_node_(devices_per_node), state_bytes_(state_bytes) {}
+    : cluster_(std::move(cluster)), precision_(precision), devices_per_node_(devices_per_node), state_bytes_(state_bytes) {
+  if (!cluster_.intra_node_beside_compute) return;
+  beside_compute_ = cluster_;
+  beside_compute_->intra_node = *cluster_.intra_node_beside_compute;
+}
 
 GroupSpan ClusterCost::span(const ir::Program& p, const ir::Instr& in) const {
   // The key holds only what work_out_span() reads for the role, so plans that differ elsewhere
@@ -71,8 +75,7 @@ double ClusterCost::seconds(const ir::Program& p, const ir::Instr& in) const {
       return compute_seconds(cluster_.device, in.flops, in.activation_bytes, precision_);
     case OpKind::OptimizerStep: {
       // AdamW reads and writes every state of the elements it updates: memory-bound.
-      double per_element = state_bytes_.param + state_bytes_.grad + state_bytes_.optim;
-      return compute_seconds(cluster_.device, 0, static_cast<int64_t>(2 * optimized_elements(p) * per_element), precision_);
+      return compute_seconds(cluster_.device, 0, static_cast<int64_t>(state_bytes_.optimizer_step_bytes(optimized_elements(p))), precision_);
     }
     case OpKind::Offload:
     case OpKind::Reload:
@@ -84,14 +87,21 @@ double ClusterCost::seconds(const ir::Program& p, const ir::Instr& in) const {
   }
   const char* op = ir::issued_collective(in);
   if (!op) return 0;
-  return collective_seconds(cluster_, op, in.bytes, span(p, in));
+  return loom::collective_seconds(cluster_, op, in.bytes, span(p, in));
+}
+
+double ClusterCost::collective_seconds(const ir::Program& p, const ir::Instr& in, bool beside_compute) const {
+  // A pipeline's sends and receives go on the point-to-point model (no profile times them beside compute).
+  const char* op = ir::issued_collective(in);
+  if (!beside_compute || !beside_compute_ || !op || in.kind == ir::OpKind::Send || in.kind == ir::OpKind::Recv) return seconds(p, in);
+  return loom::collective_seconds(*beside_compute_, op, in.bytes, span(p, in));
 }
 
 double ClusterCost::own_seconds(const ir::Program& p, const ir::Instr& in) const {
   // The gradient norm reads the rank's part of every gradient (its optimizer slices), and the
   // clipping reads and writes it again: memory-bound, as the optimizer step.
   if (in.kind == ir::OpKind::GradNorm)
-    return compute_seconds(cluster_.device, 0, static_cast<int64_t>(3 * optimized_elements(p) * state_bytes_.grad), precision_);
+    return compute_seconds(cluster_.device, 0, static_cast<int64_t>(state_bytes_.grad_norm_bytes(optimized_elements(p))), precision_);
   if (in.kind != ir::OpKind::Wait || in.unpack_bytes <= 0) return 0;
   return compute_seconds(cluster_.device, 0, 2 * in.unpack_bytes, precision_);
 }

@@ -26,6 +26,15 @@ class InstructionCost {
   // norm and clipping before its all-reduce (measured by a profile), a wait's unpacking after
   // its collective ends (ir::Instr::unpack_bytes); 0 where the model does not know.
   virtual double own_seconds(const ir::Program& program, const ir::Instr& in) const { return 0; }
+  // Seconds a collective takes when the simulator knows whether it runs `beside_compute` (its
+  // rank issues other work before waiting for it, or it is issued while another is in flight:
+  // contended_collectives). A model that does not tell the two apart, or tells them apart in
+  // seconds() already (a profile): seconds().
+  virtual double collective_seconds(const ir::Program& program, const ir::Instr& in, bool beside_compute) const {
+    return seconds(program, in);
+  }
+  // Whether collective_seconds() depends on `beside_compute` (else the simulator need not work it out).
+  virtual bool prices_beside_compute() const { return false; }
   // The host's part of a compute instruction on a device whose kernels run behind the host (a
   // GPU): the host dispatches them in this time and goes on while they run. -1 where the host
   // runs the work itself, or the model does not know (seconds() then holds the host too).
@@ -51,6 +60,9 @@ class ClusterCost : public InstructionCost {
   // A wait's unpacking: memory-bound, each byte read and written once on the device; the
   // gradient norm's pass over the rank's gradients and their clipping, likewise.
   double own_seconds(const ir::Program& program, const ir::Instr& in) const override;
+  // Beside compute, on a cluster with an intra_node_beside_compute link: on that link.
+  double collective_seconds(const ir::Program& program, const ir::Instr& in, bool beside_compute) const override;
+  bool prices_beside_compute() const override { return beside_compute_.has_value(); }
   // Where the ranks of the group `in` runs on sit, for the program's stage (its first rank's
   // groups: every rank of the stage has groups shaped alike).
   GroupSpan span(const ir::Program& program, const ir::Instr& in) const;
@@ -59,6 +71,7 @@ class ClusterCost : public InstructionCost {
 
  private:
   Cluster cluster_;
+  std::optional<Cluster> beside_compute_;  // the cluster with its intra-node link beside compute, where it has one
   Precision precision_;
   int devices_per_node_;
   StateBytes state_bytes_;

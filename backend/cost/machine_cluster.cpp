@@ -1,7 +1,12 @@
 #include "backend/cost/machine_cluster.h"
 
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
 #include <nlohmann/json.hpp>
 
+#include "backend/cost/memory_model.h"
 #include "backend/cost/step_estimate.h"
 #include "lang/diagnostics.h"
 #include "lang/value.h"
@@ -9,10 +14,32 @@
 namespace loom {
 namespace {
 
-// Achieved FLOP/s of the forward ops with FLOPs, and bytes/s of those without.
-std::pair<double, double> achieved_rates(const Profile& profile, const ir::Program& program, const std::string& origin) {
+// What a profile's timed work moved, as the cost model prices it by bytes, and in what time.
+struct Streamed {
+  double bytes = 0, seconds = 0;
+  double least = 0, most = 0;  // the smallest and the largest piece, in bytes
+  void add(double piece_bytes, double piece_seconds) {
+    least = bytes > 0 ? std::min(least, piece_bytes) : piece_bytes;
+    most = std::max(most, piece_bytes);
+    bytes += piece_bytes;
+    seconds += piece_seconds;
+  }
+  double rate() const { return bytes / seconds; }
+};
+
+// The rates a profile's work reached: the FLOP/s of the forward ops with FLOPs, the bytes/s of
+// the forward ops without (their saved bytes: small pieces, compute-bound on a CPU), and of the
+// step's tail (the optimizer step and the gradient norm over the elements the update changed:
+// large pieces, streamed at the memory's speed).
+struct AchievedRates {
+  double flop_rate = 0;
+  Streamed element_wise, tail;
+};
+
+AchievedRates achieved_rates(const Profile& profile, const ir::Program& program, const std::string& origin) {
   std::vector<double> ms = estimate_step(program, profile, origin).instruction_ms;
-  double flops = 0, flop_s = 0, bytes = 0, byte_s = 0;
+  double flops = 0, flop_s = 0;
+  AchievedRates rates;
   for (size_t i = 0; i < ms.size(); ++i) {
     const ir::Instr& in = program.instrs[i];
     if (in.kind != ir::OpKind::Compute || in.phase != ir::Phase::Forward || ms[i] <= 0) continue;
@@ -20,31 +47,51 @@ std::pair<double, double> achieved_rates(const Profile& profile, const ir::Progr
       flops += in.flops;
       flop_s += ms[i] / 1000;
     } else if (in.activation_bytes > 0) {
-      bytes += static_cast<double>(in.activation_bytes);
-      byte_s += ms[i] / 1000;
+      rates.element_wise.add(static_cast<double>(in.activation_bytes), ms[i] / 1000);
     }
   }
-  if (flop_s <= 0 || byte_s <= 0)
+  if (flop_s <= 0 || rates.element_wise.seconds <= 0)
     throw UserError(SourceRange{}, origin + " times no forward op " + (flop_s <= 0 ? "with" : "without") + " FLOPs",
                     "profile a model with matrix products and element-wise ops (every reference model has both)");
-  return {flops / flop_s, bytes / byte_s};
+  rates.flop_rate = flops / flop_s;
+  auto elements = static_cast<double>(profile.optimizer_elements);
+  StateBytes states = StateBytes::loom_adamw();
+  if (elements > 0 && profile.optimizer_step_ms > 0) rates.tail.add(states.optimizer_step_bytes(elements), profile.optimizer_step_ms / 1000);
+  if (elements > 0 && profile.grad_norm_ms > 0) rates.tail.add(states.grad_norm_bytes(elements), profile.grad_norm_ms / 1000);
+  return rates;
 }
 
-// The link the profile's all-reduce on its largest group measured on idle cores: the link's
-// own speed (the cluster model has no contention with compute).
-LinkSpec measured_link(const Profile& profile, const std::string& origin) {
+// The device's memory: its bandwidth the faster of the two kinds of work, and an efficiency
+// for each by the size of a piece, with the step between the element-wise ops' largest and the
+// tail's smallest (on a log scale), so that each prices at the rate it reached. Where the two
+// overlap in size (or the tail was not measured), one rate over all of it.
+void set_memory(DeviceSpec& device, const AchievedRates& rates) {
+  const Streamed &small = rates.element_wise, &large = rates.tail;
+  device.memory_efficiency = {{{0, 1.0}}};
+  if (large.seconds <= 0 || small.most >= large.least) {
+    device.memory_bandwidth = (small.bytes + large.bytes) / (small.seconds + large.seconds);
+    return;
+  }
+  device.memory_bandwidth = std::max(small.rate(), large.rate());
+  double step_mb = std::sqrt(small.most * large.least) / 1e6;
+  device.memory_efficiency = {{{0, small.rate() / device.memory_bandwidth}, {step_mb, large.rate() / device.memory_bandwidth}}};
+}
+
+// The link the profile's all-reduce on its largest group measured in one regime (on idle cores,
+// or beside the ranks' compute), as a step's collectives took it (its in-step scale: the
+// profile prices every collective of its step so); none where it has no such all-reduce.
+std::optional<LinkSpec> measured_link(const Profile& profile, bool beside_compute) {
   const CollectiveProfile* best = nullptr;
   for (const CollectiveProfile& c : profile.collectives)
-    if (c.collective == "all_reduce" && !c.beside_compute && c.group_size > 1 && c.fit.beta_ms_per_byte > 0 &&
+    if (c.collective == "all_reduce" && c.beside_compute == beside_compute && c.group_size > 1 && c.fit.beta_ms_per_byte > 0 &&
         (!best || c.group_size > best->group_size))
       best = &c;
-  if (!best)
-    throw UserError(SourceRange{}, origin + " has no all-reduce measured over two or more ranks",
-                    "profile at --nproc 2 or more");
+  if (!best) return std::nullopt;
   int n = best->group_size;
+  double scale = best->in_step_scale;
   LinkSpec link;
-  link.bandwidth = 2.0 * (n - 1) / n / (best->fit.beta_ms_per_byte / 1000);
-  link.latency_s = std::max(best->fit.alpha_ms / 1000 / (2.0 * (n - 1)), 1e-9);
+  link.bandwidth = 2.0 * (n - 1) / n / (best->fit.beta_ms_per_byte * scale / 1000);
+  link.latency_s = std::max(best->fit.alpha_ms * scale / 1000 / (2.0 * (n - 1)), 1e-9);
   link.efficiency = 1;
   return link;
 }
@@ -53,7 +100,7 @@ LinkSpec measured_link(const Profile& profile, const std::string& origin) {
 
 Cluster machine_cluster(const Profile& profile, const ir::Program& program, int devices, int64_t memory_bytes,
                         const std::string& name) {
-  auto [flop_rate, byte_rate] = achieved_rates(profile, program, name);
+  AchievedRates rates = achieved_rates(profile, program, name);
   Cluster c;
   c.name = name;
   c.description = "this machine, measured by loom profile (" + profile.device + ", " + std::to_string(devices) +
@@ -62,12 +109,15 @@ Cluster machine_cluster(const Profile& profile, const ir::Program& program, int 
   c.devices_per_node = devices;
   c.device.name = profile.device;
   c.device.memory_bytes = memory_bytes;
-  c.device.matrix_flops_bf16 = c.device.matrix_flops_fp32 = flop_rate;
+  c.device.matrix_flops_bf16 = c.device.matrix_flops_fp32 = rates.flop_rate;
   c.device.matrix_efficiency = {{{0, 1.0}}};
-  c.device.memory_bandwidth = byte_rate;
-  c.device.memory_efficiency = {{{0, 1.0}}};
-  c.intra_node = c.inter_node = measured_link(profile, name);
-  c.host = {byte_rate, 1, 1e-6};
+  set_memory(c.device, rates);
+  std::optional<LinkSpec> idle = measured_link(profile, false);
+  if (!idle) throw UserError(SourceRange{}, name + " has no all-reduce measured over two or more ranks", "profile at --nproc 2 or more");
+  c.intra_node = c.inter_node = *idle;
+  c.intra_node_beside_compute = measured_link(profile, true);
+  // A copy to the host reads and writes each byte in the same memory, at the streaming rate.
+  c.host = {c.device.memory_bandwidth * c.device.memory_efficiency.steps.back().second / 2, 1, 1e-6};
   return c;
 }
 
@@ -92,6 +142,7 @@ std::string cluster_json(const Cluster& c) {
                    {"intra_node", link(c.intra_node)},
                    {"inter_node", link(c.inter_node)},
                    {"host", link(c.host)}};
+  if (c.intra_node_beside_compute) j["intra_node_beside_compute"] = link(*c.intra_node_beside_compute);
   if (!c.inter_node_scale.steps.empty()) j["inter_node_scale"] = table(c.inter_node_scale);
   return j.dump(2) + "\n";
 }

@@ -16,10 +16,18 @@ namespace loom {
 // - the device computes at the FLOP/s the profiled forward ops with FLOPs reached (their FLOPs
 //   over their measured time; efficiency 1 at every size, since that is measured, not peak),
 //   in either precision;
-// - its memory bandwidth is what the ops without FLOPs reached (saved bytes over time);
-// - the link is the profile's fitted all-reduce on its largest group: bandwidth
-//   2(n-1)/n over the fitted seconds per byte, latency the fitted empty time over 2(n-1) steps;
-//   across nodes and to the host the same (one node; host and device share memory on a CPU).
+// - its memory prices each piece of memory-bound work at the rate its kind reached: the
+//   forward ops without FLOPs (saved bytes over time: small pieces, compute-bound on a CPU) and
+//   the step's tail (the optimizer step and the gradient norm, the bytes the cost model prices
+//   them by for the profile's optimizer_elements: large pieces, streamed) — the bandwidth the
+//   faster, an efficiency step by size between them; one rate over both where their sizes
+//   overlap, and the ops' alone where the profile did not record the elements;
+// - the host link copies at half the rate of the largest pieces (each byte read and written);
+// - the link is the profile's fitted all-reduce on its largest group on idle cores, times its
+//   in-step scale (as the profile prices its step's collectives): bandwidth 2(n-1)/n over the
+//   fitted seconds per byte, latency the fitted empty time over 2(n-1) steps; across nodes the
+//   same (one node); beside compute (intra_node_beside_compute) the same from the all-reduce
+//   timed beside the ranks' compute, where the profile has one.
 // `program` is the profiled schedule's program (its compute instructions carry the FLOPs).
 // Throws UserError when the profile times no op with FLOPs, none without, or no all-reduce.
 Cluster machine_cluster(const Profile& profile, const ir::Program& program, int devices, int64_t memory_bytes,

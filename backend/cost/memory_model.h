@@ -1,6 +1,8 @@
 // The bytes of model states one rank holds (issue #15 §1), by the sharding factors: the one
 // memory model that the verifier's memory rule (verifier/rules/memory_fits.cpp) and the
-// simulator (backend/sim/) use; and the calibration a GPU profile gives the simulator's walk. Header-only and torch-free, so the language core can include it.
+// simulator (backend/sim/) use; the bytes the step's tail moves over them (the cost model's
+// price of the optimizer step and the gradient norm); and the calibration a GPU profile gives
+// the simulator's walk. Header-only and torch-free, so the language core can include it.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,12 @@ struct StateBytes {
   static StateBytes loom_adamw() { return {4, 4, 8}; }
   // (lins.txt §IV-D counts 2/2/12: fp16 parameters and gradients; fp32 master weights, momentum
   // and variance. Loom has no such layout yet, so nothing counts with it.)
+
+  // What the cost model prices by bytes in the step's tail, for `elements` updated on a rank:
+  // AdamW reads and writes every state of each; the gradient norm reads each gradient, and
+  // its clipping reads and writes it again.
+  double optimizer_step_bytes(double elements) const { return 2 * elements * (param + grad + optim); }
+  double grad_norm_bytes(double elements) const { return 3 * elements * grad; }
 };
 
 // What a profile measured on a GPU says of the two things the memory model cannot see there

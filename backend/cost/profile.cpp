@@ -72,8 +72,15 @@ class ProfileReader : public JsonFields {
     return v;
   }
   int64_t bytes(const nlohmann::json& object, const std::string& path, const std::string& key) const {
+    return whole_number(object, path, key, "bytes");
+  }
+  int64_t elements(const nlohmann::json& object, const std::string& path, const std::string& key) const {
+    return whole_number(object, path, key, "elements");
+  }
+  // A whole number of `what` ("bytes"): 0 or more.
+  int64_t whole_number(const nlohmann::json& object, const std::string& path, const std::string& key, const std::string& what) const {
     const nlohmann::json& v = at(object, path, key);
-    if (!v.is_number_integer() || v.get<int64_t>() < 0) fail(join(path, key), "must be a whole number of bytes (0 or more), not " + v.dump());
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) fail(join(path, key), "must be a whole number of " + what + " (0 or more), not " + v.dump());
     return v.get<int64_t>();
   }
   // A time or a rate: 0 or more, or with kUnmeasuredAllowed -1 for "not measured".
@@ -185,6 +192,7 @@ std::string Profile::to_json() const {
                    {"device", device},
                    {"measured_steps", measured_steps},
                    {"optimizer_step_ms", optimizer_step_ms},
+                   {"optimizer_elements", optimizer_elements},
                    {"grad_norm_ms", grad_norm_ms},
                    {"unpack_gb_per_s", unpack_gb_per_s},
                    {"unpack_bytes_per_step", unpack_bytes_per_step}};
@@ -237,6 +245,7 @@ Profile Profile::from_json(const std::string& text, const std::string& origin) {
   p.device = r.text(j, "", "device");
   p.measured_steps = r.count(j, "", "measured_steps", 0);
   p.optimizer_step_ms = r.amount(j, "", "optimizer_step_ms", kUnmeasuredAllowed);
+  p.optimizer_elements = j.contains("optimizer_elements") ? r.elements(j, "", "optimizer_elements") : 0;
   p.grad_norm_ms = r.optional_amount(j, "", "grad_norm_ms");
   p.unpack_gb_per_s = r.optional_amount(j, "", "unpack_gb_per_s");
   p.unpack_bytes_per_step = j.contains("unpack_bytes_per_step") ? r.bytes(j, "", "unpack_bytes_per_step") : 0;

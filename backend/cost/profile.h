@@ -68,6 +68,10 @@ struct Profile {
   std::string device;    // "cpu" or "cuda"
   int measured_steps = 0;
   double optimizer_step_ms = -1;  // the optimizer's update (median over the measured steps); -1: not measured
+  // The elements that update changed, on the rank that changed the most (its parameters or
+  // their slices); 0: not recorded (a profile from before it was). A profile priced for another
+  // schedule's sharding (loom plan --profile) knows from it the rate the update streamed at.
+  int64_t optimizer_elements = 0;
   // The gradient norm's own work (its norm and the clipping; its all-reduce is a collective's
   // time), likewise; -1: not measured (no --clip, or a profile from before it was).
   double grad_norm_ms = -1;

@@ -18,12 +18,6 @@ const CollectiveProfile* measured_collective(const Profile& profile, const char*
   return plays ? profile.collective(collective, plays, beside_compute) : nullptr;
 }
 
-namespace {
-
-// Whether each instruction is a collective that shares the cores with other work: another
-// collective is still in flight when it is issued, or the rank issues something (compute, or
-// another collective) before waiting for it. One that runs alone, as the profile's idle sweep
-// timed it, is not.
 std::vector<bool> contended_collectives(const ir::Program& program) {
   std::vector<bool> contended(program.instrs.size(), false);
   std::unordered_set<int> in_flight;
@@ -38,6 +32,8 @@ std::vector<bool> contended_collectives(const ir::Program& program) {
   }
   return contended;
 }
+
+namespace {
 
 // The profile's ops of each module the program computes, in forward order.
 std::map<std::string, std::vector<size_t>> match_forward_ops(const ir::Program& program, const Profile& profile,

@@ -48,6 +48,12 @@ const char* sweep_group_alias(ir::Role role);
 const CollectiveProfile* measured_collective(const Profile& profile, const char* collective, ir::Role role,
                                              bool beside_compute);
 
+// Whether each instruction is a collective that shares the device with other work: another
+// collective is still in flight when it is issued, or the rank issues something (compute, or
+// another collective) before waiting for it. One that runs alone, as a profile's idle sweep
+// timed it, is not (CollectiveProfile::beside_compute).
+std::vector<bool> contended_collectives(const ir::Program& program);
+
 // Throws UserError when the profile was measured for other compute ops (another model or
 // schedule); `origin` names the profile in the message.
 StepEstimate estimate_step(const ir::Program& program, const Profile& profile, const std::string& origin);

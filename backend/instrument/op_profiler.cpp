@@ -82,6 +82,7 @@ struct OpProfiler::State {
   // op, so that its bookkeeping (events, memory statistics, markers) is not counted as the host's.
   Clock host_gap_from;
   std::vector<double> optimizer_step_ms, grad_norm_ms;
+  int64_t optimizer_elements = 0;  // what this rank's update changes
   // The waits' unpacking in measured micro-batches and the step tails after them: from the
   // start of a measured micro-batch's forward to the next forward (or the profile's reading).
   struct Unpacking {
@@ -330,8 +331,10 @@ void OpProfiler::begin_backward() {
   s.host_gap_begins();
 }
 
-void OpProfiler::optimizer_step_took(double ms) {
-  if (s_->measured) s_->optimizer_step_ms.push_back(ms);
+void OpProfiler::optimizer_step_took(double ms, int64_t elements) {
+  if (!s_->measured) return;
+  s_->optimizer_step_ms.push_back(ms);
+  s_->optimizer_elements = elements;
 }
 
 void OpProfiler::grad_norm_took(double ms) {
@@ -346,6 +349,7 @@ void OpProfiler::reset() {
   size_t ops = s_->samples.size();
   s_->samples.assign(ops, State::Samples{});
   s_->optimizer_step_ms.clear();
+  s_->optimizer_elements = 0;
   s_->grad_norm_ms.clear();
   s_->unpack_window_open = false;
   s_->unpacked = {};
@@ -465,6 +469,8 @@ double OpProfiler::grad_norm_ms(comm::Group& world) const { return slowest_media
 void OpProfiler::fill(Profile& profile, comm::Group& world) const {
   profile.ops = result(world);
   profile.optimizer_step_ms = optimizer_step_ms(world);
+  torch::Tensor elements = torch::tensor({static_cast<double>(s_->optimizer_elements)}, torch::kDouble);
+  profile.optimizer_elements = static_cast<int64_t>(s_->over_ranks(elements, world, comm::ReduceOp::Max).item<double>());
   profile.grad_norm_ms = grad_norm_ms(world);
   UnpackRate unpacking = unpack_rate(world);
   profile.unpack_gb_per_s = unpacking.gb_per_s;

@@ -31,8 +31,8 @@ class OpProfiler : public nn::CallInterceptor {
   void begin_forward(bool measured);
   void begin_backward();
   void end_backward();
-  // The optimizer's update took `ms` (recorded in measured steps).
-  void optimizer_step_took(double ms);
+  // The optimizer's update of `elements` took `ms` (recorded in measured steps).
+  void optimizer_step_took(double ms, int64_t elements);
   // The gradient norm's own work took `ms`: the norm and the clipping, less its waits for the
   // all-reduce (recorded in measured steps).
   void grad_norm_took(double ms);
@@ -48,8 +48,9 @@ class OpProfiler : public nn::CallInterceptor {
   double optimizer_step_ms(comm::Group& world) const;
   // The gradient norm's median, likewise.
   double grad_norm_ms(comm::Group& world) const;
-  // Everything above into `profile`, whose measured_steps is set: its ops, optimizer step,
-  // gradient norm and unpacking (a step's bytes). Every rank calls it.
+  // Everything above into `profile`, whose measured_steps is set: its ops, optimizer step (and
+  // the most elements a rank's updated), gradient norm and unpacking (a step's bytes). Every
+  // rank calls it.
   void fill(Profile& profile, comm::Group& world) const;
   // Forgets what was measured (between two steps): a re-planning run's next round measures the
   // program it switched to.

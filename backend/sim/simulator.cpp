@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cost/step_estimate.h"
 #include "backend/sim/memory_walk.h"
 #include "lang/diagnostics.h"
 
@@ -42,6 +43,9 @@ struct Rank {
   // By instruction: the seconds it kept a communication stream busy (summed over its runs); named
   // by kind into SimResult::comm_busy_s once, for the critical rank (the planner's hot path).
   std::vector<double> comm_busy_s;
+  // By instruction: a collective sharing the device with other work; empty where the cost does
+  // not price that apart (the planner's hot path on a GPU cluster).
+  std::vector<bool> beside_compute;
   std::map<std::string, int> seen;  // how many of each meeting kind this rank has issued
   std::string meeting;              // the meeting its current instruction waits in, once issued
   int64_t memory = 0;
@@ -122,6 +126,7 @@ class Simulator {
     for (const Instr& in : program.instrs) handles = std::max(handles, in.handle + 1);
     r.handle_end.assign(static_cast<size_t>(handles), -1);
     r.comm_busy_s.assign(program.instrs.size(), 0);
+    if (cost.prices_beside_compute()) r.beside_compute = contended_collectives(program);
     r.memory = memory::step_start_bytes(program, state_bytes, &cost);
     r.allocations = std::make_unique<memory::StepMemory>(program, &cost);
     ranks_.push_back(std::move(r));
@@ -171,7 +176,7 @@ class Simulator {
         }
         if (std::string key = meeting_key(r, in); !key.empty()) return meet(r, run, key);
         double start = std::max(issue_point(r), r.collective_free);
-        r.collective_free = start + r.cost->seconds(p, in);
+        r.collective_free = start + r.cost->collective_seconds(p, in, beside_compute(r, run));
         r.handle_end[static_cast<size_t>(in.handle)] = r.collective_free;
         record(r, run, "collective", start, r.collective_free);
     }
@@ -179,6 +184,8 @@ class Simulator {
     ++r.cursor;
     return true;
   }
+
+  static bool beside_compute(const Rank& r, const Run& run) { return !r.beside_compute.empty() && r.beside_compute[run.instr]; }
 
   // When work the rank issues now on another stream can start: the host has issued it and (on a
   // GPU, whose kernels run behind the host) the device has reached it. On a CPU, the host.
@@ -247,7 +254,7 @@ class Simulator {
     Meeting& m = meetings_[key];
     if (!m.issued.count(r.index)) {
       m.issued[r.index] = std::max(issue_point(r), stream_free);
-      m.seconds[r.index] = r.cost->seconds(*r.program, in);
+      m.seconds[r.index] = r.cost->collective_seconds(*r.program, in, beside_compute(r, run));
     }
     if (m.issued.size() < m.participants) return false;
     if (m.end < 0) {

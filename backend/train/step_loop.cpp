@@ -300,6 +300,13 @@ const torch::Tensor& optimized_tensor(const RankRun& r, const std::string& name)
   throw InternalError("the step program names " + name + ", which this rank does not update");
 }
 
+// The elements this rank's optimizer updates.
+int64_t optimized_elements(const RankRun& r) {
+  int64_t elements = 0;
+  for (const OptimizedRange& range : r.ranges) elements += range.tensor.numel();
+  return elements;
+}
+
 // The step's tail as the program says, one handler per instruction kind: the pipeline's sum of
 // shared gradients, the gradient norm and clipping, the offload copies around the optimizer
 // step, the spread of updated slices, the loss reduction. Each handler's collective completes
@@ -324,7 +331,7 @@ void run_step_tail(RankRun& r, const ir::Program& program, StepTail& tail, const
       case ir::OpKind::GradNorm: tail.grad_norm = timed_clip_gradients(r, tail.timed); break;
       case ir::OpKind::Offload: r.offload->gradients_to_host(); break;
       case ir::OpKind::OptimizerStep:
-        if (tail.timed) r.profiler->optimizer_step_took(timed_ms(r, [&] { r.optimizer->step(); }));
+        if (tail.timed) r.profiler->optimizer_step_took(timed_ms(r, [&] { r.optimizer->step(); }), optimized_elements(r));
         else r.optimizer->step();
         if (r.sharded) r.sharded->drop_gradients();
         break;

@@ -109,6 +109,13 @@ assert kept == sorted(kept, reverse=True) and kept[0] > kept[-1], kept
 print('within')"
 expect "a limit the base placement exceeds is said with the numbers" 0 "warning: the simulated peak 26.1 MiB is above --memory-limit 20.0 MiB" \
   -- "$loom" simulate tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2 --cluster dgx-a100 --memory-limit 20MiB
+# On a cluster the auto passes plan within 90% of its device by default; --memory-limit 0 is none,
+# as on a run without a limit: prefetch(budget=auto) gathers one block ahead, not every block
+# (the default) and not none (a limit of 1 byte: the base placement).
+expect "simulate --memory-limit 0 on a cluster is no limit" 0 "one block ahead: between the two" -- bash -c "
+  peak() { \"$loom\" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --cluster dgx-a100 --json \"\$@\" 2> /dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)[\"peak_bytes\"])'; }
+  [ \$(peak --memory-limit 1) -lt \$(peak --memory-limit 0) ] && [ \$(peak --memory-limit 0) -lt \$(peak) ] && echo 'one block ahead: between the two'"
 expect "run warns when the base placement is over the limit, with the numbers" 0 "loom run: warning: the step's predicted peak" \
   "is above --memory-limit 1.0 MiB: its base placement" -- "$loom" run tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2 \
   --seq 32 --micro-batch 2 --steps 1 --threads 1 --memory-limit 1MiB
@@ -255,8 +262,11 @@ expect "a memory limit of 0 is none, in check too" 0 "ok (" -- "$loom" check std
 # A measured profile prices the IR; one of another model is refused, naming both ops.
 prof="profile --model gpt:tiny --nproc 2 --steps 1 --seq 32 --micro-batch 2 --threads 1 --cache-dir $tmp/cache"
 expect "profile" 0 "collectives (alpha-beta fit" "(from 1 measured step: one in which a rank waited for a late peer would set it; --steps 3 or more take the median)" \
-  "step tail: optimizer step " "gradient norm's own work " "unpacking at waits (members copied out of a collective's buffer): none" \
+  "step tail: optimizer step " "(429440 elements on the rank updating most)" "gradient norm's own work " \
+  "unpacking at waits (members copied out of a collective's buffer): none" \
   -- "$loom" $prof stdlib_schedules/zero3.sched --out "$tmp/profile.json"
+# Each rank updates half of gpt:tiny's 858,880 parameters: what "this machine" prices the optimizer's memory rate by.
+expect "profile records the elements the update changed" 0 '"optimizer_elements": 429440' -- cat "$tmp/profile.json"
 expect "profile cached" 0 "loom profile: reusing $tmp/cache/gpt-tiny-w2-" -- "$loom" $prof stdlib_schedules/zero3.sched
 # The measured step's collectives set one in-step scale (a measurement: positive, never exactly the default 1).
 expect "profile measures its collectives in the step" 0 "one in-step scale" -- python3 -c "
@@ -332,6 +342,9 @@ expect "--representative needs a profile" 2 \
 # This machine as a cluster, from the profile: loom plan plans for it.
 expect "simulate --save-cluster" 0 "step" -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 \
   --micro-batch 2 --profile "$tmp/profile.json" --save-cluster "$tmp/here.json"
+expect "this machine's cluster: a memory rate for each kind of work, and a link beside compute" 0 "efficiencies within (0, 1], one of them 1" \
+  '"intra_node_beside_compute"' -- bash -c "cat '$tmp/here.json'; python3 -c \"import json; e=[x[1] for x in json.load(open('$tmp/here.json'))['device']['memory_efficiency_by_mb']]
+print('efficiencies within (0, 1], one of them 1' if all(0 < x <= 1 for x in e) and max(e) == 1 else e)\""
 expect "simulate --save-cluster on a full disk" 1 "loom simulate: cannot write /dev/full: No space left on device" \
   -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json" \
   --save-cluster /dev/full

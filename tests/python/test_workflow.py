@@ -67,6 +67,19 @@ path = sched_file(sch, "zero3.sched")
 py = loom.simulate(sch, cluster="dgx-a100", micro_batch=2, seq=64)
 cli = cli_json("simulate", path, "--model", "gpt:tiny", "--nproc", "2", "--cluster", "dgx-a100", "--micro-batch", "2", "--seq", "64")
 check("simulate is loom simulate --json", py == cli, f"{py} vs {cli}")
+py = loom.simulate(sch, cluster="dgx-a100", micro_batch=2, seq=64, memory_limit=0)
+cli = cli_json("simulate", path, "--model", "gpt:tiny", "--nproc", "2", "--cluster", "dgx-a100", "--micro-batch", "2", "--seq", "64",
+               "--memory-limit", "0")
+check("simulate's memory_limit=0 is --memory-limit 0 (none)", py == cli, f"{py} vs {cli}")
+py = loom.simulate(sch, cluster="dgx-a100", micro_batch=2, seq=64, memory_limit="20MiB")
+cli = cli_json("simulate", path, "--model", "gpt:tiny", "--nproc", "2", "--cluster", "dgx-a100", "--micro-batch", "2", "--seq", "64",
+               "--memory-limit", "20MiB")
+check("simulate's memory_limit takes a size as the language writes it", py == cli, f"{py} vs {cli}")
+try:
+    loom.simulate(sch, cluster="dgx-a100", memory_limit="lots")
+    check("simulate with a memory limit that is not a size raises", False)
+except loom.ScheduleError as e:
+    check("simulate with a memory limit that is not a size says what a size is", "expects a size such as 600MiB" in str(e), str(e))
 try:
     loom.simulate(sch)
     check("simulate without a cost model raises", False)

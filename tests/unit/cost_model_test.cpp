@@ -2,6 +2,7 @@
 // the formulas in docs/simulate.md, on the shipped clusters.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -146,8 +147,10 @@ TEST_CASE("a bad cluster file is a user error naming the file, the field and the
   // A misspelled field would be lost: refused, with the fields there are.
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"nodes\": 16,", "\"nodes\": 16, \"inter_node_scal\": [[1, 0.5]],"), "c.json"),
                        "c.json: `inter_node_scal` is not a field of a cluster (its fields: name, description, nodes, devices_per_node, "
-                       "device, intra_node, inter_node, host, inter_node_scale)",
+                       "device, intra_node, intra_node_beside_compute, inter_node, host, inter_node_scale)",
                        UserError);
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"nodes\": 16,", "\"nodes\": 16, \"intra_node_beside_compute\": {\"GBps\": -1},"), "c.json"),
+                       doctest::Contains("c.json: `intra_node_beside_compute.GBps` must be a positive number"), UserError);
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"memory_GBps\"", "\"memory_GBPS\": 1, \"memory_GBps\""), "c.json"),
                        doctest::Contains("c.json: `device.memory_GBPS` is not a field of `device` (its fields: name, memory,"), UserError);
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"latency_us\": 1}", "\"latency_us\": 1, \"latency\": 1}"), "c.json"),
@@ -228,7 +231,12 @@ TEST_CASE("a wait's unpacking on a cluster: each byte read and written once at t
   CHECK(cost.own_seconds(p, unpacking) == 0);
 }
 
-TEST_CASE("this machine as a cluster: the rates a profile measured, written in the cluster format") {
+namespace {
+
+// A program of a matrix product `a` (2 GFLOP forward) and an element-wise op `b` (1 MB saved),
+// with a profile of it on two ranks: `a` 10 ms and `b` 1 ms forward, an all-reduce fitted at
+// 0.1 ms empty and 1 ms per MB; the optimizer step not timed.
+std::pair<ir::Program, Profile> profiled_machine() {
   ir::Program p;
   p.params = {{"w", 10, 4}};
   auto compute = [](const std::string& module, ir::Phase phase, double flops, int64_t saved) {
@@ -249,11 +257,19 @@ TEST_CASE("this machine as a cluster: the rates a profile measured, written in t
   reduce.collective = "all_reduce";
   reduce.group = "world";
   reduce.group_size = 2;
-  reduce.fit = {0.1, 1e-6};  // 0.1 ms empty, 1 ms per MB
+  reduce.fit = {0.1, 1e-6};
   profile.collectives = {reduce};
+  return {p, profile};
+}
+
+}  // namespace
+
+TEST_CASE("this machine as a cluster: the rates a profile measured, written in the cluster format") {
+  auto [p, profile] = profiled_machine();
   Cluster here = machine_cluster(profile, p, 2, 1LL << 30, "here");
   CHECK(here.device.matrix_flops_bf16 == doctest::Approx(2e9 / 0.010));  // 2 GFLOP in 10 ms
   CHECK(here.device.memory_bandwidth == doctest::Approx(1e6 / 0.001));   // 1 MB in 1 ms
+  CHECK(here.host.bandwidth == doctest::Approx(1e6 / 0.001 / 2));        // a copy reads and writes each byte
   CHECK(here.intra_node.bandwidth == doctest::Approx(1.0 / 1e-9));       // ring factor 1 at n = 2
   CHECK(here.intra_node.latency_s == doctest::Approx(0.1e-3 / 2));
   CHECK(here.world() == 2);
@@ -261,9 +277,67 @@ TEST_CASE("this machine as a cluster: the rates a profile measured, written in t
   CHECK(again.device.matrix_flops_fp32 == doctest::Approx(here.device.matrix_flops_fp32));
   CHECK(again.intra_node.latency_s == doctest::Approx(here.intra_node.latency_s));
   CHECK(again.device.memory_bytes == 1LL << 30);
+  CHECK_FALSE(here.intra_node_beside_compute.has_value());  // the profile timed no all-reduce beside compute
+  // The step's collectives took twice what the sweeps price (the profile prices its own so); an
+  // all-reduce timed beside the ranks' compute, 0.4 ms empty and 3 ms per MB, is the link for
+  // collectives that share the cores.
+  profile.collectives[0].in_step_scale = 2;
+  CollectiveProfile beside = profile.collectives[0];
+  beside.beside_compute = true;
+  beside.fit = {0.4, 3e-6};
+  profile.collectives.push_back(beside);
+  here = parse_cluster(cluster_json(machine_cluster(profile, p, 2, 1LL << 30, "here")), "here.json");
+  CHECK(here.intra_node.bandwidth == doctest::Approx(1.0 / 2e-9));
+  CHECK(here.intra_node.latency_s == doctest::Approx(0.2e-3 / 2));
+  REQUIRE(here.intra_node_beside_compute.has_value());
+  CHECK(here.intra_node_beside_compute->bandwidth == doctest::Approx(1.0 / 6e-9));
+  CHECK(here.intra_node_beside_compute->latency_s == doctest::Approx(0.8e-3 / 2));
   profile.collectives.clear();
   CHECK_THROWS_WITH_AS(machine_cluster(profile, p, 2, 1LL << 30, "here"),
                        "here has no all-reduce measured over two or more ranks", UserError);
+}
+
+TEST_CASE("this machine as a cluster: the step's tail streams faster than the element-wise ops, and each prices at its rate") {
+  auto [p, profile] = profiled_machine();
+  p.params = {{"w", 1'000'000, 4}};
+  ir::Instr step, norm;
+  step.kind = OpKind::OptimizerStep, step.phase = ir::Phase::Step;
+  norm.kind = OpKind::GradNorm, norm.phase = ir::Phase::Step, norm.group = {ir::Role::World, 2};
+  // The update of 1,000,000 elements read and wrote 32 MB (4 + 4 + 8 bytes each) in 16 ms; the
+  // norm read 4 MB and the clipping read and wrote them, 12 MB in 6 ms: 2 GB/s, twice what `b`'s
+  // 1 MB in 1 ms reached.
+  profile.optimizer_elements = 1'000'000;
+  profile.optimizer_step_ms = 16;
+  profile.grad_norm_ms = 6;
+  Cluster here = machine_cluster(profile, p, 2, 1LL << 30, "here");
+  CHECK(here.device.memory_bandwidth == doctest::Approx(2e9));
+  REQUIRE(here.device.memory_efficiency.steps.size() == 2);
+  CHECK(here.device.memory_efficiency.steps[0].second == doctest::Approx(0.5));
+  CHECK(here.device.memory_efficiency.steps[1].first == doctest::Approx(std::sqrt(1.0 * 12)));  // MB, between 1 and 12
+  CHECK(here.device.memory_efficiency.steps[1].second == doctest::Approx(1.0));
+  CHECK(here.host.bandwidth == doctest::Approx(1e9));
+  // Priced on it, each piece of this program takes what it was measured at.
+  ClusterCost cost(parse_cluster(cluster_json(here), "here.json"), Precision::Fp32, 2);
+  CHECK(cost.seconds(p, p.instrs[1]) == doctest::Approx(0.001));
+  CHECK(cost.seconds(p, step) == doctest::Approx(0.016));
+  CHECK(cost.own_seconds(p, norm) == doctest::Approx(0.006));
+  // Where the element-wise ops are the faster (the update's 32 MB in 64 ms: 0.5 GB/s), the
+  // bandwidth is theirs and the efficiency steps down for the large pieces.
+  profile.optimizer_step_ms = 64;
+  profile.grad_norm_ms = -1;
+  here = machine_cluster(profile, p, 2, 1LL << 30, "here");
+  CHECK(here.device.memory_bandwidth == doctest::Approx(1e9));
+  REQUIRE(here.device.memory_efficiency.steps.size() == 2);
+  CHECK(here.device.memory_efficiency.steps[0].second == doctest::Approx(1.0));
+  CHECK(here.device.memory_efficiency.steps[1].second == doctest::Approx(0.5));
+  CHECK(ClusterCost(here, Precision::Fp32, 2).seconds(p, step) == doctest::Approx(0.064));
+  // Pieces whose sizes overlap (an update of 10 elements, 320 bytes, smaller than `b`'s 1 MB)
+  // share one rate: all the bytes over all the time.
+  profile.optimizer_elements = 10;
+  profile.grad_norm_ms = -1;
+  here = machine_cluster(profile, p, 2, 1LL << 30, "here");
+  CHECK(here.device.memory_bandwidth == doctest::Approx((1e6 + 320) / (0.001 + 0.064)));
+  CHECK(here.device.memory_efficiency.steps.size() == 1);
 }
 
 TEST_CASE("the gradient norm on a cluster: its pass over the rank's gradients and their clipping, at the memory bandwidth") {

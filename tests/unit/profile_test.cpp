@@ -370,7 +370,9 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
   ProfileCost priced(stages, p, "p.json");
   CHECK(priced.seconds(stages[0], stages[0].instrs.back()) == 0);
   CHECK(priced.own_seconds(stages[0], stages[0].instrs.back()) == doctest::Approx(2e-3));
+  p.optimizer_elements = 123'456;
   Profile read = Profile::from_json(p.to_json(), "p.json");
+  CHECK(read.optimizer_elements == 123'456);
   CHECK(read.unpack_gb_per_s == 2.0);
   CHECK(read.unpack_bytes_per_step == 4'000'000);
   step.instrs.pop_back();
@@ -558,6 +560,9 @@ TEST_CASE("a profile whose figures no measurement gives is refused, naming the f
   CHECK(refusal([](nlohmann::json& j) { j["ops"][0]["forward_host_ms"] = -1; }) == "accepted");
   CHECK(refusal([](nlohmann::json& j) { j["optimizer_step_ms"] = -100; }) ==
         "p.json: `optimizer_step_ms` must be a number of 0 or more (or -1: not measured), not -100");
+  CHECK(refusal([](nlohmann::json& j) { j["optimizer_elements"] = 1.5; }) ==
+        "p.json: `optimizer_elements` must be a whole number of elements (0 or more), not 1.5");
+  CHECK(refusal([](nlohmann::json& j) { j.erase("optimizer_elements"); }) == "accepted");  // written before it was recorded
   CHECK(refusal([](nlohmann::json& j) { j.erase("ops"); }) == "p.json: `ops` is missing");
   CHECK(refusal([](nlohmann::json& j) { j["ops"][0] = 3; }) == "p.json: `ops[0]` must be a JSON object, not number");
   CHECK(refusal([](nlohmann::json& j) { j["collectives"][0]["group_size"] = 0; }) ==

@@ -4,6 +4,9 @@
 
 #include <map>
 
+#include <nlohmann/json.hpp>
+
+#include "backend/cost/instruction_cost.h"
 #include "backend/cost/module_profile_cost.h"
 #include "backend/passes/profile_planning.h"
 #include "backend/sim/memory_calibration.h"
@@ -622,4 +625,49 @@ TEST_CASE("the communication breakdown: each kind's busy time on its stream, hid
   CHECK(r.step_s == doctest::Approx(12));
   CHECK(r.exposed_comm_s == doctest::Approx(6));
   CHECK(r.comm_busy_s == std::map<std::string, double>{{"all_gather on params", 4}, {"reduce_scatter on grads", 4}});
+}
+
+TEST_CASE("on a cluster whose collectives share the device with compute, a collective issued before other work is priced beside it") {
+  // One node of two CPU ranks: an all-gather of 2 MB moves half of it, 1 MB, in 1 ms on idle
+  // cores and 4 ms beside the ranks' compute (their latencies 1 us apart from that).
+  auto link = [](double gbps, double latency_us) {
+    return nlohmann::json{{"GBps", gbps}, {"efficiency", 1}, {"latency_us", latency_us}};
+  };
+  nlohmann::json cluster{{"name", "here"},
+                         {"nodes", 1},
+                         {"devices_per_node", 2},
+                         {"device",
+                          {{"name", "cpu"},
+                           {"memory", "1GiB"},
+                           {"matrix_tflops", {{"bf16", 1}, {"fp32", 1}}},
+                           {"matrix_efficiency_by_gflop", {{0, 1}}},
+                           {"memory_GBps", 1},
+                           {"memory_efficiency_by_mb", {{0, 1}}}}},
+                         {"intra_node", link(1, 1)},
+                         {"intra_node_beside_compute", link(0.25, 1)},
+                         {"inter_node", link(1, 1)},
+                         {"host", link(1, 1)}};
+  ClusterCost cost(parse_cluster(cluster.dump(), "here.json"), Precision::Fp32, 2);
+  // The first gather is waited for after a compute (beside it); the second at once (alone).
+  ir::Instr a = instr(OpKind::Compute, Phase::Forward, "a");
+  a.flops = 2e9;  // 2 ms at 1 TFLOP/s
+  ir::Program p = one_param({instr(OpKind::AllGather, Phase::Forward, "", 0), a, wait(0), instr(OpKind::AllGather, Phase::Forward, "", 1),
+                             wait(1)});
+  p.instrs[0].bytes = p.instrs[3].bytes = 2'000'000;
+  SimResult r = simulate({p}, cost);
+  REQUIRE(r.events.size() == 3);
+  CHECK(r.events[0].stream == "collective");
+  CHECK(r.events[0].end_s - r.events[0].start_s == doctest::Approx(4e-3 + 1e-6));
+  CHECK(r.events[2].stream == "collective");
+  CHECK(r.events[2].end_s - r.events[2].start_s == doctest::Approx(1e-3 + 1e-6));
+  CHECK(r.step_s == doctest::Approx(4e-3 + 1e-6 + 1e-3 + 1e-6));  // a hides under the first gather
+  // The memory-aware passes price a gather where they would move it: beside compute.
+  MemoryPlanning planning;
+  planning.plan_with(std::make_shared<ClusterCost>(parse_cluster(cluster.dump(), "here.json"), Precision::Fp32, 2));
+  CHECK(planning.instruction_seconds(p, p.instrs[3]) == doctest::Approx(4e-3 + 1e-6));
+  CHECK(planning.instruction_seconds(p, p.instrs[1]) == doctest::Approx(2e-3));  // compute as it is
+  // Without the field a collective costs the same wherever it runs.
+  cluster.erase("intra_node_beside_compute");
+  r = simulate({p}, ClusterCost(parse_cluster(cluster.dump(), "here.json"), Precision::Fp32, 2));
+  CHECK(r.events[0].end_s - r.events[0].start_s == doctest::Approx(1e-3 + 1e-6));
 }
