@@ -1,16 +1,37 @@
 // libFuzzer target over the loaders of the files the cost model reads (issue #15 §6): a cluster
 // description and a profile, and the sizes both and --memory-limit are written in. Any input must
 // either load or raise a loom::UserError; a crash, a sanitizer report or any other exception is a
-// bug. A profile that loads is also priced (each collective at a few sizes), which walks its
-// samples. Built with -DLOOM_FUZZ=ON (clang); run by scripts/fuzz.sh, seeded with clusters/*.json
+// bug. What loads is also priced: a cluster's collectives at a few sizes inside a node and
+// across its nodes, on its idle link and on its link beside compute, its compute and copies; a
+// profile's collectives at a few sizes, which walks its samples. Built with -DLOOM_FUZZ=ON (clang); run by scripts/fuzz.sh, seeded with clusters/*.json
 // and tests/fuzz/seeds/*.json.
 #include <cstdint>
 #include <string>
 
+#include "backend/cost/analytic_cost.h"
 #include "backend/cost/cluster.h"
 #include "backend/cost/profile.h"
 #include "lang/diagnostics.h"
 #include "lang/value.h"
+
+namespace {
+
+void price(const loom::Cluster& c) {
+  loom::Cluster beside = c;
+  if (c.intra_node_beside_compute) beside.intra_node = *c.intra_node_beside_compute;
+  for (int64_t bytes : {int64_t{0}, int64_t{1} << 20, int64_t{1} << 40}) {
+    for (const char* op : {"all_gather", "reduce_scatter", "all_reduce", "broadcast"})
+      for (loom::GroupSpan span : {loom::GroupSpan{c.devices_per_node, 1}, loom::GroupSpan{c.devices_per_node, c.nodes}}) {
+        (void)loom::collective_seconds(c, op, bytes, span);
+        (void)loom::collective_seconds(beside, op, bytes, span);
+      }
+    (void)loom::compute_seconds(c.device, static_cast<double>(bytes), bytes, loom::Precision::Bf16);
+    (void)loom::host_copy_seconds(c, bytes);
+    (void)loom::point_to_point_seconds(c, bytes, true);
+  }
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);
@@ -18,6 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     loom::Cluster c = loom::parse_cluster(text, "fuzz.json");
     (void)c.world();
+    price(c);
   } catch (const loom::UserError&) {
   }
   try {
