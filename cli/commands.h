@@ -80,7 +80,13 @@ int64_t machine_memory_per_rank(int ranks);
 // (machine_cluster.h): one node of the profiled ranks. Its compute rates come from the
 // profiled ops, matched to the model's traced ops (a data-parallel program of them: sharding
 // changes no op's FLOPs). Throws UserError when the profile does not fit `run`.
-Cluster profiled_machine(const std::string& profile, const ir::OpTrace& trace, const ProfileKeyInputs& run);
+Cluster profiled_machine(const std::string& profile, const ir::OpTrace& trace, const ProfileKeyInputs& run,
+                         const std::string& command);
+// Where `profile` (read from `path`) was measured under a schedule whose collectives ran beside
+// its ops on a CPU, a note on stderr, `command` first, that this machine derived from it comes
+// out slow, and the command that measures a data-parallel profile instead.
+void note_profile_beside_collectives(const Profile& profile, const std::string& path, const ProfileKeyInputs& run,
+                                     const std::string& command);
 
 // A simulation's communication breakdown (SimResult::comm_busy_s) for people: "all_gather on
 // params 12.3, reduce_scatter on grads 8.1" (ms), the busiest first; "none".

@@ -125,7 +125,7 @@ PlanOutcome search_plans(const PlanOptions& o, const std::function<void(size_t, 
   // (replace() changes what an op keeps, not what it computes).
   PlanOutcome out{named ? *named
                         : profiled_machine(o.profile, attention.empty() ? trace : trace_model(o.model, {o.micro_batch, o.seq}),
-                                           {o.model, "", o.world, 0, o.micro_batch, o.seq, o.accum})};
+                                           {o.model, "", o.world, 0, o.micro_batch, o.seq, o.accum}, "loom plan")};
   out.local_world = run_ranks_per_node(out.cluster, o.world, "--world", o.local_world);
   out.limit = memory_limit_bytes(o.memory_limit);
   if (out.limit == 0) out.limit = out.cluster.device.memory_bytes;
@@ -182,9 +182,21 @@ int plan(const PlanOptions& o) {
 
 nlohmann::json plan_json_report(const PlanOptions& o) { return report_json(o, search_plans(o, nullptr)); }
 
-Cluster profiled_machine(const std::string& path, const ir::OpTrace& trace, const ProfileKeyInputs& run) {
+void note_profile_beside_collectives(const Profile& profile, const std::string& path, const ProfileKeyInputs& run,
+                                     const std::string& command) {
+  std::string group = group_beside_the_ops(profile);
+  if (group.empty()) return;
+  std::cerr << command << ": note: " << path << " was measured under a schedule with collectives on `" << group
+            << "`, not data parallelism's: its ops shared the cores with them (or ran split), so this machine's rates derived "
+               "from it come out low (docs/simulate.md)\n"
+            << command << ": hint: derive it from a data-parallel profile: loom profile --model " << run.model << " --nproc "
+            << run.world << " --out FILE\n";
+}
+
+Cluster profiled_machine(const std::string& path, const ir::OpTrace& trace, const ProfileKeyInputs& run, const std::string& command) {
   Profile profile = load_profile(path);
   check_profile_fits(profile, path, run);
+  note_profile_beside_collectives(profile, path, run, command);
   ir::Program ops = ir::lower(trace, ir::Sharding{run.world, 1, 1, 1});
   return machine_cluster(profile, ops, run.world, machine_memory_per_rank(run.world), "this machine (" + path + ")");
 }

@@ -106,8 +106,9 @@ void save_machine_cluster(const SimulateOptions& o, const ir::Program& program) 
     throw UserError(SourceRange{}, "--save-cluster derives this machine from a profile; this run is priced on a cluster",
                     "give --profile FILE instead of --cluster");
   std::string name = std::filesystem::path(o.save_cluster).stem().string();
-  write_whole_file(o.save_cluster,
-                   cluster_json(machine_cluster(load_profile(o.profile), program, o.nproc, machine_memory_per_rank(o.nproc), name)));
+  Profile profile = load_profile(o.profile);
+  note_profile_beside_collectives(profile, o.profile, {o.model, "", o.nproc, 0, o.micro_batch, o.seq, o.accum}, "loom simulate");
+  write_whole_file(o.save_cluster, cluster_json(machine_cluster(profile, program, o.nproc, machine_memory_per_rank(o.nproc), name)));
 }
 
 // What a simulation found, for the report.

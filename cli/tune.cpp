@@ -127,7 +127,7 @@ std::unique_ptr<tune::Evaluator> sim_evaluator(const TuneCommand& o, int& local_
   };
   Cluster cluster = o.profile.empty() ? load_cluster(o.cluster, cluster_dirs())
                                       : profiled_machine(o.profile, tracer({o.micro_batch, o.seq}, {}),
-                                                         {o.model, "", o.nproc, 0, o.micro_batch, o.seq, o.accum});
+                                                         {o.model, "", o.nproc, 0, o.micro_batch, o.seq, o.accum}, "loom tune");
   local_world = run_ranks_per_node(cluster, o.nproc, "--nproc", o.local_world);
   auto cost = std::make_unique<ClusterCost>(cluster, o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, local_world);
   std::string key = schedule_key(o);

@@ -121,6 +121,13 @@ Cluster machine_cluster(const Profile& profile, const ir::Program& program, int 
   return c;
 }
 
+std::string group_beside_the_ops(const Profile& profile) {
+  if (profile.device != "cpu") return "";
+  for (const CollectiveProfile& c : profile.collectives)
+    if (c.group != "world") return c.group;
+  return "";
+}
+
 std::string cluster_json(const Cluster& c) {
   auto table = [](const EfficiencyTable& t) {
     nlohmann::json steps = nlohmann::json::array();

@@ -33,6 +33,13 @@ namespace loom {
 Cluster machine_cluster(const Profile& profile, const ir::Program& program, int devices, int64_t memory_bytes,
                         const std::string& name);
 
+// The first group other than the world's on which a CPU profile timed collectives ("params",
+// "tp", ...: a schedule that shards states or uses a mesh); empty for data parallelism's, and on
+// a GPU. On a CPU that schedule's ops ran beside those collectives on the same cores (or split),
+// so the rates machine_cluster derives from them come out low (measured: a cluster derived from
+// gpt:tiny's ZeRO-3 priced data parallelism's step 1.34x its run).
+std::string group_beside_the_ops(const Profile& profile);
+
 // The cluster's JSON text, in the format parse_cluster reads.
 std::string cluster_json(const Cluster& cluster);
 

@@ -340,7 +340,8 @@ expect "--representative needs a profile" 2 \
   "hint: give --profile FILE, or leave --representative out (a cluster's ranks are always simulated by one per stage)" \
   -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --cluster dgx-a100 --representative
 # This machine as a cluster, from the profile: loom plan plans for it.
-expect "simulate --save-cluster" 0 "step" -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 \
+expect "simulate --save-cluster" 0 "step" "loom simulate: note: $tmp/profile.json was measured under a schedule with collectives on" \
+  -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 \
   --micro-batch 2 --profile "$tmp/profile.json" --save-cluster "$tmp/here.json"
 expect "this machine's cluster: a memory rate for each kind of work, and a link beside compute" 0 "efficiencies within (0, 1], one of them 1" \
   '"intra_node_beside_compute"' -- bash -c "cat '$tmp/here.json'; python3 -c \"import json; e=[x[1] for x in json.load(open('$tmp/here.json'))['device']['memory_efficiency_by_mb']]
@@ -445,7 +446,10 @@ expect "plan without a cost model" 2 "error: loom plan needs one cost model: --c
 expect "plan on a profile of another run" 2 "error: $tmp/profile.json was measured for another run: world 2 (this run: 4)" \
   -- "$loom" plan --model gpt:tiny --world 4 --seq 32 --micro-batch 2 --profile "$tmp/profile.json"
 # --profile plans on the machine the profile measured: the same plans as on its saved cluster.
+# The profile is ZeRO-3's, whose ops ran beside its gathers on the same cores: a note says so.
 expect "plan on a profile" 0 "loom plan: gpt:tiny on 2 ranks of this machine ($tmp/profile.json)" \
+  "loom plan: note: $tmp/profile.json was measured under a schedule with collectives on \`params\`, not data parallelism's: its ops shared the cores" \
+  "loom plan: hint: derive it from a data-parallel profile: loom profile --model gpt:tiny --nproc 2 --out FILE" \
   -- "$loom" plan --model gpt:tiny --world 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json"
 best_plan() { "$loom" plan --model gpt:tiny --world 2 --seq 32 --micro-batch 2 "$@" --json 2>/dev/null |
   python3 -c "import json, sys; p = json.load(sys.stdin)['plans'][0]; print(p['params'], p['grads'], p['optim'], round(p['step_s'], 9))"; }

@@ -278,6 +278,7 @@ TEST_CASE("this machine as a cluster: the rates a profile measured, written in t
   CHECK(again.intra_node.latency_s == doctest::Approx(here.intra_node.latency_s));
   CHECK(again.device.memory_bytes == 1LL << 30);
   CHECK_FALSE(here.intra_node_beside_compute.has_value());  // the profile timed no all-reduce beside compute
+  CHECK(group_beside_the_ops(profile).empty());  // data parallelism's: collectives on the world alone
   // The step's collectives took twice what the sweeps price (the profile prices its own so); an
   // all-reduce timed beside the ranks' compute, 0.4 ms empty and 3 ms per MB, is the link for
   // collectives that share the cores.
@@ -292,6 +293,12 @@ TEST_CASE("this machine as a cluster: the rates a profile measured, written in t
   REQUIRE(here.intra_node_beside_compute.has_value());
   CHECK(here.intra_node_beside_compute->bandwidth == doctest::Approx(1.0 / 6e-9));
   CHECK(here.intra_node_beside_compute->latency_s == doctest::Approx(0.8e-3 / 2));
+  CollectiveProfile gather = profile.collectives[0];
+  gather.collective = "all_gather", gather.group = "params";
+  profile.collectives.push_back(gather);
+  CHECK(group_beside_the_ops(profile) == "params");  // a sharded schedule's: its ops ran beside its gathers
+  profile.device = "cuda";
+  CHECK(group_beside_the_ops(profile).empty());  // on a GPU they do not share cores
   profile.collectives.clear();
   CHECK_THROWS_WITH_AS(machine_cluster(profile, p, 2, 1LL << 30, "here"),
                        "here has no all-reduce measured over two or more ranks", UserError);
