@@ -78,8 +78,9 @@ void set_memory(DeviceSpec& device, const AchievedRates& rates) {
 }
 
 // The link the profile's all-reduce on its largest group measured in one regime (on idle cores,
-// or beside the ranks' compute), as a step's collectives took it (its in-step scale: the
-// profile prices every collective of its step so); none where it has no such all-reduce.
+// or beside the ranks' compute); none where it has no such all-reduce. Not its in-step scale:
+// that is the profiled schedule's own (what its collectives took in its steps over the sweeps),
+// and carried to other schedules it priced them worse (docs/simulate.md).
 std::optional<LinkSpec> measured_link(const Profile& profile, bool beside_compute) {
   const CollectiveProfile* best = nullptr;
   for (const CollectiveProfile& c : profile.collectives)
@@ -88,10 +89,9 @@ std::optional<LinkSpec> measured_link(const Profile& profile, bool beside_comput
       best = &c;
   if (!best) return std::nullopt;
   int n = best->group_size;
-  double scale = best->in_step_scale;
   LinkSpec link;
-  link.bandwidth = 2.0 * (n - 1) / n / (best->fit.beta_ms_per_byte * scale / 1000);
-  link.latency_s = std::max(best->fit.alpha_ms * scale / 1000 / (2.0 * (n - 1)), 1e-9);
+  link.bandwidth = 2.0 * (n - 1) / n / (best->fit.beta_ms_per_byte / 1000);
+  link.latency_s = std::max(best->fit.alpha_ms / 1000 / (2.0 * (n - 1)), 1e-9);
   link.efficiency = 1;
   return link;
 }

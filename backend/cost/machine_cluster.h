@@ -23,11 +23,11 @@ namespace loom {
 //   faster, an efficiency step by size between them; one rate over both where their sizes
 //   overlap, and the ops' alone where the profile did not record the elements;
 // - the host link copies at half the rate of the largest pieces (each byte read and written);
-// - the link is the profile's fitted all-reduce on its largest group on idle cores, times its
-//   in-step scale (as the profile prices its step's collectives): bandwidth 2(n-1)/n over the
-//   fitted seconds per byte, latency the fitted empty time over 2(n-1) steps; across nodes the
-//   same (one node); beside compute (intra_node_beside_compute) the same from the all-reduce
-//   timed beside the ranks' compute, where the profile has one.
+// - the link is the profile's fitted all-reduce on its largest group on idle cores: bandwidth
+//   2(n-1)/n over the fitted seconds per byte, latency the fitted empty time over 2(n-1) steps;
+//   across nodes the same (one node); beside compute (intra_node_beside_compute) the same from
+//   the all-reduce timed beside the ranks' compute, where the profile has one. Neither carries
+//   the profile's in-step scale, which is the profiled schedule's own.
 // `program` is the profiled schedule's program (its compute instructions carry the FLOPs).
 // Throws UserError when the profile times no op with FLOPs, none without, or no all-reduce.
 Cluster machine_cluster(const Profile& profile, const ir::Program& program, int devices, int64_t memory_bytes,

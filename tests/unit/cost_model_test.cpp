@@ -279,20 +279,20 @@ TEST_CASE("this machine as a cluster: the rates a profile measured, written in t
   CHECK(again.device.memory_bytes == 1LL << 30);
   CHECK_FALSE(here.intra_node_beside_compute.has_value());  // the profile timed no all-reduce beside compute
   CHECK(group_beside_the_ops(profile).empty());  // data parallelism's: collectives on the world alone
-  // The step's collectives took twice what the sweeps price (the profile prices its own so); an
-  // all-reduce timed beside the ranks' compute, 0.4 ms empty and 3 ms per MB, is the link for
-  // collectives that share the cores.
+  // An all-reduce timed beside the ranks' compute, 0.4 ms empty and 3 ms per MB, is the link for
+  // collectives that share the cores. The in-step scale (the profiled schedule's steps took twice
+  // what the sweeps price) is that schedule's own: the links do not carry it.
   profile.collectives[0].in_step_scale = 2;
   CollectiveProfile beside = profile.collectives[0];
   beside.beside_compute = true;
   beside.fit = {0.4, 3e-6};
   profile.collectives.push_back(beside);
   here = parse_cluster(cluster_json(machine_cluster(profile, p, 2, 1LL << 30, "here")), "here.json");
-  CHECK(here.intra_node.bandwidth == doctest::Approx(1.0 / 2e-9));
-  CHECK(here.intra_node.latency_s == doctest::Approx(0.2e-3 / 2));
+  CHECK(here.intra_node.bandwidth == doctest::Approx(1.0 / 1e-9));
+  CHECK(here.intra_node.latency_s == doctest::Approx(0.1e-3 / 2));
   REQUIRE(here.intra_node_beside_compute.has_value());
-  CHECK(here.intra_node_beside_compute->bandwidth == doctest::Approx(1.0 / 6e-9));
-  CHECK(here.intra_node_beside_compute->latency_s == doctest::Approx(0.8e-3 / 2));
+  CHECK(here.intra_node_beside_compute->bandwidth == doctest::Approx(1.0 / 3e-9));
+  CHECK(here.intra_node_beside_compute->latency_s == doctest::Approx(0.4e-3 / 2));
   CollectiveProfile gather = profile.collectives[0];
   gather.collective = "all_gather", gather.group = "params";
   profile.collectives.push_back(gather);
