@@ -61,11 +61,14 @@ std::optional<Cluster> chosen_cluster(const SimulateOptions& o, int& local_world
   return cluster;
 }
 
+// The run a profile must have measured to price this one (its schedule is not compared).
+ProfileKeyInputs profiled_run(const SimulateOptions& o) { return {o.model, "", o.nproc, 0, o.micro_batch, o.seq, o.accum}; }
+
 // The profile --profile names, checked against the run it prices (none on a cluster).
 std::optional<Profile> chosen_profile(const SimulateOptions& o) {
   if (o.profile.empty()) return std::nullopt;
   Profile profile = load_profile(o.profile);
-  check_profile_fits(profile, o.profile, {o.model, "", o.nproc, 0, o.micro_batch, o.seq, o.accum});
+  check_profile_fits(profile, o.profile, profiled_run(o));
   return profile;
 }
 
@@ -99,16 +102,15 @@ std::string limit_origin(const SimulateOptions& o, const ClusterCost* cluster_co
          " devices (--memory-limit sets another limit)";
 }
 
-// --save-cluster: this machine as a cluster file, from the profile (one node of the profiled
-// ranks, each with an equal share of the physical memory).
-void save_machine_cluster(const SimulateOptions& o, const ir::Program& program) {
-  if (o.profile.empty())
+// --save-cluster: this machine as a cluster file, from the profile the simulation was priced
+// on (one node of the profiled ranks, each with an equal share of the physical memory).
+void save_machine_cluster(const SimulateOptions& o, const std::optional<Profile>& profile, const ir::Program& program) {
+  if (!profile)
     throw UserError(SourceRange{}, "--save-cluster derives this machine from a profile; this run is priced on a cluster",
                     "give --profile FILE instead of --cluster");
   std::string name = std::filesystem::path(o.save_cluster).stem().string();
-  Profile profile = load_profile(o.profile);
-  note_profile_beside_collectives(profile, o.profile, {o.model, "", o.nproc, 0, o.micro_batch, o.seq, o.accum}, "loom simulate");
-  write_whole_file(o.save_cluster, cluster_json(machine_cluster(profile, program, o.nproc, machine_memory_per_rank(o.nproc), name)));
+  note_profile_beside_collectives(*profile, o.profile, profiled_run(o), "loom simulate");
+  write_whole_file(o.save_cluster, cluster_json(machine_cluster(*profile, program, o.nproc, machine_memory_per_rank(o.nproc), name)));
 }
 
 // What a simulation found, for the report.
@@ -117,6 +119,7 @@ struct Simulation {
   std::vector<ir::Program> stages;
   SimResult result;
   std::string priced_by;  // "cluster NAME" or "profile FILE"
+  std::optional<Profile> profile;  // the one --profile names (none on a cluster)
   double tokens_per_s_per_rank = 0;
   std::vector<MemoryCalibration> memory_calibration;  // by stage, from a GPU profile (else identity or none)
   bool host_timed = false;  // a GPU profile's ops have host parts: kernels can wait for the host
@@ -163,7 +166,7 @@ Simulation simulate_planned(const Schedule& sch, SimulateOptions& o, std::option
   std::shared_ptr<ClusterCost> cluster_cost;
   if (cluster)
     cluster_cost = std::make_shared<ClusterCost>(std::move(*cluster), o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, local_world);
-  std::optional<Profile> profile = chosen_profile(o);
+  std::optional<Profile>& profile = s.profile = chosen_profile(o);
   StepOptions step_options;
   step_options.grad_norm = o.clip > 0;
   step_options.accum = o.accum;
@@ -243,7 +246,7 @@ int simulate_schedule(const SimulateOptions& given) {
                    "placement does not fit (prefetch(budget=auto), unshard(auto) and bucket(size=auto) only add where "
                    "memory allows)\n",
                    format_size(r.peak_bytes).c_str(), s.memory_limit_from.c_str());
-    if (!o.save_cluster.empty()) save_machine_cluster(o, s.stages[0]);
+    if (!o.save_cluster.empty()) save_machine_cluster(o, s.profile, s.stages[0]);
     if (!o.trace.empty()) write_whole_file(o.trace, sim_trace_json(r, s.stages));
     if (!o.memory_plot.empty())
       write_whole_file(o.memory_plot, memory_plot_svg(r, "loom simulate: " + o.model + " at " + std::to_string(o.nproc) +

@@ -469,8 +469,7 @@ double OpProfiler::grad_norm_ms(comm::Group& world) const { return slowest_media
 void OpProfiler::fill(Profile& profile, comm::Group& world) const {
   profile.ops = result(world);
   profile.optimizer_step_ms = optimizer_step_ms(world);
-  torch::Tensor elements = torch::tensor({static_cast<double>(s_->optimizer_elements)}, torch::kDouble);
-  profile.optimizer_elements = static_cast<int64_t>(s_->over_ranks(elements, world, comm::ReduceOp::Max).item<double>());
+  profile.optimizer_elements = static_cast<int64_t>(max_over_ranks(static_cast<double>(s_->optimizer_elements), world));
   profile.grad_norm_ms = grad_norm_ms(world);
   UnpackRate unpacking = unpack_rate(world);
   profile.unpack_gb_per_s = unpacking.gb_per_s;
@@ -494,8 +493,11 @@ UnpackRate OpProfiler::unpack_rate(comm::Group& world) const {
 
 // The median of `samples`, the maximum over the ranks of `world`; -1 when none was measured.
 double OpProfiler::slowest_median(const std::vector<double>& samples, comm::Group& world) const {
-  torch::Tensor t = torch::tensor({samples.empty() ? -1.0 : median(samples)}, torch::kDouble);
-  return s_->over_ranks(t, world, comm::ReduceOp::Max).item<double>();
+  return max_over_ranks(samples.empty() ? -1.0 : median(samples), world);
+}
+
+double OpProfiler::max_over_ranks(double value, comm::Group& world) const {
+  return s_->over_ranks(torch::tensor({value}, torch::kDouble), world, comm::ReduceOp::Max).item<double>();
 }
 
 }  // namespace loom

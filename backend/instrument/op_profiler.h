@@ -61,6 +61,8 @@ class OpProfiler : public nn::CallInterceptor {
  private:
   void add_rank_times(comm::Group& world, std::vector<OpProfile>& ops) const;
   double slowest_median(const std::vector<double>& samples, comm::Group& world) const;
+  // The largest of every rank's `value` over `world`.
+  double max_over_ranks(double value, comm::Group& world) const;
   // The waits' unpacking over the measured micro-batches and step tails; every rank calls it.
   UnpackRate unpack_rate(comm::Group& world) const;
   std::unique_ptr<State> s_;
