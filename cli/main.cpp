@@ -109,9 +109,10 @@ void add_step_options(CLI::App* c, TrainOptions& t) {
   c->add_option("--stdlib", t.stdlib, "directory of the standard schedules");
   c->add_option("--memory-limit", t.memory_limit,
                 "bytes per rank, e.g. 600MiB: prefetch(budget=auto), unshard(auto) and bucket(size=auto) plan within it "
-                "(docs/passes.md); 0: none (auto then prefetches one block ahead and unshards nothing; on a GPU: 90% of "
-                "its memory)")
-      ->transform(byte_size());
+                "(docs/passes.md); 0: none (auto then prefetches one block ahead and unshards nothing); not given: on a GPU "
+                "90% of its memory, on a CPU none")
+      ->transform(byte_size())
+      ->default_str("");  // -1, not given: the text says what that means
   c->add_option("--timeout", t.timeout_s, "seconds a rank waits for the rendezvous or a collective before failing");
 }
 namespace {

@@ -87,10 +87,8 @@ SimResult simulate_profiled(const SimulateOptions& o, const Profile& profile, co
 // then plans again on the profile: simulate_planned).
 MemoryPlanning memory_planning(const SimulateOptions& o, const std::shared_ptr<ClusterCost>& cluster_cost) {
   MemoryPlanning m;
-  m.limit = std::max<int64_t>(o.memory_limit, 0);
-  if (!cluster_cost) return m;
-  if (o.memory_limit < 0) m.limit = MemoryPlanning::device_default(cluster_cost->cluster().device.memory_bytes);
-  m.plan_with(cluster_cost);
+  m.limit = MemoryPlanning::limit_or_default(o.memory_limit, cluster_cost ? cluster_cost->cluster().device.memory_bytes : 0);
+  if (cluster_cost) m.plan_with(cluster_cost);
   return m;
 }
 
@@ -306,7 +304,8 @@ void add_simulate(CLI::App& app, std::function<int()>& run) {
                 "bytes per rank, e.g. 600MiB: prefetch(budget=auto), unshard(auto) and bucket(size=auto) plan within it "
                 "(default on a cluster: 90% of its device's memory, as a GPU run; on a profile: none; 0: none, "
                 "so that auto prefetches one block ahead and unshards nothing)")
-      ->transform(byte_size());
+      ->transform(byte_size())
+      ->default_str("");  // -1, not given: the text says what that means
   c->add_flag("--replanned", o->replanned,
               "with --profile: the passes plan with the profile's measured times and memory, the program a run's "
               "--replan-at settles on where each round is switched to and measures what the profile did (as `loom explain --profile` shows); "

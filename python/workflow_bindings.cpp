@@ -86,9 +86,26 @@ py::object unlocked(const SourceManager* sources, F&& work) {
   return from_json(result);
 }
 
+// A size given as bytes (an int) or as the language writes it ("80GiB"); "" for none.
+std::string size_text(const py::object& size) {
+  if (size.is_none()) return "";
+  if (py::isinstance<py::int_>(size)) return std::to_string(size.cast<int64_t>());
+  return size.cast<std::string>();
+}
+
+// A memory_limit argument, read with the GIL held. Its bytes are parsed inside unlocked, where a
+// bad size raises ScheduleError; None is -1, the command's default.
+struct MemoryLimitArg {
+  std::optional<std::string> text;
+  explicit MemoryLimitArg(const py::object& size) {
+    if (!size.is_none()) text = size_text(size);
+  }
+  int64_t bytes() const { return text ? cli::memory_limit_bytes(*text) : -1; }
+};
+
 py::object verify(PySelection& s, int nproc, int64_t micro_batch, int64_t seq, int64_t accum, uint64_t seed,
                   const std::string& data, std::optional<double> atol, std::optional<double> rtol, bool bisect,
-                  int64_t memory_limit) {
+                  const py::object& memory_limit) {
   const Schedule& sch = *s.owner->schedule;
   ScheduleFile file(sch);
   cli::VerifyOptions o;
@@ -99,25 +116,22 @@ py::object verify(PySelection& s, int nproc, int64_t micro_batch, int64_t seq, i
   o.train.accum = accum;
   o.train.seed = seed;
   o.train.data = data;
-  o.train.memory_limit = memory_limit;
+  MemoryLimitArg limit(memory_limit);
   o.train.stdlib = stdlib_dir();
   o.nproc = nproc > 0 ? nproc : sch.context().world;
   o.atol = atol;
   o.rtol = rtol;
   o.bisect = bisect;
   try {
-    return unlocked(nullptr, [&] { return cli::verify_report(o); });
+    return unlocked(nullptr, [&] {
+      o.train.memory_limit = limit.bytes();
+      return cli::verify_report(o);
+    });
   } catch (const cli::RunFailed& e) {
     throw RunFailure(std::string("loom.verify: ") + e.what());
   }
 }
 
-// A size given as bytes (an int) or as the language writes it ("80GiB"); "" for none.
-std::string size_text(const py::object& size) {
-  if (size.is_none()) return "";
-  if (py::isinstance<py::int_>(size)) return std::to_string(size.cast<int64_t>());
-  return size.cast<std::string>();
-}
 
 py::object simulate(PySelection& s, const std::string& cluster, const std::string& profile, int64_t micro_batch, int64_t seq,
                     int64_t accum, double clip, const std::string& precision, const py::object& memory_limit) {
@@ -130,10 +144,9 @@ py::object simulate(PySelection& s, const std::string& cluster, const std::strin
   o.accum = accum;
   o.clip = clip;
   o.precision = precision;
-  bool given = !memory_limit.is_none();
-  std::string limit = size_text(memory_limit);
+  MemoryLimitArg limit(memory_limit);
   return unlocked(s.owner->sources.get(), [&] {
-    o.memory_limit = given ? cli::memory_limit_bytes(limit) : -1;  // in here a bad size raises ScheduleError
+    o.memory_limit = limit.bytes();
     return cli::simulate_json(*s.owner->schedule, o);
   });
 }
@@ -334,9 +347,10 @@ void bind_workflow(py::module_& m) {
   TrainOptions d;
   m.def("verify", &verify, py::arg("schedule"), py::arg("nproc") = 0, py::arg("micro_batch") = d.micro_batch, py::arg("seq") = d.seq,
         py::arg("accum") = d.accum, py::arg("seed") = d.seed, py::arg("data") = d.data, py::arg("atol") = py::none(),
-        py::arg("rtol") = py::none(), py::arg("bisect") = true, py::arg("memory_limit") = 0,
+        py::arg("rtol") = py::none(), py::arg("bisect") = true, py::arg("memory_limit") = py::none(),
         "`loom verify --json`: one step of the plain model and one of the schedule (nproc: its world), compared module "
-        "by module; a dict with 'equivalent', 'first_divergence' and 'breaking_directives'.");
+        "by module; a dict with 'equivalent', 'first_divergence' and 'breaking_directives'; memory_limit in bytes or as "
+        "'600MiB' (None: the run's default, on a GPU 90% of its memory; 0: none)");
   m.def("simulate", &simulate, py::arg("schedule"), py::arg("cluster") = "", py::arg("profile") = "",
         py::arg("micro_batch") = d.micro_batch, py::arg("seq") = d.seq, py::arg("accum") = d.accum, py::arg("clip") = d.clip,
         py::arg("precision") = "bf16", py::arg("memory_limit") = py::none(),

@@ -101,6 +101,13 @@ struct MemoryPlanning {
   // The limit on a device of `device_bytes` when none is given: its memory less DeepSpeed
   // DeepCompile's 10% margin (allocator fragmentation, library workspaces).
   static int64_t device_default(int64_t device_bytes) { return device_bytes / 10 * 9; }
+  // The limit a command plans within: `given` as --memory-limit gave it (-1: not given; 0:
+  // none), else the default of a device of `device_bytes` (a GPU's, a cluster's), or none
+  // where there is no device to fill (0 bytes: a CPU).
+  static int64_t limit_or_default(int64_t given, int64_t device_bytes) {
+    if (given >= 0) return given;
+    return device_bytes > 0 ? device_default(device_bytes) : 0;
+  }
 };
 
 }  // namespace loom

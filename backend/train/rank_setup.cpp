@@ -353,16 +353,13 @@ void lower_rank_program(RankRun& r) {
   step_options.grad_norm = measures_grad_norm(o);
   step_options.accum = o.accum;
   step_options.rank = r.env.rank;
-  // On a GPU the auto passes plan within its memory when no limit is given.
-  step_options.memory.limit = o.memory_limit;
-  if (o.memory_limit <= 0 && r.cuda) {
-    int64_t device = compat::cuda_total_bytes(r.gpu);
-    int64_t limit = step_options.memory.limit = MemoryPlanning::device_default(device);
-    if (r.env.rank == 0 && r.plan.plans_within_memory())
-      std::cerr << "loom run: the auto passes plan within " << format_size(limit) << ", "
-                << std::llround(100.0 * static_cast<double>(limit) / static_cast<double>(device)) << "% of cuda:" << r.gpu << "'s "
-                << format_size(device) << " (--memory-limit BYTES sets another limit)\n";
-  }
+  // On a GPU the auto passes plan within its memory when no limit is given (0 gives none).
+  int64_t device = r.cuda ? compat::cuda_total_bytes(r.gpu) : 0;
+  int64_t limit = step_options.memory.limit = MemoryPlanning::limit_or_default(o.memory_limit, device);
+  if (o.memory_limit < 0 && device > 0 && r.env.rank == 0 && r.plan.plans_within_memory())
+    std::cerr << "loom run: the auto passes plan within " << format_size(limit) << ", "
+              << std::llround(100.0 * static_cast<double>(limit) / static_cast<double>(device)) << "% of cuda:" << r.gpu << "'s "
+              << format_size(device) << " (--memory-limit BYTES sets another limit, 0 none)\n";
   plan_replan_rounds(r.o, r.plan, step_options.memory.limit);
   r.step = lower_step(r.plan, r.trace, &r.step_passes, PipelineDebug::from_environment(std::cerr), step_options);
   warn_if_over_limit(*r.step, step_options.memory, r.env.rank);

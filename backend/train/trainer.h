@@ -51,7 +51,9 @@ struct TrainOptions {
   // Re-plans in all, set at set-up without --replan-every (plan_replan_rounds): one per group of
   // passes the schedule plans from measurements; 0: every E steps to the end of the run.
   int64_t replan_rounds = 0;
-  int64_t memory_limit = 0;           // bytes per rank the memory-aware passes plan within (docs/passes.md); 0: none
+  // Bytes per rank the memory-aware passes plan within (docs/passes.md); 0: none; -1: not
+  // given, which on a GPU is 90% of its memory and on a CPU none (MemoryPlanning::limit_or_default).
+  int64_t memory_limit = -1;
   int64_t bucket_bytes = 1 << 20;     // gradient bucket size
   std::vector<std::string> sets;      // --set knob=value
   // Profiling (loom profile) instead of training: the first profile_warmup steps are not

@@ -148,6 +148,11 @@ report = loom.verify(broken, **shape)
 check("verify finds a skipped reduction", report["equivalent"] is False, report)
 check("verify names the breaking directive", [d["primitive"] for d in report["breaking_directives"]] == ["test_skip_reduction"],
       report["breaking_directives"])
+try:
+    loom.verify(sch, memory_limit="lots", **shape)
+    check("verify with a memory limit that is not a size raises", False)
+except loom.ScheduleError as e:
+    check("verify with a memory limit that is not a size says what a size is", "expects a size such as 600MiB" in str(e), str(e))
 
 # 7. train: `loom run` of the schedule, the same losses as the command line's, the GIL released.
 stamps = []  # when another Python thread ran, at most every millisecond

@@ -243,6 +243,15 @@ TEST_CASE("prefetch(budget=auto) without a memory limit is one block ahead; budg
   CHECK(words(lowered(three_layers(), bytes), ir::Phase::Forward) == without);
 }
 
+TEST_CASE("the limit the passes plan within: a given one, else 90% of a device's memory, and 0 is none everywhere") {
+  const int64_t gpu = 80LL << 30;
+  CHECK(MemoryPlanning::limit_or_default(-1, gpu) == gpu / 10 * 9);  // not given, on a GPU or a cluster's device
+  CHECK(MemoryPlanning::limit_or_default(-1, 0) == 0);               // not given, on a CPU: none
+  CHECK(MemoryPlanning::limit_or_default(0, gpu) == 0);              // --memory-limit 0: none, on a GPU too
+  CHECK(MemoryPlanning::limit_or_default(600LL << 20, gpu) == 600LL << 20);
+  CHECK(MemoryPlanning::limit_or_default(600LL << 20, 0) == 600LL << 20);
+}
+
 TEST_CASE("selective unsharding keeps the parameters with the highest T_c(B)/B that fit under the limit") {
   // l0.w 100, l1.w 50, l2.w 25 elements: 400, 200 and 100 bytes kept if unsharded.
   ir::OpTrace t = three_layers(100);

@@ -54,7 +54,7 @@ bool RecordedRuns::run(const std::string& name, bool scheduled, int64_t prefix, 
   if (scheduled) args.insert(args.end(), knobs_.begin(), knobs_.end());  // the plain run declares no knobs
   if (scheduled && prefix >= 0) args.insert(args.end(), {"--trace-prefix", std::to_string(prefix)});
   // The auto passes plan within the limit (the plain run has none to plan).
-  if (scheduled && train_.memory_limit > 0) args.insert(args.end(), {"--memory-limit", std::to_string(train_.memory_limit)});
+  if (scheduled && train_.memory_limit >= 0) args.insert(args.end(), {"--memory-limit", std::to_string(train_.memory_limit)});
   args.insert(args.end(), {"--record", (dir_ / name).string(), "--metrics", (dir_ / (name + ".jsonl")).string()});
   fs::path log = dir_ / (name + ".log");
   ++count_;
