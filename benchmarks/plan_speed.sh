@@ -2,15 +2,21 @@
 # How fast `loom plan` evaluates configurations (issue #15 asks 10,000 in under 10 s): llama-13b
 # on lins-a800 grown to 8,192 and 12,288 ranks (the cluster file with more nodes, written here),
 # every core, recomputation searched. Prints plans evaluated, seconds and milliseconds a plan.
-# Usage: bash benchmarks/plan_speed.sh [--threads N]
+# `--memory-passes auto` times the plans whose sharded points plan DeepCompile's passes too.
+# Usage: bash benchmarks/plan_speed.sh [--threads N] [--memory-passes auto]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null
-threads=()
-if [ "${1:-}" = "--threads" ]; then threads=(--threads "$2"); fi
+options=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --threads | --memory-passes) options+=("$1" "${2:?$1 takes a value}"); shift 2 ;;
+    *) echo "plan_speed.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-echo "machine: $(nproc) cores; loom plan ${threads[*]:-(every core)}"
+echo "machine: $(nproc) cores; loom plan ${options[*]:-(every core)}"
 printf '%-8s %-8s %10s %10s %10s\n' ranks nodes plans seconds "ms/plan"
 for nodes in 128 1024 1536; do
   ranks=$((nodes * 8))
@@ -23,7 +29,7 @@ json.dump(cluster, open(sys.argv[2], "w"))
 PY
   start=$(date +%s.%N)
   build/loom plan --model llama-13b --world "$ranks" --local-world 8 --seq 4096 --micro-batch 1 \
-    --cluster "$work/cluster.json" --checkpoint auto --memory-limit 80GiB --json "${threads[@]}" >"$work/plans.json" 2>/dev/null
+    --cluster "$work/cluster.json" --checkpoint auto --memory-limit 80GiB --json "${options[@]}" >"$work/plans.json" 2>/dev/null
   end=$(date +%s.%N)
   /usr/bin/python3 - "$ranks" "$nodes" "$start" "$end" "$work/plans.json" <<'PY'
 import json, sys

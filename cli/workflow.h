@@ -95,6 +95,7 @@ struct PlanOptions {
   std::string profile;
   std::string checkpoint = "none";
   std::string attention = "memory_efficient";
+  std::string memory_passes = "off";  // "auto": sharded plans gather by DeepCompile's passes within the limit
   std::string precision = "bf16";
   int top = 5;
   int threads = 0;

@@ -153,7 +153,8 @@ py::object simulate(PySelection& s, const std::string& cluster, const std::strin
 
 py::object plan(const std::string& model, int world, int local_world, int64_t seq, int64_t micro_batch, int64_t accum,
                 const py::object& memory_limit, const std::string& cluster, const std::string& profile,
-                const std::string& checkpoint, const std::string& attention, const std::string& precision, int top, int threads) {
+                const std::string& checkpoint, const std::string& attention, const std::string& precision, int top, int threads,
+                const std::string& memory_passes) {
   cli::PlanOptions o;
   o.model = model;
   o.world = world;
@@ -166,6 +167,7 @@ py::object plan(const std::string& model, int world, int local_world, int64_t se
   o.profile = profile;
   o.checkpoint = checkpoint;
   o.attention = attention;
+  o.memory_passes = memory_passes;
   o.precision = precision;
   o.top = top;
   o.threads = threads;
@@ -360,7 +362,7 @@ void bind_workflow(py::module_& m) {
   m.def("plan", &plan, py::arg("model"), py::arg("world"), py::arg("local_world") = 0, py::arg("seq") = d.seq,
         py::arg("micro_batch") = d.micro_batch, py::arg("accum") = d.accum, py::arg("memory_limit") = py::none(),
         py::arg("cluster") = "", py::arg("profile") = "", py::arg("checkpoint") = "none", py::arg("attention") = "memory_efficient",
-        py::arg("precision") = "bf16", py::arg("top") = 5, py::arg("threads") = 0,
+        py::arg("precision") = "bf16", py::arg("top") = 5, py::arg("threads") = 0, py::arg("memory_passes") = "off",
         "`loom plan --json`: {'plans': [...]}, best first, each with params, grads, optim, tp, pp, step_s, mfu, peak_bytes "
         "and its schedule's text.");
   m.def("tune", &tune, py::arg("schedule"), py::arg("model") = "", py::arg("world") = 1, py::arg("local_world") = 0,

@@ -120,7 +120,7 @@ std::string replace_directives(const ModuleTree& tree, const std::string& impl) 
 
 }  // namespace
 
-PlanText plan_schedule_parts(const ModuleTree& tree, const PlanPoint& p, const std::string& attention) {
+PlanText plan_schedule_parts(const ModuleTree& tree, const PlanPoint& p, const std::string& attention, PlanPrefetch prefetch) {
   PlanText text;
   if (!attention.empty()) text.structure += replace_directives(tree, attention);
   if (p.tp > 1 || p.pp > 1) text.structure += "sch.mesh(tp=" + std::to_string(p.tp) + ", pp=" + std::to_string(p.pp) + ")\n";
@@ -128,12 +128,16 @@ PlanText plan_schedule_parts(const ModuleTree& tree, const PlanPoint& p, const s
   text.own += "sch.shard_states(params=" + std::to_string(p.params) + ", grads=" + std::to_string(p.grads) +
               ", optim=" + std::to_string(p.optim) + ")\n";
   if (p.checkpoint) text.own += "sch.blocks().checkpoint()\n";
-  if (p.params > 1) text.own += "sch.blocks().prefetch()\n";
+  if (p.params > 1 && prefetch == PlanPrefetch::BlockAhead) text.own += "sch.blocks().prefetch()\n";
+  if (p.params > 1 && prefetch == PlanPrefetch::MemoryAware) {
+    text.own += "sch.blocks().prefetch(budget=auto)\n";
+    if (p.tp == 1) text.own += "sch.blocks().unshard(auto)\n";
+  }
   return text;
 }
 
-std::string plan_schedule_text(const ModuleTree& tree, const PlanPoint& p, const std::string& attention) {
-  PlanText text = plan_schedule_parts(tree, p, attention);
+std::string plan_schedule_text(const ModuleTree& tree, const PlanPoint& p, const std::string& attention, PlanPrefetch prefetch) {
+  PlanText text = plan_schedule_parts(tree, p, attention, prefetch);
   return text.structure + text.own;
 }
 

@@ -31,12 +31,21 @@ struct PlanSpaceOptions {
 // a pipeline up to the blocks there are.
 std::vector<PlanPoint> enumerate_plan_space(const ModuleTree& tree, const PlanSpaceOptions& options);
 
+// How a plan with sharded parameters (s_p > 1) overlaps their gathers.
+enum class PlanPrefetch {
+  BlockAhead,  // each block's gathers during the block before it, as the runtimes Lins compares
+               // overlap them (lins.txt §VI-A.4): prefetch()
+  MemoryAware  // DeepCompile's passes under the run's memory limit (docs/passes.md): every block's
+               // prefetch(budget=auto) and, without tensor parallelism (whose shards unsharding
+               // would undo), unshard(auto)
+};
+
 // The schedule of `point` for `tree`, as a .sched file's text (without a header): its
 // structure's lines, then its own. Every attention module runs `attention` (a registered
-// replace() implementation; "" keeps the model's own), and with sharded parameters (s_p > 1)
-// each block's gathers are prefetched during the block before it, as the runtimes Lins compares
-// overlap them (lins.txt §VI-A.4).
-std::string plan_schedule_text(const ModuleTree& tree, const PlanPoint& point, const std::string& attention = "");
+// replace() implementation; "" keeps the model's own), and sharded parameters are gathered
+// ahead as `prefetch` says.
+std::string plan_schedule_text(const ModuleTree& tree, const PlanPoint& point, const std::string& attention = "",
+                               PlanPrefetch prefetch = PlanPrefetch::BlockAhead);
 
 // plan_schedule_text in two parts: the lines every point of its mesh shares (the attention's
 // replace(), the mesh and its Megatron split), and the point's own (its sharding, recomputation
@@ -44,7 +53,8 @@ std::string plan_schedule_text(const ModuleTree& tree, const PlanPoint& point, c
 struct PlanText {
   std::string structure, own;
 };
-PlanText plan_schedule_parts(const ModuleTree& tree, const PlanPoint& point, const std::string& attention = "");
+PlanText plan_schedule_parts(const ModuleTree& tree, const PlanPoint& point, const std::string& attention = "",
+                             PlanPrefetch prefetch = PlanPrefetch::BlockAhead);
 
 // The modules of `tree` that implementation `impl` replaces (ReplacementRegistry), each to run it:
 // what the trace of a plan that replaces them is taken with.

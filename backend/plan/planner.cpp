@@ -110,7 +110,7 @@ class PlanEvaluator {
   // thread and is rethrown by run().
   void work() {
     try {
-      ClusterCost cost = cost_;  // its span cache is its own
+      auto cost = std::make_shared<const ClusterCost>(cost_);  // its span cache is its own
       for (size_t i; (i = next_++) < points_.size();) {
         outcomes_[i] = evaluate(points_[i], cost);
         std::lock_guard<std::mutex> lock(language_);
@@ -123,7 +123,8 @@ class PlanEvaluator {
     }
   }
 
-  PointOutcome evaluate(const PlanPoint& p, const ClusterCost& cost) {
+  PointOutcome evaluate(const PlanPoint& p, const std::shared_ptr<const ClusterCost>& priced) {
+    const ClusterCost& cost = *priced;
     int64_t limit = o_.memory_limit > 0 ? o_.memory_limit : cost.cluster().device.memory_bytes;
     PointOutcome out;
     if (int64_t states = state_bytes_of(*tree_, p); states > limit) {
@@ -131,7 +132,7 @@ class PlanEvaluator {
       out.least_bytes = states;
       return out;
     }
-    PlanText text = plan_schedule_parts(*tree_, p, o_.attention);
+    PlanText text = plan_schedule_parts(*tree_, p, o_.attention, o_.prefetch);
     PlannedStep step{p, text.structure + text.own};
     RuntimePlan plan;
     try {
@@ -142,7 +143,7 @@ class PlanEvaluator {
     }
     std::vector<ir::Program> stages;
     try {
-      stages = lower_stages(p, plan);
+      stages = lower_stages(p, plan, priced, limit);
     } catch (const UserError& e) {
       out.refusal = e.diagnostic().message;
       return out;
@@ -195,12 +196,18 @@ class PlanEvaluator {
 
   // One program per stage, as lower_stage_programs lowers them, from the initial programs of the
   // point's structure: lowered once per mesh, recomputation and s_os (all the initial program
-  // reads of a plan), then given the point's sharding and its passes. Lowering without
-  // re-verifying after each pass: the end result is verified (the tests verify each pass).
-  std::vector<ir::Program> lower_stages(const PlanPoint& p, const RuntimePlan& plan) {
+  // reads of a plan), then given the point's sharding and its passes, the memory-aware ones
+  // within `limit` on `cost`'s times. Lowering without re-verifying after each pass: the end
+  // result is verified (the tests verify each pass).
+  std::vector<ir::Program> lower_stages(const PlanPoint& p, const RuntimePlan& plan, const std::shared_ptr<const ClusterCost>& cost,
+                                        int64_t limit) {
     StepOptions options;
     options.grad_norm = o_.grad_norm;
     options.accum = o_.accum;
+    if (o_.prefetch == PlanPrefetch::MemoryAware) {
+      options.memory.limit = limit;
+      options.memory.plan_with(cost);
+    }
     std::shared_ptr<const std::vector<ir::Program>> initial = initial_programs(p, plan, options);
     PipelineDebug checked_at_the_end;
     checked_at_the_end.verify_each_pass = false;

@@ -428,6 +428,20 @@ expect "the written plan checks" 0 "ok (" -- "$loom" check "$tmp/best.sched" --m
 expect "the written plan runs the memory-efficient attention" 0 'sch["h.*.attn"].replace("memory_efficient_attention")' -- cat "$tmp/best.sched"
 "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --attention eager --out "$tmp/eager.sched" > /dev/null 2>&1
 expect "plan --attention eager keeps the model's own" 1 "" -- grep -q "replace" "$tmp/eager.sched"
+# --memory-passes auto: sharded plans gather by DeepCompile's passes within the limit. Under 12 MiB
+# the best is a sharded pipeline whose prefetching stays under the limit (a block ahead does not).
+expect "plan --memory-passes auto" 0 ", sharded plans gathering by the memory-aware passes within it" \
+  "  1      1   2    2    2     2  none" "wrote the best plan to $tmp/aware.sched" \
+  -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit 12MiB --memory-passes auto --out "$tmp/aware.sched"
+expect "the written plan gathers by the passes, within its limit" 0 \
+  "# Its memory-aware passes were planned within 12.0 MiB per rank: run it with --memory-limit 12MiB (docs/passes.md)." \
+  "sch.blocks().prefetch(budget=auto)" "sch.blocks().unshard(auto)" -- cat "$tmp/aware.sched"
+expect "gathering a block ahead, that plan is over the limit" 1 "" -- bash -c \
+  "\"$loom\" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit 12MiB --top 20 2>/dev/null | grep -q ' 1   2    2    2     2  none'"
+expect "the memory-aware plan runs" 0 "loom run: done: 2 steps" \
+  -- "$loom" run "$tmp/aware.sched" --model gpt:tiny --nproc 4 --memory-limit 12MiB --steps 2 --threads 1
+expect "plan --memory-passes takes off or auto" 2 "--memory-passes: sometimes" \
+  -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-passes sometimes
 # A plan with tensor parallelism and sharded states, as the planner writes it, trains what the plain model does.
 "$loom" plan --model llama:tiny --world 4 --cluster dgx-a100 --json --top 100 2>/dev/null | python3 -c "
 import json, sys

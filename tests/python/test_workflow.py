@@ -92,6 +92,18 @@ cli = cli_json("plan", "--model", "gpt:tiny", "--world", "8", "--cluster", "dgx-
                "--top", "3", "--memory-limit", "4GiB")
 check("plan is loom plan --json", py == cli, f"{py['plans'][:1]} vs {cli['plans'][:1]}")
 check("plan returns the plans best first", len(py["plans"]) == 3 and all("schedule" in p for p in py["plans"]))
+py = loom.plan("gpt:tiny", world=4, cluster="dgx-a100", top=2, memory_limit="12MiB", memory_passes="auto")
+cli = cli_json("plan", "--model", "gpt:tiny", "--world", "4", "--cluster", "dgx-a100", "--top", "2", "--memory-limit", "12MiB",
+               "--memory-passes", "auto")
+check("plan's memory_passes is --memory-passes", py == cli and py["memory_passes"] == "auto", f"{py['plans'][:1]} vs {cli['plans'][:1]}")
+check("plan with the memory-aware passes writes them", "prefetch(budget=auto)" in py["plans"][0]["schedule"], py["plans"][0]["schedule"])
+for bad, message in [("memory_passes", "--memory-passes must be one of off, auto, not 'sometimes'"),
+                     ("checkpoint", "--checkpoint must be one of none, all, auto, not 'sometimes'")]:
+    try:
+        loom.plan("gpt:tiny", world=4, cluster="dgx-a100", **{bad: "sometimes"})
+        check(f"plan with {bad}='sometimes' raises", False)
+    except loom.ScheduleError as e:
+        check(f"plan with {bad}='sometimes' says what it takes", message in str(e), str(e))
 
 # 5. tune: a Python function declaring knobs sweeps the same space as the .sched file with the
 #    same knobs, and a constraint prunes points as in the language.

@@ -95,6 +95,16 @@ TEST_CASE("a plan's schedule") {
   std::string mesh = plan_schedule_text(t, {2, 2, 1, 1, 1, true});
   CHECK(mesh.rfind("sch.mesh(tp=2, pp=2)\nfor b in sch[\"h.*\"] {\n", 0) == 0);
   CHECK(mesh.find("sch.shard_states(params=1, grads=1, optim=1)\nsch.blocks().checkpoint()\n") != std::string::npos);
+  // The memory-aware passes: prefetched and kept gathered as the limit allows; under tensor
+  // parallelism prefetched only (unshard(auto) would undo its shards); nothing to gather otherwise.
+  const PlanPrefetch aware = PlanPrefetch::MemoryAware;
+  CHECK(plan_schedule_text(t, {1, 1, 4, 4, 8, false}, "", aware) ==
+        "sch.shard_states(params=4, grads=4, optim=8)\nsch.blocks().prefetch(budget=auto)\nsch.blocks().unshard(auto)\n");
+  CHECK(plan_schedule_text(t, {1, 2, 2, 2, 2, false}, "", aware).find("sch.blocks().unshard(auto)\n") != std::string::npos);
+  std::string tensor_parallel = plan_schedule_text(t, {2, 1, 2, 2, 2, false}, "", aware);
+  CHECK(tensor_parallel.find("sch.blocks().prefetch(budget=auto)\n") != std::string::npos);
+  CHECK(tensor_parallel.find("unshard") == std::string::npos);
+  CHECK(plan_schedule_text(t, {1, 1, 1, 1, 8, false}, "", aware) == "sch.shard_states(params=1, grads=1, optim=8)\n");
 }
 
 TEST_CASE("a plan's attention: one replace() per position in the blocks, each module outside them by its path") {
