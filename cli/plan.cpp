@@ -39,9 +39,13 @@ std::string plan_header(const PlanOptions& o, const Cluster& cluster, int local_
                 static_cast<long long>(o.seq), static_cast<long long>(o.micro_batch), static_cast<long long>(o.accum),
                 best.step_s * 1e3, best.mfu * 100, format_size(best.peak_bytes).c_str());
   std::string header = line;
-  if (o.memory_passes == "auto" && best.point.params > 1)
+  if (best.point.params > 1 && o.memory_passes == "auto")
     header += "# Its memory-aware passes were planned within " + format_size(limit) + " per rank: run it with --memory-limit " +
               exact_size_argument(limit) + " (docs/passes.md).\n";
+  if (best.point.params > 1 && o.memory_passes == "off")
+    header += "# Priced gathering each block one block ahead, as prefetch() does without a memory limit: run it with "
+              "--memory-limit 0 to run as priced (under a limit, a GPU run's default, prefetch() plans within it: "
+              "loom plan --memory-passes auto prices that).\n";
   return header;
 }
 

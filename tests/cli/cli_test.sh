@@ -440,6 +440,12 @@ expect "gathering a block ahead, that plan is over the limit" 1 "" -- bash -c \
   "\"$loom\" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit 12MiB --top 20 2>/dev/null | grep -q ' 1   2    2    2     2  none'"
 expect "the memory-aware plan runs" 0 "loom run: done: 2 steps" \
   -- "$loom" run "$tmp/aware.sched" --model gpt:tiny --nproc 4 --memory-limit 12MiB --steps 2 --threads 1
+# Without them a sharded plan was priced gathering a block ahead: its header says how to run it so.
+"$loom" plan --model llama-7b --world 1024 --local-world 8 --seq 4096 --micro-batch 1 --cluster lins-a800 --top 1 \
+  --out "$tmp/lins.sched" > /dev/null 2>&1
+expect "a plan gathering a block ahead says to run it without a limit" 0 "sch.shard_states(params=8, grads=8, optim=8)" \
+  "# Priced gathering each block one block ahead, as prefetch() does without a memory limit: run it with --memory-limit 0 to run as priced" \
+  -- cat "$tmp/lins.sched"
 expect "plan --memory-passes takes off or auto" 2 "--memory-passes: sometimes" \
   -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-passes sometimes
 # A plan with tensor parallelism and sharded states, as the planner writes it, trains what the plain model does.
