@@ -16,7 +16,7 @@ while [ $# -gt 0 ]; do
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-echo "machine: $(nproc) cores; loom plan ${options[*]:-(every core)}"
+echo "machine: $(nproc) cores; loom plan ${options[*]} $([[ " ${options[*]} " == *" --threads "* ]] || echo '(every core)')"
 printf '%-8s %-8s %10s %10s %10s\n' ranks nodes plans seconds "ms/plan"
 for nodes in 128 1024 1536; do
   ranks=$((nodes * 8))

@@ -12,6 +12,7 @@
 #include "backend/cost/machine_cluster.h"
 #include "backend/instrument/model_trace.h"
 #include "backend/lower/step_program.h"
+#include "backend/passes/pass.h"
 #include "backend/plan/planner.h"
 #include "backend/train/output_paths.h"
 #include "cli/workflow.h"
@@ -57,10 +58,10 @@ nlohmann::json plan_json(const PlannedStep& s) {
           {"schedule", s.schedule}};
 }
 
-void print_table(const PlanOptions& o, const Cluster& cluster, const PlanReport& report, int64_t limit) {
-  std::printf("loom plan: %s on %d ranks of %s, seq %lld x micro-batch %lld x %lld, memory limit %s per rank%s\n", o.model.c_str(),
+void print_table(const PlanOptions& o, const Cluster& cluster, const PlanReport& report, int64_t limit, const std::string& limit_from) {
+  std::printf("loom plan: %s on %d ranks of %s, seq %lld x micro-batch %lld x %lld, memory limit %s per rank%s%s\n", o.model.c_str(),
               o.world, cluster.name.c_str(), static_cast<long long>(o.seq), static_cast<long long>(o.micro_batch),
-              static_cast<long long>(o.accum), format_size(limit).c_str(),
+              static_cast<long long>(o.accum), format_size(limit).c_str(), limit_from.c_str(),
               o.memory_passes == "auto" ? ", sharded plans gathering by the memory-aware passes within it" : "");
   std::printf("  %zu plans simulated; %zu over the memory limit, %zu refused by the schedule's rules\n", report.evaluated,
               report.over_memory, report.refused);
@@ -91,6 +92,7 @@ ir::OpTrace planning_trace(const PlanOptions& o, const ModuleTree& tree, std::st
 struct PlanOutcome {
   Cluster cluster;
   int64_t limit = 0;
+  std::string limit_from;  // where the limit comes from when --memory-limit did not give it
   int local_world = 0;
   PlanReport report;
 };
@@ -128,18 +130,25 @@ UserError no_plan_fits(const PlanOptions& o, const PlanOutcome& out) {
                    hint + "or a smaller --micro-batch or --seq");
 }
 
-// The command line checks these; loom.plan() in Python passes them as given.
+// The values of the options that take one of a few, for the command line's checks and for
+// loom.plan()'s (Python passes them as given).
+const std::vector<std::string> kCheckpoints{"none", "all", "auto"};
+const std::vector<std::string> kAttentions{"memory_efficient", "eager"};
+const std::vector<std::string> kMemoryPasses{"off", "auto"};
+const std::vector<std::string> kPrecisions{"bf16", "fp32"};
+
 void check_choices(const PlanOptions& o) {
-  auto one_of = [](const char* option, const std::string& given, const std::vector<std::string>& allowed) {
+  auto one_of = [](const char* option, const char* keyword, const std::string& given, const std::vector<std::string>& allowed) {
     if (std::find(allowed.begin(), allowed.end(), given) != allowed.end()) return;
     std::string listed;
     for (const std::string& a : allowed) listed += (listed.empty() ? "" : ", ") + a;
-    throw UserError(SourceRange{}, std::string(option) + " must be one of " + listed + ", not '" + given + "'", "give one of those");
+    throw UserError(SourceRange{}, std::string(option) + " must be one of " + listed + ", not '" + given + "'",
+                    std::string("give one of them (in Python: ") + keyword + "=\"" + allowed.front() + "\")");
   };
-  one_of("--checkpoint", o.checkpoint, {"none", "all", "auto"});
-  one_of("--attention", o.attention, {"memory_efficient", "eager"});
-  one_of("--memory-passes", o.memory_passes, {"off", "auto"});
-  one_of("--precision", o.precision, {"bf16", "fp32"});
+  one_of("--checkpoint", "checkpoint", o.checkpoint, kCheckpoints);
+  one_of("--attention", "attention", o.attention, kAttentions);
+  one_of("--memory-passes", "memory_passes", o.memory_passes, kMemoryPasses);
+  one_of("--precision", "precision", o.precision, kPrecisions);
 }
 
 PlanOutcome search_plans(const PlanOptions& o, const std::function<void(size_t, size_t)>& progress) {
@@ -158,8 +167,13 @@ PlanOutcome search_plans(const PlanOptions& o, const std::function<void(size_t, 
                         : profiled_machine(o.profile, attention.empty() ? trace : trace_model(o.model, {o.micro_batch, o.seq}),
                                            {o.model, "", o.world, 0, o.micro_batch, o.seq, o.accum}, "loom plan")};
   out.local_world = run_ranks_per_node(out.cluster, o.world, "--world", o.local_world);
+  // Not given: 90% of the device, the limit a GPU run and `loom simulate --cluster` plan within;
+  // 0: its whole memory (a plan is judged against some limit).
+  int64_t device = out.cluster.device.memory_bytes;
   out.limit = memory_limit_bytes(o.memory_limit);
-  if (out.limit == 0) out.limit = out.cluster.device.memory_bytes;
+  if (o.memory_limit.empty()) out.limit = MemoryPlanning::device_default(device);
+  if (out.limit == 0) out.limit = device;
+  if (o.memory_limit.empty()) out.limit_from = ", 90% of its devices' " + format_size(device) + " (--memory-limit sets another)";
   PlannerOptions po;
   po.world = o.world;
   po.local_world = out.local_world;
@@ -199,7 +213,7 @@ int plan(const PlanOptions& o) {
       std::cout << report_json(o, out).dump(1) << "\n";
       return kOk;
     }
-    print_table(o, out.cluster, out.report, out.limit);
+    print_table(o, out.cluster, out.report, out.limit, out.limit_from);
     if (!o.out.empty()) std::printf("  wrote the best plan to %s\n", o.out.c_str());
     return kOk;
   } catch (const UserError& e) {
@@ -245,23 +259,25 @@ void add_plan(CLI::App& app, std::function<int()>& run) {
   c->add_option("--seq", o->seq, "tokens per sequence")->check(at_least(1));
   c->add_option("--micro-batch", o->micro_batch, "sequences per rank per micro-batch")->check(at_least(1));
   c->add_option("--accum", o->accum, "micro-batches per step")->check(at_least(1));
-  c->add_option("--memory-limit", o->memory_limit, "bytes per rank, e.g. 80GiB (default, or 0: the cluster device's memory)")
+  c->add_option("--memory-limit", o->memory_limit,
+                "bytes per rank, e.g. 80GiB, that plans must fit and --memory-passes auto plans within (default: 90% of the "
+                "cluster device's memory, as a GPU run plans within; 0: all of it)")
       ->transform(byte_size());
   c->add_option("--cluster", o->cluster, "a cluster by name (clusters/, $LOOM_CLUSTER_PATH) or a cluster file's path");
   c->add_option("--profile", o->profile,
                 "price plans on this machine, as the profile (`loom profile --out FILE`, at --world ranks) measured it");
   c->add_option("--checkpoint", o->checkpoint, "recompute every block: none, all, or auto (search both)")
-      ->check(CLI::IsMember({"none", "all", "auto"}));
+      ->check(CLI::IsMember(kCheckpoints));
   c->add_option("--attention", o->attention,
                 "the attention every plan runs: memory_efficient (replace(\"memory_efficient_attention\"): no s x s scores kept "
                 "for backward, as FlashAttention) or eager (the model's own)")
-      ->check(CLI::IsMember({"memory_efficient", "eager"}));
+      ->check(CLI::IsMember(kAttentions));
   c->add_option("--memory-passes", o->memory_passes,
                 "how sharded plans (s_p > 1) gather their blocks: off, one block ahead (prefetch(), as the runtimes Lins compares), "
                 "or auto, DeepCompile's passes within --memory-limit on the cluster's times (prefetch(budget=auto) and, without "
                 "tensor parallelism, unshard(auto); docs/passes.md)")
-      ->check(CLI::IsMember({"off", "auto"}));
-  c->add_option("--precision", o->precision, "the compute precision priced")->check(CLI::IsMember({"bf16", "fp32"}));
+      ->check(CLI::IsMember(kMemoryPasses));
+  c->add_option("--precision", o->precision, "the compute precision priced")->check(CLI::IsMember(kPrecisions));
   c->add_option("--top", o->top, "how many of the best plans to print")->check(at_least(1));
   c->add_option("--threads", o->threads, "plans evaluated at once (default: one per core)")->check(at_least(1));
   c->add_flag("--json", o->json, "print {\"plans\": [...]} best first, each with params, grads, optim, tp, pp, step_s, mfu, peak_bytes");

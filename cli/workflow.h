@@ -102,7 +102,8 @@ struct PlanOptions {
   bool json = false;
   std::string out;
 };
-// {"plans": [...], "evaluated", "over_memory", "refused"} as `loom plan --json` prints it.
+// {"plans": [...], "evaluated", "over_memory", "refused", "memory_limit", "memory_passes"} as
+// `loom plan --json` prints it.
 nlohmann::json plan_json_report(const PlanOptions& options);
 
 // loom tune's settings.

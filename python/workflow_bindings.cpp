@@ -132,7 +132,6 @@ py::object verify(PySelection& s, int nproc, int64_t micro_batch, int64_t seq, i
   }
 }
 
-
 py::object simulate(PySelection& s, const std::string& cluster, const std::string& profile, int64_t micro_batch, int64_t seq,
                     int64_t accum, double clip, const std::string& precision, const py::object& memory_limit) {
   cli::SimulateOptions o;
@@ -364,7 +363,8 @@ void bind_workflow(py::module_& m) {
         py::arg("cluster") = "", py::arg("profile") = "", py::arg("checkpoint") = "none", py::arg("attention") = "memory_efficient",
         py::arg("precision") = "bf16", py::arg("top") = 5, py::arg("threads") = 0, py::arg("memory_passes") = "off",
         "`loom plan --json`: {'plans': [...]}, best first, each with params, grads, optim, tp, pp, step_s, mfu, peak_bytes "
-        "and its schedule's text.");
+        "and its schedule's text; memory_passes='auto' plans sharded plans' gathers by the memory-aware passes within "
+        "memory_limit (None: 90% of the cluster device's memory).");
   m.def("tune", &tune, py::arg("schedule"), py::arg("model") = "", py::arg("world") = 1, py::arg("local_world") = 0,
         py::arg("evaluator") = "sim", py::arg("cluster") = "", py::arg("profile") = "", py::arg("strategy") = py::none(),
         py::arg("max_trials") = 0, py::arg("seed") = 0, py::arg("memory_limit") = py::none(), py::arg("seq") = d.seq,

@@ -48,8 +48,8 @@ std::string plan_schedule_text(const ModuleTree& tree, const PlanPoint& point, c
                                PlanPrefetch prefetch = PlanPrefetch::BlockAhead);
 
 // plan_schedule_text in two parts: the lines every point of its mesh shares (the attention's
-// replace(), the mesh and its Megatron split), and the point's own (its sharding, recomputation
-// and prefetch), which follow them.
+// replace(), the mesh and its Megatron split), and the point's own (its sharding, recomputation,
+// prefetch and unshard), which follow them.
 struct PlanText {
   std::string structure, own;
 };

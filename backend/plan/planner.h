@@ -29,7 +29,7 @@ struct PlannerOptions {
   // given to plan_parallelism must be taken with replacements_of(tree, attention).
   std::string attention;
   // How sharded parameters are gathered ahead: MemoryAware plans DeepCompile's passes within
-  // memory_limit on the cluster's instruction times, as `loom run --memory-limit` would.
+  // memory_limit on the cluster's instruction times, as `loom simulate --cluster` plans them.
   PlanPrefetch prefetch = PlanPrefetch::BlockAhead;
   bool grad_norm = true;
   int threads = 0;  // plans evaluated at once; 0: one per core

@@ -404,6 +404,7 @@ expect "simulate on a malformed cluster file" 2 "error: $tmp/bad_cluster.json: \
 
 # loom plan (issue #15 §4): the plans searched, simulated and ranked; the best written as a schedule.
 expect "plan" 0 "plans simulated" "rank  tp  pp  s_p  s_g  s_os" \
+  "memory limit 72.00 GiB per rank, 90% of its devices' 80.00 GiB (--memory-limit sets another)" \
   "  communication (ms each kind kept its stream busy on the stage that ends the step, hidden by compute or not):" \
   -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --checkpoint auto
 # The breakdown names what each plan moves, and on one stage adds up to at least its exposed
@@ -419,6 +420,8 @@ for p in plans:
     assert (p['tp'] > 1) == ('tp_all_reduce on tp' in busy), p
     assert (p['pp'] > 1) == ('send on stage_pair' in busy), p
 print('breakdowns hold the exposed time')"
+expect "plan --memory-limit 0 judges plans by all of the device's memory" 0 "the whole device" -- bash -c \
+  "\"$loom\" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit 0 2>/dev/null | head -1 | grep -q 'memory limit 80.00 GiB per rank$' && echo the whole device"
 expect "plan --json" 0 '"plans"' '"params"' '"grads"' '"optim"' '"tp"' '"pp"' '"step_s"' '"mfu"' '"peak_bytes"' \
   -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --json
 expect "plan --out" 0 "wrote the best plan to $tmp/best.sched" -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --out "$tmp/best.sched"
