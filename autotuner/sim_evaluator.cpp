@@ -4,6 +4,7 @@
 
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
+#include "backend/passes/pass.h"
 #include "backend/sim/simulator.h"
 #include "lang/diagnostics.h"
 #include "lang/value.h"
@@ -14,7 +15,9 @@ SimEvaluator::SimEvaluator(std::string schedule_key, ScheduleAt schedule_at, Tra
                            SimShape shape)
     : schedule_key_(std::move(schedule_key)), schedule_at_(std::move(schedule_at)), tracer_(std::move(tracer)), cost_(std::move(cost)),
       shape_(std::move(shape)) {
-  if (shape_.memory_limit <= 0) shape_.memory_limit = cost_->cluster().device.memory_bytes;
+  int64_t device = cost_->cluster().device.memory_bytes;
+  if (shape_.memory_limit < 0) shape_.memory_limit = MemoryPlanning::device_default(device);
+  if (shape_.memory_limit == 0) shape_.memory_limit = device;
 }
 
 std::string SimEvaluator::context() const {

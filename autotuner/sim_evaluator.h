@@ -23,7 +23,8 @@ struct SimShape {
   int64_t seq = 128;
   int64_t micro_batch = 4;  // the command line's: a point's batch() overrides it
   int64_t accum = 1;
-  int64_t memory_limit = 0;  // bytes per rank; 0: the cluster device's memory
+  // Bytes per rank; -1: 90% of the cluster device's memory, the limit a GPU run plans within; 0: all of it.
+  int64_t memory_limit = -1;
 };
 
 // The schedule at a point: evaluated with those knob values (throws UserError where it breaks).

@@ -131,7 +131,8 @@ std::unique_ptr<tune::Evaluator> sim_evaluator(const TuneCommand& o, int& local_
   local_world = run_ranks_per_node(cluster, o.nproc, "--nproc", o.local_world);
   auto cost = std::make_unique<ClusterCost>(cluster, o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, local_world);
   std::string key = schedule_key(o);
-  tune::SimShape shape{o.model, o.nproc, o.seq, o.micro_batch, o.accum, memory_limit_bytes(o.memory_limit)};
+  int64_t limit = o.memory_limit.empty() ? -1 : memory_limit_bytes(o.memory_limit);  // not given: the evaluator's default
+  tune::SimShape shape{o.model, o.nproc, o.seq, o.micro_batch, o.accum, limit};
   int lw = local_world;
   tune::ScheduleAt at = [&o, lw](const std::map<std::string, Value>& values) { return schedule_at(o, lw, values); };
   return std::make_unique<tune::SimEvaluator>(key, at, tracer, std::move(cost), shape);
@@ -341,8 +342,10 @@ void add_tune(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::IsMember({"exhaustive", "random", "coordinate-descent", "successive-halving"}));
   c->add_option("--seed", o->seed, "the random strategies' seed");
   c->add_option("--max-trials", o->max_trials, "evaluate at most this many new points (points in the database are free)");
-  c->add_option("--memory-limit", o->memory_limit, "bytes per rank, e.g. 16GiB: a point above it is infeasible (default: the "
-                                                   "cluster device's memory)")
+  c->add_option("--memory-limit", o->memory_limit, "bytes per rank, e.g. 16GiB: a point above it is infeasible and the "
+                                                   "memory-aware passes plan within it (default, with a cluster or a profile: 90% of "
+                                                   "the device's memory, as a GPU run plans within; 0: all of it; with --evaluator run: "
+                                                   "as loom run takes it)")
       ->transform(byte_size());
   c->add_option("--cluster", o->cluster, "price points on a cluster by name (clusters/) or a cluster file's path");
   c->add_option("--profile", o->profile, "price points on this machine, as the profile (`loom profile --out FILE`) measured it");
