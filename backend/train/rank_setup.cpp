@@ -337,7 +337,7 @@ void warn_if_over_limit(const ir::Program& step, const MemoryPlanning& memory, i
   std::vector<int64_t> around = memory::memory_around_each(step, memory.state_bytes, nullptr);
   int64_t peak = around.empty() ? 0 : *std::max_element(around.begin(), around.end());
   if (peak > memory.limit)
-    std::cerr << "loom run: warning: the step's predicted peak " << format_size(peak) << " is above --memory-limit "
+    std::cerr << "loom run: warning: the step's predicted peak " << format_size(peak) << " is above the memory limit "
               << format_size(memory.limit) << ": its base placement (model states, activations, the gathers the schedule "
               << "places, less what offload(\"optimizer\", budget=auto) moves to the host) does not fit, so "
               << "prefetch(budget=auto), unshard(auto) and bucket(size=auto) add nothing\n";

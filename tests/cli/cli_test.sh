@@ -117,7 +117,7 @@ expect "simulate --memory-limit 0 on a cluster is no limit" 0 "one block ahead: 
     python3 -c 'import json,sys; print(json.load(sys.stdin)[\"peak_bytes\"])'; }
   [ \$(peak --memory-limit 1) -lt \$(peak --memory-limit 0) ] && [ \$(peak --memory-limit 0) -lt \$(peak) ] && echo 'one block ahead: between the two'"
 expect "run warns when the base placement is over the limit, with the numbers" 0 "loom run: warning: the step's predicted peak" \
-  "is above --memory-limit 1.0 MiB: its base placement" -- "$loom" run tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2 \
+  "is above the memory limit 1.0 MiB: its base placement" -- "$loom" run tests/cli/unshard_auto.sched --model gpt:tiny --nproc 2 \
   --seq 32 --micro-batch 2 --steps 1 --threads 1 --memory-limit 1MiB
 # --replan-at (the two-level loop, docs/passes.md): its bounds, and what it does not combine with.
 expect "a re-plan at step 1 has no measured step" 1 "error: --replan-at 1: the re-plan needs a measured step after the first and a step after it to run on (--steps 4)" \
