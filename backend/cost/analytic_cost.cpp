@@ -10,8 +10,9 @@
 namespace loom {
 namespace {
 
-// One level of ring on `n` ranks over `link`: its latency per step and its bandwidth term.
-double ring_seconds(const LinkSpec& link, double efficiency, std::string_view op, int n, double bytes) {
+// One level of ring on `n` ranks over `link`: its latency per step and its bandwidth term, at
+// the fraction of the link `op` reaches times `scale` (across nodes, the penalty of their number).
+double ring_seconds(const LinkSpec& link, double scale, std::string_view op, int n, double bytes) {
   if (n <= 1 || bytes <= 0) return 0;
   double steps = 0, factor = 0;
   if (op == "all_gather" || op == "reduce_scatter") {
@@ -26,7 +27,7 @@ double ring_seconds(const LinkSpec& link, double efficiency, std::string_view op
   } else {
     throw InternalError("cost model: no ring model for the collective " + std::string(op));
   }
-  return steps * link.latency_s + factor * bytes / (link.bandwidth * efficiency);
+  return steps * link.latency_s + factor * bytes / (link.bandwidth * link.efficiency_of(op) * scale);
 }
 
 }  // namespace
@@ -58,18 +59,16 @@ double collective_seconds(const Cluster& cluster, std::string_view op, int64_t b
   double b = static_cast<double>(bytes);
   const LinkSpec &intra = cluster.intra_node, &inter = cluster.inter_node;
   int k = span.per_node, m = span.nodes;
-  if (m <= 1) return ring_seconds(intra, intra.efficiency, op, k, b);
-  double across = inter.efficiency * cluster.inter_node_scale.at(m);
+  if (m <= 1) return ring_seconds(intra, 1, op, k, b);
+  double across = cluster.inter_node_scale.at(m);
   double part = b / k;  // what each device of a node carries across nodes
   if (op == "all_reduce")
-    return ring_seconds(intra, intra.efficiency, "reduce_scatter", k, b) + ring_seconds(inter, across, "all_reduce", m, part) +
-           ring_seconds(intra, intra.efficiency, "all_gather", k, b);
-  if (op == "all_gather")
-    return ring_seconds(inter, across, "all_gather", m, part) + ring_seconds(intra, intra.efficiency, "all_gather", k, b);
+    return ring_seconds(intra, 1, "reduce_scatter", k, b) + ring_seconds(inter, across, "all_reduce", m, part) +
+           ring_seconds(intra, 1, "all_gather", k, b);
+  if (op == "all_gather") return ring_seconds(inter, across, "all_gather", m, part) + ring_seconds(intra, 1, "all_gather", k, b);
   if (op == "reduce_scatter")
-    return ring_seconds(intra, intra.efficiency, "reduce_scatter", k, b) + ring_seconds(inter, across, "reduce_scatter", m, part);
-  if (op == "broadcast")
-    return ring_seconds(inter, across, "broadcast", m, b) + ring_seconds(intra, intra.efficiency, "broadcast", k, b);
+    return ring_seconds(intra, 1, "reduce_scatter", k, b) + ring_seconds(inter, across, "reduce_scatter", m, part);
+  if (op == "broadcast") return ring_seconds(inter, across, "broadcast", m, b) + ring_seconds(intra, 1, "broadcast", k, b);
   throw InternalError("cost model: no ring model for the collective " + std::string(op));
 }
 

@@ -71,11 +71,18 @@ class Reader : public JsonFields {
   }
   LinkSpec link(const json& object, const std::string& key) const {
     const json& l = at(object, "", key);
-    only(l, key, {"GBps", "efficiency", "latency_us"});
+    only(l, key, {"GBps", "efficiency", "latency_us", "collective_efficiency"});
     LinkSpec s;
     s.bandwidth = positive(l, key, "GBps") * 1e9;
     s.efficiency = fraction(l, key, "efficiency");
     s.latency_s = positive(l, key, "latency_us") * 1e-6;
+    if (l.contains("collective_efficiency")) {
+      std::string path = join(key, "collective_efficiency");
+      const json& each = at(l, key, "collective_efficiency");
+      if (!each.is_object()) fail(path, "must be a JSON object of collective names to fractions, not " + each.dump());
+      only(each, path, ring_collectives());
+      for (const auto& [name, value] : each.items()) s.collective_efficiency[name] = fraction(each, path, name);
+    }
     return s;
   }
 

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -34,7 +36,22 @@ struct LinkSpec {
   double bandwidth = 0;   // bytes/s one way, per device (across nodes: the node's NICs shared out)
   double efficiency = 1;  // the fraction of it a collective reaches
   double latency_s = 0;   // per message (one ring step)
+  // The fraction a collective reaches where it is not `efficiency`, by name (all_gather,
+  // reduce_scatter, all_reduce, broadcast): a library runs some by other algorithms than the
+  // rest (nccl-tests report each its own bus bandwidth; gloo's all-gather is a broadcast per rank).
+  std::map<std::string, double, std::less<>> collective_efficiency;
+
+  double efficiency_of(std::string_view collective) const {
+    auto own = collective_efficiency.find(collective);
+    return own == collective_efficiency.end() ? efficiency : own->second;
+  }
 };
+
+// The collectives the ring model prices, which collective_efficiency may name.
+inline const std::vector<std::string>& ring_collectives() {
+  static const std::vector<std::string> names{"all_gather", "reduce_scatter", "all_reduce", "broadcast"};
+  return names;
+}
 
 struct Cluster {
   std::string name;

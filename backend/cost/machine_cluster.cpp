@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -77,22 +78,39 @@ void set_memory(DeviceSpec& device, const AchievedRates& rates) {
   device.memory_efficiency = {{{0, small.rate() / device.memory_bandwidth}, {step_mb, large.rate() / device.memory_bandwidth}}};
 }
 
-// The link the profile's all-reduce on its largest group measured in one regime (on idle cores,
-// or beside the ranks' compute); none where it has no such all-reduce. Not its in-step scale:
-// that is the profiled schedule's own (what its collectives took in its steps over the sweeps),
-// and carried to other schedules it priced them worse (docs/simulate.md).
+// The bytes per second of link a collective on `n` ranks moving `beta` ms a byte reached: the
+// ring model's factor for it (analytic_cost.cpp) over its time a byte.
+double ring_bandwidth(const std::string& collective, int n, double beta_ms_per_byte) {
+  double factor = collective == "all_reduce" ? 2.0 * (n - 1) / n : collective == "broadcast" ? 1.0 : static_cast<double>(n - 1) / n;
+  return factor / (beta_ms_per_byte / 1000);
+}
+
+// The link the profile's collectives on its largest group measured in one regime (on idle cores,
+// or beside the ranks' compute); none where it has no all-reduce there. The latency is the
+// all-reduce's per ring step; the bandwidth the fastest collective's, each reaching its own
+// fraction of it (gloo's all-gather and reduce-scatter run other algorithms than its
+// all-reduce). Not the in-step scale: that is the profiled schedule's own (what its collectives
+// took in its steps over the sweeps), and carried to other schedules it priced them worse
+// (docs/simulate.md).
 std::optional<LinkSpec> measured_link(const Profile& profile, bool beside_compute) {
-  const CollectiveProfile* best = nullptr;
+  const CollectiveProfile* all_reduce = nullptr;
   for (const CollectiveProfile& c : profile.collectives)
     if (c.collective == "all_reduce" && c.beside_compute == beside_compute && c.group_size > 1 && c.fit.beta_ms_per_byte > 0 &&
-        (!best || c.group_size > best->group_size))
-      best = &c;
-  if (!best) return std::nullopt;
-  int n = best->group_size;
+        (!all_reduce || c.group_size > all_reduce->group_size))
+      all_reduce = &c;
+  if (!all_reduce) return std::nullopt;
+  int n = all_reduce->group_size;
+  std::map<std::string, double> reached;  // bytes/s of link, by collective
+  for (const CollectiveProfile& c : profile.collectives)
+    if (c.group == all_reduce->group && c.beside_compute == beside_compute && c.fit.beta_ms_per_byte > 0 &&
+        std::find(ring_collectives().begin(), ring_collectives().end(), c.collective) != ring_collectives().end())
+      reached[c.collective] = ring_bandwidth(c.collective, n, c.fit.beta_ms_per_byte);
   LinkSpec link;
-  link.bandwidth = 2.0 * (n - 1) / n / (best->fit.beta_ms_per_byte / 1000);
-  link.latency_s = std::max(best->fit.alpha_ms / 1000 / (2.0 * (n - 1)), 1e-9);
-  link.efficiency = 1;
+  for (const auto& [collective, bandwidth] : reached) link.bandwidth = std::max(link.bandwidth, bandwidth);
+  link.latency_s = std::max(all_reduce->fit.alpha_ms / 1000 / (2.0 * (n - 1)), 1e-9);
+  link.efficiency = reached["all_reduce"] / link.bandwidth;
+  for (const auto& [collective, bandwidth] : reached)
+    if (collective != "all_reduce") link.collective_efficiency[collective] = bandwidth / link.bandwidth;
   return link;
 }
 
@@ -134,7 +152,11 @@ std::string cluster_json(const Cluster& c) {
     for (const auto& [size, e] : t.steps) steps.push_back({size, e});
     return steps;
   };
-  auto link = [](const LinkSpec& l) { return nlohmann::json{{"GBps", l.bandwidth / 1e9}, {"efficiency", l.efficiency}, {"latency_us", l.latency_s * 1e6}}; };
+  auto link = [](const LinkSpec& l) {
+    nlohmann::json j{{"GBps", l.bandwidth / 1e9}, {"efficiency", l.efficiency}, {"latency_us", l.latency_s * 1e6}};
+    for (const auto& [collective, efficiency] : l.collective_efficiency) j["collective_efficiency"][collective] = efficiency;
+    return j;
+  };
   nlohmann::json j{{"name", c.name},
                    {"description", c.description},
                    {"nodes", c.nodes},

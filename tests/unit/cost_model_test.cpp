@@ -77,6 +77,16 @@ TEST_CASE("collectives inside a node: ring factors (n-1)/n and 2(n-1)/n, a laten
   CHECK(collective_seconds(c, "reduce_scatter", 1000000000, {8, 1}) == collective_seconds(c, "all_gather", 1000000000, {8, 1}));
   CHECK(collective_seconds(c, "broadcast", 1000000000, {4, 1}) == doctest::Approx(3 * 1e-6 + 1e9 / link));
   CHECK(collective_seconds(c, "all_reduce", 1000000000, {1, 1}) == 0);  // a group of one communicates nothing
+  // A collective with a fraction of its own: its bandwidth term at that fraction, its latency the link's.
+  c.intra_node.collective_efficiency["reduce_scatter"] = 0.3;
+  CHECK(collective_seconds(c, "reduce_scatter", 1000000000, {8, 1}) == doctest::Approx(7 * 1e-6 + 7.0 / 8 * 1e9 / (300e9 * 0.3)));
+  CHECK(collective_seconds(c, "all_gather", 1000000000, {8, 1}) == doctest::Approx(7 * 1e-6 + 7.0 / 8 * 1e9 / link));
+  // Across nodes each level takes its link's fraction for the collective it runs: an all-reduce's
+  // reduce-scatter inside the node at 0.3.
+  double across = collective_seconds(c, "all_reduce", 1000000000, {8, 2});
+  c.intra_node.collective_efficiency.clear();
+  CHECK(across - collective_seconds(c, "all_reduce", 1000000000, {8, 2}) ==
+        doctest::Approx(7.0 / 8 * 1e9 / (300e9 * 0.3) - 7.0 / 8 * 1e9 / link));
 }
 
 TEST_CASE("collectives across nodes: inside each node on NVLink, across on 1/per_node of the data") {
@@ -155,6 +165,21 @@ TEST_CASE("a bad cluster file is a user error naming the file, the field and the
                        doctest::Contains("c.json: `device.memory_GBPS` is not a field of `device` (its fields: name, memory,"), UserError);
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"latency_us\": 1}", "\"latency_us\": 1, \"latency\": 1}"), "c.json"),
                        doctest::Contains("c.json: `intra_node.latency` is not a field of `intra_node`"), UserError);
+  // A link's fractions by collective: names the ring model prices, each a fraction.
+  std::string own = "\"latency_us\": 1, \"collective_efficiency\": ";
+  Cluster fractions = parse_cluster(replaced(good, "\"latency_us\": 1}", own + "{\"all_gather\": 0.5}}"), "c.json");
+  CHECK(fractions.intra_node.efficiency_of("all_gather") == 0.5);
+  CHECK(fractions.intra_node.efficiency_of("all_reduce") == 0.6);  // the link's own
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"latency_us\": 1}", own + "{\"allgather\": 0.5}}"), "c.json"),
+                       "c.json: `intra_node.collective_efficiency.allgather` is not a field of `intra_node.collective_efficiency` "
+                       "(its fields: all_gather, reduce_scatter, all_reduce, broadcast)",
+                       UserError);
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"latency_us\": 1}", own + "{\"all_gather\": 50}}"), "c.json"),
+                       doctest::Contains("c.json: `intra_node.collective_efficiency.all_gather` is a fraction of the peak: at most 1"),
+                       UserError);
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"latency_us\": 1}", own + "0.5}"), "c.json"),
+                       "c.json: `intra_node.collective_efficiency` must be a JSON object of collective names to fractions, not 0.5",
+                       UserError);
   // 2^24 x 2^24 devices would overflow the world's count.
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(replaced(good, "\"nodes\": 16", "\"nodes\": 16777216"), "\"devices_per_node\": 8",
                                               "\"devices_per_node\": 16777216"),
@@ -293,6 +318,21 @@ TEST_CASE("this machine as a cluster: the rates a profile measured, written in t
   REQUIRE(here.intra_node_beside_compute.has_value());
   CHECK(here.intra_node_beside_compute->bandwidth == doctest::Approx(1.0 / 3e-9));
   CHECK(here.intra_node_beside_compute->latency_s == doctest::Approx(0.4e-3 / 2));
+  // The profile's all-gather on the same group and regime, 0.25 ms per MB: its ring factor at n = 2 is
+  // half the all-reduce's, so it reached 2 GB/s of link where the all-reduce reached 1. The link
+  // is the faster's, the all-reduce at half of it.
+  CollectiveProfile world_gather = profile.collectives[0];
+  world_gather.collective = "all_gather", world_gather.fit = {0.05, 0.25e-6};
+  profile.collectives.push_back(world_gather);
+  here = parse_cluster(cluster_json(machine_cluster(profile, p, 2, 1LL << 30, "here")), "here.json");
+  CHECK(here.intra_node.bandwidth == doctest::Approx(2.0 / 1e-9));
+  CHECK(here.intra_node.efficiency == doctest::Approx(0.5));
+  CHECK(here.intra_node.efficiency_of("all_gather") == doctest::Approx(1.0));
+  CHECK(here.intra_node.latency_s == doctest::Approx(0.1e-3 / 2));  // the all-reduce's, per ring step
+  CHECK(collective_seconds(here, "all_gather", 1000000, {2, 1}) == doctest::Approx(0.05e-3 + 0.25e-3));  // as measured, past the latency
+  CHECK(collective_seconds(here, "all_reduce", 1000000, {2, 1}) == doctest::Approx(0.1e-3 + 1e-3));
+  CHECK_FALSE(here.intra_node_beside_compute->collective_efficiency.count("all_gather"));  // timed on idle cores only
+  profile.collectives.pop_back();
   CollectiveProfile gather = profile.collectives[0];
   gather.collective = "all_gather", gather.group = "params";
   profile.collectives.push_back(gather);
