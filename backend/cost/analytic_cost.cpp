@@ -14,23 +14,18 @@ namespace {
 // the fraction of the link `op` reaches times `scale` (across nodes, the penalty of their number).
 double ring_seconds(const LinkSpec& link, double scale, std::string_view op, int n, double bytes) {
   if (n <= 1 || bytes <= 0) return 0;
-  double steps = 0, factor = 0;
-  if (op == "all_gather" || op == "reduce_scatter") {
-    steps = n - 1;
-    factor = static_cast<double>(n - 1) / n;
-  } else if (op == "all_reduce") {
-    steps = 2.0 * (n - 1);
-    factor = 2.0 * (n - 1) / n;
-  } else if (op == "broadcast") {
-    steps = n - 1;  // a pipelined ring: the latency of each hop, the data once
-    factor = 1;
-  } else {
-    throw InternalError("cost model: no ring model for the collective " + std::string(op));
-  }
-  return steps * link.latency_s + factor * bytes / (link.bandwidth * link.efficiency_of(op) * scale);
+  double steps = op == "all_reduce" ? 2.0 * (n - 1) : n - 1;  // a pipelined broadcast: the latency of each hop, the data once
+  return steps * link.latency_s + ring_factor(op, n) * bytes / (link.bandwidth * link.efficiency_of(op) * scale);
 }
 
 }  // namespace
+
+double ring_factor(std::string_view op, int n) {
+  if (op == "all_gather" || op == "reduce_scatter") return static_cast<double>(n - 1) / n;
+  if (op == "all_reduce") return 2.0 * (n - 1) / n;
+  if (op == "broadcast") return 1;
+  throw InternalError("cost model: no ring model for the collective " + std::string(op));
+}
 
 GroupSpan span_of_ranks(const std::vector<int>& ranks, int devices_per_node) {
   // The nodes in order, counted by runs (a planner prices thousands of groups of up to 1,024 ranks).

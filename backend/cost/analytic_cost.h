@@ -32,13 +32,19 @@ GroupSpan span_of_ranks(const std::vector<int>& ranks, int devices_per_node);
 // the efficiency for its MB).
 double compute_seconds(const DeviceSpec& device, double flops, int64_t bytes_moved, Precision precision);
 
+// The ring model's factor for `op` on `n` ranks: the bytes each rank sends per byte of the whole
+// buffer, (n-1)/n for all-gather and reduce-scatter, 2(n-1)/n for all-reduce, 1 for a pipelined
+// broadcast.
+double ring_factor(std::string_view op, int n);
+
 // Seconds of a ring collective, `op` as c10d names it ("all_gather", "reduce_scatter",
 // "all_reduce", "broadcast"), on `bytes`: the whole buffer (all_gather: its output,
-// reduce_scatter: its input). On one node: (steps) x latency + factor x bytes / (bandwidth x
-// efficiency), factor (n-1)/n for all-gather and reduce-scatter, 2(n-1)/n for all-reduce, 1 for
-// a pipelined broadcast. Across nodes, hierarchically: the part inside each node on NVLink, the
-// part across nodes on 1/per_node of the data with each device's share of the NICs. 0 for a
-// group of one.
+// reduce_scatter: its input). On one node: (steps) x latency + ring_factor x bytes / (bandwidth
+// x the link's efficiency for `op`, LinkSpec::efficiency_of). Across nodes, hierarchically: the
+// part inside each node on NVLink, the part across nodes on 1/per_node of the data with each
+// device's share of the NICs, times inter_node_scale; each level at its link's efficiency for
+// the collective it runs (an all-reduce's levels inside a node are a reduce-scatter and an
+// all-gather). 0 for a group of one.
 double collective_seconds(const Cluster& cluster, std::string_view op, int64_t bytes, GroupSpan span);
 
 // Seconds of sending `bytes` to one other rank (pipeline send/recv).

@@ -69,9 +69,11 @@ class Reader : public JsonFields {
       fail(join(path, key), "is not a field of " + (path.empty() ? std::string("a cluster") : "`" + path + "`") + " (its fields: " + known + ")");
     }
   }
-  LinkSpec link(const json& object, const std::string& key) const {
+  // `collectives`: whether collectives run on it (the host link carries copies only).
+  LinkSpec link(const json& object, const std::string& key, bool collectives = true) const {
     const json& l = at(object, "", key);
-    only(l, key, {"GBps", "efficiency", "latency_us", "collective_efficiency"});
+    if (collectives) only(l, key, {"GBps", "efficiency", "latency_us", "collective_efficiency"});
+    else only(l, key, {"GBps", "efficiency", "latency_us"});
     LinkSpec s;
     s.bandwidth = positive(l, key, "GBps") * 1e9;
     s.efficiency = fraction(l, key, "efficiency");
@@ -127,7 +129,7 @@ Cluster parse_cluster(const std::string& json_text, const std::string& origin) {
   c.intra_node = r.link(j, "intra_node");
   if (j.contains("intra_node_beside_compute")) c.intra_node_beside_compute = r.link(j, "intra_node_beside_compute");
   c.inter_node = r.link(j, "inter_node");
-  c.host = r.link(j, "host");
+  c.host = r.link(j, "host", /*collectives=*/false);
   if (j.contains("inter_node_scale")) c.inter_node_scale = r.table(j, "", "inter_node_scale");
   return c;
 }

@@ -34,11 +34,12 @@ struct DeviceSpec {
 // One kind of link, as each device sees it.
 struct LinkSpec {
   double bandwidth = 0;   // bytes/s one way, per device (across nodes: the node's NICs shared out)
-  double efficiency = 1;  // the fraction of it a collective reaches
+  double efficiency = 1;  // the fraction of it reached: by a collective without its own below, a transfer, a copy
   double latency_s = 0;   // per message (one ring step)
   // The fraction a collective reaches where it is not `efficiency`, by name (all_gather,
   // reduce_scatter, all_reduce, broadcast): a library runs some by other algorithms than the
   // rest (nccl-tests report each its own bus bandwidth; gloo's all-gather is a broadcast per rank).
+  // Links collectives run on only: the host link's file entry refuses it.
   std::map<std::string, double, std::less<>> collective_efficiency;
 
   double efficiency_of(std::string_view collective) const {

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cost/analytic_cost.h"
 #include "backend/cost/memory_model.h"
 #include "backend/cost/step_estimate.h"
 #include "lang/diagnostics.h"
@@ -78,13 +79,6 @@ void set_memory(DeviceSpec& device, const AchievedRates& rates) {
   device.memory_efficiency = {{{0, small.rate() / device.memory_bandwidth}, {step_mb, large.rate() / device.memory_bandwidth}}};
 }
 
-// The bytes per second of link a collective on `n` ranks moving `beta` ms a byte reached: the
-// ring model's factor for it (analytic_cost.cpp) over its time a byte.
-double ring_bandwidth(const std::string& collective, int n, double beta_ms_per_byte) {
-  double factor = collective == "all_reduce" ? 2.0 * (n - 1) / n : collective == "broadcast" ? 1.0 : static_cast<double>(n - 1) / n;
-  return factor / (beta_ms_per_byte / 1000);
-}
-
 // The link the profile's collectives on its largest group measured in one regime (on idle cores,
 // or beside the ranks' compute); none where it has no all-reduce there. The latency is the
 // all-reduce's per ring step; the bandwidth the fastest collective's, each reaching its own
@@ -102,13 +96,13 @@ std::optional<LinkSpec> measured_link(const Profile& profile, bool beside_comput
   int n = all_reduce->group_size;
   std::map<std::string, double> reached;  // bytes/s of link, by collective
   for (const CollectiveProfile& c : profile.collectives)
-    if (c.group == all_reduce->group && c.beside_compute == beside_compute && c.fit.beta_ms_per_byte > 0 &&
+    if (c.group == all_reduce->group && c.group_size == n && c.beside_compute == beside_compute && c.fit.beta_ms_per_byte > 0 &&
         std::find(ring_collectives().begin(), ring_collectives().end(), c.collective) != ring_collectives().end())
-      reached[c.collective] = ring_bandwidth(c.collective, n, c.fit.beta_ms_per_byte);
+      reached[c.collective] = ring_factor(c.collective, n) / (c.fit.beta_ms_per_byte / 1000);
   LinkSpec link;
   for (const auto& [collective, bandwidth] : reached) link.bandwidth = std::max(link.bandwidth, bandwidth);
   link.latency_s = std::max(all_reduce->fit.alpha_ms / 1000 / (2.0 * (n - 1)), 1e-9);
-  link.efficiency = reached["all_reduce"] / link.bandwidth;
+  link.efficiency = reached.at("all_reduce") / link.bandwidth;
   for (const auto& [collective, bandwidth] : reached)
     if (collective != "all_reduce") link.collective_efficiency[collective] = bandwidth / link.bandwidth;
   return link;
@@ -135,7 +129,9 @@ Cluster machine_cluster(const Profile& profile, const ir::Program& program, int 
   c.intra_node = c.inter_node = *idle;
   c.intra_node_beside_compute = measured_link(profile, true);
   // A copy to the host reads and writes each byte in the same memory, at the streaming rate.
-  c.host = {c.device.memory_bandwidth * c.device.memory_efficiency.steps.back().second / 2, 1, 1e-6};
+  c.host.bandwidth = c.device.memory_bandwidth * c.device.memory_efficiency.steps.back().second / 2;
+  c.host.efficiency = 1;
+  c.host.latency_s = 1e-6;
   return c;
 }
 

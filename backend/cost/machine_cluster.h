@@ -23,11 +23,14 @@ namespace loom {
 //   faster, an efficiency step by size between them; one rate over both where their sizes
 //   overlap, and the ops' alone where the profile did not record the elements;
 // - the host link copies at half the rate of the largest pieces (each byte read and written);
-// - the link is the profile's fitted all-reduce on its largest group on idle cores: bandwidth
-//   2(n-1)/n over the fitted seconds per byte, latency the fitted empty time over 2(n-1) steps;
-//   across nodes the same (one node); beside compute (intra_node_beside_compute) the same from
-//   the all-reduce timed beside the ranks' compute, where the profile has one. Neither carries
-//   the profile's in-step scale, which is the profiled schedule's own.
+// - the link comes from the profile's fitted collectives on its all-reduce's largest group on
+//   idle cores: each reached its ring factor over its fitted seconds per byte; the bandwidth is
+//   the fastest's, each collective at its share of it (efficiency for the all-reduce,
+//   collective_efficiency for the others); the latency the all-reduce's fitted empty time over
+//   its 2(n-1) steps. Across nodes the same (one node); beside compute
+//   (intra_node_beside_compute) the same from the collectives timed beside the ranks' compute,
+//   where the profile has an all-reduce there. Neither carries the profile's in-step scale,
+//   which is the profiled schedule's own.
 // `program` is the profiled schedule's program (its compute instructions carry the FLOPs).
 // Throws UserError when the profile times no op with FLOPs, none without, or no all-reduce.
 Cluster machine_cluster(const Profile& profile, const ir::Program& program, int devices, int64_t memory_bytes,

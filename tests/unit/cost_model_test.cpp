@@ -102,6 +102,9 @@ TEST_CASE("collectives across nodes: inside each node on NVLink, across on 1/per
   // A scale penalty lowers the efficiency across nodes.
   c.inter_node_scale = EfficiencyTable{{{1, 1.0}, {4, 0.5}}};
   CHECK(collective_seconds(c, "all_reduce", 1000000000, {1, 4}) == doctest::Approx(6 * 2e-6 + 2.0 * 3 / 4 * 1e9 / (nic * 0.5)));
+  // A collective's own fraction across nodes takes the penalty too: the two multiply.
+  c.inter_node.collective_efficiency["all_reduce"] = 0.45;
+  CHECK(collective_seconds(c, "all_reduce", 1000000000, {1, 4}) == doctest::Approx(6 * 2e-6 + 2.0 * 3 / 4 * 1e9 / (25e9 * 0.45 * 0.5)));
 }
 
 TEST_CASE("where a group's ranks sit, point-to-point and host copies") {
@@ -177,6 +180,9 @@ TEST_CASE("a bad cluster file is a user error naming the file, the field and the
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"latency_us\": 1}", own + "{\"all_gather\": 50}}"), "c.json"),
                        doctest::Contains("c.json: `intra_node.collective_efficiency.all_gather` is a fraction of the peak: at most 1"),
                        UserError);
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"latency_us\": 10}", own + "{\"all_gather\": 0.5}}"), "c.json"),
+                       "c.json: `host.collective_efficiency` is not a field of `host` (its fields: GBps, efficiency, latency_us)",
+                       UserError);  // no collective runs on the host link
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"latency_us\": 1}", own + "0.5}"), "c.json"),
                        "c.json: `intra_node.collective_efficiency` must be a JSON object of collective names to fractions, not 0.5",
                        UserError);
@@ -332,6 +338,13 @@ TEST_CASE("this machine as a cluster: the rates a profile measured, written in t
   CHECK(collective_seconds(here, "all_gather", 1000000, {2, 1}) == doctest::Approx(0.05e-3 + 0.25e-3));  // as measured, past the latency
   CHECK(collective_seconds(here, "all_reduce", 1000000, {2, 1}) == doctest::Approx(0.1e-3 + 1e-3));
   CHECK_FALSE(here.intra_node_beside_compute->collective_efficiency.count("all_gather"));  // timed on idle cores only
+  // A sweep that fitted no time per byte (a flat line of noise) says nothing of its bandwidth:
+  // that collective takes the link's efficiency, the all-reduce's.
+  profile.collectives.back().fit.beta_ms_per_byte = 0;
+  here = machine_cluster(profile, p, 2, 1LL << 30, "here");
+  CHECK(here.intra_node.bandwidth == doctest::Approx(1.0 / 1e-9));
+  CHECK(here.intra_node.efficiency == doctest::Approx(1.0));
+  CHECK(here.intra_node.collective_efficiency.empty());
   profile.collectives.pop_back();
   CollectiveProfile gather = profile.collectives[0];
   gather.collective = "all_gather", gather.group = "params";
