@@ -59,33 +59,6 @@ class ScheduleFile {
   std::string path_;
 };
 
-// The step's IR for the schedule, as `loom explain --json` prints it.
-std::string explain_json(PySchedule& s, int64_t micro_batch, int64_t seq, int64_t accum, int64_t memory_limit) {
-  return guarded(s.sources.get(), [&] {
-    check_schedule_rules(*s.schedule);
-    RuntimePlan plan = lower_schedule(*s.schedule);
-    const std::string& model = s.schedule->tree().model_name();
-    cli::ExplainOptions options;
-    options.nproc = s.schedule->world();
-    options.micro_batch = micro_batch;
-    options.seq = seq;
-    options.accum = accum;
-    options.memory_limit = memory_limit;
-    py::gil_scoped_release unlocked;  // tracing and the passes take a while on large models
-    return cli::explain_step(plan, model, options).program.to_json();
-  });
-}
-
-// Runs `work` without the GIL, turning a UserError into loom.ScheduleError.
-template <class F>
-py::object unlocked(const SourceManager* sources, F&& work) {
-  nlohmann::json result = guarded(sources, [&] {
-    py::gil_scoped_release released;
-    return work();
-  });
-  return from_json(result);
-}
-
 // A size given as bytes (an int) or as the language writes it ("80GiB"); "" for none.
 std::string size_text(const py::object& size) {
   if (size.is_none()) return "";
@@ -102,6 +75,33 @@ struct MemoryLimitArg {
   }
   int64_t bytes() const { return text ? cli::memory_limit_bytes(*text) : -1; }
 };
+
+// The step's IR for the schedule, as `loom explain --json` prints it.
+std::string explain_json(PySchedule& s, int64_t micro_batch, int64_t seq, int64_t accum, const MemoryLimitArg& memory_limit) {
+  return guarded(s.sources.get(), [&] {
+    check_schedule_rules(*s.schedule);
+    RuntimePlan plan = lower_schedule(*s.schedule);
+    const std::string& model = s.schedule->tree().model_name();
+    cli::ExplainOptions options;
+    options.nproc = s.schedule->world();
+    options.micro_batch = micro_batch;
+    options.seq = seq;
+    options.accum = accum;
+    options.memory_limit = std::max<int64_t>(memory_limit.bytes(), 0);  // None: none, as `loom explain` without the flag
+    py::gil_scoped_release unlocked;  // tracing and the passes take a while on large models
+    return cli::explain_step(plan, model, options).program.to_json();
+  });
+}
+
+// Runs `work` without the GIL, turning a UserError into loom.ScheduleError.
+template <class F>
+py::object unlocked(const SourceManager* sources, F&& work) {
+  nlohmann::json result = guarded(sources, [&] {
+    py::gil_scoped_release released;
+    return work();
+  });
+  return from_json(result);
+}
 
 py::object verify(PySelection& s, int nproc, int64_t micro_batch, int64_t seq, int64_t accum, uint64_t seed,
                   const std::string& data, std::optional<double> atol, std::optional<double> rtol, bool bisect,
@@ -340,11 +340,13 @@ void bind_workflow(py::module_& m) {
       "Runs the whole-schedule rules (`loom check`); returns the warnings, raises ScheduleError on an error.");
   m.def(
       "explain",
-      [](PySelection& s, int64_t micro_batch, int64_t seq, int64_t accum, int64_t memory_limit) {
-        return explain_json(*s.owner, micro_batch, seq, accum, memory_limit);
+      [](PySelection& s, int64_t micro_batch, int64_t seq, int64_t accum, const py::object& memory_limit) {
+        return explain_json(*s.owner, micro_batch, seq, accum, MemoryLimitArg(memory_limit));
       },
       py::arg("schedule"), py::arg("micro_batch") = 2, py::arg("seq") = 128, py::arg("accum") = 1,
-      py::arg("memory_limit") = 0, "The step's instruction IR as JSON text (`loom explain --json`), the GIL released while it lowers.");
+      py::arg("memory_limit") = py::none(),
+      "The step's instruction IR as JSON text (`loom explain --json`), the GIL released while it lowers; memory_limit in "
+      "bytes or as '600MiB' (None or 0: none, as the command without --memory-limit)");
   TrainOptions d;
   m.def("verify", &verify, py::arg("schedule"), py::arg("nproc") = 0, py::arg("micro_batch") = d.micro_batch, py::arg("seq") = d.seq,
         py::arg("accum") = d.accum, py::arg("seed") = d.seed, py::arg("data") = d.data, py::arg("atol") = py::none(),

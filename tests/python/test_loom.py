@@ -69,6 +69,19 @@ with tempfile.TemporaryDirectory() as tmp:
     check("and to what loom explain prints", ir_python == ir_cli)
     check("the IR has the gathers", sum(1 for i in ir_python["instructions"] if i.get("op") == "all_gather") > 0,
           ir_python["instructions"][:2])
+    # A memory limit, as the command line writes it, plans prefetch(budget=auto) as `--memory-limit` does.
+    limited = json.loads(loom.explain(tiny, micro_batch=2, seq=32, memory_limit="1MiB"))
+    limited_cli = json.loads(subprocess.run([os.path.join(build, "loom"), "explain", path, "--model", "gpt:tiny", "--nproc", "2",
+                                             "--micro-batch", "2", "--seq", "32", "--json", "--memory-limit", "1MiB"],
+                                            capture_output=True, text=True, check=True).stdout)
+    limited_cli.pop("rank", None)
+    check("explain's memory_limit is --memory-limit", limited == limited_cli and limited != ir_python)
+    check("explain's memory_limit 0 is none", json.loads(loom.explain(tiny, micro_batch=2, seq=32, memory_limit=0)) == ir_python)
+    try:
+        loom.explain(tiny, memory_limit="lots")
+        check("explain with a memory limit that is not a size raises", False)
+    except loom.ScheduleError as e:
+        check("explain with a memory limit that is not a size says what a size is", "expects a size such as 600MiB" in str(e), str(e))
 
 # 4. Errors name the primitive and the fix.
 try:
