@@ -15,9 +15,7 @@ SimEvaluator::SimEvaluator(std::string schedule_key, ScheduleAt schedule_at, Tra
                            SimShape shape)
     : schedule_key_(std::move(schedule_key)), schedule_at_(std::move(schedule_at)), tracer_(std::move(tracer)), cost_(std::move(cost)),
       shape_(std::move(shape)) {
-  int64_t device = cost_->cluster().device.memory_bytes;
-  if (shape_.memory_limit < 0) shape_.memory_limit = MemoryPlanning::device_default(device);
-  if (shape_.memory_limit == 0) shape_.memory_limit = device;
+  shape_.memory_limit = MemoryPlanning::judging_limit(shape_.memory_limit, cost_->cluster().device.memory_bytes);
 }
 
 std::string SimEvaluator::context() const {

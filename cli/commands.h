@@ -95,6 +95,8 @@ std::string communication_text(const std::map<std::string, double>& busy_s);
 // --memory-limit's bytes ("80GiB"); 0 for none (empty, or "0"); throws UserError, with
 // byte_size()'s message, for text that is not a size (the Python module's sizes come this way).
 int64_t memory_limit_bytes(const std::string& text);
+// --memory-limit as given: -1 when it was not (empty text), else memory_limit_bytes.
+int64_t given_memory_limit(const std::string& text);
 
 // A numeric option's check: "must be at least 1, got 0" (CLI11's own range check prints the
 // whole double range).

@@ -87,6 +87,8 @@ int64_t memory_limit_bytes(const std::string& text) {
   return parse_size(text);
 }
 
+int64_t given_memory_limit(const std::string& text) { return text.empty() ? -1 : memory_limit_bytes(text); }
+
 void add_step_options(CLI::App* c, TrainOptions& t) {
   t.stdlib = stdlib_dir();
   c->add_option("file", t.schedule_file, "the .sched file (optional: none means plain data parallelism)");

@@ -169,11 +169,9 @@ PlanOutcome search_plans(const PlanOptions& o, const std::function<void(size_t, 
   out.local_world = run_ranks_per_node(out.cluster, o.world, "--world", o.local_world);
   // Not given: 90% of the device, the limit a GPU run and `loom simulate --cluster` plan within;
   // 0: its whole memory (a plan is judged against some limit).
-  int64_t device = out.cluster.device.memory_bytes;
-  out.limit = memory_limit_bytes(o.memory_limit);
-  if (o.memory_limit.empty()) out.limit = MemoryPlanning::device_default(device);
-  if (out.limit == 0) out.limit = device;
-  if (o.memory_limit.empty()) out.limit_from = ", 90% of its devices' " + format_size(device) + " (--memory-limit sets another)";
+  int64_t device = out.cluster.device.memory_bytes, given = given_memory_limit(o.memory_limit);
+  out.limit = MemoryPlanning::judging_limit(given, device);
+  if (given < 0) out.limit_from = ", 90% of its devices' " + format_size(device) + " (--memory-limit sets another)";
   PlannerOptions po;
   po.world = o.world;
   po.local_world = out.local_world;

@@ -131,8 +131,7 @@ std::unique_ptr<tune::Evaluator> sim_evaluator(const TuneCommand& o, int& local_
   local_world = run_ranks_per_node(cluster, o.nproc, "--nproc", o.local_world);
   auto cost = std::make_unique<ClusterCost>(cluster, o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, local_world);
   std::string key = schedule_key(o);
-  int64_t limit = o.memory_limit.empty() ? -1 : memory_limit_bytes(o.memory_limit);  // not given: the evaluator's default
-  tune::SimShape shape{o.model, o.nproc, o.seq, o.micro_batch, o.accum, limit};
+  tune::SimShape shape{o.model, o.nproc, o.seq, o.micro_batch, o.accum, given_memory_limit(o.memory_limit)};
   int lw = local_world;
   tune::ScheduleAt at = [&o, lw](const std::map<std::string, Value>& values) { return schedule_at(o, lw, values); };
   return std::make_unique<tune::SimEvaluator>(key, at, tracer, std::move(cost), shape);

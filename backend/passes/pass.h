@@ -108,6 +108,11 @@ struct MemoryPlanning {
     if (given >= 0) return given;
     return device_bytes > 0 ? device_default(device_bytes) : 0;
   }
+  // The limit a plan or a tuning point is judged by, and its passes plan within: as
+  // limit_or_default, but 0 is all of the device's memory (a plan is judged against some limit).
+  static int64_t judging_limit(int64_t given, int64_t device_bytes) {
+    return given == 0 ? device_bytes : limit_or_default(given, device_bytes);
+  }
 };
 
 }  // namespace loom

@@ -250,6 +250,10 @@ TEST_CASE("the limit the passes plan within: a given one, else 90% of a device's
   CHECK(MemoryPlanning::limit_or_default(0, gpu) == 0);              // --memory-limit 0: none, on a GPU too
   CHECK(MemoryPlanning::limit_or_default(600LL << 20, gpu) == 600LL << 20);
   CHECK(MemoryPlanning::limit_or_default(600LL << 20, 0) == 600LL << 20);
+  // A plan or a tuning point is judged against some limit: there 0 is all of the device's memory.
+  CHECK(MemoryPlanning::judging_limit(-1, gpu) == gpu / 10 * 9);
+  CHECK(MemoryPlanning::judging_limit(0, gpu) == gpu);
+  CHECK(MemoryPlanning::judging_limit(600LL << 20, gpu) == 600LL << 20);
 }
 
 TEST_CASE("selective unsharding keeps the parameters with the highest T_c(B)/B that fit under the limit") {
