@@ -34,9 +34,11 @@ Value builtin_range(const BuiltinCall& call, int64_t max_elements) {
   else start = call.want_int(args[0]), stop = call.want_int(args[1]);
   if (args.size() == 3) step = call.want_int(args[2]);
   if (step == 0) throw UserError(args[2].range, "range() step must not be zero", "use a positive or negative step");
-  int64_t count = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0) : (start > stop ? (start - stop - step - 1) / -step : 0);
+  // In 128 bits: the span of two 64-bit ints, and a step of -2^63, do not fit in 64.
+  __int128 span = static_cast<__int128>(stop) - start, by = step;
+  __int128 count = by > 0 ? (span > 0 ? (span + by - 1) / by : 0) : (span < 0 ? (-span - by - 1) / -by : 0);
   if (count > max_elements)
-    throw UserError(call.range, "range() of " + std::to_string(count) + " elements is too large",
+    throw UserError(call.range, "range() of " + std::to_string(static_cast<uint64_t>(count)) + " elements is too large",
                     "ranges are limited to " + std::to_string(max_elements) + " elements");
   std::vector<Value> items;
   items.reserve(count);

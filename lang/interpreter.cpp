@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "grammar/parse.h"
@@ -249,45 +250,70 @@ Value compare(const ast::Expr& e, const Value& a, const Value& b) {
   return Value::boolean(cmp >= 0);
 }
 
+// An int or a size that does not fit in 64 bits is an error in the schedule, never a wrap-around.
+[[noreturn]] void overflow(const ast::Expr& e, bool bytes, const Value& a, const Value& b) {
+  throw UserError(e.range,
+                  std::string(bytes ? "size" : "integer") + " overflow: " + a.to_source() + " " + e.text + " " + b.to_source() +
+                      " does not fit in 64 bits",
+                  bytes ? "sizes must fit in 64 bits" : "ints are 64-bit (at most 9223372036854775807): compute it as a float, 1.0 * x");
+}
+
+// A size computed in floating point, truncated to whole bytes where it fits.
+Value bytes_of(const ast::Expr& e, double d, const Value& a, const Value& b) {
+  constexpr double kLimit = 9223372036854775808.0;  // 2^63
+  if (!(d > -kLimit && d < kLimit)) overflow(e, true, a, b);  // NaN too
+  return Value::bytes(static_cast<int64_t>(d));
+}
+
+// i op j for + - * of ints or sizes, checked.
+int64_t exact(const ast::Expr& e, bool bytes, const Value& a, const Value& b) {
+  int64_t i = a.as_int(), j = b.as_int(), r = 0;
+  bool over = e.text == "+" ? __builtin_add_overflow(i, j, &r)
+              : e.text == "-" ? __builtin_sub_overflow(i, j, &r)
+                              : __builtin_mul_overflow(i, j, &r);
+  if (over) overflow(e, bytes, a, b);
+  return r;
+}
+
 // + - * / // % of two numbers: a size stays a size, ints stay ints but for /, floor division and
 // modulo round as Python's do.
 Value arithmetic(const ast::Expr& e, const Value& a, const Value& b) {
   const std::string& op = e.text;
   if (!a.is_number() || !b.is_number()) type_error(e, a, b);
   bool bytes = a.is(ValueKind::Bytes) || b.is(ValueKind::Bytes);
-  bool floating = a.is(ValueKind::Float) || b.is(ValueKind::Float);
-  auto make = [&](double d, int64_t i, bool exact_int) -> Value {
-    if (bytes) return Value::bytes(exact_int ? i : static_cast<int64_t>(d));
-    if (floating || !exact_int) return Value::floating(d);
-    return Value::integer(i);
-  };
+  bool ints = !a.is(ValueKind::Float) && !b.is(ValueKind::Float);
+  auto make = [&](double d) -> Value { return bytes ? bytes_of(e, d, a, b) : Value::floating(d); };
+  auto make_int = [&](int64_t i) -> Value { return bytes ? Value::bytes(i) : Value::integer(i); };
   double x = a.as_number(), y = b.as_number();
-  int64_t i = a.as_int(), j = b.as_int();
-  bool ints = !floating;
-  if (op == "+") return make(x + y, i + j, ints);
-  if (op == "-") return make(x - y, i - j, ints);
-  if (op == "*") return make(x * y, i * j, ints);
+  if (op == "+" || op == "-" || op == "*") {
+    if (ints) return make_int(exact(e, bytes, a, b));
+    return make(op == "+" ? x + y : op == "-" ? x - y : x * y);
+  }
   if (op != "/" && op != "//" && op != "%") type_error(e, a, b);
   if (y == 0) throw UserError(e.operands[1]->range, "division by zero", "check the divisor");
   if (op == "/") {
     if (a.is(ValueKind::Bytes) && b.is(ValueKind::Bytes)) return Value::floating(x / y);
-    if (bytes) return Value::bytes(static_cast<int64_t>(x / y));
-    return Value::floating(x / y);
+    return make(x / y);
+  }
+  int64_t i = a.as_int(), j = b.as_int();
+  if (ints && j == -1) {  // INT64_MIN / -1 does not fit, and INT64_MIN % -1 is undefined in C++
+    if (op == "%") return make_int(0);
+    if (i == std::numeric_limits<int64_t>::min()) overflow(e, bytes, a, b);
   }
   if (op == "//") {
     if (ints) {
       int64_t q = i / j;
       if ((i % j != 0) && ((i < 0) != (j < 0))) --q;  // floor, like Python
-      return make(0, q, true);
+      return make_int(q);
     }
-    return make(std::floor(x / y), 0, false);
+    return make(std::floor(x / y));
   }
   if (ints) {
     int64_t r = i % j;
     if (r != 0 && ((r < 0) != (j < 0))) r += j;
-    return make(0, r, true);
+    return make_int(r);
   }
-  return make(x - std::floor(x / y) * y, 0, false);
+  return make(x - std::floor(x / y) * y);
 }
 }  // namespace
 
@@ -368,9 +394,14 @@ Value Interpreter::eval_index(const ast::Expr& e) {
 Value Interpreter::eval_unary(const ast::Expr& e) {
   Value v = eval(*e.operands[0]);
   if (e.text == "not") return Value::boolean(!truthy(v));
-  if (v.is(ValueKind::Int)) return Value::integer(-v.as_int());
   if (v.is(ValueKind::Float)) return Value::floating(-v.as_number());
-  if (v.is(ValueKind::Bytes)) return Value::bytes(-v.as_int());
+  if (v.is(ValueKind::Int) || v.is(ValueKind::Bytes)) {
+    bool bytes = v.is(ValueKind::Bytes);
+    if (v.as_int() == std::numeric_limits<int64_t>::min())
+      throw UserError(e.range, std::string(bytes ? "size" : "integer") + " overflow: -(" + v.to_source() + ") does not fit in 64 bits",
+                      bytes ? "sizes must fit in 64 bits" : "ints are 64-bit: compute it as a float, -1.0 * x");
+    return bytes ? Value::bytes(-v.as_int()) : Value::integer(-v.as_int());
+  }
   throw UserError(e.range, "cannot negate " + kind_with_article(v.kind()), "negate numbers only");
 }
 
