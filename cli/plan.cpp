@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 #include <optional>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -23,9 +24,12 @@
 namespace loom::cli {
 namespace {
 
+// The units a --memory-limit is written in, largest first.
+const std::pair<const char*, int64_t> kSizeUnits[] = {{"GiB", int64_t(1) << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}};
+
 // `bytes` as a --memory-limit that gives them exactly: "72GiB", or the bytes themselves.
 std::string exact_size_argument(int64_t bytes) {
-  for (const auto& [unit, size] : {std::pair<const char*, int64_t>{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}})
+  for (const auto& [unit, size] : kSizeUnits)
     if (bytes >= size && bytes % size == 0) return std::to_string(bytes / size) + unit;
   return std::to_string(bytes);
 }
@@ -99,9 +103,8 @@ struct PlanOutcome {
 
 // `bytes` as a --memory-limit, rounded up to a tenth of its unit: "6.1MiB" holds 6.04 MiB.
 std::string limit_at_least(int64_t bytes) {
-  static const std::vector<std::pair<const char*, double>> units{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}};
-  for (const auto& [unit, size] : units)
-    if (static_cast<double>(bytes) >= size) {
+  for (const auto& [unit, size] : kSizeUnits)
+    if (bytes >= size) {
       char text[32];
       std::snprintf(text, sizeof text, "%.1f%s", std::ceil(static_cast<double>(bytes) / size * 10) / 10, unit);
       return text;
@@ -153,6 +156,7 @@ void check_choices(const PlanOptions& o) {
 
 PlanOutcome search_plans(const PlanOptions& o, const std::function<void(size_t, size_t)>& progress) {
   check_choices(o);
+  check_run_shape("--world", "world", o.world, o.local_world, o.seq, o.micro_batch, o.accum);
   if (o.cluster.empty() == o.profile.empty())
     throw UserError(SourceRange{}, "loom plan needs one cost model: --cluster NAME or --profile FILE",
                     "name one of clusters/ or a cluster file's path, or give a profile from `loom profile --out FILE`");

@@ -139,6 +139,7 @@ std::unique_ptr<tune::Evaluator> sim_evaluator(const TuneCommand& o, int& local_
 
 // The command line's combinations that cannot sweep, refused before any trial.
 void check_sweep(const TuneCommand& o) {
+  check_run_shape("--nproc", "world", o.nproc, o.local_world, o.seq, o.micro_batch, o.accum);
   if (o.strategy == "successive-halving" && o.evaluator != "run")
     throw UserError(SourceRange{}, "--strategy successive-halving measures points with more and more steps, which only real runs take",
                     "use it with --evaluator run, or another strategy with --evaluator " + o.evaluator);

@@ -131,6 +131,7 @@ std::string size_hint(SizeReading::Problem problem) {
 }
 
 std::string format_size(int64_t b) {
+  if (b < 0) return "-" + format_size(b == std::numeric_limits<int64_t>::min() ? std::numeric_limits<int64_t>::max() : -b);
   char buf[32];
   if (b >= (int64_t(1) << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(int64_t(1) << 30));
   else if (b >= (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / double(1 << 20));

@@ -14,7 +14,7 @@ namespace {
 // the fraction of the link `op` reaches times `scale` (across nodes, the penalty of their number).
 double ring_seconds(const LinkSpec& link, double scale, std::string_view op, int n, double bytes) {
   if (n <= 1 || bytes <= 0) return 0;
-  double steps = op == "all_reduce" ? 2.0 * (n - 1) : n - 1;  // a pipelined broadcast: the latency of each hop, the data once
+  double steps = op == "all_reduce" ? 2.0 * (n - 1) : n - 1;
   return steps * link.latency_s + ring_factor(op, n) * bytes / (link.bandwidth * link.efficiency_of(op) * scale);
 }
 
@@ -23,7 +23,6 @@ double ring_seconds(const LinkSpec& link, double scale, std::string_view op, int
 double ring_factor(std::string_view op, int n) {
   if (op == "all_gather" || op == "reduce_scatter") return static_cast<double>(n - 1) / n;
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
-  if (op == "broadcast") return 1;
   throw InternalError("cost model: no ring model for the collective " + std::string(op));
 }
 
@@ -63,7 +62,6 @@ double collective_seconds(const Cluster& cluster, std::string_view op, int64_t b
   if (op == "all_gather") return ring_seconds(inter, across, "all_gather", m, part) + ring_seconds(intra, 1, "all_gather", k, b);
   if (op == "reduce_scatter")
     return ring_seconds(intra, 1, "reduce_scatter", k, b) + ring_seconds(inter, across, "reduce_scatter", m, part);
-  if (op == "broadcast") return ring_seconds(inter, across, "broadcast", m, b) + ring_seconds(intra, 1, "broadcast", k, b);
   throw InternalError("cost model: no ring model for the collective " + std::string(op));
 }
 

@@ -33,12 +33,13 @@ GroupSpan span_of_ranks(const std::vector<int>& ranks, int devices_per_node);
 double compute_seconds(const DeviceSpec& device, double flops, int64_t bytes_moved, Precision precision);
 
 // The ring model's factor for `op` on `n` ranks: the bytes each rank sends per byte of the whole
-// buffer, (n-1)/n for all-gather and reduce-scatter, 2(n-1)/n for all-reduce, 1 for a pipelined
-// broadcast.
+// buffer, (n-1)/n for all-gather and reduce-scatter, 2(n-1)/n for all-reduce. (The IR's
+// broadcast, Lins' spread of updated slices, runs as an all-gather and is priced as one:
+// ir::collective_op.)
 double ring_factor(std::string_view op, int n);
 
 // Seconds of a ring collective, `op` as c10d names it ("all_gather", "reduce_scatter",
-// "all_reduce", "broadcast"), on `bytes`: the whole buffer (all_gather: its output,
+// "all_reduce"), on `bytes`: the whole buffer (all_gather: its output,
 // reduce_scatter: its input). On one node: (steps) x latency + ring_factor x bytes / (bandwidth
 // x the link's efficiency for `op`, LinkSpec::efficiency_of). Across nodes, hierarchically: the
 // part inside each node on NVLink, the part across nodes on 1/per_node of the data with each

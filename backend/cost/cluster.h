@@ -37,7 +37,7 @@ struct LinkSpec {
   double efficiency = 1;  // the fraction of it reached: by a collective without its own below, a transfer, a copy
   double latency_s = 0;   // per message (one ring step)
   // The fraction a collective reaches where it is not `efficiency`, by name (all_gather,
-  // reduce_scatter, all_reduce, broadcast): a library runs some by other algorithms than the
+  // reduce_scatter, all_reduce): a library runs some by other algorithms than the
   // rest (nccl-tests report each its own bus bandwidth; gloo's all-gather is a broadcast per rank).
   // Links collectives run on only: the host link's file entry refuses it.
   std::map<std::string, double, std::less<>> collective_efficiency;
@@ -50,7 +50,7 @@ struct LinkSpec {
 
 // The collectives the ring model prices, which collective_efficiency may name.
 inline const std::vector<std::string>& ring_collectives() {
-  static const std::vector<std::string> names{"all_gather", "reduce_scatter", "all_reduce", "broadcast"};
+  static const std::vector<std::string> names{"all_gather", "reduce_scatter", "all_reduce"};
   return names;
 }
 

@@ -71,11 +71,12 @@ std::vector<PlanPoint> enumerate_plan_space(const ModuleTree& tree, const PlanSp
   std::vector<bool> recompute = o.checkpoint == "auto" ? std::vector<bool>{false, true} : std::vector<bool>{o.checkpoint == "all"};
   std::vector<PlanPoint> points;
   for (int tp : divisors(o.world)) {
-    if (tp > o.local_world || (tp > 1 && tensor_parallel_directives(tree, tp).empty())) continue;
+    // A tensor-parallel group stays inside a node: tp divides the node's ranks.
+    if (o.local_world % tp != 0 || (tp > 1 && tensor_parallel_directives(tree, tp).empty())) continue;
     for (int pp : divisors(o.world / tp)) {
       if (pp > blocks || (pp > 1 && list < 0)) continue;
       int dp = o.world / (tp * pp);
-      int per_node = std::max(1, o.local_world / tp);  // a stage's dp ranks on one node
+      int per_node = o.local_world / tp;  // a stage's dp ranks on one node
       for (int s_p : divisors(dp))
         for (int s_os : divisors(dp)) {
           if (s_os % s_p != 0 || !fills_nodes(s_p, per_node) || !fills_nodes(s_os, per_node)) continue;

@@ -41,7 +41,7 @@ struct PlannedStep {
   double step_s = 0, compute_s = 0, exposed_comm_s = 0;
   int64_t peak_bytes = 0;
   std::map<std::string, double> comm_busy_s = {};  // the communication breakdown (SimResult::comm_busy_s)
-  double mfu = 0;                    // model FLOPs per device per second over the device's bf16 peak
+  double mfu = 0;                    // model FLOPs per device per second over the device's peak at the plan's precision
   double tokens_per_s_per_rank = 0;
 };
 

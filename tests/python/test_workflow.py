@@ -104,6 +104,20 @@ for bad, message in [("memory_passes", "--memory-passes must be one of off, auto
         check(f"plan with {bad}='sometimes' raises", False)
     except loom.ScheduleError as e:
         check(f"plan with {bad}='sometimes' says what it takes", message in str(e), str(e))
+knob_file_for_shape = os.path.join(tmp, "zero3.sched")
+with open(knob_file_for_shape, "w") as f:
+    f.write("sch.zero(stage=3)\n")
+# No option check runs for Python: the library refuses a run of no ranks or empty batches itself.
+for call, message in [(lambda: loom.plan("gpt:tiny", world=0, cluster="dgx-a100"), "--world must be at least 1, got 0"),
+                      (lambda: loom.plan("gpt:tiny", world=4, cluster="dgx-a100", accum=0), "--accum must be at least 1, got 0"),
+                      (lambda: loom.simulate(sch, cluster="dgx-a100", micro_batch=0), "--micro-batch must be at least 1, got 0"),
+                      (lambda: loom.tune(knob_file_for_shape, model="gpt:tiny", world=2, cluster="dgx-a100", seq=0),
+                       "--seq must be at least 1, got 0")]:
+    try:
+        call()
+        check(f"a run shape with a zero raises: {message}", False)
+    except loom.ScheduleError as e:
+        check(f"a run shape with a zero says which: {message}", message in str(e), str(e))
 
 # 5. tune: a Python function declaring knobs sweeps the same space as the .sched file with the
 #    same knobs, and a constraint prunes points as in the language.

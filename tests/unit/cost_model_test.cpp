@@ -75,7 +75,6 @@ TEST_CASE("collectives inside a node: ring factors (n-1)/n and 2(n-1)/n, a laten
   CHECK(collective_seconds(c, "all_reduce", 1000000000, {8, 1}) == doctest::Approx(14 * 1e-6 + 2.0 * 7 / 8 * 1e9 / link));
   CHECK(collective_seconds(c, "all_gather", 1000000000, {8, 1}) == doctest::Approx(7 * 1e-6 + 7.0 / 8 * 1e9 / link));
   CHECK(collective_seconds(c, "reduce_scatter", 1000000000, {8, 1}) == collective_seconds(c, "all_gather", 1000000000, {8, 1}));
-  CHECK(collective_seconds(c, "broadcast", 1000000000, {4, 1}) == doctest::Approx(3 * 1e-6 + 1e9 / link));
   CHECK(collective_seconds(c, "all_reduce", 1000000000, {1, 1}) == 0);  // a group of one communicates nothing
   // A collective with a fraction of its own: its bandwidth term at that fraction, its latency the link's.
   c.intra_node.collective_efficiency["reduce_scatter"] = 0.3;
@@ -175,7 +174,7 @@ TEST_CASE("a bad cluster file is a user error naming the file, the field and the
   CHECK(fractions.intra_node.efficiency_of("all_reduce") == 0.6);  // the link's own
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"latency_us\": 1}", own + "{\"allgather\": 0.5}}"), "c.json"),
                        "c.json: `intra_node.collective_efficiency.allgather` is not a field of `intra_node.collective_efficiency` "
-                       "(its fields: all_gather, reduce_scatter, all_reduce, broadcast)",
+                       "(its fields: all_gather, reduce_scatter, all_reduce)",
                        UserError);
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"latency_us\": 1}", own + "{\"all_gather\": 50}}"), "c.json"),
                        doctest::Contains("c.json: `intra_node.collective_efficiency.all_gather` is a fraction of the peak: at most 1"),

@@ -19,6 +19,14 @@ print([1, 2] + [3], "ab" + "c", 1_000_000)
   CHECK(e->printed == "7 3 -4 1 3.5 3.0\n512MiB 2GiB 64KB 1536B 1GiB 2GiB\nfalse true false true true true none auto\n[1, 2, 3] abc 1000000\n");
 }
 
+TEST_CASE("sizes print in their largest unit, negative ones with their sign") {
+  CHECK(format_size(0) == "0 B");
+  CHECK(format_size(1536) == "1.5 KiB");
+  CHECK(format_size(int64_t(104) << 20) == "104.0 MiB");
+  CHECK(format_size(-(int64_t(104) << 20)) == "-104.0 MiB");  // a calibration's memory outside the model can be negative
+  CHECK(format_size(int64_t(80) << 30) == "80.00 GiB");
+}
+
 TEST_CASE("byte sizes are read exactly") {
   // In a double, 4.1MB is 4099999.9999999995 bytes: once refused as "not a whole number of bytes".
   auto e = evaluate("print(4.1MB, 8.2MB, 2.01KB, 1_000.5KB, 0B, 9223372036854775807B)\n");

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <set>
 
 #include "backend/plan/plan_space.h"
 #include "lang/replacements.h"
@@ -10,8 +11,8 @@ using namespace loom;
 
 namespace {
 
-// A GPT-like model: `blocks` blocks h.N of attn (c_attn, c_proj) and mlp (c_fc, c_proj), width 128.
-ModuleTree gpt_like(int blocks) {
+// A GPT-like model: `blocks` blocks h.N of attn (c_attn, c_proj) and mlp (c_fc, c_proj), `width` wide.
+ModuleTree gpt_like(int blocks, int64_t width = 128) {
   ModuleTree t("GPT");
   int h = t.add(0, "h", "ModuleList");
   auto linear = [&](int parent, const std::string& name, int64_t out, int64_t in) {
@@ -22,11 +23,11 @@ ModuleTree gpt_like(int blocks) {
   for (int b = 0; b < blocks; ++b) {
     int block = t.add(h, std::to_string(b), "Block");
     int attn = t.add(block, "attn", "Attention");
-    linear(attn, "c_attn", 384, 128);
-    linear(attn, "c_proj", 128, 128);
+    linear(attn, "c_attn", 3 * width, width);
+    linear(attn, "c_proj", width, width);
     int mlp = t.add(block, "mlp", "MLP");
-    linear(mlp, "c_fc", 512, 128);
-    linear(mlp, "c_proj", 128, 512);
+    linear(mlp, "c_fc", 4 * width, width);
+    linear(mlp, "c_proj", width, 4 * width);
   }
   return t;
 }
@@ -83,6 +84,15 @@ TEST_CASE("the plan space: s_p | s_g | s_os | dp with s_g in {s_p, s_os}, factor
   CHECK(factor(12));
   CHECK_FALSE(factor(3));
   CHECK_FALSE(factor(6));
+  // A tensor-parallel group stays inside a node: tp divides a node's ranks. At 384 wide the
+  // blocks split 3 ways, which nodes of 6 take and nodes of 8 do not.
+  auto tps = [](const std::vector<PlanPoint>& space) {
+    std::set<int> out;
+    for (const PlanPoint& p : space) out.insert(p.tp);
+    return out;
+  };
+  CHECK(tps(enumerate_plan_space(gpt_like(4, 384), {24, 8, "none"})) == std::set<int>{1, 2, 4, 8});
+  CHECK(tps(enumerate_plan_space(gpt_like(4, 384), {24, 6, "none"})) == std::set<int>{1, 2, 3, 6});
   // checkpoint auto doubles every point.
   CHECK(enumerate_plan_space(t, {8, 8, "auto"}).size() == 2 * points.size());
 }
