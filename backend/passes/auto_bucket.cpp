@@ -220,8 +220,10 @@ int64_t reductions_in_flight_bytes(const ir::Program& p, size_t at, int in_fligh
 // Moves bucket k's gather to just before the wait of bucket k-1's (simplefsdp.txt §3.2.2), unless
 // a release or gather of one of its parameters lies between, or its buffer would not fit under
 // the limit over the instructions it moves above (in backward beside the reductions in flight).
-void reorder(ir::Program& p, ir::Phase phase, const std::vector<std::vector<int>>& params, const std::vector<bool>& starts_run,
+// Whether it moved any.
+bool reorder(ir::Program& p, ir::Phase phase, const std::vector<std::vector<int>>& params, const std::vector<bool>& starts_run,
              const MemoryPlanning& m, int reductions_in_flight) {
+  bool moved_any = false;
   for (size_t k = 1; k < params.size(); ++k) {
     if (starts_run[k]) continue;
     size_t before = gather_of(p, phase, params[k - 1][0]), g = gather_of(p, phase, params[k][0]);
@@ -244,7 +246,9 @@ void reorder(ir::Program& p, ir::Phase phase, const std::vector<std::vector<int>
     Instr moved = std::move(p.instrs[g]);
     p.instrs.erase(p.instrs.begin() + static_cast<long>(g));
     p.instrs.insert(p.instrs.begin() + static_cast<long>(wait), std::move(moved));
+    moved_any = true;
   }
+  return moved_any;
 }
 
 bool bucket_phase(ir::Program& p, ir::Phase phase, const std::vector<const BucketRequest*>& of, const PassInputs& inputs) {
@@ -262,13 +266,15 @@ bool bucket_phase(ir::Program& p, ir::Phase phase, const std::vector<const Bucke
     }
     starts_run.push_back(c[b[0]].starts_run);
   }
+  bool merged = false;
   for (const std::vector<int>& members : params) {
     if (members.size() < 2) continue;
     std::unordered_set<int> set(members.begin(), members.end());
     merge_collectives(p, [&](int q) { return set.count(q) > 0; }, &phase);
+    merged = true;
   }
-  reorder(p, phase, params, starts_run, m, inputs.reductions_in_flight);
-  return true;
+  bool moved = reorder(p, phase, params, starts_run, m, inputs.reductions_in_flight);
+  return merged || moved;
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ constexpr size_t kNone = static_cast<size_t>(-1);
 struct Candidate {
   int param = 0;
   size_t forward_release = kNone, backward_gather = kNone;
-  int64_t buffer = 0;      // B: its gathered bytes beyond its shard
+  int64_t buffer = 0;      // B: what staying gathered holds, the parameter's full storage
   double saved_per_byte = 0;  // T_c(B) / B
 };
 

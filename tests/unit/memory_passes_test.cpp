@@ -445,6 +445,24 @@ TEST_CASE("bucket(size=auto) grows a bucket while its gather hides behind the pr
   CHECK(ir::verify_complete(p) == "");
 }
 
+TEST_CASE("bucket(size=auto) says it changed the program exactly when it did") {
+  // Under a limit too tight for any bucket or move every bucket is one gather and nothing moves:
+  // the record says unchanged (the pass log and LOOM_DEBUG show no change); with room it merges.
+  bool unchanged_seen = false, changed_seen = false;
+  for (int64_t limit : {int64_t{1000}, int64_t{2900}, int64_t{5600}, int64_t{0}}) {
+    CAPTURE(limit);
+    std::vector<PassRecord> records;
+    run_passes(ir::lower(four_layers(), kZero3), auto_buckets(limit), pipeline_passes(), &records, {});
+    auto bucket = std::find_if(records.begin(), records.end(), [](const PassRecord& r) { return r.pass == "auto_bucket"; });
+    REQUIRE(bucket != records.end());
+    REQUIRE(bucket != records.begin());
+    CHECK(bucket->changed == (bucket->digest != std::prev(bucket)->digest));
+    (bucket->changed ? changed_seen : unchanged_seen) = true;
+  }
+  CHECK(unchanged_seen);
+  CHECK(changed_seen);
+}
+
 TEST_CASE("bucket(size=auto): the memory constraint closes a bucket, and the next is prefetched one bucket ahead") {
   // 5,600 bytes: the forward's 2,800 around each gather (the states, 2,400, and a gather's output)
   // leave room for a bucket of two (its 800-byte output, the members' shards concatenated, 400,
