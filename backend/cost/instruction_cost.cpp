@@ -22,7 +22,7 @@ GroupSpan ClusterCost::span(const ir::Program& p, const ir::Instr& in) const {
   // The key holds only what work_out_span() reads for the role, so plans that differ elsewhere
   // share it: the world's ranks are its size alone, s_p spaces only a shard's peers.
   ir::Role role = in.group.role;
-  bool next = role == ir::Role::StagePair && (in.kind == ir::OpKind::Send) == (in.phase == ir::Phase::Forward);
+  bool next = role == ir::Role::StagePair && ir::with_next_stage(in);
   bool spaced = role == ir::Role::Replicas || role == ir::Role::Grads || role == ir::Role::Optim;
   SpanKey key = role == ir::Role::World
                     ? SpanKey{0, 0, 0, 0, 0, role, in.group.size, false}
@@ -53,9 +53,7 @@ GroupSpan ClusterCost::work_out_span(const ir::Program& p, const ir::Instr& in) 
   } else if (role == ir::Role::Pipeline) {
     for (int s = 0; s < n; ++s) ranks.push_back(at.rank_at(s, 0, 0));
   } else if (role == ir::Role::StagePair) {
-    // Forward sends and backward receives go to the next stage; the others come from the previous.
-    bool next = (in.kind == ir::OpKind::Send) == (in.phase == ir::Phase::Forward);
-    ranks = {at.rank_at(stage, 0, 0), at.rank_at(next ? stage + 1 : stage - 1, 0, 0)};
+    ranks = {at.rank_at(stage, 0, 0), at.rank_at(ir::with_next_stage(in) ? stage + 1 : stage - 1, 0, 0)};
   } else if (role == ir::Role::Model) {
     for (int s = 0; s < pp; ++s)
       for (int d = 0; d < n / (tp * pp); ++d)
@@ -142,21 +140,26 @@ size_t ProfileCost::index_of(const ir::Program& program) const {
   throw InternalError("a profile's costs were asked for another program than the ones it priced");
 }
 
+namespace {
+// Where `in`, one of the program's own instructions, stands in it.
+size_t position(const ir::Program& program, const ir::Instr& in) { return static_cast<size_t>(&in - program.instrs.data()); }
+}  // namespace
+
 double ProfileCost::seconds(const ir::Program& program, const ir::Instr& in) const {
-  return seconds_[index_of(program)].at(static_cast<size_t>(&in - program.instrs.data()));
+  return seconds_[index_of(program)].at(position(program, in));
 }
 
 double ProfileCost::own_seconds(const ir::Program& program, const ir::Instr& in) const {
-  return estimates_[index_of(program)].instruction_own_ms.at(static_cast<size_t>(&in - program.instrs.data())) / 1000;
+  return estimates_[index_of(program)].instruction_own_ms.at(position(program, in)) / 1000;
 }
 
 double ProfileCost::host_seconds(const ir::Program& program, const ir::Instr& in) const {
-  double ms = estimates_[index_of(program)].instruction_host_ms.at(static_cast<size_t>(&in - program.instrs.data()));
+  double ms = estimates_[index_of(program)].instruction_host_ms.at(position(program, in));
   return ms < 0 ? -1 : ms / 1000;
 }
 
 int64_t ProfileCost::workspace_bytes(const ir::Program& program, const ir::Instr& in) const {
-  return estimates_[index_of(program)].instruction_workspace_bytes.at(static_cast<size_t>(&in - program.instrs.data()));
+  return estimates_[index_of(program)].instruction_workspace_bytes.at(position(program, in));
 }
 
 int64_t ProfileCost::activation_bytes(const ir::Program& program, const ir::Instr& in) const {

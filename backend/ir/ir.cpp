@@ -90,6 +90,21 @@ int64_t times_per_step(const Program& p, const Instr& in) {
   return 0;
 }
 
+bool gather_may_not_pass(const Instr& gather, const Instr& other) {
+  if (other.kind != OpKind::AllGather && other.kind != OpKind::Release) return false;
+  for (int q : other.params)
+    if (std::find(gather.params.begin(), gather.params.end(), q) != gather.params.end()) return true;
+  return false;
+}
+
+int handle_count(const Program& p) {
+  int handles = std::max(p.next_handle, 0);
+  for (const Instr& in : p.instrs) handles = std::max(handles, in.handle + 1);
+  return handles;
+}
+
+bool with_next_stage(const Instr& in) { return (in.kind == OpKind::Send) == (in.phase == Phase::Forward); }
+
 size_t last_backward_compute(const Program& p) {
   for (size_t i = p.instrs.size(); i-- > 0;)
     if (p.instrs[i].kind == OpKind::Compute && p.instrs[i].phase == Phase::Backward) return i;

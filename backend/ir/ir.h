@@ -165,5 +165,14 @@ std::vector<int> gradient_deliveries(const Program& program);
 size_t last_backward_compute(const Program& program);
 // A release of parameter `q`'s gathered storage.
 Instr release_of(const Program& program, int q, Phase phase);
+// Whether a pass moving the all-gather `gather` earlier must stop below `other`: another gather
+// or a release of one of its parameters (a tied weight gathered twice in a phase).
+bool gather_may_not_pass(const Instr& gather, const Instr& other);
+// One more than the largest handle the program holds (its next_handle, or an instruction's past
+// it): the size of a table by handle.
+int handle_count(const Program& program);
+// Whether the pipeline transfer `in` (a Send or Recv) is with the next stage: forward sends and
+// backward receives are; the others are with the previous one.
+bool with_next_stage(const Instr& in);
 
 }  // namespace loom::ir

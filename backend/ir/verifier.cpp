@@ -63,9 +63,7 @@ StepChecker::StepChecker(const Program& program)
       is_updated(n_params, false),
       on_host(n_params, false),
       states(n_params, States::Device) {
-  int handles = std::max(p.next_handle, 0);
-  for (const Instr& in : p.instrs) handles = std::max(handles, in.handle + 1);
-  issued.assign(static_cast<size_t>(handles), kNone);
+  issued.assign(static_cast<size_t>(handle_count(p)), kNone);
   waited.assign(issued.size(), false);
   auto exists = [&](int q) { return q >= 0 && q < static_cast<int>(n_params); };
   for (size_t i = 0; i < p.instrs.size(); ++i) {

@@ -233,9 +233,7 @@ bool reorder(ir::Program& p, ir::Phase phase, const std::vector<std::vector<int>
     if (wait >= g) continue;
     const Instr& gather = p.instrs[g];
     bool blocked = false;
-    for (size_t j = wait; j < g && !blocked; ++j)
-      if (p.instrs[j].kind == OpKind::Release || p.instrs[j].kind == OpKind::AllGather)
-        for (int q : p.instrs[j].params) blocked |= std::find(gather.params.begin(), gather.params.end(), q) != gather.params.end();
+    for (size_t j = wait; j < g && !blocked; ++j) blocked = ir::gather_may_not_pass(gather, p.instrs[j]);
     if (blocked) continue;
     if (m.limit > 0) {
       std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost.get());

@@ -34,9 +34,7 @@ int64_t unpacked_at_wait(const ir::Program& p, const Instr& collective) {
 }  // namespace
 
 bool mark_unpacks(ir::Program& p, const PassInputs&) {
-  int handles = p.next_handle;
-  for (const Instr& in : p.instrs) handles = std::max(handles, in.handle + 1);
-  std::vector<const Instr*> issued(static_cast<size_t>(handles), nullptr);  // by handle
+  std::vector<const Instr*> issued(static_cast<size_t>(ir::handle_count(p)), nullptr);  // by handle
   for (const Instr& in : p.instrs)
     if (in.kind != OpKind::Wait && in.handle >= 0) issued[static_cast<size_t>(in.handle)] = &in;
   bool changed = false;

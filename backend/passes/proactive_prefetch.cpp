@@ -27,15 +27,6 @@ std::vector<bool> selected_params(const ir::Program& p, const PassInputs& inputs
   return selected;
 }
 
-// Whether `other` touches one of `gather`'s parameters in a way the gather may not pass: another
-// gather or a release of it (a tied weight gathered twice in a phase).
-bool blocks(const Instr& gather, const Instr& other) {
-  if (other.kind != OpKind::AllGather && other.kind != OpKind::Release) return false;
-  for (int q : other.params)
-    if (std::find(gather.params.begin(), gather.params.end(), q) != gather.params.end()) return true;
-  return false;
-}
-
 // A gather moved to `before` (an index into the program: it is issued just before that instruction).
 struct Move {
   size_t before = 0;
@@ -65,7 +56,7 @@ void plan_phase(const ir::Program& p, ir::Phase phase, const std::vector<bool>& 
     size_t to = k;
     while (to > floor) {
       size_t above = order[to - 1];
-      if (blocks(g, p.instrs[above])) break;
+      if (ir::gather_may_not_pass(g, p.instrs[above])) break;
       if (around[above] + buffer > m.limit || ahead[above] + buffer > group_limit) break;
       --to;
     }

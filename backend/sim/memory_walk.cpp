@@ -185,9 +185,7 @@ GradientBuffers::GradientBuffers(const ir::Program& p) : p_(p), active_(sharded(
   reductions_of_.resize(p.params.size());
   last_compute_.assign(p.params.size(), p.instrs.size());
   last_backward_compute_ = ir::last_backward_compute(p);
-  int handles = p.next_handle;
-  for (const Instr& in : p.instrs) handles = std::max(handles, in.handle + 1);
-  by_handle_.resize(static_cast<size_t>(std::max(handles, 0)));
+  by_handle_.resize(static_cast<size_t>(ir::handle_count(p)));
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& in = p.instrs[i];
     if (in.kind == OpKind::Compute && in.phase == Phase::Backward)

@@ -122,9 +122,7 @@ class Simulator {
     r.program = &program;
     r.cost = &cost;
     r.runs = memory::runs_of(program);
-    int handles = program.next_handle;
-    for (const Instr& in : program.instrs) handles = std::max(handles, in.handle + 1);
-    r.handle_end.assign(static_cast<size_t>(handles), -1);
+    r.handle_end.assign(static_cast<size_t>(ir::handle_count(program)), -1);
     r.comm_busy_s.assign(program.instrs.size(), 0);
     if (cost.prices_beside_compute()) r.beside_compute = contended_collectives(program);
     r.memory = memory::step_start_bytes(program, state_bytes, &cost);
@@ -228,11 +226,9 @@ class Simulator {
     if (!r.meeting.empty()) return r.meeting;
     std::string kind;
     if (in.kind == OpKind::Send || in.kind == OpKind::Recv) {
-      bool forward = in.phase == Phase::Forward;
-      // Forward: stage s sends to s + 1; backward: s sends to s - 1.
-      int from = in.kind == OpKind::Send ? r.stage : (forward ? r.stage - 1 : r.stage + 1);
-      int to = in.kind == OpKind::Send ? (forward ? r.stage + 1 : r.stage - 1) : r.stage;
-      kind = std::string(forward ? "fwd" : "bwd") + " " + std::to_string(from) + "->" + std::to_string(to);
+      int peer = ir::with_next_stage(in) ? r.stage + 1 : r.stage - 1;
+      int from = in.kind == OpKind::Send ? r.stage : peer, to = in.kind == OpKind::Send ? peer : r.stage;
+      kind = std::string(in.phase == Phase::Forward ? "fwd" : "bwd") + " " + std::to_string(from) + "->" + std::to_string(to);
     } else if (each_rank_ || (ranks_.size() > 1 && (in.group.role == ir::Role::Pipeline || in.group.role == ir::Role::Model ||
                                                      in.group.role == ir::Role::World))) {
       kind = std::string(ir::role_name(in.group.role)) + " " + ir::op_name(in.kind);
