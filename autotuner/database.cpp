@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 
@@ -82,10 +83,14 @@ std::string knobs_json(const Point& knobs) { return knobs_object(knobs).dump(); 
 
 TrialDatabase::TrialDatabase(std::string path, std::ostream* warn) : path_(std::move(path)) {
   if (path_.empty() || !std::filesystem::exists(path_)) return;
-  std::ifstream in(path_);
+  std::ifstream in(path_, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  bool ends_line = !text.empty() && text.back() == '\n';
   std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::istringstream split(text);
+  for (std::string line; std::getline(split, line);) lines.push_back(line);
   std::streamoff good_bytes = 0;  // the length of the file up to the end of the last good line
+  size_t trials = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
     if (lines[i].empty()) {
       good_bytes += 1;
@@ -95,10 +100,15 @@ TrialDatabase::TrialDatabase(std::string path, std::ostream* warn) : path_(std::
       nlohmann::json j = nlohmann::json::parse(lines[i]);
       remember(j.at("context").get<std::string>(), trial_of(j));
       good_bytes += static_cast<std::streamoff>(lines[i].size()) + 1;
+      ++trials;
     } catch (const std::exception& e) {
-      if (i + 1 < lines.size())
+      // Only a trial cut off mid-write is dropped: the last line, unfinished (no newline, not
+      // JSON), after trials this database holds. Anything else is not ours to truncate.
+      bool cut_off = i + 1 == lines.size() && !ends_line && trials > 0 && !nlohmann::json::accept(lines[i]);
+      if (!cut_off)
         throw UserError(SourceRange{}, path_ + ":" + std::to_string(i + 1) + " is not a trial: " + e.what(),
-                        "repair or remove that line; the database is one JSON object per line");
+                        "give --db a trial database (one JSON object per line, as loom tune writes it), or repair or "
+                        "remove that line; the file was left as it is");
       // A kill mid-write: drop the partial line, so that the next trial starts a line of its own.
       if (warn) *warn << "warning: " << path_ << ":" << i + 1 << " is an unfinished trial (the sweep was stopped while writing it); dropped it\n";
       std::filesystem::resize_file(path_, static_cast<uintmax_t>(good_bytes));

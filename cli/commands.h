@@ -101,12 +101,19 @@ int64_t given_memory_limit(const std::string& text);
 // A numeric option's check: "must be at least 1, got 0" (CLI11's own range check prints the
 // whole double range).
 CLI::Validator at_least(double min);
+// That a count given to the library is at least `min`: UserError "--top must be at least 1, got
+// 0", at_least's message, naming the option and its Python keyword.
+void check_at_least(const std::string& option, const std::string& keyword, int64_t value, int64_t min);
 // The shape of a run as the library takes it from Python, where no option check has run: the
 // ranks (`world_option`: "--world" or "--nproc", `world_keyword` its Python name) and each
 // count at least 1, --local-world at least 0 (0: the cluster's node). UserError with the
 // message at_least gives, naming the option and the keyword.
 void check_run_shape(const char* world_option, const char* world_keyword, int64_t world, int64_t local_world, int64_t seq,
                      int64_t micro_batch, int64_t accum);
+// That `given` is one of `allowed` (the options CLI11 checks with IsMember, for the library's
+// Python callers): UserError "--precision must be one of bf16, fp32, not 'FP32'", naming the
+// Python keyword in its hint.
+void check_choice(const char* option, const char* keyword, const std::string& given, const std::vector<std::string>& allowed);
 // A size as the language writes it (600MiB, 2GiB, or bytes; read_size), turned into bytes, or 0
 // for none; an error names the forms and what is wrong ("not a whole number of bytes").
 CLI::Validator byte_size();

@@ -38,6 +38,7 @@ std::unique_ptr<Schedule> planned_schedule(const std::string& file, const std::s
 }
 
 ExplainedStep explain_step(const RuntimePlan& plan, const std::string& model, const ExplainOptions& o, const PipelineDebug& debug) {
+  check_run_shape("--nproc", "nproc", o.nproc, o.local_world, o.seq, o.micro_batch, o.accum);
   if (o.rank >= o.nproc)
     throw UserError(SourceRange{}, "--rank " + std::to_string(o.rank) + " is not below --nproc " + std::to_string(o.nproc),
                     "ranks are numbered 0.." + std::to_string(o.nproc - 1));

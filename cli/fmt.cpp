@@ -70,6 +70,11 @@ void add_fmt(CLI::App& app, std::function<int()>& run) {
   c->add_flag("--check", *check, "exit 1 if the file is not in canonical form");
   c->callback([&run, file, in_place, check] {
     run = [file, in_place, check] {
+      std::error_code ec;
+      if (std::filesystem::is_directory(*file, ec)) {  // it would read as an empty schedule
+        std::cerr << "error: '" << *file << "' is a directory, not a schedule file\n";
+        return kUsageError;
+      }
       std::ifstream in(*file, std::ios::binary);
       if (!in) {
         std::cerr << "error: cannot read '" << *file << "'\n";

@@ -59,18 +59,27 @@ CLI::Validator at_least(double min) {
       "at least " + bound);
 }
 
+void check_choice(const char* option, const char* keyword, const std::string& given, const std::vector<std::string>& allowed) {
+  if (std::find(allowed.begin(), allowed.end(), given) != allowed.end()) return;
+  std::string listed;
+  for (const std::string& a : allowed) listed += (listed.empty() ? "" : ", ") + a;
+  throw UserError(SourceRange{}, std::string(option) + " must be one of " + listed + ", not '" + given + "'",
+                  std::string("give one of them (in Python: ") + keyword + "=\"" + allowed.front() + "\")");
+}
+
+void check_at_least(const std::string& option, const std::string& keyword, int64_t value, int64_t min) {
+  if (value >= min) return;
+  throw UserError(SourceRange{}, option + " must be at least " + std::to_string(min) + ", got " + std::to_string(value),
+                  "give " + option + " (in Python: " + keyword + "=) a number of at least " + std::to_string(min));
+}
+
 void check_run_shape(const char* world_option, const char* world_keyword, int64_t world, int64_t local_world, int64_t seq,
                      int64_t micro_batch, int64_t accum) {
-  auto at_least = [](const std::string& option, const std::string& keyword, int64_t value, int64_t min) {
-    if (value >= min) return;
-    throw UserError(SourceRange{}, option + " must be at least " + std::to_string(min) + ", got " + std::to_string(value),
-                    "give " + option + " (in Python: " + keyword + "=) a number of at least " + std::to_string(min));
-  };
-  at_least(world_option, world_keyword, world, 1);
-  at_least("--local-world", "local_world", local_world, 0);
-  at_least("--seq", "seq", seq, 1);
-  at_least("--micro-batch", "micro_batch", micro_batch, 1);
-  at_least("--accum", "accum", accum, 1);
+  check_at_least(world_option, world_keyword, world, 1);
+  check_at_least("--local-world", "local_world", local_world, 0);
+  check_at_least("--seq", "seq", seq, 1);
+  check_at_least("--micro-batch", "micro_batch", micro_batch, 1);
+  check_at_least("--accum", "accum", accum, 1);
 }
 
 // What is wrong with a size given on the command line ("" for none): the message both the option

@@ -141,22 +141,17 @@ const std::vector<std::string> kMemoryPasses{"off", "auto"};
 const std::vector<std::string> kPrecisions{"bf16", "fp32"};
 
 void check_choices(const PlanOptions& o) {
-  auto one_of = [](const char* option, const char* keyword, const std::string& given, const std::vector<std::string>& allowed) {
-    if (std::find(allowed.begin(), allowed.end(), given) != allowed.end()) return;
-    std::string listed;
-    for (const std::string& a : allowed) listed += (listed.empty() ? "" : ", ") + a;
-    throw UserError(SourceRange{}, std::string(option) + " must be one of " + listed + ", not '" + given + "'",
-                    std::string("give one of them (in Python: ") + keyword + "=\"" + allowed.front() + "\")");
-  };
-  one_of("--checkpoint", "checkpoint", o.checkpoint, kCheckpoints);
-  one_of("--attention", "attention", o.attention, kAttentions);
-  one_of("--memory-passes", "memory_passes", o.memory_passes, kMemoryPasses);
-  one_of("--precision", "precision", o.precision, kPrecisions);
+  check_choice("--checkpoint", "checkpoint", o.checkpoint, kCheckpoints);
+  check_choice("--attention", "attention", o.attention, kAttentions);
+  check_choice("--memory-passes", "memory_passes", o.memory_passes, kMemoryPasses);
+  check_choice("--precision", "precision", o.precision, kPrecisions);
 }
 
 PlanOutcome search_plans(const PlanOptions& o, const std::function<void(size_t, size_t)>& progress) {
   check_choices(o);
   check_run_shape("--world", "world", o.world, o.local_world, o.seq, o.micro_batch, o.accum);
+  check_at_least("--top", "top", o.top, 1);
+  check_at_least("--threads", "threads", o.threads, 0);
   if (o.cluster.empty() == o.profile.empty())
     throw UserError(SourceRange{}, "loom plan needs one cost model: --cluster NAME or --profile FILE",
                     "name one of clusters/ or a cluster file's path, or give a profile from `loom profile --out FILE`");

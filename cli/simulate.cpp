@@ -192,6 +192,7 @@ Simulation simulate_planned(const Schedule& sch, SimulateOptions& o, std::option
 
 void check_cost_model(const SimulateOptions& o) {
   check_run_shape("--nproc", "nproc", o.nproc, o.local_world, o.seq, o.micro_batch, o.accum);
+  check_choice("--precision", "precision", o.precision, {"bf16", "fp32"});
   if (o.cluster.empty() == o.profile.empty())
     throw UserError(SourceRange{}, "loom simulate needs one cost model: --cluster NAME or --profile FILE",
                     "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`");

@@ -140,6 +140,10 @@ std::unique_ptr<tune::Evaluator> sim_evaluator(const TuneCommand& o, int& local_
 // The command line's combinations that cannot sweep, refused before any trial.
 void check_sweep(const TuneCommand& o) {
   check_run_shape("--nproc", "world", o.nproc, o.local_world, o.seq, o.micro_batch, o.accum);
+  check_choice("--evaluator", "evaluator", o.evaluator, {"sim", "run", "sim+run"});
+  check_choice("--strategy", "strategy", o.strategy, {"exhaustive", "random", "coordinate-descent", "successive-halving"});
+  check_choice("--precision", "precision", o.precision, {"bf16", "fp32"});
+  check_at_least("--steps", "steps", o.steps, 3);  // a trial's step time is the median after its first two steps
   if (o.strategy == "successive-halving" && o.evaluator != "run")
     throw UserError(SourceRange{}, "--strategy successive-halving measures points with more and more steps, which only real runs take",
                     "use it with --evaluator run, or another strategy with --evaluator " + o.evaluator);

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -180,6 +181,12 @@ namespace {
 
 // Both sides run and compared, and, when they differ, the breaking directive searched.
 Outcome verify_runs(const VerifyOptions& o) {
+  // NaN passes the options' `at least 0` check (every comparison with it is false) and would call
+  // every quantity different: a tolerance is a finite number of at least 0.
+  for (const auto& [option, keyword, value] : {std::tuple{"--atol", "atol", o.atol}, std::tuple{"--rtol", "rtol", o.rtol}})
+    if (value && !(std::isfinite(*value) && *value >= 0))
+      throw UserError(SourceRange{}, std::string(option) + " must be a finite number of at least 0, got " + std::to_string(*value),
+                      std::string("give ") + option + " (in Python: " + keyword + "=) such as 1e-5");
   auto started = std::chrono::steady_clock::now();
   TrainOptions t = o.train;
   Outcome r;

@@ -40,6 +40,9 @@ Interpreter::Interpreter(Schedule& schedule, SourceManager& sources, Interpreter
 }
 
 void Interpreter::run_file(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))  // a directory opens as a stream of nothing: an empty schedule
+    throw UserError(SourceRange{}, "'" + path + "' is a directory, not a schedule file", "give the .sched file's path");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(SourceRange{}, "cannot read schedule file '" + path + "'", "check the path");
   std::stringstream buf;
@@ -198,6 +201,7 @@ void Interpreter::run_import(const ast::Stmt& s) {
     }
   if (imported_.count(key)) return;  // each file is evaluated once
   std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(s.name_range, "cannot read imported file " + quote_string(path), "check its permissions");
   std::stringstream buf;
   buf << in.rdbuf();
   const SourceFile& file = sources_.add(path, buf.str());

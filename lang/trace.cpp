@@ -100,7 +100,12 @@ std::vector<Directive> directives_from_json(const std::string& text, const std::
     if (d.contains("args") && d["args"].is_object()) {
       std::vector<std::string> order;
       if (d.contains("arg_order") && d["arg_order"].is_array())
-        for (auto& n : d["arg_order"]) order.push_back(n.get<std::string>());
+        for (auto& n : d["arg_order"]) {
+          if (!n.is_string())
+            throw UserError(SourceRange{file, {1, 1}, {1, 2}}, "a trace directive's \"arg_order\" holds " + n.dump() + ", not an argument name",
+                            "list the names of its \"args\", as `loom check --json-trace` writes them");
+          order.push_back(n.get<std::string>());
+        }
       else
         for (auto& [n, v] : d["args"].items()) order.push_back(n);
       for (auto& n : order)

@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -55,9 +56,22 @@ py::object declare_knob(PySelection& s, const std::string& name, const py::itera
 PySelection replay_json(const std::string& text, std::string model, int world, int local_world) {
   nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (header.is_object()) {
-    if (model.empty()) model = header.value("model", "");
-    if (world <= 0) world = header.value("world", 1);
-    if (local_world < 0) local_world = header.value("local_world", 0);
+    // The header's fields as the trace writes them: a string and two counts that fit an int.
+    auto count = [&](const char* field, int64_t least, int fallback) -> int {
+      if (!header.contains(field)) return fallback;
+      const nlohmann::json& v = header.at(field);
+      if (!v.is_number_integer() || v.get<int64_t>() < least || v.get<int64_t>() > std::numeric_limits<int>::max())
+        throw py::value_error(std::string("loom.replay: the trace's \"") + field + "\" is " + v.dump() + ", not a count of at least " +
+                              std::to_string(least) + "; give " + field + "= or fix the trace");
+      return static_cast<int>(v.get<int64_t>());
+    };
+    if (model.empty() && header.contains("model")) {
+      if (!header.at("model").is_string())
+        throw py::value_error("loom.replay: the trace's \"model\" is " + header.at("model").dump() + ", not a model's name");
+      model = header.at("model").get<std::string>();
+    }
+    if (world <= 0) world = count("world", 1, 1);
+    if (local_world < 0) local_world = count("local_world", 0, 0);
   }
   if (model.empty())
     throw py::value_error("loom.replay: the trace names no model; give model=\"...\" (loom.models() lists them)");

@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -59,11 +60,17 @@ class ScheduleFile {
   std::string path_;
 };
 
-// A size given as bytes (an int) or as the language writes it ("80GiB"); "" for none.
+// A size given as bytes (an int, or a float of whole bytes: 8e9) or as the language writes it
+// ("80GiB"); "" for none. Anything else is passed on as its text, for the size check to refuse
+// with ScheduleError (2**70 is too large, [1] not a size).
 std::string size_text(const py::object& size) {
   if (size.is_none()) return "";
-  if (py::isinstance<py::int_>(size)) return std::to_string(size.cast<int64_t>());
-  return size.cast<std::string>();
+  if (py::isinstance<py::float_>(size)) {
+    double bytes = size.cast<double>();
+    if (std::isfinite(bytes) && bytes == std::floor(bytes) && std::fabs(bytes) < 9.2e18)
+      return std::to_string(static_cast<int64_t>(bytes));
+  }
+  return py::str(size).cast<std::string>();
 }
 
 // A memory_limit argument, read with the GIL held. Its bytes are parsed inside unlocked, where a

@@ -21,6 +21,15 @@ std::vector<MetricsRow> read_metrics(const std::string& path) {
     if (!j.is_object() || !j.contains("step") || !j.contains("loss") || !j.contains("tokens_per_s") || !j.contains("peak_mem_bytes"))
       throw UserError(SourceRange{}, where + " is not a metrics row (a JSON object with step, loss, tokens_per_s and peak_mem_bytes)",
                       "pass the file `loom run --metrics` wrote");
+    auto need = [&](const char* field, bool typed, const char* kind) {
+      if (!typed)
+        throw UserError(SourceRange{}, where + ": `" + field + "` is " + j.at(field).dump() + ", not " + kind,
+                        "pass the file `loom run --metrics` wrote");
+    };
+    need("step", j.at("step").is_number_integer(), "an integer");
+    need("tokens_per_s", j.at("tokens_per_s").is_number(), "a number");
+    need("peak_mem_bytes", j.at("peak_mem_bytes").is_number_integer(), "an integer");
+    if (j.contains("step_ms")) need("step_ms", j.at("step_ms").is_number(), "a number");
     MetricsRow r;
     r.step = j.at("step").get<int64_t>();
     r.loss = j.at("loss").is_number() ? j.at("loss").get<double>() : std::nan("");  // not finite: not plotted

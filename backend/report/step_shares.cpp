@@ -26,8 +26,16 @@ std::map<int, RankSpans> spans_by_rank(const nlohmann::json& trace, const std::s
   if (!events->is_array())
     throw UserError(SourceRange{}, path + " is not a Chrome trace (no traceEvents list)", "pass the file `loom run --trace` wrote");
   std::map<int, RankSpans> ranks;
-  for (const nlohmann::json& e : *events) {
-    if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("ts") || !e.contains("dur") || !e.contains("pid")) continue;
+  for (size_t index = 0; index < events->size(); ++index) {
+    const nlohmann::json& e = (*events)[index];
+    if (!e.is_object() || !e.contains("ph") || e.at("ph") != "X" || !e.contains("ts") || !e.contains("dur") || !e.contains("pid"))
+      continue;
+    bool typed = e.at("ts").is_number() && e.at("dur").is_number() && e.at("pid").is_number_integer() &&
+                 (!e.contains("cat") || e.at("cat").is_string()) && (!e.contains("name") || e.at("name").is_string());
+    if (!typed)
+      throw UserError(SourceRange{}, path + ": trace event " + std::to_string(index) + " is not a span (ts and dur numbers, " +
+                                         "pid an integer, cat and name strings): " + e.dump(),
+                      "pass the file `loom run --trace` wrote");
     std::string category = e.value("cat", "");
     double ts = e.at("ts").get<double>();
     Interval span{ts, ts + e.at("dur").get<double>(), 0};

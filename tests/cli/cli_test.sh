@@ -18,6 +18,8 @@ expect "unknown model" 2 "did you mean 'gpt2'?" -- "$loom" check examples/gpt_tp
 expect "missing --model" 2 "--model is required" -- "$loom" check examples/gpt_tp.sched
 expect "local world must divide" 1 "local_world 3 does not divide world 8" -- "$loom" check examples/gpt_tp.sched --model gpt2 --world 8 --local-world 3
 expect "missing file" 1 "cannot read schedule file 'nope.sched'" -- "$loom" check nope.sched --model gpt2
+expect "a directory for the schedule" 1 "error: 'examples' is a directory, not a schedule file" "hint: give the .sched file's path" \
+  -- "$loom" check examples --model gpt2
 expect "no subcommand" 2 "A subcommand is required" -- "$loom"
 expect "unknown subcommand" 2 "error: unknown command 'chekc'" "hint: did you mean 'check'? \`loom --help\` lists the commands" -- "$loom" chekc x.sched
 expect "unknown subcommand, nothing close" 2 "error: unknown command 'xyzzy'" "hint: \`loom --help\` lists the commands" -- "$loom" xyzzy
@@ -31,6 +33,7 @@ expect "fmt" 0 "let x = (1 + 2) * 3  # trailing comment" -- "$loom" fmt tests/go
 expect "fmt --check canonical" 0 "" -- "$loom" fmt --check examples/gpt_tp.sched
 expect "fmt --check not canonical" 1 "" -- "$loom" fmt --check tests/golden/fmt/messy.sched
 expect "fmt of a missing file" 2 "error: cannot read 'nope.sched'" -- "$loom" fmt nope.sched
+expect "fmt of a directory" 2 "error: 'examples' is a directory, not a schedule file" -- "$loom" fmt -i examples
 expect "fmt syntax error" 1 "unterminated string literal" -- "$loom" fmt tests/error/syntax_unterminated_string.sched
 expect "tree" 0 "h.0.attn.c_attn  Linear  weight[384,128]  bias[384]" -- "$loom" tree --model gpt:tiny
 expect "models" 0 "llama3-70b" -- "$loom" models
@@ -132,6 +135,8 @@ expect "a resumed run does not re-plan" 1 "error: --replan-at with --resume: a r
   "hint: drop --replan-at, or start the run afresh" -- "$loom" run --model gpt:tiny --steps 4 --replan-at 2 --resume "$tmp"
 expect "verify does not re-plan (it compares one step)" 2 "The following arguments were not expected: 2 --replan-at" \
   -- "$loom" verify stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --replan-at 2
+expect "verify with a NaN tolerance" 1 "error: --atol must be a finite number of at least 0, got nan" \
+  "hint: give --atol (in Python: atol=) such as 1e-5" -- "$loom" verify stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --atol nan
 expect "data parallelism has nothing to re-plan, and says so" 0 "loom run: --replan-at: nothing to re-plan: the memory-aware passes act on sharded runs only" \
   -- "$loom" run --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --steps 3 --threads 1 --replan-at 2
 expect "run takes the limit too" 2 "expects a size such as 600MiB" -- "$loom" run --model gpt:tiny --memory-limit 6XB

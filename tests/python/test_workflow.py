@@ -61,6 +61,17 @@ try:
     check("a trace without a model raises", False)
 except ValueError as e:
     check("a trace without a model says to give one", 'model="..."' in str(e), str(e))
+# A header or an argument order of the wrong type is an error that names it (it was a raw
+# type_error; a world beyond an int became world 1).
+for text, message, kind in [('{"model": "gpt:tiny", "world": "2", "directives": []}', '"world" is "2", not a count', ValueError),
+                            ('{"model": "gpt:tiny", "world": 3000000000, "directives": []}', '"world" is 3000000000', ValueError),
+                            ('{"model": "gpt:tiny", "directives": [{"primitive": "zero", "target": "", "args": {"stage": 3},'
+                             ' "arg_order": [3]}]}', '"arg_order" holds 3, not an argument name', loom.ScheduleError)]:
+    try:
+        loom.replay(text)
+        check(f"replay refuses: {message}", False)
+    except kind as e:
+        check(f"replay says what is wrong: {message}", message in str(e), str(e))
 
 # 3. simulate: what `loom simulate --json` prints for the same schedule.
 path = sched_file(sch, "zero3.sched")
@@ -104,6 +115,8 @@ for bad, message in [("memory_passes", "--memory-passes must be one of off, auto
         check(f"plan with {bad}='sometimes' raises", False)
     except loom.ScheduleError as e:
         check(f"plan with {bad}='sometimes' says what it takes", message in str(e), str(e))
+check("a memory limit of whole bytes as a float is those bytes",
+      loom.simulate(sch, cluster="dgx-a100", memory_limit=20e6) == loom.simulate(sch, cluster="dgx-a100", memory_limit=20000000))
 knob_file_for_shape = os.path.join(tmp, "zero3.sched")
 with open(knob_file_for_shape, "w") as f:
     f.write("sch.zero(stage=3)\n")
@@ -112,7 +125,20 @@ for call, message in [(lambda: loom.plan("gpt:tiny", world=0, cluster="dgx-a100"
                       (lambda: loom.plan("gpt:tiny", world=4, cluster="dgx-a100", accum=0), "--accum must be at least 1, got 0"),
                       (lambda: loom.simulate(sch, cluster="dgx-a100", micro_batch=0), "--micro-batch must be at least 1, got 0"),
                       (lambda: loom.tune(knob_file_for_shape, model="gpt:tiny", world=2, cluster="dgx-a100", seq=0),
-                       "--seq must be at least 1, got 0")]:
+                       "--seq must be at least 1, got 0"),
+                      (lambda: loom.explain(sch, micro_batch=0), "--micro-batch must be at least 1, got 0"),
+                      (lambda: loom.plan("gpt:tiny", world=4, cluster="dgx-a100", top=0), "--top must be at least 1, got 0"),
+                      # Choices the command line checks are checked for Python too, not priced as the default.
+                      (lambda: loom.simulate(sch, cluster="dgx-a100", precision="FP32"),
+                       "--precision must be one of bf16, fp32, not 'FP32'"),
+                      (lambda: loom.tune(knob_file_for_shape, model="gpt:tiny", world=2, cluster="dgx-a100", evaluator="RUN"),
+                       "--evaluator must be one of sim, run, sim+run, not 'RUN'"),
+                      (lambda: loom.tune(knob_file_for_shape, model="gpt:tiny", world=2, cluster="dgx-a100", steps=2),
+                       "--steps must be at least 3, got 2"),
+                      (lambda: loom.verify(sch, atol=float("nan")), "--atol must be a finite number of at least 0, got nan"),
+                      # A memory limit that is not a size is a ScheduleError, whatever Python type it comes as.
+                      (lambda: loom.simulate(sch, cluster="dgx-a100", memory_limit=2**70), "which is too large"),
+                      (lambda: loom.simulate(sch, cluster="dgx-a100", memory_limit=[1]), "got '[1]'")]:
     try:
         call()
         check(f"a run shape with a zero raises: {message}", False)

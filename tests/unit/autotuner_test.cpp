@@ -173,6 +173,16 @@ TEST_CASE("the database survives a sweep killed mid-write: the partial last line
   std::ofstream(path) << "not json\n{}\n";
   CHECK_THROWS_WITH_AS(TrialDatabase(path, nullptr),
                        doctest::Contains((path + ":1 is not a trial").c_str()), UserError);
+  // A file that is not a trial database is refused and left whole, however it ends: a one-line
+  // JSON file, a one-line schedule without its newline, a whole trial line with a bad field.
+  for (const std::string text : {std::string(R"({"name": "my notes"})") + "\n", std::string("sch.zero(stage=3)"),
+                                 std::string(R"({"context": "synthetic"})")}) {
+    CAPTURE(text);
+    std::ofstream(path, std::ios::trunc) << text;
+    CHECK_THROWS_WITH_AS(TrialDatabase(path, nullptr),
+                         doctest::Contains((path + ":1 is not a trial").c_str()), UserError);
+    CHECK(std::filesystem::file_size(path) == text.size());
+  }
   std::filesystem::remove(path);
 }
 

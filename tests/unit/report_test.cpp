@@ -63,6 +63,9 @@ TEST_CASE("a trace without steps is refused with what to pass instead") {
   CHECK_THROWS_WITH_AS(report::step_shares(sim, "sim.json"), "sim.json has no steps: its trace has no \"step\" spans", UserError);
   CHECK_THROWS_WITH_AS(report::step_shares(nlohmann::json(3), "x.json"), "x.json is not a Chrome trace (no traceEvents list)",
                        UserError);
+  nlohmann::json typed = {{"traceEvents", {{{"ph", "X"}, {"ts", "0"}, {"dur", 1}, {"pid", 0}, {"name", "step 1"}}}}};
+  CHECK_THROWS_WITH_AS(report::step_shares(typed, "t.json"),
+                       doctest::Contains("t.json: trace event 0 is not a span (ts and dur numbers, pid an integer"), UserError);
 }
 
 TEST_CASE("the metrics file read back, and what is not one") {
@@ -80,6 +83,10 @@ TEST_CASE("the metrics file read back, and what is not one") {
                        ((dir / "bad.jsonl").string() + ":2 is not a metrics row (a JSON object with step, loss, tokens_per_s and "
                                                        "peak_mem_bytes)").c_str(),
                        UserError);
+  // A row with its fields of the wrong type says which (it was nlohmann's type_error, an internal error).
+  std::ofstream(dir / "typed.jsonl") << "{\"step\":\"1\",\"loss\":5.5,\"tokens_per_s\":100,\"peak_mem_bytes\":1}\n";
+  CHECK_THROWS_WITH_AS(report::read_metrics((dir / "typed.jsonl").string()),
+                       ((dir / "typed.jsonl").string() + ":1: `step` is \"1\", not an integer").c_str(), UserError);
   std::ofstream(dir / "empty.jsonl") << "\n";
   CHECK_THROWS_WITH_AS(report::read_metrics((dir / "empty.jsonl").string()), ((dir / "empty.jsonl").string() + " holds no steps").c_str(),
                        UserError);
