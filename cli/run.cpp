@@ -90,7 +90,7 @@ void add_run(CLI::App& app, std::function<int()>& run_fn) {
   c->add_option("--warmup", t.warmup, "linear warmup steps before the cosine decay");
   c->add_option("--weight-decay", t.weight_decay, "AdamW weight decay");
   c->add_option("--clip", t.clip, "clip the global gradient norm to this (0: off)");
-  c->add_option("--seed", t.seed, "seed for weights, data order and dropout");
+  c->add_option("--seed", t.seed, "seed for the weights and the data order");
   c->add_option("--save", t.save_dir, "write checkpoints to this directory (at the end, and every --save-every steps)");
   c->add_option("--save-every", t.save_every, "also checkpoint every K steps");
   c->add_option("--resume", t.resume, "continue from a checkpoint directory written by --save");

@@ -11,6 +11,11 @@ struct ForwardHolder : torch::CustomClassHolder {
   nn::Forward forward;
   size_t module_inputs = 0;  // the inputs the module takes; a grad anchor may follow them
   at::Tensor rng_state;
+  // The forward's module-call hooks (the executors, the profiler): autograd may run the backward
+  // on another thread (on CUDA, the device's), where none is installed, and the recomputation's
+  // module calls must go through them as the forward's did.
+  nn::CallInterceptor* interceptor = nullptr;
+  nn::CallObserver* observer = nullptr;
 };
 
 // forward: run without a graph; backward: rerun with a graph and backpropagate
@@ -52,6 +57,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
         gen.set_state(holder->rng_state);
       }
       torch::AutoGradMode enable(true);
+      nn::CallHooksScope hooks(holder->interceptor, holder->observer);
       out = holder->forward({inputs.begin(), inputs.begin() + static_cast<std::ptrdiff_t>(holder->module_inputs)});
       std::lock_guard<std::mutex> lock(gen.mutex());
       gen.set_state(now);
@@ -70,6 +76,8 @@ torch::Tensor checkpointed_call(const nn::Forward& forward, const std::vector<to
   auto holder = c10::make_intrusive<ForwardHolder>();
   holder->forward = forward;
   holder->module_inputs = inputs.size();
+  holder->interceptor = nn::call_interceptor();
+  holder->observer = nn::call_observer();
   // A module whose inputs need no gradient (an embedding of token ids) still trains its
   // parameters: an empty anchor that does makes autograd call the backward, which recomputes.
   std::vector<torch::Tensor> with_anchor = inputs;

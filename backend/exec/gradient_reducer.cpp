@@ -113,7 +113,7 @@ GradientReducer::GradientReducer(const std::vector<torch::Tensor>& params, const
     s_->buckets.push_back(std::move(b));
   }
   for (size_t k = 0; k < n; ++k) {
-    if (s_->bucket_of[k] == State::kNone || !params[k].requires_grad()) continue;  // finish() reduces what it holds
+    if (s_->bucket_of[k] == State::kNone || !params[k].requires_grad()) continue;  // in no bucket: never reduced (the header says why)
     State* state = s_.get();
     s_->params[k].register_hook([state, k](torch::Tensor grad) {
       state->on_grad(k, grad);

@@ -178,7 +178,12 @@ void ShardedExecutor::State::run_backward_through(size_t last) {
     } else if (in.kind == ir::OpKind::Compute && backward_cursor < last) {
       auto it = completed_by.find(index);
       if (it == completed_by.end()) continue;
-      for (size_t p : it->second) complete_gradient(p);
+      // A compute passed over (an expert no token chose): its parameters' gradients are zeros, and
+      // this was their last backward use, so their gathered weights go where the program releases them.
+      for (size_t p : it->second) {
+        complete_gradient(p);
+        release(p);
+      }
       complete_uncomputed();
       launch_reductions();
     }

@@ -88,7 +88,10 @@ void ShardedExecutor::State::launch_reductions() {
       r.out = torch::empty({r.wire.numel() / s_p}, r.wire.options());
       r.work = comm::reduce_scatter(*groups.params, r.wire, r.out);
     } else {
-      for (size_t p : r.members) params[p].grad_shard = params[p].grad_wire;  // s_p = 1: the shard is the whole parameter
+      // s_p = 1: the shard is the whole parameter, and no collective runs here: it stays fp32 (a
+      // replica sum casts to the reduce dtype as it launches), so accumulating micro-batches does
+      // not round each one's gradient to the wire's dtype first.
+      for (size_t p : r.members) params[p].grad_shard = params[p].grad_flat;
     }
     in_flight.push_back(std::move(r));
   }

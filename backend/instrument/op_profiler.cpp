@@ -93,12 +93,12 @@ struct OpProfiler::State {
   bool unpack_window_open = false;
   void close_unpack_window() {
     if (!unpack_window_open) return;
-    unpacked.ms += instrument::unpacked_ms() - unpack_from.ms;
-    unpacked.bytes += instrument::unpacked_bytes() - unpack_from.bytes;
+    unpacked.ms += instrument::unpacked_ms_all_threads() - unpack_from.ms;
+    unpacked.bytes += instrument::unpacked_bytes_all_threads() - unpack_from.bytes;
     unpack_window_open = false;
   }
   void open_unpack_window() {
-    unpack_from = {instrument::unpacked_ms(), instrument::unpacked_bytes()};
+    unpack_from = {instrument::unpacked_ms_all_threads(), instrument::unpacked_bytes_all_threads()};
     unpack_window_open = true;
   }
 

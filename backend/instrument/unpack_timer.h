@@ -27,8 +27,12 @@ class UnpackTimer {
   timeline::Span span_;
 };
 
-// This thread's unpacking so far: milliseconds and bytes.
+// This thread's unpacking so far: milliseconds and bytes (what an op on this thread excludes).
 double unpacked_ms();
 int64_t unpacked_bytes();
+// Every thread's so far: on a GPU autograd runs the backward, and so its waits' unpacking, on a
+// thread of its own (what a window over the step counts).
+double unpacked_ms_all_threads();
+int64_t unpacked_bytes_all_threads();
 
 }  // namespace loom::instrument

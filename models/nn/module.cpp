@@ -28,6 +28,9 @@ CallObserver* set_call_observer(CallObserver* observer) {
   return observer;
 }
 
+CallInterceptor* call_interceptor() { return current_interceptor; }
+CallObserver* call_observer() { return current_observer; }
+
 torch::Tensor dispatch(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs, const Forward& forward) {
   ObservedCall observed(module, current_observer);
   if (!current_interceptor) return forward(inputs);

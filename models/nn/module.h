@@ -41,6 +41,29 @@ CallObserver* set_call_observer(CallObserver* observer);
 // Installs the interceptor for this thread (nullptr removes it); returns the previous one.
 CallInterceptor* set_call_interceptor(CallInterceptor* interceptor);
 
+// This thread's interceptor and observer (null where none is installed).
+CallInterceptor* call_interceptor();
+CallObserver* call_observer();
+
+// Installs an interceptor and an observer for a scope on this thread, and puts back the ones
+// before when it ends: a recomputation in backward runs where autograd runs it (on CUDA, the
+// device's own thread), under the forward's.
+class CallHooksScope {
+ public:
+  CallHooksScope(CallInterceptor* interceptor, CallObserver* observer)
+      : interceptor_(set_call_interceptor(interceptor)), observer_(set_call_observer(observer)) {}
+  ~CallHooksScope() {
+    set_call_interceptor(interceptor_);
+    set_call_observer(observer_);
+  }
+  CallHooksScope(const CallHooksScope&) = delete;
+  CallHooksScope& operator=(const CallHooksScope&) = delete;
+
+ private:
+  CallInterceptor* interceptor_;
+  CallObserver* observer_;
+};
+
 // Runs one module call through the current interceptor, or directly when there is none.
 torch::Tensor dispatch(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs, const Forward& forward);
 

@@ -5,7 +5,10 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
+#include "backend/exec/activation_checkpoint.h"
+#include "backend/instrument/unpack_timer.h"
 #include "backend/ir/verifier.h"
 #include "backend/instrument/model_trace.h"
 #include "backend/lower/lower_schedule.h"
@@ -148,6 +151,38 @@ TEST_CASE("every module call goes through the interception point") {
   torch::Tensor changed = m.forward(ids);
   nn::set_call_interceptor(nullptr);
   CHECK(!torch::allclose(plain, changed));
+}
+
+TEST_CASE("a checkpointed module's recomputation goes through the forward's interceptor, on whatever thread autograd runs it") {
+  // On CUDA autograd runs the backward on the device's own thread, where the training thread's
+  // interceptor (the sharded executor, tensor parallelism, the profiler) is not installed; a
+  // backward called from another thread does the same on CPU.
+  torch::manual_seed(0);
+  BuiltModel m = build_model("gpt:tiny");
+  torch::Tensor ids = torch::randint(m.vocab_size, {1, 8}, torch::kLong);
+  struct Checkpointing : Recorder {
+    torch::Tensor intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& in, const nn::Forward& f) override {
+      calls.push_back(module.name());
+      return module.name() == "GPT2Block" ? checkpointed_call(f, in) : f(in);
+    }
+  } rec;
+  nn::set_call_interceptor(&rec);
+  torch::Tensor loss = m.forward(ids).sum();
+  nn::set_call_interceptor(nullptr);
+  auto count = [&](const std::string& type) { return std::count(rec.calls.begin(), rec.calls.end(), type); };
+  REQUIRE(count("GPT2MLP") == 4);
+  std::thread([&] { loss.backward(); }).join();
+  CHECK(count("GPT2MLP") == 8);  // each block's MLP again, in its recomputation
+  CHECK(nn::call_interceptor() == nullptr);  // the recomputation's thread had its hooks put back
+}
+
+TEST_CASE("the waits' unpacking is counted for its thread, and for all threads for a window over the step") {
+  // An op excludes its own thread's unpacking; the profile's window over a step counts every
+  // thread's, since on a GPU the backward's waits unpack on autograd's thread.
+  int64_t mine = instrument::unpacked_bytes(), all = instrument::unpacked_bytes_all_threads();
+  std::thread([] { instrument::UnpackTimer unpacking(1000); }).join();
+  CHECK(instrument::unpacked_bytes() == mine);
+  CHECK(instrument::unpacked_bytes_all_threads() == all + 1000);
 }
 
 TEST_CASE("Loom modules are ordinary torch modules: saved and loaded with torch::save/load") {
