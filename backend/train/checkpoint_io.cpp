@@ -3,11 +3,13 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <utility>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
 #include <torch/serialize.h>
 
+#include "backend/train/checkpoint_json.h"
 #include "backend/train/output_paths.h"
 #include "lang/diagnostics.h"
 
@@ -111,8 +113,10 @@ std::map<std::string, torch::Tensor> load_rank_state(const fs::path& dir, int ra
   if (!fs::exists(base + ".json")) return out;
   std::vector<torch::Tensor> tensors;
   torch::load(tensors, base + ".pt");
-  nlohmann::json names = nlohmann::json::parse(std::ifstream(base + ".json"));
-  for (size_t i = 0; i < names.size() && i < tensors.size(); ++i) out[names[i].get<std::string>()] = tensors[i];
+  nlohmann::json names = read_checkpoint_json(base + ".json");
+  read_checkpoint_fields(base + ".json", [&] {
+    for (size_t i = 0; i < names.size() && i < tensors.size(); ++i) out[names.at(i).get<std::string>()] = tensors[i];
+  });
   return out;
 }
 
@@ -144,10 +148,13 @@ void write_checkpoint(const TrainOptions& o, comm::Group& world, int64_t steps_d
 std::pair<fs::path, int64_t> load_model_checkpoint(const TrainOptions& o, torch::nn::Module& model,
                                                    const std::vector<torch::Tensor>& params) {
   fs::path dir = resolve_checkpoint(o.resume);
-  nlohmann::json meta = nlohmann::json::parse(std::ifstream(dir / "trainer.json"));
-  if (meta.value("model", "") != o.model)
-    throw UserError(SourceRange{}, "checkpoint '" + dir.string() + "' is of model " + meta.value("model", "?") + ", not " + o.model,
-                    "resume with --model " + meta.value("model", "?"));
+  nlohmann::json meta = read_checkpoint_json(dir / "trainer.json");
+  auto [model_name, step] = read_checkpoint_fields(dir / "trainer.json", [&] {
+    return std::pair{meta.at("model").get<std::string>(), meta.at("step").get<int64_t>()};
+  });
+  if (model_name != o.model)
+    throw UserError(SourceRange{}, "checkpoint '" + dir.string() + "' is of model " + model_name + ", not " + o.model,
+                    "resume with --model " + model_name);
   {
     torch::serialize::InputArchive archive;
     archive.load_from((dir / "model.pt").string());
@@ -164,12 +171,17 @@ std::pair<fs::path, int64_t> load_model_checkpoint(const TrainOptions& o, torch:
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(state);
   }
-  return {dir, meta.at("step").get<int64_t>()};
+  return {dir, step};
 }
 
 CheckpointLayout checkpoint_layout(const fs::path& dir) {
-  nlohmann::json meta = nlohmann::json::parse(std::ifstream(dir / "trainer.json"));
-  return {meta.at("world").get<int>(), meta.value("tp", 1), meta.value("pp", 1)};
+  nlohmann::json meta = read_checkpoint_json(dir / "trainer.json");
+  CheckpointLayout layout = read_checkpoint_fields(dir / "trainer.json", [&] {
+    return CheckpointLayout{meta.at("world").get<int>(), meta.value("tp", 1), meta.value("pp", 1)};
+  });
+  if (layout.world < 1 || layout.tp < 1 || layout.pp < 1)
+    throw damaged_checkpoint(dir / "trainer.json", "its world, tp and pp must be at least 1, not " + layout.describe());
+  return layout;
 }
 
 std::string CheckpointLayout::describe() const {

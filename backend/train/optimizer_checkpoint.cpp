@@ -2,12 +2,14 @@
 
 #include <fstream>
 #include <map>
+#include <utility>
 #include <memory>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 #include <torch/serialize.h>
 
+#include "backend/train/checkpoint_json.h"
 #include "backend/train/output_paths.h"
 #include "backend/torch_compat.h"
 #include "lang/diagnostics.h"
@@ -58,6 +60,17 @@ torch::Tensor flat_part(const torch::Tensor& whole, int64_t axis, int parts, int
   return (axis >= 0 ? whole.chunk(parts, axis)[part] : whole).contiguous().view({-1});
 }
 
+// That a saved range describes a part of a parameter: `parts` slices along an axis it has.
+void check_range(const SavedRange& r, const fs::path& file, size_t i) {
+  bool ok = r.offset >= 0 && r.length >= 0 && r.parts >= 1 && r.part >= 0 && r.part < r.parts && r.axis >= -1 &&
+            (r.shape.empty() ? r.axis == -1 : r.axis < static_cast<int64_t>(r.shape.size())) &&
+            (r.axis >= 0 || r.parts == 1);
+  if (!ok)
+    throw damaged_checkpoint(file, "range " + std::to_string(i) + " (offset " + std::to_string(r.offset) + ", length " +
+                                       std::to_string(r.length) + ", part " + std::to_string(r.part) + " of " +
+                                       std::to_string(r.parts) + " along axis " + std::to_string(r.axis) + ") is not part of a parameter");
+}
+
 // The saved ranges of every parameter, from the index files under dir/optim.
 std::map<std::string, std::vector<SavedRange>> saved_ranges(const fs::path& dir) {
   if (!fs::is_directory(dir / "optim"))
@@ -66,15 +79,19 @@ std::map<std::string, std::vector<SavedRange>> saved_ranges(const fs::path& dir)
   std::map<std::string, std::vector<SavedRange>> saved;
   for (auto& entry : fs::directory_iterator(dir / "optim")) {
     if (entry.path().extension() != ".json") continue;
-    auto index = nlohmann::json::parse(std::ifstream(entry.path()));
+    nlohmann::json index = read_checkpoint_json(entry.path());
     fs::path pt = entry.path();
     pt.replace_extension(".pt");
     for (size_t i = 0; i < index.size(); ++i) {
-      const auto& e = index[i];
-      saved[e.at("param").get<std::string>()].push_back({pt, i, e.at("offset").get<int64_t>(), e.at("length").get<int64_t>(),
-                                                          e.at("step").get<int64_t>(), e.value("axis", int64_t{-1}),
-                                                          e.value("parts", 1), e.value("part", 0),
-                                                          e.value("shape", std::vector<int64_t>{})});
+      auto [param, range] = read_checkpoint_fields(entry.path(), [&] {
+        const nlohmann::json& e = index.at(i);
+        return std::pair{e.at("param").get<std::string>(),
+                         SavedRange{pt, i, e.at("offset").get<int64_t>(), e.at("length").get<int64_t>(), e.at("step").get<int64_t>(),
+                                    e.value("axis", int64_t{-1}), e.value("parts", 1), e.value("part", 0),
+                                    e.value("shape", std::vector<int64_t>{})}};
+      });
+      check_range(range, entry.path(), i);
+      saved[param].push_back(std::move(range));
     }
   }
   return saved;

@@ -4,11 +4,14 @@
 #include "doctest_torch.h"
 
 #include <filesystem>
+#include <fstream>
 
+#include <nlohmann/json.hpp>
 #include <torch/optim/adamw.h>
 #include <unistd.h>
 
 #include "backend/torch_compat.h"
+#include "backend/train/checkpoint_io.h"
 #include "backend/train/optimizer_checkpoint.h"
 #include "lang/diagnostics.h"
 
@@ -76,5 +79,42 @@ TEST_CASE("optimizer ranges reshard across tensor-parallel parts: two column sli
   // Another model's parameter shape is refused.
   CHECK_THROWS_WITH_AS(load_optimizer_ranges(dir, {{"w", 24, 0, torch::zeros({24}, torch::requires_grad()), {24}}}, *one),
                        doctest::Contains("with another shape than this model's"), UserError);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a damaged checkpoint is a user error naming its file, not an internal error") {
+  fs::path dir = fs::temp_directory_path() / ("loom_optim_damaged_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  torch::Tensor whole = torch::zeros({4}, torch::requires_grad());
+  auto saver = stepped({whole});
+  save_optimizer_ranges(dir, 0, {{"w", 4, 0, whole, {4}}}, *saver);
+  fs::path index = dir / "optim" / "rank-0.json";
+  nlohmann::json good = nlohmann::json::parse(std::ifstream(index));
+  auto load_with = [&](const std::string& text) {
+    std::ofstream(index, std::ios::trunc) << text;
+    load_optimizer_ranges(dir, {{"w", 4, 0, whole, {4}}}, *saver);
+  };
+  std::string named = "checkpoint file " + index.string() + " is damaged: ";
+  CHECK_THROWS_WITH_AS(load_with("{\"param\": "), (named + "it is not JSON").c_str(), UserError);
+  nlohmann::json wrong_type = good;
+  wrong_type[0]["offset"] = "0";
+  CHECK_THROWS_WITH_AS(load_with(wrong_type.dump()), doctest::Contains((named + "[json.exception.type_error").c_str()), UserError);
+  nlohmann::json no_parts = good;
+  no_parts[0]["parts"] = 0;  // it divided a shape by zero
+  CHECK_THROWS_WITH_AS(load_with(no_parts.dump()),
+                       doctest::Contains((named + "range 0 (offset 0, length ").c_str()), UserError);
+  CHECK_THROWS_WITH_AS(load_with(no_parts.dump()), doctest::Contains("part 0 of 0 along axis -1) is not part of a parameter"), UserError);
+  nlohmann::json past_the_shape = good;
+  past_the_shape[0]["axis"] = 3;
+  past_the_shape[0]["parts"] = 2;
+  CHECK_THROWS_WITH_AS(load_with(past_the_shape.dump()), doctest::Contains("along axis 3) is not part of a parameter"), UserError);
+  // trainer.json: missing, not JSON, a world of none.
+  fs::path trainer = dir / "trainer.json";
+  CHECK_THROWS_WITH_AS(checkpoint_layout(dir), ("checkpoint file " + trainer.string() + " is damaged: it is missing or cannot be read").c_str(),
+                       UserError);
+  std::ofstream(trainer) << R"({"world": 0, "step": 3, "model": "gpt:tiny"})";
+  CHECK_THROWS_WITH_AS(checkpoint_layout(dir), doctest::Contains("its world, tp and pp must be at least 1"), UserError);
+  std::ofstream(trainer, std::ios::trunc) << R"({"world": "2"})";
+  CHECK_THROWS_WITH_AS(checkpoint_layout(dir), doctest::Contains("trainer.json is damaged: [json.exception.type_error"), UserError);
   fs::remove_all(dir);
 }
