@@ -103,8 +103,10 @@ TrialDatabase::TrialDatabase(std::string path, std::ostream* warn) : path_(std::
       ++trials;
     } catch (const std::exception& e) {
       // Only a trial cut off mid-write is dropped: the last line, unfinished (no newline, not
-      // JSON), after trials this database holds. Anything else is not ours to truncate.
-      bool cut_off = i + 1 == lines.size() && !ends_line && trials > 0 && !nlohmann::json::accept(lines[i]);
+      // JSON), after trials of this database or opening as every trial does. Anything else is
+      // not ours to truncate.
+      bool trial_like = trials > 0 || lines[i].rfind("{\"context\"", 0) == 0;
+      bool cut_off = i + 1 == lines.size() && !ends_line && trial_like && !nlohmann::json::accept(lines[i]);
       if (!cut_off)
         throw UserError(SourceRange{}, path_ + ":" + std::to_string(i + 1) + " is not a trial: " + e.what(),
                         "give --db a trial database (one JSON object per line, as loom tune writes it), or repair or "

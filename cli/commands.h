@@ -110,6 +110,8 @@ void check_at_least(const std::string& option, const std::string& keyword, int64
 // message at_least gives, naming the option and the keyword.
 void check_run_shape(const char* world_option, const char* world_keyword, int64_t world, int64_t local_world, int64_t seq,
                      int64_t micro_batch, int64_t accum);
+// The compute precisions a run is priced or trained in, as --precision takes them.
+extern const std::vector<std::string> kPrecisions;
 // That `given` is one of `allowed` (the options CLI11 checks with IsMember, for the library's
 // Python callers): UserError "--precision must be one of bf16, fp32, not 'FP32'", naming the
 // Python keyword in its hint.

@@ -59,6 +59,8 @@ CLI::Validator at_least(double min) {
       "at least " + bound);
 }
 
+const std::vector<std::string> kPrecisions{"bf16", "fp32"};
+
 void check_choice(const char* option, const char* keyword, const std::string& given, const std::vector<std::string>& allowed) {
   if (std::find(allowed.begin(), allowed.end(), given) != allowed.end()) return;
   std::string listed;
@@ -127,7 +129,7 @@ void add_step_options(CLI::App* c, TrainOptions& t) {
   c->add_option("--backend", t.backend, "collectives: auto (nccl on cuda, gloo on cpu), nccl, or gloo (on cuda: ranks may share a GPU)")
       ->check(CLI::IsMember({"auto", "nccl", "gloo"}));
   c->add_option("--precision", t.precision, "GPU compute precision: bf16 (autocast over fp32 master weights) or fp32")
-      ->check(CLI::IsMember({"bf16", "fp32"}));
+      ->check(CLI::IsMember(kPrecisions));
   c->add_option("--reduce-dtype", t.reduce_dtype, "gradients on the wire: fp32, fp16, or bf16 (NCCL); accumulated in fp32")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   c->add_option("--set", t.sets, "fix a tune() knob: --set micro_batch=4 (repeatable)");

@@ -138,7 +138,6 @@ UserError no_plan_fits(const PlanOptions& o, const PlanOutcome& out) {
 const std::vector<std::string> kCheckpoints{"none", "all", "auto"};
 const std::vector<std::string> kAttentions{"memory_efficient", "eager"};
 const std::vector<std::string> kMemoryPasses{"off", "auto"};
-const std::vector<std::string> kPrecisions{"bf16", "fp32"};
 
 void check_choices(const PlanOptions& o) {
   check_choice("--checkpoint", "checkpoint", o.checkpoint, kCheckpoints);

@@ -192,7 +192,7 @@ Simulation simulate_planned(const Schedule& sch, SimulateOptions& o, std::option
 
 void check_cost_model(const SimulateOptions& o) {
   check_run_shape("--nproc", "nproc", o.nproc, o.local_world, o.seq, o.micro_batch, o.accum);
-  check_choice("--precision", "precision", o.precision, {"bf16", "fp32"});
+  check_choice("--precision", "precision", o.precision, kPrecisions);
   if (o.cluster.empty() == o.profile.empty())
     throw UserError(SourceRange{}, "loom simulate needs one cost model: --cluster NAME or --profile FILE",
                     "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`");
@@ -300,7 +300,7 @@ void add_simulate(CLI::App& app, std::function<int()>& run) {
   c->add_option("--set", o->sets, "fix a tune() knob: --set name=value (repeatable)");
   c->add_option("--cluster", o->cluster, "a cluster by name (clusters/, $LOOM_CLUSTER_PATH) or a cluster file's path");
   c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE` (measured on this machine)");
-  c->add_option("--precision", o->precision, "the compute precision priced on a cluster's device")->check(CLI::IsMember({"bf16", "fp32"}));
+  c->add_option("--precision", o->precision, "the compute precision priced on a cluster's device")->check(CLI::IsMember(kPrecisions));
   c->add_flag("--json", o->json, "print {\"step_s\", \"compute_s\", \"exposed_comm_s\", \"peak_bytes\", ...} as JSON");
   c->add_option("--memory-limit", o->memory_limit,
                 "bytes per rank, e.g. 600MiB: prefetch(budget=auto), unshard(auto) and bucket(size=auto) plan within it "

@@ -38,6 +38,10 @@
 namespace loom::cli {
 namespace {
 
+// What --evaluator and --strategy take (the command's option checks and the library's, for Python).
+const std::vector<std::string> kEvaluators{"sim", "run", "sim+run"};
+const std::vector<std::string> kStrategies{"exhaustive", "random", "coordinate-descent", "successive-halving"};
+
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw UserError(SourceRange{}, "cannot read schedule file '" + path + "'", "check the path");
@@ -140,9 +144,9 @@ std::unique_ptr<tune::Evaluator> sim_evaluator(const TuneCommand& o, int& local_
 // The command line's combinations that cannot sweep, refused before any trial.
 void check_sweep(const TuneCommand& o) {
   check_run_shape("--nproc", "world", o.nproc, o.local_world, o.seq, o.micro_batch, o.accum);
-  check_choice("--evaluator", "evaluator", o.evaluator, {"sim", "run", "sim+run"});
-  check_choice("--strategy", "strategy", o.strategy, {"exhaustive", "random", "coordinate-descent", "successive-halving"});
-  check_choice("--precision", "precision", o.precision, {"bf16", "fp32"});
+  check_choice("--evaluator", "evaluator", o.evaluator, kEvaluators);
+  check_choice("--strategy", "strategy", o.strategy, kStrategies);
+  check_choice("--precision", "precision", o.precision, kPrecisions);
   check_at_least("--steps", "steps", o.steps, 3);  // a trial's step time is the median after its first two steps
   if (o.strategy == "successive-halving" && o.evaluator != "run")
     throw UserError(SourceRange{}, "--strategy successive-halving measures points with more and more steps, which only real runs take",
@@ -333,7 +337,7 @@ void add_tune(CLI::App& app, std::function<int()>& run) {
   c->add_option("--evaluator", o->evaluator,
                 "what evaluates a point: sim (the simulator), run (a `loom run` per point on this machine), or sim+run (the "
                 "simulator ranks the points, real runs confirm its best --confirm, and the regret is reported)")
-      ->check(CLI::IsMember({"sim", "run", "sim+run"}));
+      ->check(CLI::IsMember(kEvaluators));
   c->add_option("--confirm", o->confirm, "with --evaluator sim+run: how many of the simulator's best points real runs confirm")
       ->check(at_least(1));
   c->add_option("--steps", o->steps, "with --evaluator run: steps a trial trains (the median after the first two counts)")
@@ -343,7 +347,7 @@ void add_tune(CLI::App& app, std::function<int()>& run) {
   c->add_option("--strategy", o->strategy,
                 "exhaustive, random, coordinate-descent (randomized, slapo.txt §3.4), or successive-halving (real runs: every "
                 "point for --steps, the better half for twice as many, ... until one is left)")
-      ->check(CLI::IsMember({"exhaustive", "random", "coordinate-descent", "successive-halving"}));
+      ->check(CLI::IsMember(kStrategies));
   c->add_option("--seed", o->seed, "the random strategies' seed");
   c->add_option("--max-trials", o->max_trials, "evaluate at most this many new points (points in the database are free)");
   c->add_option("--memory-limit", o->memory_limit, "bytes per rank, e.g. 16GiB: a point above it is infeasible and the "
@@ -353,7 +357,7 @@ void add_tune(CLI::App& app, std::function<int()>& run) {
       ->transform(byte_size());
   c->add_option("--cluster", o->cluster, "price points on a cluster by name (clusters/) or a cluster file's path");
   c->add_option("--profile", o->profile, "price points on this machine, as the profile (`loom profile --out FILE`) measured it");
-  c->add_option("--precision", o->precision, "the compute precision priced")->check(CLI::IsMember({"bf16", "fp32"}));
+  c->add_option("--precision", o->precision, "the compute precision priced")->check(CLI::IsMember(kPrecisions));
   c->add_option("--db", o->db, "the trial database (JSONL): every trial is appended; points it holds are not evaluated again");
   c->add_flag("--resume", o->resume, "continue a sweep from its --db (refused when the database holds no trial of it)");
   c->add_flag("--json", o->json, "print {\"space_size\", \"evaluations\", \"best\", \"trials\"} as JSON");

@@ -42,7 +42,8 @@ Value builtin_range(const BuiltinCall& call, int64_t max_elements) {
                     "ranges are limited to " + std::to_string(max_elements) + " elements");
   std::vector<Value> items;
   items.reserve(count);
-  for (int64_t k = 0; k < count; ++k) items.push_back(Value::integer(start + k * step));
+  // Each element lies between start and stop, but k * step alone may not fit in 64 bits.
+  for (int64_t k = 0; k < count; ++k) items.push_back(Value::integer(static_cast<int64_t>(start + static_cast<__int128>(k) * step)));
   return Value::list(std::move(items));
 }
 

@@ -254,12 +254,14 @@ Value compare(const ast::Expr& e, const Value& a, const Value& b) {
   return Value::boolean(cmp >= 0);
 }
 
-// An int or a size that does not fit in 64 bits is an error in the schedule, never a wrap-around.
-[[noreturn]] void overflow(const ast::Expr& e, bool bytes, const Value& a, const Value& b) {
-  throw UserError(e.range,
-                  std::string(bytes ? "size" : "integer") + " overflow: " + a.to_source() + " " + e.text + " " + b.to_source() +
-                      " does not fit in 64 bits",
+// An int or a size that does not fit in 64 bits is an error in the schedule, never a wrap-around:
+// `what` (the operation) overflowed.
+[[noreturn]] void overflow(const SourceRange& where, bool bytes, const std::string& what) {
+  throw UserError(where, std::string(bytes ? "size" : "integer") + " overflow: " + what + " does not fit in 64 bits",
                   bytes ? "sizes must fit in 64 bits" : "ints are 64-bit (at most 9223372036854775807): compute it as a float, 1.0 * x");
+}
+[[noreturn]] void overflow(const ast::Expr& e, bool bytes, const Value& a, const Value& b) {
+  overflow(e.range, bytes, a.to_source() + " " + e.text + " " + b.to_source());
 }
 
 // A size computed in floating point, truncated to whole bytes where it fits.
@@ -401,9 +403,7 @@ Value Interpreter::eval_unary(const ast::Expr& e) {
   if (v.is(ValueKind::Float)) return Value::floating(-v.as_number());
   if (v.is(ValueKind::Int) || v.is(ValueKind::Bytes)) {
     bool bytes = v.is(ValueKind::Bytes);
-    if (v.as_int() == std::numeric_limits<int64_t>::min())
-      throw UserError(e.range, std::string(bytes ? "size" : "integer") + " overflow: -(" + v.to_source() + ") does not fit in 64 bits",
-                      bytes ? "sizes must fit in 64 bits" : "ints are 64-bit: compute it as a float, -1.0 * x");
+    if (v.as_int() == std::numeric_limits<int64_t>::min()) overflow(e.range, bytes, "-(" + v.to_source() + ")");
     return bytes ? Value::bytes(-v.as_int()) : Value::integer(-v.as_int());
   }
   throw UserError(e.range, "cannot negate " + kind_with_article(v.kind()), "negate numbers only");

@@ -268,8 +268,7 @@ bool bucket_phase(ir::Program& p, ir::Phase phase, const std::vector<const Bucke
   for (const std::vector<int>& members : params) {
     if (members.size() < 2) continue;
     std::unordered_set<int> set(members.begin(), members.end());
-    merge_collectives(p, [&](int q) { return set.count(q) > 0; }, &phase);
-    merged = true;
+    merged |= merge_collectives(p, [&](int q) { return set.count(q) > 0; }, &phase);
   }
   bool moved = reorder(p, phase, params, starts_run, m, inputs.reductions_in_flight);
   return merged || moved;

@@ -26,8 +26,9 @@ struct PlanSpaceOptions {
   std::string checkpoint = "none";  // "none", "all", "auto" (both)
 };
 
-// Every point of the space for `tree`, in a fixed order. Tensor parallelism is offered up to a
-// node's ranks and only for models whose blocks it knows how to split (tensor_parallel_directives);
+// Every point of the space for `tree`, in a fixed order. Tensor parallelism is offered where it
+// divides a node's ranks (its groups stay inside a node) and only for models whose blocks it knows
+// how to split (tensor_parallel_directives);
 // a pipeline up to the blocks there are.
 std::vector<PlanPoint> enumerate_plan_space(const ModuleTree& tree, const PlanSpaceOptions& options);
 

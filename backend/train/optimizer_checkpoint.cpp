@@ -101,14 +101,22 @@ std::map<std::string, std::vector<SavedRange>> saved_ranges(const fs::path& dir)
 class StateReader {
  public:
   torch::Tensor read(const SavedRange& s, const std::string& what) {
-    auto& a = archives_[s.file];
-    if (!a) {
-      a = std::make_unique<torch::serialize::InputArchive>();
-      a->load_from(s.file.string());
+    try {
+      auto& a = archives_[s.file];
+      if (!a) {
+        a = std::make_unique<torch::serialize::InputArchive>();
+        a->load_from(s.file.string());
+      }
+      torch::Tensor t;
+      a->read(what + "." + std::to_string(s.index), t);
+      if (t.dim() != 1 || t.numel() < s.length)
+        throw damaged_checkpoint(s.file, what + "." + std::to_string(s.index) + " holds " + std::to_string(t.numel()) +
+                                             " elements where its index says " + std::to_string(s.length));
+      return t;
+    } catch (const c10::Error& e) {  // a missing or truncated archive, a tensor it lacks
+      archives_.erase(s.file);
+      throw damaged_checkpoint(s.file, e.what_without_backtrace());
     }
-    torch::Tensor t;
-    a->read(what + "." + std::to_string(s.index), t);
-    return t;
   }
 
  private:
@@ -152,6 +160,9 @@ void load_optimizer_ranges(const fs::path& dir, const std::vector<OptimizedRange
     if (it == saved.end())
       throw UserError(SourceRange{}, "checkpoint '" + dir.string() + "' holds no optimizer state for parameter " + r.param,
                       "resume with the model the checkpoint was written for");
+    for (const SavedRange& s : it->second)
+      if (s.axis != it->second[0].axis || s.parts != it->second[0].parts)
+        throw damaged_checkpoint(s.file, "the ranges of " + r.param + " disagree on the parts it was saved in");
     if (!it->second[0].shape.empty() && it->second[0].shape != r.shape)
       throw UserError(SourceRange{}, "checkpoint '" + dir.string() + "' holds " + r.param + " with another shape than this model's",
                       "resume with the model the checkpoint was written for");

@@ -20,7 +20,7 @@ void price(const loom::Cluster& c) {
   loom::Cluster beside = c;
   if (c.intra_node_beside_compute) beside.intra_node = *c.intra_node_beside_compute;
   for (int64_t bytes : {int64_t{0}, int64_t{1} << 20, int64_t{1} << 40}) {
-    for (const char* op : {"all_gather", "reduce_scatter", "all_reduce", "broadcast"})
+    for (const std::string& op : loom::ring_collectives())
       for (loom::GroupSpan span : {loom::GroupSpan{c.devices_per_node, 1}, loom::GroupSpan{c.devices_per_node, c.nodes}}) {
         (void)loom::collective_seconds(c, op, bytes, span);
         (void)loom::collective_seconds(beside, op, bytes, span);

@@ -171,9 +171,13 @@ TEST_CASE("a checkpointed module's recomputation goes through the forward's inte
   nn::set_call_interceptor(nullptr);
   auto count = [&](const std::string& type) { return std::count(rec.calls.begin(), rec.calls.end(), type); };
   REQUIRE(count("GPT2MLP") == 4);
-  std::thread([&] { loss.backward(); }).join();
+  nn::CallInterceptor* left_on_backward_thread = &rec;
+  std::thread([&] {
+    loss.backward();
+    left_on_backward_thread = nn::call_interceptor();
+  }).join();
   CHECK(count("GPT2MLP") == 8);  // each block's MLP again, in its recomputation
-  CHECK(nn::call_interceptor() == nullptr);  // the recomputation's thread had its hooks put back
+  CHECK(left_on_backward_thread == nullptr);  // the recomputation's thread had its own hooks put back
 }
 
 TEST_CASE("the waits' unpacking is counted for its thread, and for all threads for a window over the step") {

@@ -108,6 +108,10 @@ TEST_CASE("a damaged checkpoint is a user error naming its file, not an internal
   past_the_shape[0]["axis"] = 3;
   past_the_shape[0]["parts"] = 2;
   CHECK_THROWS_WITH_AS(load_with(past_the_shape.dump()), doctest::Contains("along axis 3) is not part of a parameter"), UserError);
+  // The states' archive missing.
+  fs::remove(dir / "optim" / "rank-0.pt");
+  CHECK_THROWS_WITH_AS(load_with(good.dump()),
+                       doctest::Contains(("checkpoint file " + (dir / "optim" / "rank-0.pt").string() + " is damaged: ").c_str()), UserError);
   // trainer.json: missing, not JSON, a world of none.
   fs::path trainer = dir / "trainer.json";
   CHECK_THROWS_WITH_AS(checkpoint_layout(dir), ("checkpoint file " + trainer.string() + " is damaged: it is missing or cannot be read").c_str(),

@@ -117,10 +117,11 @@ for bad, message in [("memory_passes", "--memory-passes must be one of off, auto
         check(f"plan with {bad}='sometimes' says what it takes", message in str(e), str(e))
 check("a memory limit of whole bytes as a float is those bytes",
       loom.simulate(sch, cluster="dgx-a100", memory_limit=20e6) == loom.simulate(sch, cluster="dgx-a100", memory_limit=20000000))
-knob_file_for_shape = os.path.join(tmp, "zero3.sched")
+knob_file_for_shape = os.path.join(tmp, "shape_checks.sched")
 with open(knob_file_for_shape, "w") as f:
     f.write("sch.zero(stage=3)\n")
-# No option check runs for Python: the library refuses a run of no ranks or empty batches itself.
+# No option check runs for Python: the library refuses what the command line's checks would (a run
+# of no ranks or empty batches, a choice not offered, a tolerance that is not a number) itself.
 for call, message in [(lambda: loom.plan("gpt:tiny", world=0, cluster="dgx-a100"), "--world must be at least 1, got 0"),
                       (lambda: loom.plan("gpt:tiny", world=4, cluster="dgx-a100", accum=0), "--accum must be at least 1, got 0"),
                       (lambda: loom.simulate(sch, cluster="dgx-a100", micro_batch=0), "--micro-batch must be at least 1, got 0"),
@@ -141,9 +142,9 @@ for call, message in [(lambda: loom.plan("gpt:tiny", world=0, cluster="dgx-a100"
                       (lambda: loom.simulate(sch, cluster="dgx-a100", memory_limit=[1]), "got '[1]'")]:
     try:
         call()
-        check(f"a run shape with a zero raises: {message}", False)
+        check(f"an argument the command line would refuse raises: {message}", False)
     except loom.ScheduleError as e:
-        check(f"a run shape with a zero says which: {message}", message in str(e), str(e))
+        check(f"an argument the command line would refuse says which: {message}", message in str(e), str(e))
 
 # 5. tune: a Python function declaring knobs sweeps the same space as the .sched file with the
 #    same knobs, and a constraint prunes points as in the language.

@@ -183,6 +183,12 @@ TEST_CASE("the database survives a sweep killed mid-write: the partial last line
                          doctest::Contains((path + ":1 is not a trial").c_str()), UserError);
     CHECK(std::filesystem::file_size(path) == text.size());
   }
+  // A sweep killed while writing its first trial: that line alone, dropped.
+  std::ofstream(path, std::ios::trunc) << R"({"context":"synthetic","key":"micro_bat)";
+  std::ostringstream first;
+  CHECK(TrialDatabase(path, &first).trials("synthetic").empty());
+  CHECK(first.str().find(path + ":1 is an unfinished trial") != std::string::npos);
+  CHECK(std::filesystem::file_size(path) == 0);
   std::filesystem::remove(path);
 }
 
