@@ -30,6 +30,7 @@
 #include "lang/diagnostics.h"
 #include "lang/interpreter.h"
 #include "lang/schedule.h"
+#include "lang/schedule_file.h"
 #include "lang/trace.h"
 #include "lang/value.h"
 #include "models/zoo.h"
@@ -41,14 +42,6 @@ namespace {
 // What --evaluator and --strategy take (the command's option checks and the library's, for Python).
 const std::vector<std::string> kEvaluators{"sim", "run", "sim+run"};
 const std::vector<std::string> kStrategies{"exhaustive", "random", "coordinate-descent", "successive-halving"};
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UserError(SourceRange{}, "cannot read schedule file '" + path + "'", "check the path");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // The schedule a program (o.build) makes: it may keep the schedule it is given, so it is given
 // one it shares, and the tuner goes on with a copy. `declared` as schedule_at's.
@@ -90,7 +83,7 @@ std::unique_ptr<Schedule> schedule_at(const TuneCommand& o, int local_world, con
 // What identifies the schedule in the trial database: its file's text, or the program's name.
 std::string schedule_key(const TuneCommand& o) {
   char key[17];
-  std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(fnv1a(o.build ? "program " + o.name : read_text(o.file))));
+  std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(fnv1a(o.build ? "program " + o.name : read_schedule_file(o.file))));
   return key;
 }
 
@@ -185,7 +178,7 @@ std::vector<std::string> plot_axes(const TuneCommand& o, const tune::SearchSpace
 std::string fixed_schedule(const TuneCommand& o, const std::string& strategy, int local_world, const tune::Trial& best) {
   KnobSpace declared;
   std::unique_ptr<Schedule> at_best = schedule_at(o, local_world, tune::values_of(best.knobs), &declared);
-  std::string text = o.build ? trace_to_sched(*at_best) : read_text(o.file);
+  std::string text = o.build ? trace_to_sched(*at_best) : read_schedule_file(o.file);
   std::vector<std::string> lines;
   std::istringstream in(text);
   for (std::string l; std::getline(in, l);) lines.push_back(l);

@@ -9,6 +9,7 @@
 #include "grammar/parse.h"
 #include "lang/builtin_functions.h"
 #include "lang/printer.h"
+#include "lang/schedule_file.h"
 
 namespace loom {
 
@@ -39,16 +40,7 @@ Interpreter::Interpreter(Schedule& schedule, SourceManager& sources, Interpreter
   frames_.push_back(Frame{{Scope{}}});
 }
 
-void Interpreter::run_file(const std::string& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec))  // a directory opens as a stream of nothing: an empty schedule
-    throw UserError(SourceRange{}, "'" + path + "' is a directory, not a schedule file", "give the .sched file's path");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(SourceRange{}, "cannot read schedule file '" + path + "'", "check the path");
-  std::stringstream buf;
-  buf << in.rdbuf();
-  run_source(path, buf.str());
-}
+void Interpreter::run_file(const std::string& path) { run_source(path, read_schedule_file(path)); }
 
 void Interpreter::run_source(const std::string& name, const std::string& text) {
   const SourceFile& file = sources_.add(name, text);

@@ -2,9 +2,9 @@
 
 #include <fstream>
 #include <map>
-#include <utility>
 #include <memory>
 #include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 #include <torch/serialize.h>

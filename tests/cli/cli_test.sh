@@ -34,6 +34,8 @@ expect "fmt --check canonical" 0 "" -- "$loom" fmt --check examples/gpt_tp.sched
 expect "fmt --check not canonical" 1 "" -- "$loom" fmt --check tests/golden/fmt/messy.sched
 expect "fmt of a missing file" 2 "error: cannot read 'nope.sched'" -- "$loom" fmt nope.sched
 expect "fmt of a directory" 2 "error: 'examples' is a directory, not a schedule file" -- "$loom" fmt -i examples
+expect "tune of a directory" 1 "error: 'examples' is a directory, not a schedule file" \
+  -- "$loom" tune examples --model gpt:tiny --nproc 2 --cluster dgx-a100
 expect "fmt syntax error" 1 "unterminated string literal" -- "$loom" fmt tests/error/syntax_unterminated_string.sched
 expect "tree" 0 "h.0.attn.c_attn  Linear  weight[384,128]  bias[384]" -- "$loom" tree --model gpt:tiny
 expect "models" 0 "llama3-70b" -- "$loom" models
