@@ -13,17 +13,20 @@
 # the measured peak against the limit, and the simulated step and peak against the measured.
 # `--link` (as root, with iproute2 and tc) runs everything in a network namespace whose loopback
 # is shaped to 1 Gbit/s, as benchmarks/sim_accuracy.sh does.
-# KEEP=DIR keeps the profiles, simulations and metrics.
-#   bash benchmarks/memory_passes.sh [WORLD] [--link] [--limit 600MiB]
+# KEEP=DIR keeps the profiles, simulations and metrics. `--accum N` accumulates N micro-batches a
+# step (unshard(auto) then keeps what fits gathered across them); SCHEDULES="..." runs a subset
+# (ddp and zero3 among them).
+#   bash benchmarks/memory_passes.sh [WORLD] [--link] [--limit 600MiB] [--accum N]
 set -euo pipefail
 [ -z "${KEEP:-}" ] || KEEP=$(realpath -m "$KEEP")
 cd "$(dirname "$0")/.."
 loom=$PWD/${LOOM:-build/loom}
-world=2 link=loopback limit=600MiB
+world=2 link=loopback limit=600MiB accum=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --link) link=1gbit ;;
     --limit) limit=$2; shift ;;
+    --accum) accum=$2; shift ;;
     *) world=$1 ;;
   esac
   shift
@@ -37,8 +40,13 @@ printf 'sch.zero(stage=3)\nsch["h.*"].prefetch(budget=auto)\n' > "$out/zero3_pre
 printf 'sch.zero(stage=3)\nsch["h.*"].prefetch(budget=auto)\nsch["h.*"].unshard(auto)\n' > "$out/zero3_prefetch_unshard.sched"
 printf 'sch.zero(stage=3)\nsch["h.*"].prefetch(budget=auto)\nsch["h.*"].unshard(auto)\nsch["h.*"].bucket(size=auto)\n' \
   > "$out/zero3_all_auto.sched"
-schedules="ddp zero3 zero3_prefetch zero3_prefetch_unshard zero3_all_auto zero3_all_auto_replan"
-shape="--model gpt:50m --micro-batch 2 --seq 64"
+schedules="${SCHEDULES:-ddp zero3 zero3_prefetch zero3_prefetch_unshard zero3_all_auto zero3_all_auto_replan}"
+shape="--model gpt:50m --micro-batch 2 --seq 64 --accum $accum"
+for needed in ddp zero3; do  # the baselines every row is compared with
+  [[ " $schedules " == *" $needed "* ]] || { echo "error: SCHEDULES must include $needed (the table's baselines)" >&2; exit 1; }
+done
+[[ " $schedules " != *" zero3_all_auto_replan "* || " $schedules " == *" zero3_all_auto "* ]] ||
+  { echo "error: SCHEDULES with zero3_all_auto_replan needs zero3_all_auto (its profile)" >&2; exit 1; }
 for row in $schedules; do
   echo "memory_passes: $row" >&2
   sched=${row%_replan} run_flags="--steps 8 --replan-at 0" sim_flags=""  # the program planned from sizes throughout
@@ -50,11 +58,12 @@ for row in $schedules; do
   "${in_net[@]}" "$loom" run "$out/$sched.sched" $shape --threads 1 --nproc "$world" $run_flags --data synthetic \
     --memory-limit "$limit" --metrics "$out/$row.jsonl" > "$out/$row.log"
 done
-/usr/bin/python3 - "$out" "$world" "$link" "$limit" $schedules <<'PY'
+/usr/bin/python3 - "$out" "$world" "$link" "$limit" "$accum" $schedules <<'PY'
 import json, sys
-d, world, link, limit, schedules = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+d, world, link, limit, accum, schedules = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6:]
 over = "loopback" if link == "loopback" else "a loopback shaped to 1 Gbit/s"
-print(f"gpt:50m at world {world} over {over}, micro-batch 2 x 64 tokens, 1 thread per rank, --memory-limit {limit}")
+steps = f", {accum} micro-batches a step" if accum > 1 else ""
+print(f"gpt:50m at world {world} over {over}, micro-batch 2 x 64 tokens{steps}, 1 thread per rank, --memory-limit {limit}")
 step, peak, sim = {}, {}, {}
 for s in schedules:
     rows = [json.loads(l) for l in open(f"{d}/{s}.jsonl")][7 if s.endswith("_replan") else 2:]

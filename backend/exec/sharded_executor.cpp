@@ -205,10 +205,13 @@ void ShardedExecutor::finish_backward() {
   s.launch_reductions();
   s.complete_reductions();
   while (!s.replica_sums.empty()) s.finish_replica_sum(s.replica_sums.begin()->first, /*at_wait=*/false);
-  // A gather the IR launched for an op whose backward did not run completes before its buffer goes.
+  // A gather the IR launched for an op whose backward did not run completes before its buffer
+  // goes. The program has released every parameter by its end but those it keeps gathered
+  // into the next micro-batch (keep_gathered); a parameter gathered at need after the program
+  // released it goes too.
   for (size_t p = 0; p < s.params.size(); ++p) {
     if (s.params[p].gathering) s.finish_gather(p);
-    s.release(p);
+    if (s.last_micro_batch || !s.kept_into_next_micro_batch(p)) s.release(p);
   }
 }
 

@@ -5,7 +5,8 @@
 // use, released after the last use. In backward, a pass-through autograd node on each module's
 // output runs the IR's backward instructions up to that module's compute just before its
 // backward: its parameters are waited for and the next ops' gathers launched (backward
-// prefetch, where the IR places them). Each parameter's gradient is
+// prefetch, where the IR places them). A parameter's backward release (the IR's, in the
+// micro-batches it runs in) runs once its gradient is complete. Each parameter's gradient is
 // reduce-scattered to its s_p owners as soon as it is complete (simplefsdp.txt §3.1), in the
 // same order on every rank, and completed where the program waits for it. Gradients (lins.txt §IV-C): when s_g > s_p, every micro-batch but
 // the last is all-reduced among the s_g / s_p peers and each keeps its 1/s_g (select & drop);

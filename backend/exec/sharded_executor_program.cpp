@@ -32,7 +32,10 @@ void ShardedExecutor::State::follow_program() {
   for (size_t i : backward_instrs)
     if (program.instrs[i].kind == ir::OpKind::Compute)
       for (int p : program.instrs[i].params) last_backward_use[p] = i;
-  for (auto& [p, i] : last_backward_use) completed_by[i].push_back(static_cast<size_t>(p));
+  for (auto& [p, i] : last_backward_use) {
+    completed_by[i].push_back(static_cast<size_t>(p));
+    params[static_cast<size_t>(p)].backward_release = backward_release_after(i, p);
+  }
   for (auto& [i, ps] : completed_by) std::sort(ps.begin(), ps.end());
   uncomputed.clear();
   last_computed.clear();
@@ -40,6 +43,19 @@ void ShardedExecutor::State::follow_program() {
     if (!last_backward_use.count(static_cast<int>(p))) uncomputed.push_back(p);
   size_t last = ir::last_backward_compute(program);
   if (last < program.instrs.size()) last_computed = as_indices(program.instrs[last].params);
+}
+
+size_t ShardedExecutor::State::backward_release_after(size_t compute, int p) const {
+  for (size_t i = compute + 1; i < program.instrs.size() && program.instrs[i].phase == ir::Phase::Backward; ++i) {
+    const ir::Instr& in = program.instrs[i];
+    if (in.kind == ir::OpKind::Release && std::find(in.params.begin(), in.params.end(), p) != in.params.end()) return i;
+  }
+  return static_cast<size_t>(-1);
+}
+
+bool ShardedExecutor::State::kept_into_next_micro_batch(size_t p) const {
+  size_t r = params[p].backward_release;
+  return r < program.instrs.size() && program.instrs[r].runs_in == ir::MicroBatches::Last;
 }
 
 void ShardedExecutor::State::launch_gather(const std::vector<size_t>& wanted) {
@@ -118,7 +134,7 @@ void ShardedExecutor::State::run_forward_until(const std::string& module) {
     const ir::Instr& in = program.instrs[forward_instrs[cursor++]];
     switch (in.kind) {
       case ir::OpKind::AllGather:
-        launch_gather(as_indices(in.params));
+        if (runs_now(in)) launch_gather(as_indices(in.params));
         break;
       case ir::OpKind::Wait:
         wait_for(in);
@@ -128,7 +144,8 @@ void ShardedExecutor::State::run_forward_until(const std::string& module) {
         copy_states(in);
         break;
       case ir::OpKind::Release:
-        for (int p : in.params) release(p);
+        if (runs_now(in))
+          for (int p : in.params) release(p);
         break;
       case ir::OpKind::Compute:
         if (in.module == module) return;
@@ -170,20 +187,19 @@ void ShardedExecutor::State::run_backward_through(size_t last) {
     if (auto unit = completes_unit_at.find(index); unit != completes_unit_at.end()) {
       complete_reductions(unit->second);  // where the program completes this reduction
     } else if (in.kind == ir::OpKind::AllGather) {
-      launch_gather(as_indices(in.params));
+      if (runs_now(in)) launch_gather(as_indices(in.params));
     } else if (in.kind == ir::OpKind::Wait) {
       wait_for(in);
     } else if (in.kind == ir::OpKind::OffloadStates || in.kind == ir::OpKind::ReloadStates) {
       copy_states(in);
+    } else if (in.kind == ir::OpKind::Release) {
+      if (runs_now(in))
+        for (int p : in.params) release(p);
     } else if (in.kind == ir::OpKind::Compute && backward_cursor < last) {
       auto it = completed_by.find(index);
       if (it == completed_by.end()) continue;
-      // A compute passed over (an expert no token chose): its parameters' gradients are zeros, and
-      // this was their last backward use, so their gathered weights go where the program releases them.
-      for (size_t p : it->second) {
-        complete_gradient(p);
-        release(p);
-      }
+      // A compute passed over (an expert no token chose): its parameters' gradients are zeros.
+      for (size_t p : it->second) complete_gradient(p);
       complete_uncomputed();
       launch_reductions();
     }
@@ -196,16 +212,20 @@ void ShardedExecutor::State::wait_for(const ir::Instr& wait) {
     return;
   }
   if (copy_handles.count(wait.handle)) {
-    if (ir::runs_in_micro_batch(wait.runs_in, micro_batch, micro_batches)) attached_copier().wait(wait.handle);
+    if (runs_now(wait)) attached_copier().wait(wait.handle);
     return;
   }
   auto it = gathers_by_handle.find(wait.handle);
-  if (it == gathers_by_handle.end()) return;
+  if (it == gathers_by_handle.end() || !runs_now(wait)) return;
   for (int p : it->second) finish_gather(p, /*at_wait=*/true);
 }
 
+bool ShardedExecutor::State::runs_now(const ir::Instr& in) const {
+  return ir::runs_in_micro_batch(in.runs_in, micro_batch, micro_batches);
+}
+
 void ShardedExecutor::State::copy_states(const ir::Instr& in) {
-  if (!ir::runs_in_micro_batch(in.runs_in, micro_batch, micro_batches)) return;
+  if (!runs_now(in)) return;
   if (in.kind == ir::OpKind::OffloadStates) attached_copier().offload(in.handle, in.params);
   else attached_copier().reload(in.handle, in.params);
 }

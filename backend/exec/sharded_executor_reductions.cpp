@@ -23,8 +23,7 @@ void ShardedExecutor::State::on_grad(size_t p, const torch::Tensor& grad) {
   if (++q.arrived < q.deliveries) return;  // a recomputation still hands it more
   complete_gradient(p);
   stored_by_autograd.push_back(p);
-  // Its gradient is complete, so no backward op needs the gathered weight any more.
-  release(p);
+  if (q.backward_release < program.instrs.size() && runs_now(program.instrs[q.backward_release])) release(p);
   complete_uncomputed();
   launch_reductions();
 }

@@ -62,6 +62,8 @@ struct ShardedExecutor::State {
     bool gathering = false;
     std::shared_ptr<Gather> gather;  // while gathering
     // Gradient reduction of the current micro-batch.
+    // The program's backward release of it, after its last backward compute (npos: none).
+    size_t backward_release = static_cast<size_t>(-1);
     int deliveries = 1;       // the gradients autograd hands it per micro-batch (ir::gradient_deliveries)
     int arrived = 0;          // those handed so far
     bool grad_ready = false;  // all of them are in grad_flat (or the op did not run here: zeros)
@@ -148,7 +150,8 @@ struct ShardedExecutor::State {
 
   // Before `module`'s backward: the IR's backward gathers and waits up to its compute, so the
   // gathers of the ops that follow are in flight while this one computes (backward prefetch).
-  // Reductions and releases follow the gradients themselves (on_grad). When the op is not
+  // Reductions follow the gradients themselves (on_grad), and so does each parameter's release
+  // (the IR's, once nothing can need the parameter: see on_grad). When the op is not
   // where the IR expects it, nothing is skipped past: its parameters are gathered at need,
   // which every rank does alike.
   void run_backward_until(const std::string& module);
@@ -169,12 +172,29 @@ struct ShardedExecutor::State {
 
   void wait_for(const ir::Instr& wait);
 
+  // The index of the program's first release of parameter p after instruction `compute` (its
+  // last backward compute), in backward; npos when there is none.
+  size_t backward_release_after(size_t compute, int p) const;
+
+  // Whether `in` runs in this micro-batch (its runs_in: a parameter unsharded across the
+  // micro-batches is gathered in the first and released in the last).
+  bool runs_now(const ir::Instr& in) const;
+
   // An offload_states or reload_states, in the micro-batches it runs in.
   void copy_states(const ir::Instr& in);
 
   StateCopier& attached_copier();
 
+  // Autograd hands parameter p a gradient. With its last one the gradient is complete: its
+  // reductions launch when their turn comes, and the program's backward release of p runs now,
+  // if it runs in this micro-batch: no later op needs p, so the release commutes with the
+  // reduction waits the program puts before it, and the untraced work between two ops (an
+  // activation's backward) does not run with p still held, as the memory walk has it.
   void on_grad(size_t p, const torch::Tensor& grad);
+
+  // Whether the program keeps p gathered into the next micro-batch (its backward release runs
+  // in the last micro-batch only: keep_gathered).
+  bool kept_into_next_micro_batch(size_t p) const;
 
   // Completes the uncomputed gradients once the last backward compute's are complete (or
   // `backward_over`: autograd has returned, so every compute this rank runs has run).

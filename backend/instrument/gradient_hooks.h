@@ -1,9 +1,10 @@
 // A listener told when the executors' work inside autograd's backward begins
 // (gradient_hook_begins). That work: a parameter's gradient hook adds the gradient to its flat
-// buffer, releases the gathered parameter and launches the reductions whose gradients are
-// complete. That work is the program's (the memory walk counts its buffers at their own
-// instructions), not the op's whose backward autograd is running, so the executors say when it
-// begins and the op profiler ends the op's memory window there. Torch-free.
+// buffer, releases the gathered parameter (where the program releases it in this micro-batch)
+// and launches the reductions whose gradients are complete. That work is the program's (the
+// memory walk counts its buffers at their own instructions), not the op's whose backward
+// autograd is running, so the executors say when it begins and the op profiler ends the op's
+// memory window there. Torch-free.
 #pragma once
 
 namespace loom::instrument {

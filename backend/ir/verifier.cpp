@@ -252,13 +252,63 @@ std::string StepChecker::check_end() const {
   return "";
 }
 
+// Under accumulation the body runs once per micro-batch, each instruction in the micro-batches
+// its runs_in names; a parameter unsharded across them (keep_gathered) is gathered in the first
+// and released in the last. StepChecker reads the program once; this follows the gathered state
+// through every micro-batch's run: each use finds its parameters gathered, each gather finds
+// them sharded, each release gathered, and the step ends with all of them sharded.
+std::string check_gathers_by_micro_batch(const Program& p) {
+  if (p.micro_batches <= 1 || p.sharding.params <= 1 || !p.gathers_placed) return "";
+  // Where every gather, wait and release runs in every micro-batch, each repeats StepChecker's one pass.
+  bool some_once = std::any_of(p.instrs.begin(), p.instrs.end(), [](const Instr& in) {
+    bool gathering = in.kind == OpKind::AllGather || in.kind == OpKind::Wait || in.kind == OpKind::Release;
+    return gathering && in.phase != Phase::Step && in.runs_in != MicroBatches::All;
+  });
+  if (!some_once) return "";
+  enum class Gathered { Sharded, InFlight, Resident };
+  std::vector<Gathered> state(p.params.size(), Gathered::Sharded);
+  std::vector<long> gather_of(static_cast<size_t>(handle_count(p)), -1);  // by handle: its gather's instruction
+  auto at = [&](size_t i, int64_t mb, const std::string& what) {
+    const Instr& in = p.instrs[i];
+    return "instruction " + std::to_string(i) + " (" + phase_name(in.phase) + " " + op_name(in.kind) +
+           (in.module.empty() ? "" : " " + in.module) + "): " + what + " in micro-batch " + std::to_string(mb + 1) + " of " +
+           std::to_string(p.micro_batches);
+  };
+  for (int64_t mb = 0; mb < p.micro_batches; ++mb) {
+    for (size_t i = 0; i < p.instrs.size(); ++i) {
+      const Instr& in = p.instrs[i];
+      if (in.phase == Phase::Step || !runs_in_micro_batch(in.runs_in, mb, p.micro_batches)) continue;
+      if (in.kind == OpKind::AllGather) {
+        for (int q : in.params)
+          if (state[q] != Gathered::Sharded) return at(i, mb, "gathers " + p.params[q].name + ", which is already gathered");
+        for (int q : in.params) state[q] = Gathered::InFlight;
+        gather_of[in.handle] = static_cast<long>(i);
+      } else if (in.kind == OpKind::Wait && in.handle < static_cast<int>(gather_of.size()) && gather_of[in.handle] >= 0) {
+        for (int q : p.instrs[gather_of[in.handle]].params) state[q] = Gathered::Resident;
+        gather_of[in.handle] = -1;
+      } else if (in.kind == OpKind::Release || runs_module(in.kind)) {
+        for (int q : in.params)
+          if (state[q] != Gathered::Resident)
+            return at(i, mb, (in.kind == OpKind::Release ? "releases " : "uses ") + p.params[q].name +
+                                 (state[q] == Gathered::InFlight ? " before waiting for its gather" : " while it is not gathered"));
+        if (in.kind == OpKind::Release)
+          for (int q : in.params) state[q] = Gathered::Sharded;
+      }
+    }
+  }
+  for (size_t q = 0; q < p.params.size(); ++q)
+    if (state[q] != Gathered::Sharded) return "end of step: " + p.params[q].name + " is still gathered after the last micro-batch";
+  return "";
+}
+
 }  // namespace
 
 std::string verify(const Program& p) {
   StepChecker checker(p);
   for (size_t i = 0; i < p.instrs.size(); ++i)
     if (std::string problem = checker.check(i); !problem.empty()) return problem;
-  return checker.check_end();
+  if (std::string problem = checker.check_end(); !problem.empty()) return problem;
+  return check_gathers_by_micro_batch(p);
 }
 
 std::string verify_complete(const Program& p) {

@@ -12,7 +12,8 @@ namespace loom::ir {
 // is waited exactly once, after it was issued; gathered bytes stay under the memory limit; no
 // gradient is reduced before its parameter's last backward compute. Once gathers are placed:
 // every parameter a compute op uses is gathered and waited and not released, and all are
-// released by the end. Once reductions are placed: with data parallelism, every gradient is
+// released by the end; under accumulation, in every micro-batch's run (a parameter gathered in
+// the first micro-batch and released in the last is gathered in between). Once reductions are placed: with data parallelism, every gradient is
 // reduced and waited before the gradient-norm all-reduce and the optimizer step.
 std::string verify(const Program& program);
 // verify(), and every guarantee established: what the pipeline's result must satisfy.

@@ -94,7 +94,7 @@ bool insert_gradient_reduction(ir::Program& p, const PassInputs&) {
     }
     bool backward_compute = p.instrs[i].kind == OpKind::Compute && p.instrs[i].phase == ir::Phase::Backward;
     out.push_back(std::move(p.instrs[i]));
-    // After a compute op (or its release), launch the reductions of the gradients it completed.
+    // After a backward compute op, launch the reductions of the gradients it completed.
     if (!backward_compute) continue;
     for (int q : completed_at[i]) reduce_gradient(p, q, out, pending);
   }

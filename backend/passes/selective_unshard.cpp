@@ -13,10 +13,11 @@ using ir::OpKind;
 
 constexpr size_t kNone = static_cast<size_t>(-1);
 
-// A parameter unshard(auto) may keep: where its forward release and backward gather are.
+// A parameter unshard(auto) may keep: where its first forward gather, forward release, backward
+// gather and last backward release are.
 struct Candidate {
   int param = 0;
-  size_t forward_release = kNone, backward_gather = kNone;
+  size_t forward_gather = kNone, forward_release = kNone, backward_gather = kNone, backward_release = kNone;
   int64_t buffer = 0;      // B: what staying gathered holds, the parameter's full storage
   double saved_per_byte = 0;  // T_c(B) / B
 };
@@ -33,21 +34,39 @@ std::vector<Candidate> candidates(const ir::Program& p, const PassInputs& inputs
       }
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& in = p.instrs[i];
-    bool forward_release = in.phase == ir::Phase::Forward && in.kind == OpKind::Release;
-    bool backward_gather = in.phase == ir::Phase::Backward && in.kind == OpKind::AllGather;
-    if (!forward_release && !backward_gather) continue;
+    bool forward = in.phase == ir::Phase::Forward, backward = in.phase == ir::Phase::Backward;
+    bool gather = in.kind == OpKind::AllGather, release = in.kind == OpKind::Release;
+    if (!(forward || backward) || !(gather || release)) continue;
     for (int q : in.params) {
       size_t c = of_param[static_cast<size_t>(q)];
       if (c == kNone) continue;
-      if (forward_release && found[c].forward_release == kNone) found[c].forward_release = i;
-      if (backward_gather && found[c].backward_gather == kNone) found[c].backward_gather = i;
+      if (forward && gather && found[c].forward_gather == kNone) found[c].forward_gather = i;
+      if (forward && release && found[c].forward_release == kNone) found[c].forward_release = i;
+      if (backward && gather && found[c].backward_gather == kNone) found[c].backward_gather = i;
+      if (backward && release) found[c].backward_release = i;
     }
   }
   found.erase(std::remove_if(found.begin(), found.end(), [](const Candidate& c) {
-                return c.forward_release == kNone || c.backward_gather == kNone || c.backward_gather < c.forward_release;
+                return c.forward_gather == kNone || c.forward_release == kNone || c.backward_gather == kNone ||
+                       c.backward_release == kNone || c.backward_gather < c.forward_release;
               }),
               found.end());
   return found;
+}
+
+// Where keeping c gathered holds its buffer beyond what the program holds already: from its
+// forward release to its backward gather and, kept `across` micro-batches, also before its
+// forward gather and after its backward release, in the body's every run (so the first
+// micro-batch's start and the last's end are counted as if they held it, a bound from above).
+std::vector<size_t> held_longer(const ir::Program& p, const Candidate& c, bool across) {
+  std::vector<size_t> at;
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    if (p.instrs[i].phase == ir::Phase::Step) continue;
+    bool between = i > c.forward_release && i < c.backward_gather;
+    bool outside = across && (i < c.forward_gather || i > c.backward_release);
+    if (between || outside) at.push_back(i);
+  }
+  return at;
 }
 
 // T_c(B)/B of each candidate: its own backward all-gather, priced alone.
@@ -72,18 +91,23 @@ bool selective_unshard(ir::Program& p, const PassInputs& inputs) {
   if (found.empty()) return false;
   rank_by_saving(p, m, found);
   std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost.get());
-  std::vector<bool> kept(p.params.size(), false);
+  std::vector<bool> kept(p.params.size(), false), across(p.params.size(), false);
   bool any = false;
+  auto fits = [&](const std::vector<size_t>& longer, int64_t buffer) {
+    return std::none_of(longer.begin(), longer.end(), [&](size_t i) { return around[i] + buffer > m.limit; });
+  };
   for (const Candidate& c : found) {
     if (c.buffer <= 0) continue;
-    // Kept, its buffer lives on after its forward release until its backward gather would have made it again.
-    auto from = around.begin() + static_cast<long>(c.forward_release) + 1, to = around.begin() + static_cast<long>(c.backward_gather);
-    if (from < to && *std::max_element(from, to) + c.buffer > m.limit) continue;
-    for (auto it = from; it != to; ++it) *it += c.buffer;
+    // Across the micro-batches where that fits (it saves the later forward gathers too), else within each.
+    bool whole_step = p.micro_batches > 1 && fits(held_longer(p, c, true), c.buffer);
+    std::vector<size_t> longer = held_longer(p, c, whole_step);
+    if (!fits(longer, c.buffer)) continue;
+    for (size_t i : longer) around[i] += c.buffer;
     kept[static_cast<size_t>(c.param)] = any = true;
+    across[static_cast<size_t>(c.param)] = whole_step;
   }
   if (!any) return false;
-  keep_gathered(p, kept);
+  keep_gathered(p, kept, across);
   return true;
 }
 

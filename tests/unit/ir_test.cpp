@@ -384,6 +384,72 @@ TEST_CASE("unshard keeps a module's parameters gathered from the forward gather 
   CHECK(find(kept, OpKind::AllGather, B, "h.0.fc.w") >= 0);
 }
 
+TEST_CASE("unshard under accumulation keeps the parameters gathered across micro-batches: gathered in the first, released in the last") {
+  auto F = ir::Phase::Forward, B = ir::Phase::Backward;
+  auto wait_of = [](const ir::Program& p, int gather) {
+    for (size_t i = 0; i < p.instrs.size(); ++i)
+      if (p.instrs[i].kind == OpKind::Wait && p.instrs[i].handle == p.instrs[gather].handle) return static_cast<int>(i);
+    return -1;
+  };
+  // unshard(true): the parameter's own gather runs once.
+  passes::PassInputs outright;
+  outright.unshard = {{"h.0.proj"}};
+  ir::Program alone = run_passes(ir::lower(two_blocks(), {2, 2, 2, 2}, true, 3), outright, pipeline_passes(), nullptr, {});
+  int own = find(alone, OpKind::AllGather, F, "h.0.proj.w");
+  REQUIRE(own >= 0);
+  CHECK(alone.instrs[own].runs_in == ir::MicroBatches::First);
+  CHECK(alone.instrs[wait_of(alone, own)].runs_in == ir::MicroBatches::First);
+  CHECK(alone.instrs[find(alone, OpKind::Release, B, "h.0.proj.w")].runs_in == ir::MicroBatches::Last);
+  CHECK(ir::verify_complete(alone) == "");
+  // unshard(auto) with room for it, after bucket() made h.0's two parameters one gather: the kept
+  // one is split out of it, with a handle and a wait of its own before the bucket's.
+  passes::PassInputs in;
+  in.unshard = {{"h.0.proj", true}};
+  in.buckets = {"h.0"};
+  in.memory.limit = int64_t(1) << 40;
+  passes::PassInputs bucket_only;
+  bucket_only.buckets = in.buckets;
+  ir::Program bucketed = run_passes(ir::lower(two_blocks(), {2, 2, 2, 2}, true, 3), bucket_only, pipeline_passes(), nullptr, {});
+  ir::Program p = run_passes(ir::lower(two_blocks(), {2, 2, 2, 2}, true, 3), in, pipeline_passes(), nullptr, {});
+  int gather = find(p, OpKind::AllGather, F, "h.0.proj.w");
+  REQUIRE(gather >= 0);
+  CHECK(p.instrs[gather].params.size() == 1);
+  CHECK(p.instrs[gather].runs_in == ir::MicroBatches::First);
+  CHECK(p.instrs[gather].bytes == ir::param_bytes(p, p.instrs[gather].params[0]));
+  CHECK(ir::times_per_step(p, p.instrs[gather]) == 1);
+  int partner = find(p, OpKind::AllGather, F, "h.0.fc.w");
+  REQUIRE(partner >= 0);
+  CHECK(p.instrs[partner].params.size() == 1);  // the bucket's other member, still gathered in every micro-batch
+  CHECK(p.instrs[partner].runs_in == ir::MicroBatches::All);
+  CHECK(p.instrs[partner].bytes == ir::param_bytes(p, p.instrs[partner].params[0]));
+  CHECK(p.instrs[gather].handle != p.instrs[partner].handle);
+  int wait = wait_of(p, gather);
+  REQUIRE(wait > gather);
+  CHECK(p.instrs[wait].runs_in == ir::MicroBatches::First);
+  CHECK(wait + 1 == wait_of(p, partner));  // just before the bucket's own wait
+  CHECK(wait < find(p, OpKind::Compute, F, "h.0.proj"));
+  // Without the unsharding the bucket is one gather of both.
+  int both = find(bucketed, OpKind::AllGather, F, "h.0.fc.w");
+  REQUIRE(both >= 0);
+  CHECK(bucketed.instrs[both].params.size() == 2);
+  int release = find(p, OpKind::Release, B, "h.0.proj.w");
+  REQUIRE(release >= 0);
+  CHECK(p.instrs[release].runs_in == ir::MicroBatches::Last);
+  CHECK(find(p, OpKind::Release, F, "h.0.proj.w") == -1);
+  CHECK(ir::verify_complete(p) == "");
+  // The verifier follows each micro-batch: released in every one, the kept parameter is not
+  // gathered when the next micro-batch uses it; gathered in every one, it is gathered twice.
+  ir::Program every = p;
+  every.instrs[release].runs_in = ir::MicroBatches::All;
+  CHECK(ir::verify_complete(every) ==
+        "instruction " + std::to_string(find(p, OpKind::Compute, F, "h.0.proj")) +
+            " (fwd compute h.0.proj): uses h.0.proj.w while it is not gathered in micro-batch 2 of 3");
+  ir::Program again = p;
+  again.instrs[gather].runs_in = again.instrs[wait].runs_in = ir::MicroBatches::All;
+  CHECK(ir::verify_complete(again) ==
+        "instruction " + std::to_string(gather) + " (fwd all_gather): gathers h.0.proj.w, which is already gathered in micro-batch 2 of 3");
+}
+
 TEST_CASE("compress turns a compressed parameter's reduce-scatter into TAGC's, priced at sketch plus index") {
   passes::PassInputs in;
   in.compress = {{"h.0.fc", 10}};

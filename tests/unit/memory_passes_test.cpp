@@ -690,3 +690,42 @@ TEST_CASE("proactive prefetch in backward: a gather moves up over what stays und
   std::vector<int64_t> after = memory::memory_around_each(both, StateBytes::loom_adamw(), nullptr);
   CHECK(*std::max_element(after.begin(), after.end()) == *std::max_element(before.begin(), before.end()));
 }
+
+TEST_CASE("selective unsharding under accumulation keeps a parameter across the micro-batches where that fits, else within each") {
+  // The first case's program over two micro-batches, l2.w (100 bytes) the only candidate. Kept
+  // across them (deepcompile.txt §4.3), it is held also before its forward gather and after its
+  // backward release, which the pass bounds by every run of the body: there the walk reaches
+  // the base program's own peak P (l0's backward), so across takes a limit of P + 100. Under
+  // that, l2.w is kept within each micro-batch, which needs far less (the first case: +1,000).
+  ir::OpTrace t = three_layers(100);
+  t.params = {{"l0.w", 100, 4}, {"l1.w", 50, 4}, {"l2.w", 25, 4}};
+  PipelineDebug each;
+  each.verify_each_pass = true;
+  auto planned = [&](int64_t limit) {
+    passes::PassInputs in;
+    in.unshard = {{"l2", true}};
+    in.memory.limit = limit;
+    return run_passes(ir::lower(t, kZero3, true, 2), in, pipeline_passes(), nullptr, each);
+  };
+  int64_t base_peak = walk_peak(planned(0));
+  auto runs_in = [](const ir::Program& p, OpKind kind, ir::Phase phase) {
+    for (const ir::Instr& in : p.instrs)
+      if (in.kind == kind && in.phase == phase && in.params.size() == 1 && p.params[in.params[0]].name == "l2.w") return in.runs_in;
+    FAIL("no such instruction of l2.w");
+    return ir::MicroBatches::All;
+  };
+  ir::Program across = planned(base_peak + 100);
+  CHECK(runs_in(across, OpKind::AllGather, ir::Phase::Forward) == ir::MicroBatches::First);
+  CHECK(runs_in(across, OpKind::Release, ir::Phase::Backward) == ir::MicroBatches::Last);
+  std::vector<std::string> backward = words(across, ir::Phase::Backward);
+  CHECK(std::count(backward.begin(), backward.end(), "ag(l2.w)") == 0);
+  CHECK(walk_peak(across) <= base_peak + 100);
+  CHECK(ir::verify_complete(across) == "");
+  ir::Program within = planned(base_peak + 99);
+  CHECK(runs_in(within, OpKind::AllGather, ir::Phase::Forward) == ir::MicroBatches::All);
+  CHECK(runs_in(within, OpKind::Release, ir::Phase::Backward) == ir::MicroBatches::All);
+  backward = words(within, ir::Phase::Backward);
+  CHECK(std::count(backward.begin(), backward.end(), "ag(l2.w)") == 0);
+  CHECK(walk_peak(within) == base_peak);
+  CHECK(ir::verify_complete(within) == "");
+}

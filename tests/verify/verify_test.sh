@@ -99,6 +99,20 @@ for pass in prefetch_auto:proactive_prefetch unshard_auto:selective_unshard buck
       -- "$loom" verify "$tmp/$sched.sched" $small --nproc "$world" --accum 2 --memory-limit "$limit"
   done
 done
+# With room, unshard(auto) keeps parameters gathered across the micro-batches as well
+# (deepcompile.txt §4.3): gathered in the first, released in the last.
+for at in "2 12MiB" "4 9.2MiB"; do
+  read -r world limit <<< "$at"
+  expect "unshard_auto keeps parameters across micro-batches under $limit at world $world, accum 2" 0 "[first micro-batch]" \
+    "bwd  release         h.0.mlp.c_fc.weight                      256.0 KiB    [last micro-batch]" \
+    -- "$loom" explain "$tmp/unshard_auto.sched" ${small% --threads 1} --nproc "$world" --accum 2 --memory-limit "$limit"
+  expect "unshard_auto across micro-batches under $limit at world $world, accum 2" 0 "equivalent (" \
+    -- "$loom" verify "$tmp/unshard_auto.sched" $small --nproc "$world" --accum 2 --memory-limit "$limit"
+done
+expect "memory_auto keeps some parameters across micro-batches under 10 MiB at world 2, accum 2" 0 "[first micro-batch]" \
+  -- "$loom" explain tests/verify/memory_auto.sched ${small% --threads 1} --nproc 2 --accum 2 --memory-limit 10MiB
+expect "memory_auto under 10 MiB at world 2, accum 2" 0 "equivalent (" \
+  -- "$loom" verify tests/verify/memory_auto.sched $small --nproc 2 --accum 2 --memory-limit 10MiB
 for accum in 1 2; do
   expect "offload(budget=auto) under 8 MiB at world 2, accum $accum" 0 "equivalent (" \
     -- "$loom" verify "$tmp/offload_auto.sched" $small --nproc 2 --accum $accum --memory-limit 8MiB
