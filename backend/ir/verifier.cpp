@@ -8,6 +8,16 @@ namespace {
 
 bool is_collective(OpKind k) { return collective_op(k) != nullptr; }
 
+// A violation at instruction i: "instruction 6 (fwd compute h.0.proj): <what>".
+std::string at_instruction(const Program& p, size_t i, const std::string& what) {
+  const Instr& in = p.instrs[i];
+  return "instruction " + std::to_string(i) + " (" + phase_name(in.phase) + " " + op_name(in.kind) +
+         (in.module.empty() ? "" : " " + in.module) + "): " + what;
+}
+
+// Where a sharded parameter is: its shard only, its gather in flight, or gathered.
+enum class Gathered { Sharded, InFlight, Resident };
+
 // Walks a program in order, one check per instruction kind, keeping what each needs: which
 // parameters are gathered, which handles were issued and waited, which gradients reduced, where
 // the optimizer states and the updated values are. Each check returns "" or the violation.
@@ -20,7 +30,6 @@ class StepChecker {
   std::string check_end() const;
 
  private:
-  enum class Gathered { Sharded, InFlight, Resident };
   enum class States { Device, Leaving, Host, Returning };  // optimizer states (adaptive offloading)
   static constexpr long kNone = -1;
 
@@ -77,11 +86,7 @@ StepChecker::StepChecker(const Program& program)
   }
 }
 
-std::string StepChecker::at(size_t i, const std::string& what) const {
-  const Instr& in = p.instrs[i];
-  return "instruction " + std::to_string(i) + " (" + phase_name(in.phase) + " " + op_name(in.kind) +
-         (in.module.empty() ? "" : " " + in.module) + "): " + what;
-}
+std::string StepChecker::at(size_t i, const std::string& what) const { return at_instruction(p, i, what); }
 
 std::string StepChecker::check(size_t i) {
   if (std::string problem = check_operands(i); !problem.empty()) return problem;
@@ -265,14 +270,10 @@ std::string check_gathers_by_micro_batch(const Program& p) {
     return gathering && in.phase != Phase::Step && in.runs_in != MicroBatches::All;
   });
   if (!some_once) return "";
-  enum class Gathered { Sharded, InFlight, Resident };
   std::vector<Gathered> state(p.params.size(), Gathered::Sharded);
   std::vector<long> gather_of(static_cast<size_t>(handle_count(p)), -1);  // by handle: its gather's instruction
   auto at = [&](size_t i, int64_t mb, const std::string& what) {
-    const Instr& in = p.instrs[i];
-    return "instruction " + std::to_string(i) + " (" + phase_name(in.phase) + " " + op_name(in.kind) +
-           (in.module.empty() ? "" : " " + in.module) + "): " + what + " in micro-batch " + std::to_string(mb + 1) + " of " +
-           std::to_string(p.micro_batches);
+    return at_instruction(p, i, what + " in micro-batch " + std::to_string(mb + 1) + " of " + std::to_string(p.micro_batches));
   };
   for (int64_t mb = 0; mb < p.micro_batches; ++mb) {
     for (size_t i = 0; i < p.instrs.size(); ++i) {

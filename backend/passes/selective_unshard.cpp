@@ -99,8 +99,9 @@ bool selective_unshard(ir::Program& p, const PassInputs& inputs) {
   for (const Candidate& c : found) {
     if (c.buffer <= 0) continue;
     // Across the micro-batches where that fits (it saves the later forward gathers too), else within each.
-    bool whole_step = p.micro_batches > 1 && fits(held_longer(p, c, true), c.buffer);
-    std::vector<size_t> longer = held_longer(p, c, whole_step);
+    std::vector<size_t> longer = held_longer(p, c, p.micro_batches > 1);
+    bool whole_step = p.micro_batches > 1 && fits(longer, c.buffer);
+    if (!whole_step) longer = held_longer(p, c, false);
     if (!fits(longer, c.buffer)) continue;
     for (size_t i : longer) around[i] += c.buffer;
     kept[static_cast<size_t>(c.param)] = any = true;

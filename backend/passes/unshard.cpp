@@ -76,7 +76,6 @@ void keep_across_micro_batches(ir::Program& p, const std::vector<bool>& across) 
 }  // namespace
 
 void keep_gathered(ir::Program& p, const std::vector<bool>& kept, const std::vector<bool>& across) {
-  auto is_kept = [&](int q) { return kept[static_cast<size_t>(q)]; };
   std::set<int> dropped_handles;
   std::vector<Instr> out;
   out.reserve(p.instrs.size());
@@ -84,8 +83,7 @@ void keep_gathered(ir::Program& p, const std::vector<bool>& kept, const std::vec
     bool forward_release = in.phase == Phase::Forward && in.kind == OpKind::Release;
     bool backward_gather = in.phase == Phase::Backward && in.kind == OpKind::AllGather;
     if (forward_release || backward_gather) {
-      in.params.erase(std::remove_if(in.params.begin(), in.params.end(), is_kept), in.params.end());
-      in.bytes = ir::total_param_bytes(p, in.params);
+      take_kept(p, in, kept);
       if (in.params.empty()) {
         if (backward_gather) dropped_handles.insert(in.handle);
         continue;
