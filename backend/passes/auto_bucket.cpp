@@ -1,10 +1,12 @@
 #include "backend/passes/auto_bucket.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "backend/passes/bucket.h"
+#include "backend/passes/window_reductions.h"
 #include "backend/sim/memory_walk.h"
 
 namespace loom::passes {
@@ -15,20 +17,14 @@ using ir::OpKind;
 
 // A gather of the selection, and the compute that follows it until the next gather.
 struct Candidate {
-  size_t gather = 0;  // its index in the program
+  size_t gather = 0;  // its index in the program before any bucket
   const BucketRequest* request = nullptr;
   double compute_s = 0;  // the compute between it and the next gather of the phase
-  size_t span_end = 0;   // where that compute ends: the next gather of the phase, or past the phase's last instruction
+  // The phase's computes up to that next gather: where the span ends in a program whose gathers
+  // a bucket merged or moved (computes stay where they are).
+  int computes_through = 0;
   bool starts_run = false;  // the phase's first, or after a gather outside the selection
 };
-
-// What a backward reduction holds from its launch to its wait: its buffers
-// (memory::reduction_launch_bytes) and every member's full gradient.
-int64_t reduction_held_bytes(const ir::Program& p, const Instr& reduction) {
-  int64_t bytes = memory::reduction_launch_bytes(p, reduction);
-  for (int q : reduction.params) bytes += memory::padded_bytes(p, q);
-  return bytes;
-}
 
 // The sized bucket request each parameter lies in (the first that names it), or null.
 std::vector<const BucketRequest*> requests_of(const ir::Program& p, const PassInputs& inputs) {
@@ -53,13 +49,12 @@ std::vector<Candidate> candidates(const ir::Program& p, ir::Phase phase, const s
   std::vector<Candidate> found;
   bool run_broken = true;
   long open = -1;  // the candidate whose compute is being summed
-  size_t phase_end = 0;
+  int computes = 0;
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const Instr& in = p.instrs[i];
     if (in.phase != phase) continue;
-    phase_end = i + 1;
     if (in.kind == OpKind::AllGather) {
-      if (open >= 0) found[static_cast<size_t>(open)].span_end = i;
+      if (open >= 0) found[static_cast<size_t>(open)].computes_through = computes;
       const BucketRequest* r = request_of(in, of);
       if (!r) {
         run_broken = true;
@@ -69,95 +64,208 @@ std::vector<Candidate> candidates(const ir::Program& p, ir::Phase phase, const s
       found.push_back({i, r, 0, 0, run_broken});
       run_broken = false;
       open = static_cast<long>(found.size()) - 1;
-    } else if (ir::runs_module(in.kind) && open >= 0 && m.instruction_seconds) {
-      found[static_cast<size_t>(open)].compute_s += m.instruction_seconds(p, in);
+    } else if (ir::runs_module(in.kind)) {
+      ++computes;
+      if (open >= 0 && m.instruction_seconds) found[static_cast<size_t>(open)].compute_s += m.instruction_seconds(p, in);
     }
   }
-  if (open >= 0) found[static_cast<size_t>(open)].span_end = phase_end;
+  if (open >= 0) found[static_cast<size_t>(open)].computes_through = computes;
   return found;
 }
 
-// Decides the buckets of one phase, as lists of candidate indices.
+// The index of the instruction of `kind` that produces `handle`, or, for a Wait, waits for it;
+// size() when none. A merged collective keeps its first member's handle, so a bucket's gather is
+// found by its first candidate's, however the buckets before it moved things.
+size_t find_handle(const ir::Program& p, OpKind kind, int handle) {
+  for (size_t i = 0; i < p.instrs.size(); ++i)
+    if (p.instrs[i].kind == kind && p.instrs[i].handle == handle) return i;
+  return p.instrs.size();
+}
+
+// Where a candidate's span ends in `p`: the first gather or compute of `phase` after its
+// `computes_through`-th compute, or past the phase's last instruction.
+size_t span_end(const ir::Program& p, ir::Phase phase, int computes_through) {
+  int seen = 0;
+  size_t end = 0;
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    const Instr& in = p.instrs[i];
+    if (in.phase != phase) continue;
+    bool compute = ir::runs_module(in.kind);
+    if (seen >= computes_through && (compute || in.kind == OpKind::AllGather)) return i;
+    seen += compute ? 1 : 0;
+    end = i + 1;
+  }
+  return end;
+}
+
+// Just past the wait of the backward reduction (a reduce-scatter or TAGC's compress: what frees
+// the full gradient, and what window_reductions keeps in flight) of parameter q in `p`; 0 when
+// none.
+size_t reduced_by(const ir::Program& p, int q) {
+  for (const Instr& in : p.instrs) {
+    bool reduction = in.phase == ir::Phase::Backward && (in.kind == OpKind::ReduceScatter || in.kind == OpKind::Compress);
+    if (reduction && std::find(in.params.begin(), in.params.end(), q) != in.params.end())
+      return std::min(find_handle(p, OpKind::Wait, in.handle) + 1, p.instrs.size());
+  }
+  return 0;
+}
+
+void move_instruction(ir::Program& p, size_t from, size_t to) {
+  Instr moved = std::move(p.instrs[from]);
+  p.instrs.erase(p.instrs.begin() + static_cast<long>(from));
+  p.instrs.insert(p.instrs.begin() + static_cast<long>(to), std::move(moved));
+}
+
+// A program with one more bucket applied.
+struct Applied {
+  ir::Program program;
+  bool changed = false;       // its collectives merged or its gather moved
+  bool moved = false;         // its gather issued before the previous bucket's wait
+  bool within_limit = true;   // its span's memory
+};
+
+// Decides the buckets of one phase and applies them one at a time, each on the program the
+// buckets before it left, so the memory constraint walks the program the pass makes, not one
+// whose buffers it adds up beside: a candidate joins the open bucket when the bucket's gather
+// still hides (the time constraint, or the size cap, or the same module without times) and the
+// program with the grown bucket merged and moved walks within the limit.
 class BucketPlanner {
  public:
-  BucketPlanner(const ir::Program& p, ir::Phase phase, const MemoryPlanning& m, int reductions_in_flight,
-                const std::vector<Candidate>& c)
-      : p_(p), phase_(phase), m_(m), reductions_in_flight_(reductions_in_flight), c_(c) {
-    if (m.limit > 0) around_ = memory::memory_around_each(p, m.state_bytes, m.cost.get());
-    for (size_t i = 0; i < p.instrs.size(); ++i)
-      if (p.instrs[i].kind == OpKind::ReduceScatter && p.instrs[i].phase == ir::Phase::Backward)
-        for (int q : p.instrs[i].params) reduction_of_.try_emplace(q, i);
+  BucketPlanner(const ir::Program& unbucketed, ir::Phase phase, const PassInputs& inputs, const std::vector<Candidate>& candidates)
+      : unbucketed_(unbucketed), phase_(phase), inputs_(inputs), candidates_(candidates), working_(unbucketed) {
+    for (size_t i = 0; i < unbucketed.instrs.size(); ++i)
+      if (unbucketed.instrs[i].kind == OpKind::ReduceScatter && unbucketed.instrs[i].phase == ir::Phase::Backward)
+        for (int q : unbucketed.instrs[i].params) reduction_of_.try_emplace(q, i);
   }
 
-  std::vector<std::vector<size_t>> buckets() const {
-    std::vector<std::vector<size_t>> out;
-    for (size_t i = 0; i < c_.size(); ++i) {
-      if (!out.empty() && joins(out, i)) out.back().push_back(i);
-      else out.push_back({i});
+  // The program with every bucket applied; `changed`: whether any merged or moved.
+  ir::Program run(bool* changed) {
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+      if (!open_.empty()) {
+        if (std::optional<Applied> grown = joined(i)) {
+          open_.push_back(i);
+          open_applied_ = std::move(*grown);
+          continue;
+        }
+        close_open();
+      }
+      open_ = {i};
+      open_applied_ = apply(open_);
     }
-    return out;
+    if (!open_.empty()) close_open();
+    *changed = changed_;
+    return std::move(working_);
   }
 
  private:
-  // Whether candidate `i` joins the last of the buckets `out` holds so far.
-  bool joins(const std::vector<std::vector<size_t>>& out, size_t i) const {
-    const std::vector<size_t>& bucket = out.back();
-    const std::vector<size_t>* previous = out.size() >= 2 ? &out[out.size() - 2] : nullptr;
-    const BucketRequest& r = *c_[i].request;
-    const BucketRequest& first = *c_[bucket[0]].request;
-    if (c_[i].starts_run || r.automatic != first.automatic || r.size != first.size) return false;
-    std::vector<size_t> with = bucket;
+  void close_open() {
+    changed_ |= open_applied_.changed;
+    working_ = std::move(open_applied_.program);
+    previous_ = std::move(open_);
+    open_.clear();
+  }
+
+  // The open bucket with candidate `i` added, applied, if `i` joins it.
+  std::optional<Applied> joined(size_t i) const {
+    const BucketRequest& r = *candidates_[i].request;
+    const BucketRequest& first = *candidates_[open_[0]].request;
+    if (candidates_[i].starts_run || r.automatic != first.automatic || r.size != first.size) return std::nullopt;
+    std::vector<size_t> with = open_;
     with.push_back(i);
+    bool for_overlap = r.automatic && inputs_.memory.instruction_seconds;
     if (!r.automatic) {
-      if (merged(with, false).bytes > r.size) return false;
-    } else if (!m_.instruction_seconds) {
-      if (r.module != first.module) return false;  // whole modules
-    } else if (!hides(with, previous)) {
-      return false;
+      if (merged(with, false).bytes > r.size) return std::nullopt;
+    } else if (!for_overlap) {
+      if (r.module != first.module) return std::nullopt;  // whole modules
+    } else if (!hides(with)) {
+      return std::nullopt;
     }
-    return fits(with, out);
+    Applied grown = apply(with);
+    if (!grown.within_limit) return std::nullopt;
+    // A bucket sized for overlap hides behind the previous bucket's compute only if its gather
+    // moves ahead of that bucket's wait: it grows only while it still does (one that cannot keeps
+    // one gather, as a run's first does). A capped or whole-module bucket must not lose that
+    // place by growing.
+    if (!grown.moved && (for_overlap || open_applied_.moved)) return std::nullopt;
+    return grown;
   }
 
   // SimpleFSDP's time constraint: the bucket's all-gather (and, backward, the previous bucket's
   // reduce-scatter) within the previous bucket's compute. The first bucket of a run has nothing
   // before it to hide behind.
-  bool hides(const std::vector<size_t>& with, const std::vector<size_t>* previous) const {
-    if (c_[with[0]].starts_run || !previous) return false;
+  bool hides(const std::vector<size_t>& with) const {
+    if (candidates_[with[0]].starts_run || previous_.empty()) return false;
     double compute = 0;
-    for (size_t j : *previous) compute += c_[j].compute_s;
-    double comm = m_.instruction_seconds(p_, merged(with, false));
+    for (size_t j : previous_) compute += candidates_[j].compute_s;
+    double comm = inputs_.memory.instruction_seconds(unbucketed_, merged(with, false));
     if (phase_ == ir::Phase::Backward) {
-      Instr reduction = merged(*previous, true);
-      if (!reduction.params.empty()) comm += m_.instruction_seconds(p_, reduction);
+      Instr reduction = merged(previous_, true);
+      if (!reduction.params.empty()) comm += inputs_.memory.instruction_seconds(unbucketed_, reduction);
     }
     return comm <= compute;
   }
 
-  // The memory constraint: the bucket's buffers, gathered while the previous bucket computes (and
-  // all at its first member's place), within the limit over both buckets' instructions; in
-  // backward also its one reduction's buffers, with every member's full gradient held until it
-  // completes (memory::reduction_launch_bytes), and the reductions of the buckets before it that
-  // window_reductions keeps in flight when this one launches, with their members' gradients
-  // (`around_`, before that pass, completes each reduction where it launches).
-  bool fits(const std::vector<size_t>& with, const std::vector<std::vector<size_t>>& out) const {
-    const std::vector<size_t>* previous = out.size() >= 2 ? &out[out.size() - 2] : nullptr;
-    if (m_.limit <= 0) return true;
-    int64_t high = 0;
-    size_t from = c_[previous ? previous->front() : with.front()].gather;
-    for (size_t k = from; k < c_[with.back()].span_end; ++k) high = std::max(high, around_[k]);
-    int64_t extra = memory::gather_peak_bytes(p_, merged(with, false));
-    if (phase_ == ir::Phase::Backward) {
-      Instr reduction = merged(with, true);
-      if (reduction.params.size() > 1) extra += reduction_held_bytes(p_, reduction);
-      for (size_t back = 2; back <= out.size() && back <= static_cast<size_t>(reductions_in_flight_) + 1; ++back) {
-        Instr in_flight = merged(out[out.size() - back], true);
-        if (!in_flight.params.empty()) extra += reduction_held_bytes(p_, in_flight);
+  // `bucket` applied to the program the closed buckets left: its gathers (and in backward its
+  // reductions) merged (bucket()'s merge), and its gather moved to just before the previous
+  // bucket's wait (simplefsdp.txt §3.2.2) unless a release or gather of one of its parameters
+  // lies between or the moved program would not walk within the limit.
+  Applied apply(const std::vector<size_t>& bucket) const {
+    Applied a{working_};
+    std::vector<int> members = params_of(bucket);
+    if (members.size() >= 2) {
+      std::unordered_set<int> set(members.begin(), members.end());
+      a.changed = merge_collectives(a.program, [&](int q) { return set.count(q) > 0; }, &phase_);
+    }
+    if (!candidates_[bucket[0]].starts_run && !previous_.empty()) {
+      std::vector<Instr>& instrs = a.program.instrs;
+      size_t g = find_handle(a.program, OpKind::AllGather, gather_handle(bucket));
+      size_t wait = find_handle(a.program, OpKind::Wait, gather_handle(previous_));
+      bool blocked = g >= instrs.size() || wait >= g;
+      for (size_t j = wait; j < g && !blocked; ++j) blocked = ir::gather_may_not_pass(instrs[g], instrs[j]);
+      if (!blocked) {
+        move_instruction(a.program, g, wait);
+        if (within_limit(a.program, bucket, members)) {
+          a.moved = a.changed = true;
+          return a;
+        }
+        move_instruction(a.program, wait, g);
       }
     }
-    return high + extra <= m_.limit;
+    a.within_limit = !a.changed || within_limit(a.program, bucket, members);  // unchanged: as placed, nothing to check
+    return a;
   }
 
-  // The members' gathers (or, `reductions`, their backward reduce-scatters) as one instruction.
+  // Whether `p`'s memory walk, with window_reductions' reductions in flight (the pass that runs
+  // next), stays within the limit from the bucket's gather to the end of its span and, in
+  // backward, until its members' reductions complete (the window keeps them in flight beyond it).
+  bool within_limit(const ir::Program& p, const std::vector<size_t>& bucket, const std::vector<int>& members) const {
+    const MemoryPlanning& m = inputs_.memory;
+    if (m.limit <= 0) return true;
+    std::optional<ir::Program> windowed;
+    if (phase_ == ir::Phase::Backward) window_reductions(windowed.emplace(p), inputs_);  // it moves backward waits only
+    const ir::Program& walked = windowed ? *windowed : p;
+    std::vector<int64_t> around = memory::memory_around_each(walked, m.state_bytes, m.cost.get());
+    size_t from = std::min(find_handle(walked, OpKind::AllGather, gather_handle(bucket)), walked.instrs.size() - 1);
+    size_t to = std::max(span_end(walked, phase_, candidates_[bucket.back()].computes_through), from + 1);
+    if (phase_ == ir::Phase::Backward)
+      for (int q : members) to = std::max(to, reduced_by(walked, q));
+    return *std::max_element(around.begin() + static_cast<long>(from), around.begin() + static_cast<long>(to)) <= m.limit;
+  }
+
+  // The handle of a bucket's gather: its first candidate's, which the merge keeps.
+  int gather_handle(const std::vector<size_t>& bucket) const { return unbucketed_.instrs[candidates_[bucket[0]].gather].handle; }
+
+  std::vector<int> params_of(const std::vector<size_t>& bucket) const {
+    std::vector<int> members;
+    for (size_t j : bucket) {
+      const Instr& g = unbucketed_.instrs[candidates_[j].gather];
+      members.insert(members.end(), g.params.begin(), g.params.end());
+    }
+    return members;
+  }
+
+  // The members' gathers (or, `reductions`, their backward reduce-scatters) as one instruction,
+  // as the program before any bucket has them: what the time constraint prices.
   Instr merged(const std::vector<size_t>& members, bool reductions) const {
     Instr all;
     auto add = [&all](const Instr& from, int q, int64_t bytes) {
@@ -170,108 +278,38 @@ class BucketPlanner {
       all.bytes += bytes;
     };
     for (size_t j : members) {
-      const Instr& g = p_.instrs[c_[j].gather];
+      const Instr& g = unbucketed_.instrs[candidates_[j].gather];
       for (size_t k = 0; k < g.params.size(); ++k) {
         int q = g.params[k];
         if (!reductions) {
           add(g, q, k == 0 ? g.bytes : 0);  // a gather's bytes, whole, with its first parameter
         } else if (auto at = reduction_of_.find(q); at != reduction_of_.end()) {
-          add(p_.instrs[at->second], q, ir::param_bytes(p_, q));  // a reduce-scatter moves its members' full gradients
+          add(unbucketed_.instrs[at->second], q, ir::param_bytes(unbucketed_, q));  // a reduce-scatter moves its members' full gradients
         }
       }
     }
     return all;
   }
 
-  const ir::Program& p_;
+  const ir::Program& unbucketed_;  // the phase's program before any bucket: what the candidates index
   ir::Phase phase_;
-  const MemoryPlanning& m_;
-  int reductions_in_flight_;
-  const std::vector<Candidate>& c_;
-  std::vector<int64_t> around_;
+  const PassInputs& inputs_;
+  const std::vector<Candidate>& candidates_;
   std::unordered_map<int, size_t> reduction_of_;
+  ir::Program working_;            // unbucketed_ with the closed buckets applied
+  std::vector<size_t> previous_;   // the last closed bucket
+  std::vector<size_t> open_;       // the bucket still growing
+  Applied open_applied_;           // working_ with the open bucket applied
+  bool changed_ = false;
 };
 
-// The index of `phase`'s all-gather that holds parameter q, from `from` on; size() when none.
-size_t gather_of(const ir::Program& p, ir::Phase phase, int q, size_t from = 0) {
-  for (size_t i = from; i < p.instrs.size(); ++i) {
-    const Instr& in = p.instrs[i];
-    if (in.phase == phase && in.kind == OpKind::AllGather && std::find(in.params.begin(), in.params.end(), q) != in.params.end())
-      return i;
-  }
-  return p.instrs.size();
-}
-
-// What the last `in_flight` backward reductions launched before instruction `at` hold there
-// once window_reductions keeps them in flight (before that pass each completes where it
-// launches, so the walk does not count them at `at`): their buffers and members' gradients.
-int64_t reductions_in_flight_bytes(const ir::Program& p, size_t at, int in_flight) {
-  int64_t bytes = 0;
-  int found = 0;
-  for (size_t i = at; i-- > 0 && found < in_flight && p.instrs[i].phase == ir::Phase::Backward;) {
-    const Instr& in = p.instrs[i];
-    if (in.kind != OpKind::ReduceScatter && in.kind != OpKind::Compress) continue;  // window_reductions' kinds
-    ++found;
-    bytes += reduction_held_bytes(p, in);
-  }
-  return bytes;
-}
-
-// Moves bucket k's gather to just before the wait of bucket k-1's (simplefsdp.txt §3.2.2), unless
-// a release or gather of one of its parameters lies between, or its buffer would not fit under
-// the limit over the instructions it moves above (in backward beside the reductions in flight).
-// Whether it moved any.
-bool reorder(ir::Program& p, ir::Phase phase, const std::vector<std::vector<int>>& params, const std::vector<bool>& starts_run,
-             const MemoryPlanning& m, int reductions_in_flight) {
-  bool moved_any = false;
-  for (size_t k = 1; k < params.size(); ++k) {
-    if (starts_run[k]) continue;
-    size_t before = gather_of(p, phase, params[k - 1][0]), g = gather_of(p, phase, params[k][0]);
-    if (before >= p.instrs.size() || g >= p.instrs.size()) continue;
-    size_t wait = before + 1;
-    while (wait < g && !(p.instrs[wait].kind == OpKind::Wait && p.instrs[wait].handle == p.instrs[before].handle)) ++wait;
-    if (wait >= g) continue;
-    const Instr& gather = p.instrs[g];
-    bool blocked = false;
-    for (size_t j = wait; j < g && !blocked; ++j) blocked = ir::gather_may_not_pass(gather, p.instrs[j]);
-    if (blocked) continue;
-    if (m.limit > 0) {
-      std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost.get());
-      int64_t high = *std::max_element(around.begin() + static_cast<long>(wait), around.begin() + static_cast<long>(g));
-      int64_t in_flight = phase == ir::Phase::Backward ? reductions_in_flight_bytes(p, wait, reductions_in_flight) : 0;
-      if (high + memory::gather_peak_bytes(p, gather) + in_flight > m.limit) continue;
-    }
-    Instr moved = std::move(p.instrs[g]);
-    p.instrs.erase(p.instrs.begin() + static_cast<long>(g));
-    p.instrs.insert(p.instrs.begin() + static_cast<long>(wait), std::move(moved));
-    moved_any = true;
-  }
-  return moved_any;
-}
-
 bool bucket_phase(ir::Program& p, ir::Phase phase, const std::vector<const BucketRequest*>& of, const PassInputs& inputs) {
-  const MemoryPlanning& m = inputs.memory;
-  std::vector<Candidate> c = candidates(p, phase, of, m);
+  std::vector<Candidate> c = candidates(p, phase, of, inputs.memory);
   if (c.size() < 2) return false;
-  std::vector<std::vector<size_t>> buckets = BucketPlanner(p, phase, m, inputs.reductions_in_flight, c).buckets();
-  std::vector<std::vector<int>> params;
-  std::vector<bool> starts_run;
-  for (const std::vector<size_t>& b : buckets) {
-    params.emplace_back();
-    for (size_t j : b) {
-      const Instr& g = p.instrs[c[j].gather];
-      params.back().insert(params.back().end(), g.params.begin(), g.params.end());
-    }
-    starts_run.push_back(c[b[0]].starts_run);
-  }
-  bool merged = false;
-  for (const std::vector<int>& members : params) {
-    if (members.size() < 2) continue;
-    std::unordered_set<int> set(members.begin(), members.end());
-    merged |= merge_collectives(p, [&](int q) { return set.count(q) > 0; }, &phase);
-  }
-  bool moved = reorder(p, phase, params, starts_run, m, inputs.reductions_in_flight);
-  return merged || moved;
+  bool changed = false;
+  ir::Program bucketed = BucketPlanner(p, phase, inputs, c).run(&changed);
+  p = std::move(bucketed);
+  return changed;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -464,27 +465,27 @@ TEST_CASE("bucket(size=auto) says it changed the program exactly when it did") {
 }
 
 TEST_CASE("bucket(size=auto): the memory constraint closes a bucket, and the next is prefetched one bucket ahead") {
-  // 5,600 bytes: the forward's 2,800 around each gather (the states, 2,400, and a gather's output)
-  // leave room for a bucket of two (its 800-byte output, the members' shards concatenated, 400,
-  // and at its wait their 800 bytes of storage: 2,000), not of three (3,000).
-  ir::Program p = lowered(four_layers(), auto_buckets(5600));
+  // 5,200 bytes. A bucket of k holds, at its wait, its output (400 bytes a member), the members'
+  // shards concatenated (200) and their storage (400): 1,000 k beside the states' 2,400 (l0's
+  // buffer is released by then). Three would walk to 5,400; two walk to 4,400, and l3's 400
+  // gathered ahead of their wait to 4,800.
+  ir::Program p = lowered(four_layers(), auto_buckets(5200));
   CHECK(words(p, ir::Phase::Forward) == std::vector<std::string>{"ag(l0.w)", "ag(l1.w,l2.w)", "wait", "c(l0)", "rel(l0.w)",
                                                                   "ag(l3.w)", "wait", "c(l1)", "rel(l1.w)", "c(l2)", "rel(l2.w)",
                                                                   "wait", "c(l3)", "rel(l3.w)"});
   std::vector<int64_t> around = memory::memory_around_each(p, StateBytes::loom_adamw(), nullptr);
   for (size_t i = 0; i < p.instrs.size(); ++i)
-    if (p.instrs[i].phase == ir::Phase::Forward) CHECK(around[i] <= 5600);
+    if (p.instrs[i].phase == ir::Phase::Forward) CHECK(around[i] <= 5200);
   // In backward the full gradients (400 bytes each until reduced) leave no room: no bucket grows.
   std::vector<std::string> backward = words(p, ir::Phase::Backward);
   for (const std::string& w : backward) CHECK(w.find(',') == std::string::npos);
   CHECK(ir::verify_complete(p) == "");
 }
 
-TEST_CASE("bucket(size=auto) counts the reductions window_reductions keeps in flight: the step stays within the limit") {
-  // Eight layers whose backward compute hides any reduction: the buckets grow until memory stops
-  // them. Each bucket's reduce-scatter holds its output, what it receives, its members' copy and
-  // their gradients until its wait, which comes two launches later: at a launch the two buckets
-  // before it are in flight too. Whatever the limit, the lowered step's walk stays within it.
+namespace {
+
+// Eight layers of one 100-element weight, each its own bucket(size=auto) request.
+ir::OpTrace eight_layers() {
   ir::OpTrace t;
   t.model = "eight";
   for (int l = 0; l < 8; ++l) {
@@ -492,18 +493,78 @@ TEST_CASE("bucket(size=auto) counts the reductions window_reductions keeps in fl
     t.params.push_back({name + ".w", 100, 4});
     t.forward.push_back({name, {name + ".w"}});
   }
-  int64_t base = walk_peak(lowered(t, {}));
+  return t;
+}
+
+passes::PassInputs eight_auto_buckets(int64_t limit) {
+  passes::PassInputs in = auto_buckets(limit);
+  in.sized_buckets.clear();
+  for (int l = 0; l < 8; ++l) in.sized_buckets.push_back({"l" + std::to_string(l), 0, true});
+  return in;
+}
+
+// Whether every gather of several parameters in `phase` is issued before another gather's wait:
+// prefetched behind the previous bucket's compute, as simplefsdp.txt §3.2.2 reorders a bucket.
+bool buckets_issued_ahead(const ir::Program& p, ir::Phase phase) {
+  std::set<int> gathers;
+  for (const ir::Instr& in : p.instrs)
+    if (in.kind == OpKind::AllGather) gathers.insert(in.handle);
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    const ir::Instr& g = p.instrs[i];
+    if (g.kind != OpKind::AllGather || g.phase != phase || g.params.size() < 2) continue;
+    bool ahead = false;
+    for (size_t j = i + 1; j < p.instrs.size() && !(p.instrs[j].kind == OpKind::Wait && p.instrs[j].handle == g.handle); ++j)
+      ahead |= p.instrs[j].kind == OpKind::Wait && gathers.count(p.instrs[j].handle) > 0;
+    if (!ahead) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("bucket(size=auto) counts the reductions window_reductions keeps in flight: the step stays within the limit") {
+  // Eight layers whose backward compute hides any reduction: the buckets grow until memory stops
+  // them. Each bucket's reduce-scatter holds its output, what it receives, its members' copy and
+  // their gradients until its wait, which comes two launches later: at a launch the two buckets
+  // before it are in flight too. Whatever the limit, the lowered step's walk stays within it.
+  int64_t base = walk_peak(lowered(eight_layers(), {}));
   bool grew = false;
   for (int64_t limit = base; limit <= base + 6000; limit += 200) {
     CAPTURE(limit);
-    passes::PassInputs in = auto_buckets(limit);
-    in.sized_buckets.clear();
-    for (int l = 0; l < 8; ++l) in.sized_buckets.push_back({"l" + std::to_string(l), 0, true});
-    ir::Program p = lowered(t, in);
+    ir::Program p = lowered(eight_layers(), eight_auto_buckets(limit));
     CHECK(walk_peak(p) <= limit);
     for (const std::string& w : words(p, ir::Phase::Backward)) grew |= w.find(',') != std::string::npos;
   }
   CHECK(grew);  // some limit leaves room for buckets in backward
+}
+
+TEST_CASE("bucket(size=auto) sizes a bucket on the program it makes: every bucket of several is issued ahead of the previous one's wait") {
+  // The memory constraint walks the program with the bucket merged and its gather moved before
+  // the previous bucket's wait, so a bucket the limit lets grow is one the reordering moves: a
+  // bucket that could not be prefetched would run its gather exposed, which SimpleFSDP's time
+  // constraint (the gather hides behind the previous bucket's compute) is there to prevent.
+  int64_t base = walk_peak(lowered(eight_layers(), {}));
+  bool grew_forward = false, grew_backward = false;
+  for (int64_t limit = base; limit <= base + 6000; limit += 100) {
+    CAPTURE(limit);
+    ir::Program p = lowered(eight_layers(), eight_auto_buckets(limit));
+    CHECK(buckets_issued_ahead(p, ir::Phase::Forward));
+    CHECK(buckets_issued_ahead(p, ir::Phase::Backward));
+    CHECK(walk_peak(p) <= limit);
+    for (const std::string& w : words(p, ir::Phase::Forward)) grew_forward |= w.find(',') != std::string::npos;
+    for (const std::string& w : words(p, ir::Phase::Backward)) grew_backward |= w.find(',') != std::string::npos;
+  }
+  CHECK(grew_forward);
+  CHECK(grew_backward);
+  // 600 bytes above the base peak the forward's buckets are the time rule's (l0 alone; l1-l3,
+  // 0.3 + 0.6 s within l0's 1 s; l4-l7 within l1-l3's 3 s), each issued ahead: the walk of the
+  // unmerged program left l4-l7's gather behind l1-l3's wait there.
+  ir::Program roomy = lowered(eight_layers(), eight_auto_buckets(base + 600));
+  std::vector<std::string> gathers;
+  for (const std::string& w : words(roomy, ir::Phase::Forward))
+    if (w.rfind("ag(", 0) == 0) gathers.push_back(w);
+  CHECK(gathers == std::vector<std::string>{"ag(l0.w)", "ag(l1.w,l2.w,l3.w)", "ag(l4.w,l5.w,l6.w,l7.w)"});
+  CHECK(buckets_issued_ahead(roomy, ir::Phase::Forward));
 }
 
 TEST_CASE("bucket(size=BYTES) caps each bucket; bucket(size=auto) without times buckets each module whole") {

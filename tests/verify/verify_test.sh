@@ -118,17 +118,17 @@ for accum in 1 2; do
     -- "$loom" verify "$tmp/offload_auto.sched" $small --nproc 2 --accum $accum --memory-limit 8MiB
   expect "offload(budget=auto) under 5 MiB at world 4, accum $accum" 0 "equivalent (" \
     -- "$loom" verify "$tmp/offload_auto.sched" $small --nproc 4 --accum $accum --memory-limit 5MiB
-  expect "memory_auto under 8.7 MiB at world 2, accum $accum" 0 "equivalent (" \
-    -- "$loom" verify tests/verify/memory_auto.sched $small --nproc 2 --accum $accum --memory-limit 8.7MiB
-  expect "memory_auto under 5.9 MiB at world 4, accum $accum" 0 "equivalent (" \
-    -- "$loom" verify tests/verify/memory_auto.sched $small --nproc 4 --accum $accum --memory-limit 5.9MiB
+  expect "memory_auto under 8.4 MiB at world 2, accum $accum" 0 "equivalent (" \
+    -- "$loom" verify tests/verify/memory_auto.sched $small --nproc 2 --accum $accum --memory-limit 8.4MiB
+  expect "memory_auto under 5.6 MiB at world 4, accum $accum" 0 "equivalent (" \
+    -- "$loom" verify tests/verify/memory_auto.sched $small --nproc 4 --accum $accum --memory-limit 5.6MiB
 done
 expect "verify --keep says where it kept the runs" 0 "records, metrics and logs kept in /tmp/loom-verify-" \
   -- bash -c "out=\$('$loom' verify stdlib_schedules/zero3.sched $small --nproc 2 --keep); echo \"\$out\";
               rm -rf \"\$(echo \"\$out\" | sed -n 's/.*kept in //p')\""
 # ... and the scheduled run verify starts plans within the limit (its log, kept, shows the passes act).
 expect "verify passes --memory-limit to the scheduled run" 0 "the passes acted" -- bash -c "
-  kept=\$(LOOM_DEBUG=1 '$loom' verify tests/verify/memory_auto.sched $small --nproc 2 --memory-limit 8.7MiB --keep --json |
+  kept=\$(LOOM_DEBUG=1 '$loom' verify tests/verify/memory_auto.sched $small --nproc 2 --memory-limit 8.4MiB --keep --json |
          python3 -c 'import json, sys; print(json.load(sys.stdin)[\"kept\"])')
   grep -q 'pass proactive_prefetch: changed' \"\$kept/scheduled.log\" && grep -q 'pass selective_unshard: changed' \"\$kept/scheduled.log\" &&
     grep -q 'pass adaptive_offload: changed' \"\$kept/scheduled.log\" && echo 'the passes acted'; rm -rf \"\$kept\""
