@@ -12,6 +12,7 @@
 #include "backend/build_info.h"
 #include "backend/comm/collective_log.h"
 #include "backend/instrument/timeline.h"
+#include "backend/storage_release.h"
 #include "backend/torch_compat.h"
 #include "lang/diagnostics.h"
 
@@ -473,6 +474,10 @@ Work reduce_scatter(Group& group, const at::Tensor& input, at::Tensor& out, cons
                 if (op == ReduceOp::Sum) at::sum_out(flat, chunks, {0});
                 else if (op == ReduceOp::Max) flat.copy_(std::get<0>(chunks.max(0)));
                 else flat.copy_(std::get<0>(chunks.min(0)));
+                // gloo's worker keeps the work, and `received` with it, until it next takes its
+                // lock: on busy cores milliseconds later. Free it here, at the wait, as the memory
+                // walk does (measured: 4 MiB a reduce-scatter over gpt:50m's 1 Gbit link).
+                free_storage(received);
               },
               "reduce_scatter on " + group.name(), group.role(), futures_mark_transfers(group));
 }

@@ -7,7 +7,7 @@
 
 #include "backend/exec/sharded_executor_state.h"
 #include "backend/exec/sharded_grad_clip.h"
-#include "backend/exec/storage_release.h"
+#include "backend/storage_release.h"
 #include "lang/diagnostics.h"
 #include "models/zoo_torch.h"
 

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
-#include "backend/exec/storage_release.h"
 #include "backend/instrument/unpack_timer.h"
+#include "backend/storage_release.h"
 #include "lang/diagnostics.h"
 
 namespace loom {

@@ -8,6 +8,7 @@
 
 #include "backend/instrument/gradient_hooks.h"
 #include "backend/instrument/unpack_timer.h"
+#include "backend/storage_release.h"
 #include "lang/diagnostics.h"
 
 namespace loom {
@@ -101,6 +102,9 @@ void ShardedExecutor::State::complete_reductions(size_t last) {
     Reduction r = std::move(in_flight.front());
     in_flight.pop_front();
     r.work.wait();
+    // The wire (the full gradient, or its members' concatenated copy) is done with; gloo's worker
+    // may still hold it (comm::reduce_scatter), so free its bytes here, where the program does.
+    if (r.wire.defined()) free_storage(r.wire);
     if (params[r.members[0]].tagc) finish_compressed(params[r.members[0]], r.out);
     int64_t offset = 0;
     for (size_t p : r.members) {

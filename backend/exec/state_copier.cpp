@@ -4,7 +4,7 @@
 
 #include <torch/csrc/autograd/generated/variable_factories.h>
 
-#include "backend/exec/storage_release.h"
+#include "backend/storage_release.h"
 #include "lang/diagnostics.h"
 
 namespace loom {

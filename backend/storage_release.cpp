@@ -1,4 +1,4 @@
-#include "backend/exec/storage_release.h"
+#include "backend/storage_release.h"
 
 namespace loom {
 
