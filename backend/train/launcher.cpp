@@ -137,13 +137,24 @@ bool spawn_workers(const LaunchSpec& spec, int port, std::vector<Worker>& worker
   return true;
 }
 
+// Whether a rank's last lines say it failed because another rank stopped (kAnotherRankStopped):
+// the consequence of a failure, not its cause.
+bool failed_for_another(const Worker& w) {
+  return std::any_of(w.last.begin(), w.last.end(), [](const std::string& line) { return line.find(kAnotherRankStopped) != std::string::npos; });
+}
+
+// How long the others are left to exit on their own when the first rank to fail failed only
+// because another closed its connections: that rank is exiting already (it may still be tearing
+// down after its error), and stopping it would report our SIGTERM instead of its own exit.
+constexpr std::chrono::seconds kPeerExitWait{5};
+
 // Relays the workers' output until every one has exited. The first to fail, or an interrupt,
-// stops the others: SIGTERM, then SIGKILL after the grace period. Returns the index of the first
-// worker that failed, -1 if none did.
+// stops the others: SIGTERM (after kPeerExitWait where the first failed for another), then
+// SIGKILL after the grace period. Returns the index of the first worker that failed, -1 if none did.
 int supervise(const LaunchSpec& spec, std::vector<Worker>& workers, bool prefix, std::ostream& err) {
   int failed = -1;
-  bool stopping = false;
-  auto stop_deadline = std::chrono::steady_clock::now();
+  bool stopping = false, terminated = false;
+  auto term_at = std::chrono::steady_clock::now(), stop_deadline = term_at;
   auto stop_all = [&](int sig) {
     for (auto& w : workers)
       if (w.running) kill(w.pid, sig);
@@ -165,6 +176,8 @@ int supervise(const LaunchSpec& spec, std::vector<Worker>& workers, bool prefix,
       if (waitpid(w.pid, &status, WNOHANG) == w.pid) {
         w.running = false;
         w.status = status;
+        while (drain(w, err, prefix)) {  // its last lines, for failed_for_another
+        }
         bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (!ok && failed < 0 && !stopping) failed = static_cast<int>(i);
       } else {
@@ -172,23 +185,23 @@ int supervise(const LaunchSpec& spec, std::vector<Worker>& workers, bool prefix,
       }
     }
     if (!any_running) break;
+    auto now = std::chrono::steady_clock::now();
     if ((failed >= 0 || interrupted) && !stopping) {
       stopping = true;
-      stop_deadline = std::chrono::steady_clock::now() + spec.grace;
+      bool wait_for_peer = failed >= 0 && !interrupted && failed_for_another(workers[failed]);
+      term_at = wait_for_peer ? now + kPeerExitWait : now;
+      stop_deadline = term_at + spec.grace;
+    }
+    if (stopping && !terminated && (now >= term_at || interrupted)) {
+      terminated = true;
       stop_all(SIGTERM);
     }
-    if (stopping && std::chrono::steady_clock::now() > stop_deadline) stop_all(SIGKILL);
+    if (stopping && now > stop_deadline) stop_all(SIGKILL);
   }
   for (auto& w : workers)
     while (drain(w, err, prefix)) {
     }
   return failed;
-}
-
-// Whether a rank's last lines say it failed because another rank stopped (kAnotherRankStopped):
-// the consequence of a failure, not its cause.
-bool failed_for_another(const Worker& w) {
-  return std::any_of(w.last.begin(), w.last.end(), [](const std::string& line) { return line.find(kAnotherRankStopped) != std::string::npos; });
 }
 
 // The rank whose failure to report: the first that failed, unless it failed only because

@@ -10,7 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
+#include <chrono>
 
+#include "backend/train/launcher.h"
 #include "backend/train/lr_schedule.h"
 #include "backend/lower/mesh_layout.h"
 #include "backend/lower/pipeline_stages.h"
@@ -75,6 +78,30 @@ TEST_CASE("inconsistent launcher variables are errors that name the variable") {
   CHECK_THROWS_WITH_AS(rank_env_from({{"RANK", "2"}, {"WORLD_SIZE", "2"}}), "rank 2 is not below the world size 2", UserError);
   CHECK_THROWS_WITH_AS(rank_env_from({{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_WORLD_SIZE", "3"}}),
                        "local rank 0 of 3 per node does not fit a world of 4", UserError);
+}
+
+// Two shell ranks: rank 0 says its own error and takes a second to exit (as a rank tearing down
+// its process group does on busy cores); rank 1 says the consequence, the barrier broken by rank
+// 0, and exits at once. The report names rank 0 as it ended by itself, not killed by the SIGTERM
+// the launcher stops ranks with: CI once saw "rank 0 failed (killed by signal 15 (Terminated))".
+TEST_CASE("the launcher reports the rank that failed on its own as it exited, not as it was stopped") {
+  LaunchSpec spec;
+  spec.nproc = 2;
+  spec.argv = {"/bin/bash", "-c",
+               "if [ \"$RANK\" = 0 ]; then echo 'error: cannot write the trace' >&2; sleep 1; exit 1; fi; "
+               "sleep 0.2; echo 'error: barrier on world failed: Connection closed by peer' >&2; "
+               "echo \"  hint: " + std::string(kAnotherRankStopped) + " (its own message says why)\" >&2; exit 1"};
+  std::ostringstream err;
+  CHECK(launch(spec, err) == 1);
+  CHECK_MESSAGE(err.str().find("loom run: rank 0 failed (exit code 1): error: cannot write the trace\n") != std::string::npos,
+                err.str());
+  // A rank that fails on its own is stopped at once: rank 1 sleeps past the grace period unless stopped.
+  spec.argv = {"/bin/bash", "-c", "if [ \"$RANK\" = 0 ]; then echo 'error: bad data' >&2; exit 1; fi; sleep 30"};
+  std::ostringstream err2;
+  auto start = std::chrono::steady_clock::now();
+  CHECK(launch(spec, err2) == 1);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(4));
+  CHECK(err2.str().find("loom run: rank 0 failed (exit code 1): error: bad data\n") != std::string::npos);
 }
 
 TEST_CASE("each rank reads its own slice; together the ranks read the single-rank batch") {
