@@ -228,11 +228,11 @@ void await_every_rank(c10d::Store& store, const RankEnv& env, std::chrono::milli
       store.set("loom/all_joined", std::vector<uint8_t>{1});
     }
     store.wait({"loom/all_joined"}, timeout);
-    released = true;
     if (disagreement.empty() && store.check({"loom/world_disagreement"})) {
       std::vector<uint8_t> said = store.get("loom/world_disagreement");
       disagreement = std::string(said.begin(), said.end());
     }
+    released = true;  // only now: rank 0 can say the disagreement and stop, store and all, before we read it
   } catch (const std::exception&) {
     // Timed out, or rank 0 (which serves the store) gave up first: say who is missing if we still can.
   }

@@ -111,6 +111,12 @@ size_t last_backward_compute(const Program& p) {
   return p.instrs.size();
 }
 
+size_t find_instruction(const Program& p, OpKind kind, int handle, size_t from) {
+  for (size_t i = from; i < p.instrs.size(); ++i)
+    if (p.instrs[i].kind == kind && p.instrs[i].handle == handle) return i;
+  return p.instrs.size();
+}
+
 std::vector<int> gradient_deliveries(const Program& p) {
   std::vector<int> deliveries(p.params.size(), 0);
   std::vector<const Instr*> recomputes;

@@ -163,6 +163,10 @@ std::vector<int> gradient_deliveries(const Program& program);
 // The index of the program's last backward compute, or instrs.size() where it has none: where
 // the gradients of parameters no backward compute uses are complete, as zeros.
 size_t last_backward_compute(const Program& program);
+// The index of the first instruction at or after `from` of `kind` with handle `handle` (for a
+// Wait: the wait of the collective `handle`), or instrs.size() where none. A merged collective
+// keeps its first member's handle, so a bucket's collective is found by that.
+size_t find_instruction(const Program& program, OpKind kind, int handle, size_t from = 0);
 // A release of parameter `q`'s gathered storage.
 Instr release_of(const Program& program, int q, Phase phase);
 // Whether a pass moving the all-gather `gather` earlier must stop below `other`: another gather

@@ -100,9 +100,7 @@ void offload_in_forward(ir::Program& p, std::vector<Fragment>& offloaded, const 
 
 // Where the offload of `f` was waited: its reload comes after.
 size_t waited_at(const ir::Program& p, const Fragment& f) {
-  for (size_t i = 0; i < p.instrs.size(); ++i)
-    if (p.instrs[i].kind == OpKind::Wait && p.instrs[i].handle == f.handle) return i;
-  return p.instrs.size();
+  return ir::find_instruction(p, OpKind::Wait, f.handle);
 }
 
 // §4.4: each reload at the earliest backward instruction from which the memory, with the

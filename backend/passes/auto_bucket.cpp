@@ -73,15 +73,6 @@ std::vector<Candidate> candidates(const ir::Program& p, ir::Phase phase, const s
   return found;
 }
 
-// The index of the instruction of `kind` that produces `handle`, or, for a Wait, waits for it;
-// size() when none. A merged collective keeps its first member's handle, so a bucket's gather is
-// found by its first candidate's, however the buckets before it moved things.
-size_t find_handle(const ir::Program& p, OpKind kind, int handle) {
-  for (size_t i = 0; i < p.instrs.size(); ++i)
-    if (p.instrs[i].kind == kind && p.instrs[i].handle == handle) return i;
-  return p.instrs.size();
-}
-
 // Where a candidate's span ends in `p`: the first gather or compute of `phase` after its
 // `computes_through`-th compute, or past the phase's last instruction.
 size_t span_end(const ir::Program& p, ir::Phase phase, int computes_through) {
@@ -98,16 +89,18 @@ size_t span_end(const ir::Program& p, ir::Phase phase, int computes_through) {
   return end;
 }
 
-// Just past the wait of the backward reduction (a reduce-scatter or TAGC's compress: what frees
-// the full gradient, and what window_reductions keeps in flight) of parameter q in `p`; 0 when
-// none.
-size_t reduced_by(const ir::Program& p, int q) {
+// Just past the last wait of the backward reductions (reduce-scatters or TAGC's compresses: what
+// frees the full gradients, and what window_reductions keeps in flight) of the parameters
+// `members` in `p`; 0 when none.
+size_t reduced_by(const ir::Program& p, const std::vector<int>& members) {
+  size_t end = 0;
   for (const Instr& in : p.instrs) {
-    bool reduction = in.phase == ir::Phase::Backward && (in.kind == OpKind::ReduceScatter || in.kind == OpKind::Compress);
-    if (reduction && std::find(in.params.begin(), in.params.end(), q) != in.params.end())
-      return std::min(find_handle(p, OpKind::Wait, in.handle) + 1, p.instrs.size());
+    bool reduces_a_member = launches_reduction(in) && std::any_of(in.params.begin(), in.params.end(), [&](int q) {
+                              return std::find(members.begin(), members.end(), q) != members.end();
+                            });
+    if (reduces_a_member) end = std::max(end, std::min(ir::find_instruction(p, OpKind::Wait, in.handle) + 1, p.instrs.size()));
   }
-  return 0;
+  return end;
 }
 
 void move_instruction(ir::Program& p, size_t from, size_t to) {
@@ -218,8 +211,8 @@ class BucketPlanner {
     }
     if (!candidates_[bucket[0]].starts_run && !previous_.empty()) {
       std::vector<Instr>& instrs = a.program.instrs;
-      size_t g = find_handle(a.program, OpKind::AllGather, gather_handle(bucket));
-      size_t wait = find_handle(a.program, OpKind::Wait, gather_handle(previous_));
+      size_t g = ir::find_instruction(a.program, OpKind::AllGather, gather_handle(bucket));
+      size_t wait = ir::find_instruction(a.program, OpKind::Wait, gather_handle(previous_));
       bool blocked = g >= instrs.size() || wait >= g;
       for (size_t j = wait; j < g && !blocked; ++j) blocked = ir::gather_may_not_pass(instrs[g], instrs[j]);
       if (!blocked) {
@@ -245,10 +238,9 @@ class BucketPlanner {
     if (phase_ == ir::Phase::Backward) window_reductions(windowed.emplace(p), inputs_);  // it moves backward waits only
     const ir::Program& walked = windowed ? *windowed : p;
     std::vector<int64_t> around = memory::memory_around_each(walked, m.state_bytes, m.cost.get());
-    size_t from = std::min(find_handle(walked, OpKind::AllGather, gather_handle(bucket)), walked.instrs.size() - 1);
+    size_t from = std::min(ir::find_instruction(walked, OpKind::AllGather, gather_handle(bucket)), walked.instrs.size() - 1);
     size_t to = std::max(span_end(walked, phase_, candidates_[bucket.back()].computes_through), from + 1);
-    if (phase_ == ir::Phase::Backward)
-      for (int q : members) to = std::max(to, reduced_by(walked, q));
+    if (phase_ == ir::Phase::Backward) to = std::max(to, reduced_by(walked, members));
     return *std::max_element(around.begin() + static_cast<long>(from), around.begin() + static_cast<long>(to)) <= m.limit;
   }
 

@@ -106,9 +106,7 @@ int64_t fused_extra_held(const ir::Program& p, const Instr& both) {
 
 // The last instruction of the span a gather landing before `from` holds memory over: its wait.
 size_t wait_index(const ir::Program& p, const Instr& gather, size_t from) {
-  size_t i = from;
-  while (i + 1 < p.instrs.size() && !(p.instrs[i].kind == OpKind::Wait && p.instrs[i].handle == gather.handle)) ++i;
-  return i;
+  return std::min(ir::find_instruction(p, OpKind::Wait, gather.handle, from), p.instrs.size() - 1);
 }
 
 // Whether the fused gather `both`, landing before instruction `from`, stays within the limit:

@@ -26,8 +26,8 @@ std::vector<int> take_kept(const ir::Program& p, Instr& in, const std::vector<bo
 // With accumulation the parameters `across` marks stay gathered across the step's micro-batches
 // as well (deepcompile.txt §4.3: they are not updated until the step ends): their forward
 // all-gather and its wait run in the first micro-batch only, their backward release in the
-// last only. A bucket's gather or release that also holds other parameters keeps those, and
-// the marked members get an instruction of their own beside it.
+// last only. A bucket's gather that also holds other parameters keeps those, and the marked
+// members get a gather of their own before it.
 void keep_across_micro_batches(ir::Program& p, const std::vector<bool>& across) {
   std::vector<Instr> out;
   out.reserve(p.instrs.size());
@@ -56,18 +56,13 @@ void keep_across_micro_batches(ir::Program& p, const std::vector<bool>& across) 
       alone.runs_in = once;
       if (forward_gather) first_only.insert(alone.handle);
       out.push_back(std::move(alone));
-    } else {
+    } else {  // a bucket's gather (a release holds one parameter, ir::release_of): the kept gather first
       alone.bytes = ir::total_param_bytes(p, alone.params);
       alone.runs_in = once;
-      if (forward_gather) {
-        alone.handle = p.new_handle();
-        waits_before.emplace(in.handle, ir::wait_for(alone.handle, Phase::Forward, once));
-        out.push_back(std::move(alone));
-        out.push_back(std::move(in));
-      } else {
-        out.push_back(std::move(in));
-        out.push_back(std::move(alone));
-      }
+      alone.handle = p.new_handle();
+      waits_before.emplace(in.handle, ir::wait_for(alone.handle, Phase::Forward, once));
+      out.push_back(std::move(alone));
+      out.push_back(std::move(in));
     }
   }
   p.instrs = std::move(out);

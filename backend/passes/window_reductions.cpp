@@ -11,11 +11,6 @@ using ir::OpKind;
 
 namespace {
 
-// A backward reduction whose completion can wait: a reduce-scatter, or TAGC's compress.
-bool launches_reduction(const Instr& in) {
-  return in.phase == ir::Phase::Backward && (in.kind == OpKind::ReduceScatter || in.kind == OpKind::Compress);
-}
-
 // Whether `in` completes the reduction `launch`: its wait, or a collective (or select & drop)
 // of the same gradients that runs once it is complete, or the wait of one of those.
 bool completes(const Instr& in, const Instr& launch, const std::set<int>& chain_handles) {
@@ -30,6 +25,10 @@ bool completes(const Instr& in, const Instr& launch, const std::set<int>& chain_
 bool hands_gradient_back(const Instr& in) { return in.phase == ir::Phase::Backward && in.kind == OpKind::Send; }
 
 }  // namespace
+
+bool launches_reduction(const Instr& in) {
+  return in.phase == ir::Phase::Backward && (in.kind == OpKind::ReduceScatter || in.kind == OpKind::Compress);
+}
 
 bool window_reductions(ir::Program& p, const PassInputs& inputs) {
   if (inputs.reductions_in_flight < 1) return false;

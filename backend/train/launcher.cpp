@@ -15,6 +15,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <random>
 #include <ostream>
 
 #include "backend/train/rank_env.h"
@@ -34,6 +35,7 @@ struct Worker {
   std::deque<std::string> last;   // its last stderr lines, for the failure message
   bool running = true;
   int status = 0;
+  bool ended_unstopped = false;  // it ended before the launcher signalled any rank
 };
 
 void forward(Worker& w, const std::string& text, std::ostream& err, bool prefix) {
@@ -95,8 +97,24 @@ pid_t spawn(const LaunchSpec& spec, const RankEnv& env, int err_write_fd) {
 
 }  // namespace
 
-int pick_free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+namespace {
+
+// Whether a TCP port is free on every address (as rank 0's store binds it).
+bool port_is_free(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  bool free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return free;
+}
+
+// A port the kernel has free, from its ephemeral range.
+int ephemeral_port() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -108,6 +126,20 @@ int pick_free_port() {
     port = ntohs(addr.sin_port);
   if (fd >= 0) close(fd);
   return port;
+}
+
+}  // namespace
+
+int pick_free_port() {
+  // Below the ephemeral ports (32768 on, Linux's default): rank 0 binds the port a second or two
+  // after this probe, once LibTorch has loaded, and a port from the ephemeral range can be
+  // handed meanwhile to any process's connection or listener (gloo opens dozens); one below it
+  // only to a launcher that draws the same number.
+  std::mt19937 draw(std::random_device{}());
+  std::uniform_int_distribution<int> below_ephemeral(10000, 19999);
+  for (int attempt = 0; attempt < 32; ++attempt)
+    if (int port = below_ephemeral(draw); port_is_free(port)) return port;
+  return ephemeral_port();
 }
 
 namespace {
@@ -143,21 +175,30 @@ bool failed_for_another(const Worker& w) {
   return std::any_of(w.last.begin(), w.last.end(), [](const std::string& line) { return line.find(kAnotherRankStopped) != std::string::npos; });
 }
 
+// Whether a rank said an error of its own (a line that starts "error: "), not only that another
+// rank stopped: it is exiting by itself.
+bool said_own_error(const Worker& w) {
+  bool said_error = std::any_of(w.last.begin(), w.last.end(), [](const std::string& line) { return line.rfind("error: ", 0) == 0; });
+  return said_error && !failed_for_another(w);
+}
+
 // How long the others are left to exit on their own when the first rank to fail failed only
-// because another closed its connections: that rank is exiting already (it may still be tearing
-// down after its error), and stopping it would report our SIGTERM instead of its own exit.
+// because another closed its connections: that rank is exiting already (a rank's connections
+// close as its error unwinds, before it prints it), and stopping it would report our SIGTERM
+// instead of its own exit.
 constexpr std::chrono::seconds kPeerExitWait{5};
 
 // Relays the workers' output until every one has exited. The first to fail, or an interrupt,
-// stops the others: SIGTERM (after kPeerExitWait where the first failed for another), then
-// SIGKILL after the grace period. Returns the index of the first worker that failed, -1 if none did.
+// stops the others: SIGTERM (after kPeerExitWait where the first failed for another; not to a
+// rank that said an error of its own, unless interrupted), then SIGKILL after the grace period.
+// Returns the index of the first worker that failed, -1 if none did.
 int supervise(const LaunchSpec& spec, std::vector<Worker>& workers, bool prefix, std::ostream& err) {
   int failed = -1;
   bool stopping = false, terminated = false;
   auto term_at = std::chrono::steady_clock::now(), stop_deadline = term_at;
   auto stop_all = [&](int sig) {
     for (auto& w : workers)
-      if (w.running) kill(w.pid, sig);
+      if (w.running && (sig != SIGTERM || interrupted || !said_own_error(w))) kill(w.pid, sig);
   };
   while (true) {
     std::vector<pollfd> fds;
@@ -176,6 +217,7 @@ int supervise(const LaunchSpec& spec, std::vector<Worker>& workers, bool prefix,
       if (waitpid(w.pid, &status, WNOHANG) == w.pid) {
         w.running = false;
         w.status = status;
+        w.ended_unstopped = !terminated;
         while (drain(w, err, prefix)) {  // its last lines, for failed_for_another
         }
         bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
@@ -206,16 +248,20 @@ int supervise(const LaunchSpec& spec, std::vector<Worker>& workers, bool prefix,
 
 // The rank whose failure to report: the first that failed, unless it failed only because
 // another stopped and another rank said an error of its own (a rank that fails on its own
-// closes its connections as it exits, and a peer's collective can fail and exit first).
+// closes its connections as it exits, and a peer's collective can fail and exit first), or
+// else was killed by a signal the launcher did not send (both can be reaped in one pass).
 size_t failure_cause(const std::vector<Worker>& workers, size_t first) {
   if (!failed_for_another(workers[first])) return first;
-  for (size_t i = 0; i < workers.size(); ++i) {
-    const Worker& w = workers[i];
-    bool ok = WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0;
-    bool said_error = std::any_of(w.last.begin(), w.last.end(), [](const std::string& line) { return line.rfind("error: ", 0) == 0; });
-    if (i != first && !ok && said_error && !failed_for_another(w)) return i;
-  }
-  return first;
+  auto other_rank_that = [&](auto&& caused_it) {
+    for (size_t i = 0; i < workers.size(); ++i) {
+      const Worker& w = workers[i];
+      bool ok = WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0;
+      if (i != first && !ok && caused_it(w)) return i;
+    }
+    return first;
+  };
+  if (size_t said = other_rank_that(said_own_error); said != first) return said;
+  return other_rank_that([](const Worker& w) { return WIFSIGNALED(w.status) && w.ended_unstopped; });
 }
 
 // The failed rank, how it ended and its error line (not a hint printed after it).

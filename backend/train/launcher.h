@@ -33,7 +33,7 @@ inline constexpr const char* kAnotherRankStopped = "another rank stopped or stal
 // and its last error lines.
 int launch(const LaunchSpec& spec, std::ostream& err);
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
+// A TCP port that was free a moment ago, from below the ephemeral range where it can be.
 int pick_free_port();
 
 }  // namespace loom

@@ -87,14 +87,15 @@ void check_gather_memory(comm::Group& world, int r) {
 }
 
 // With the timeline on (`loom run --trace`), a collective's span ends when its transfer
-// completes on gloo, not at a wait that comes much later: each rank waits 300 ms after an
+// completes on gloo, not at a wait that comes much later: each rank waits 500 ms after an
 // all-reduce of 4 elements, so the span ends before the wait begins (it ended with the wait).
 void check_trace_span(comm::Group& world, int r) {
   if (world.size() == 1) return;  // a group of one exchanges nothing
+  comm::barrier(world);  // the ranks launch it together, however late a busy machine started one of them
   timeline::enable(r);
   auto t = torch::ones({4});
   comm::Work work = comm::all_reduce(world, t);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   work.wait();
   work.wait();  // a second wait of a finished work records nothing
   std::string path = "/tmp/loom_comm_trace_" + std::to_string(::getpid()) + ".jsonl";

@@ -66,7 +66,7 @@ import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(('127.0.0.1', $((port + 4)))); s.listen(); print('listening', flush=True); time.sleep(60)" > "$tmp/holder" &
 holder=$!
-for _ in $(seq 50); do grep -q listening "$tmp/holder" && break; sleep 0.1; done
+for _ in $(seq 300); do grep -q listening "$tmp/holder" && break; sleep 0.1; done  # up to 30 s on busy cores
 "$loom" $train --nproc 2 --master-port $((port + 4)) --timeout 5 > /dev/null 2> "$tmp/err"
 rc=$?
 kill $holder 2>/dev/null
@@ -147,7 +147,8 @@ CONF
   return 1
 }
 if slurm_up > "$tmp/err" 2>&1; then
-  timeout 120 srun -n 2 "$loom" $train --metrics "$tmp/slurm.jsonl" > "$tmp/out" 2> "$tmp/err"
+  # MASTER_PORT: apart from the ports launch_test.sh draws, where job 1 would put it (20001)
+  MASTER_PORT=$((port + 10)) timeout 120 srun -n 2 "$loom" $train --metrics "$tmp/slurm.jsonl" > "$tmp/out" 2> "$tmp/err"
   rc=$?
   if [ $rc -eq 0 ] && [ "$(wc -l < "$tmp/slurm.jsonl")" -eq 3 ] && grep -q "2 ranks" "$tmp/out" &&
      cmp -s <(grep -o '"loss":[^,]*' "$tmp/static.jsonl") <(grep -o '"loss":[^,]*' "$tmp/slurm.jsonl"); then ok

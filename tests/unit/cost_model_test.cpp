@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -206,7 +207,7 @@ TEST_CASE("a bad cluster file is a user error naming the file, the field and the
 }
 
 TEST_CASE("clusters users add: $LOOM_CLUSTER_PATH is searched first") {
-  std::filesystem::path dir = std::filesystem::temp_directory_path() / "loom_cluster_path_test";
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("loom_cluster_path_test_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "mine.json") << replaced(dgx_a100_text(), "\"name\": \"dgx-a100\"", "\"name\": \"mine\"");
   // A file of the same name as a shipped cluster replaces it.

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 
@@ -69,7 +70,7 @@ TEST_CASE("a trace without steps is refused with what to pass instead") {
 }
 
 TEST_CASE("the metrics file read back, and what is not one") {
-  std::filesystem::path dir = std::filesystem::temp_directory_path() / "loom_report_test";
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("loom_report_test_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "m.jsonl") << "{\"step\":1,\"loss\":5.5,\"tokens_per_s\":100,\"step_ms\":20,\"peak_mem_bytes\":1048576}\n"
                                  << "{\"step\":2,\"loss\":\"nan\",\"tokens_per_s\":110,\"step_ms\":18,\"peak_mem_bytes\":2097152}\n";

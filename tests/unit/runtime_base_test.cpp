@@ -80,28 +80,69 @@ TEST_CASE("inconsistent launcher variables are errors that name the variable") {
                        "local rank 0 of 3 per node does not fit a world of 4", UserError);
 }
 
-// Two shell ranks: rank 0 says its own error and takes a second to exit (as a rank tearing down
-// its process group does on busy cores); rank 1 says the consequence, the barrier broken by rank
-// 0, and exits at once. The report names rank 0 as it ended by itself, not killed by the SIGTERM
-// the launcher stops ranks with: CI once saw "rank 0 failed (killed by signal 15 (Terminated))".
-TEST_CASE("the launcher reports the rank that failed on its own as it exited, not as it was stopped") {
+namespace {
+// Launches two shell ranks ($RANK is 0 or 1) and returns what the launcher said.
+std::string launch_shell_ranks(const std::string& script, int* rc = nullptr) {
   LaunchSpec spec;
   spec.nproc = 2;
-  spec.argv = {"/bin/bash", "-c",
-               "if [ \"$RANK\" = 0 ]; then echo 'error: cannot write the trace' >&2; sleep 1; exit 1; fi; "
-               "sleep 0.2; echo 'error: barrier on world failed: Connection closed by peer' >&2; "
-               "echo \"  hint: " + std::string(kAnotherRankStopped) + " (its own message says why)\" >&2; exit 1"};
+  spec.argv = {"/bin/bash", "-c", script};
   std::ostringstream err;
-  CHECK(launch(spec, err) == 1);
-  CHECK_MESSAGE(err.str().find("loom run: rank 0 failed (exit code 1): error: cannot write the trace\n") != std::string::npos,
-                err.str());
-  // A rank that fails on its own is stopped at once: rank 1 sleeps past the grace period unless stopped.
-  spec.argv = {"/bin/bash", "-c", "if [ \"$RANK\" = 0 ]; then echo 'error: bad data' >&2; exit 1; fi; sleep 30"};
-  std::ostringstream err2;
+  int code = launch(spec, err);
+  if (rc) *rc = code;
+  return err.str();
+}
+const std::string kConsequence =
+    "echo 'error: barrier on world failed: Connection closed by peer' >&2; echo '  hint: " + std::string(kAnotherRankStopped) +
+    " (its own message says why)' >&2; exit 1";
+}  // namespace
+
+// A rank that fails on its own closes its connections as its error unwinds, before it prints it,
+// and can take a while to exit (tearing down on busy cores); its peer says the consequence and
+// exits first. The report names the cause as it ended by itself, not killed by the SIGTERM the
+// launcher stops ranks with: CI once saw "rank 0 failed (killed by signal 15 (Terminated))".
+TEST_CASE("the launcher reports the rank that failed on its own as it exited, not as it was stopped") {
+  int rc = 0;
+  // Rank 0 says its error after rank 1 has exited, and exits a little later.
+  std::string said = launch_shell_ranks(
+      "if [ \"$RANK\" = 0 ]; then sleep 0.5; echo 'error: cannot write the trace' >&2; sleep 0.5; exit 1; fi; sleep 0.2; " + kConsequence,
+      &rc);
+  CHECK(rc == 1);
+  CHECK_MESSAGE(said.find("loom run: rank 0 failed (exit code 1): error: cannot write the trace\n") != std::string::npos, said);
+  // Rank 0 has said its error and takes longer than the launcher waits for a peer (5 s) to exit.
+  said = launch_shell_ranks("if [ \"$RANK\" = 0 ]; then echo 'error: cannot write the trace' >&2; sleep 6; exit 1; fi; sleep 0.2; " +
+                            kConsequence);
+  CHECK_MESSAGE(said.find("loom run: rank 0 failed (exit code 1): error: cannot write the trace\n") != std::string::npos, said);
+  // A rank that fails on its own stops the others at once: rank 1 sleeps past the grace period unless stopped.
   auto start = std::chrono::steady_clock::now();
-  CHECK(launch(spec, err2) == 1);
+  said = launch_shell_ranks("if [ \"$RANK\" = 0 ]; then echo 'error: bad data' >&2; exit 1; fi; sleep 30", &rc);
+  CHECK(rc == 1);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(4));
-  CHECK(err2.str().find("loom run: rank 0 failed (exit code 1): error: bad data\n") != std::string::npos);
+  CHECK(said.find("loom run: rank 0 failed (exit code 1): error: bad data\n") != std::string::npos);
+}
+
+// A rank killed from outside (the OOM killer, a user's kill -9) says nothing; its peer says the
+// consequence, and the two can be reaped in one pass, the peer first by index. Here rank 1 keeps
+// its stderr open in a child, so only rank 0's exit, just after it sees rank 1 dead, wakes the
+// launcher.
+TEST_CASE("the launcher names a rank killed from outside, not the peer that failed because of it") {
+  auto flag = std::filesystem::temp_directory_path() / ("loom_launch_test_" + std::to_string(getpid()));
+  std::filesystem::remove(flag);
+  std::string said = launch_shell_ranks(
+      "f=" + flag.string() +
+      "; if [ \"$RANK\" = 1 ]; then sleep 3 & echo $$ > $f.tmp; mv $f.tmp $f; sleep 0.3; kill -9 $$; fi; "
+      "while [ ! -s $f ]; do sleep 0.01; done; pid=$(cat $f); "
+      "while s=$(cut -d' ' -f3 /proc/$pid/stat 2>/dev/null) && [ \"$s\" != Z ]; do sleep 0.01; done; " +
+      kConsequence);
+  std::filesystem::remove(flag);
+  CHECK_MESSAGE(said.find("loom run: rank 1 failed (killed by signal 9 (Killed))") != std::string::npos, said);
+}
+
+// Ranks bind the port a launcher picks a second or two later: from below the ephemeral range,
+// which other processes' connections and listeners take ports from meanwhile.
+TEST_CASE("the launcher picks a free port below the ephemeral range") {
+  int port = pick_free_port();
+  CHECK(port >= 10000);
+  CHECK(port < 20000);
 }
 
 TEST_CASE("each rank reads its own slice; together the ranks read the single-rank batch") {
