@@ -111,6 +111,10 @@ size_t last_backward_compute(const Program& p) {
   return p.instrs.size();
 }
 
+bool launches_reduction(const Instr& in) {
+  return in.phase == Phase::Backward && (in.kind == OpKind::ReduceScatter || in.kind == OpKind::Compress);
+}
+
 size_t find_instruction(const Program& p, OpKind kind, int handle, size_t from) {
   for (size_t i = from; i < p.instrs.size(); ++i)
     if (p.instrs[i].kind == kind && p.instrs[i].handle == handle) return i;

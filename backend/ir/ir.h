@@ -167,6 +167,9 @@ size_t last_backward_compute(const Program& program);
 // Wait: the wait of the collective `handle`), or instrs.size() where none. A merged collective
 // keeps its first member's handle, so a bucket's collective is found by that.
 size_t find_instruction(const Program& program, OpKind kind, int handle, size_t from = 0);
+// A backward reduction whose completion can wait: a reduce-scatter, or TAGC's compress (what frees
+// a full gradient, and what window_reductions keeps in flight).
+bool launches_reduction(const Instr& in);
 // A release of parameter `q`'s gathered storage.
 Instr release_of(const Program& program, int q, Phase phase);
 // Whether a pass moving the all-gather `gather` earlier must stop below `other`: another gather

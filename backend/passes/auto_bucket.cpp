@@ -95,7 +95,7 @@ size_t span_end(const ir::Program& p, ir::Phase phase, int computes_through) {
 size_t reduced_by(const ir::Program& p, const std::vector<int>& members) {
   size_t end = 0;
   for (const Instr& in : p.instrs) {
-    bool reduces_a_member = launches_reduction(in) && std::any_of(in.params.begin(), in.params.end(), [&](int q) {
+    bool reduces_a_member = ir::launches_reduction(in) && std::any_of(in.params.begin(), in.params.end(), [&](int q) {
                               return std::find(members.begin(), members.end(), q) != members.end();
                             });
     if (reduces_a_member) end = std::max(end, std::min(ir::find_instruction(p, OpKind::Wait, in.handle) + 1, p.instrs.size()));

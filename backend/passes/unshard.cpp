@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include "lang/diagnostics.h"
+
 namespace loom::passes {
 namespace {
 
@@ -57,6 +59,7 @@ void keep_across_micro_batches(ir::Program& p, const std::vector<bool>& across) 
       if (forward_gather) first_only.insert(alone.handle);
       out.push_back(std::move(alone));
     } else {  // a bucket's gather (a release holds one parameter, ir::release_of): the kept gather first
+      if (!forward_gather) throw InternalError("keep_gathered: a release of several parameters, which no pass makes");
       alone.bytes = ir::total_param_bytes(p, alone.params);
       alone.runs_in = once;
       alone.handle = p.new_handle();

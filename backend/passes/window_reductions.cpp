@@ -26,10 +26,6 @@ bool hands_gradient_back(const Instr& in) { return in.phase == ir::Phase::Backwa
 
 }  // namespace
 
-bool launches_reduction(const Instr& in) {
-  return in.phase == ir::Phase::Backward && (in.kind == OpKind::ReduceScatter || in.kind == OpKind::Compress);
-}
-
 bool window_reductions(ir::Program& p, const PassInputs& inputs) {
   if (inputs.reductions_in_flight < 1) return false;
   // The new order, as indices into p.instrs; the instructions move only once it is known.
@@ -50,7 +46,7 @@ bool window_reductions(ir::Program& p, const PassInputs& inputs) {
     if (in.phase == ir::Phase::Backward && in.kind == OpKind::CompressIndex) index_handles.insert(in.handle);
   auto in_a_launch = [&](const Instr& in) {
     if (in.phase != ir::Phase::Backward) return false;
-    return launches_reduction(in) || in.kind == OpKind::CompressIndex || (in.kind == OpKind::Wait && index_handles.count(in.handle) > 0);
+    return ir::launches_reduction(in) || in.kind == OpKind::CompressIndex || (in.kind == OpKind::Wait && index_handles.count(in.handle) > 0);
   };
   auto is_pending = [&](int handle) { return handle >= 0 && handle < static_cast<int>(pending_handle.size()) && pending_handle[handle]; };
   for (size_t i = 0; i < p.instrs.size(); ++i) {
@@ -64,7 +60,7 @@ bool window_reductions(ir::Program& p, const PassInputs& inputs) {
     if (!in_a_launch(in) && !hands_gradient_back(in))
       while (pending.size() > static_cast<size_t>(inputs.reductions_in_flight)) complete_oldest();
     order.push_back(i);
-    if (!launches_reduction(in)) continue;
+    if (!ir::launches_reduction(in)) continue;
     std::vector<size_t> completion;
     std::set<int> chain_handles;
     while (i + 1 < p.instrs.size() && completes(p.instrs[i + 1], in, chain_handles)) {

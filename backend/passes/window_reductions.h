@@ -16,8 +16,4 @@ namespace loom::passes {
 
 bool window_reductions(ir::Program& program, const PassInputs& inputs);
 
-// A backward reduction whose completion can wait: a reduce-scatter, or TAGC's compress (what the
-// window keeps in flight).
-bool launches_reduction(const ir::Instr& in);
-
 }  // namespace loom::passes

@@ -15,8 +15,8 @@
 #include <cstring>
 #include <deque>
 #include <map>
-#include <random>
 #include <ostream>
+#include <random>
 
 #include "backend/train/rank_env.h"
 #include "backend/train/scoped_signal.h"
@@ -36,6 +36,8 @@ struct Worker {
   bool running = true;
   int status = 0;
   bool ended_unstopped = false;  // it ended before the launcher signalled any rank
+  bool said_error = false;       // a line of its output started "error: "
+  bool said_another = false;     // a line said kAnotherRankStopped: it failed because another rank did
 };
 
 void forward(Worker& w, const std::string& text, std::ostream& err, bool prefix) {
@@ -46,6 +48,8 @@ void forward(Worker& w, const std::string& text, std::ostream& err, bool prefix)
     w.partial.erase(0, nl + 1);
     err << (prefix ? "[rank " + std::to_string(w.rank) + "] " : "") << line << "\n";
     err.flush();
+    w.said_error = w.said_error || line.rfind("error: ", 0) == 0;
+    w.said_another = w.said_another || line.find(kAnotherRankStopped) != std::string::npos;
     if (!line.empty()) {
       w.last.push_back(line);
       if (w.last.size() > 5) w.last.pop_front();
@@ -95,11 +99,8 @@ pid_t spawn(const LaunchSpec& spec, const RankEnv& env, int err_write_fd) {
   _exit(127);
 }
 
-}  // namespace
-
-namespace {
-
-// Whether a TCP port is free on every address (as rank 0's store binds it).
+// Whether a TCP port is free on the IPv4 wildcard address, which the store's dual-stack [::]
+// listener also needs.
 bool port_is_free(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
@@ -136,7 +137,7 @@ int pick_free_port() {
   // handed meanwhile to any process's connection or listener (gloo opens dozens); one below it
   // only to a launcher that draws the same number.
   std::mt19937 draw(std::random_device{}());
-  std::uniform_int_distribution<int> below_ephemeral(10000, 19999);
+  std::uniform_int_distribution<int> below_ephemeral(10000, 18999);  // tests draw torchrun's from 19000 on
   for (int attempt = 0; attempt < 32; ++attempt)
     if (int port = below_ephemeral(draw); port_is_free(port)) return port;
   return ephemeral_port();
@@ -169,23 +170,18 @@ bool spawn_workers(const LaunchSpec& spec, int port, std::vector<Worker>& worker
   return true;
 }
 
-// Whether a rank's last lines say it failed because another rank stopped (kAnotherRankStopped):
+// Whether a rank said it failed because another rank stopped (kAnotherRankStopped):
 // the consequence of a failure, not its cause.
-bool failed_for_another(const Worker& w) {
-  return std::any_of(w.last.begin(), w.last.end(), [](const std::string& line) { return line.find(kAnotherRankStopped) != std::string::npos; });
-}
+bool failed_for_another(const Worker& w) { return w.said_another; }
 
 // Whether a rank said an error of its own (a line that starts "error: "), not only that another
 // rank stopped: it is exiting by itself.
-bool said_own_error(const Worker& w) {
-  bool said_error = std::any_of(w.last.begin(), w.last.end(), [](const std::string& line) { return line.rfind("error: ", 0) == 0; });
-  return said_error && !failed_for_another(w);
-}
+bool said_own_error(const Worker& w) { return w.said_error && !w.said_another; }
 
 // How long the others are left to exit on their own when the first rank to fail failed only
-// because another closed its connections: that rank is exiting already (a rank's connections
-// close as its error unwinds, before it prints it), and stopping it would report our SIGTERM
-// instead of its own exit.
+// because another closed its connections: that rank is most likely exiting already (a rank's
+// connections close as its error unwinds, before it prints it), and stopping it would report our
+// SIGTERM instead of its own exit. A cause that stalls instead costs this much more.
 constexpr std::chrono::seconds kPeerExitWait{5};
 
 // Relays the workers' output until every one has exited. The first to fail, or an interrupt,
@@ -237,12 +233,16 @@ int supervise(const LaunchSpec& spec, std::vector<Worker>& workers, bool prefix,
     if (stopping && !terminated && (now >= term_at || interrupted)) {
       terminated = true;
       stop_all(SIGTERM);
+      if (interrupted) stop_deadline = std::min(stop_deadline, now + spec.grace);  // Ctrl-C during the wait for a peer
     }
     if (stopping && now > stop_deadline) stop_all(SIGKILL);
   }
-  for (auto& w : workers)
+  for (auto& w : workers) {
     while (drain(w, err, prefix)) {
     }
+    if (w.err_fd >= 0) close(w.err_fd);  // a process the rank started may hold it open still
+    w.err_fd = -1;
+  }
   return failed;
 }
 
@@ -261,7 +261,7 @@ size_t failure_cause(const std::vector<Worker>& workers, size_t first) {
     return first;
   };
   if (size_t said = other_rank_that(said_own_error); said != first) return said;
-  return other_rank_that([](const Worker& w) { return WIFSIGNALED(w.status) && w.ended_unstopped; });
+  return other_rank_that([](const Worker& w) { return WIFSIGNALED(w.status) && w.ended_unstopped && !failed_for_another(w); });
 }
 
 // The failed rank, how it ended and its error line (not a hint printed after it).

@@ -18,7 +18,7 @@ import loom
 from checks import check, finish
 
 loom_exe = sys.argv[1]
-torchrun_port = random.randint(19000, 19999)  # below the other tests' ports and Linux's ephemeral range
+torchrun_port = random.randint(19000, 19999)  # apart from loom run's ports (10000-18999), the other tests' and the ephemeral range
 tmp = tempfile.mkdtemp(prefix="loom-python-workflow-")
 atexit.register(shutil.rmtree, tmp, True)
 

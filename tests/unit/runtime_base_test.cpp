@@ -2,6 +2,7 @@
 // the learning-rate schedule and the runtime plan.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <unistd.h>
@@ -11,7 +12,6 @@
 #include <fstream>
 #include <set>
 #include <sstream>
-#include <chrono>
 
 #include "backend/train/launcher.h"
 #include "backend/train/lr_schedule.h"
@@ -110,11 +110,12 @@ TEST_CASE("the launcher reports the rank that failed on its own as it exited, no
   CHECK_MESSAGE(said.find("loom run: rank 0 failed (exit code 1): error: cannot write the trace\n") != std::string::npos, said);
   // Rank 0 has said its error and takes longer than the launcher waits for a peer (5 s) to exit.
   said = launch_shell_ranks("if [ \"$RANK\" = 0 ]; then echo 'error: cannot write the trace' >&2; sleep 6; exit 1; fi; sleep 0.2; " +
-                            kConsequence);
+                            kConsequence, &rc);
+  CHECK(rc == 1);
   CHECK_MESSAGE(said.find("loom run: rank 0 failed (exit code 1): error: cannot write the trace\n") != std::string::npos, said);
   // A rank that fails on its own stops the others at once: rank 1 sleeps past the grace period unless stopped.
   auto start = std::chrono::steady_clock::now();
-  said = launch_shell_ranks("if [ \"$RANK\" = 0 ]; then echo 'error: bad data' >&2; exit 1; fi; sleep 30", &rc);
+  said = launch_shell_ranks("if [ \"$RANK\" = 0 ]; then echo 'error: bad data' >&2; exit 1; fi; exec sleep 30", &rc);
   CHECK(rc == 1);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(4));
   CHECK(said.find("loom run: rank 0 failed (exit code 1): error: bad data\n") != std::string::npos);
@@ -122,14 +123,15 @@ TEST_CASE("the launcher reports the rank that failed on its own as it exited, no
 
 // A rank killed from outside (the OOM killer, a user's kill -9) says nothing; its peer says the
 // consequence, and the two can be reaped in one pass, the peer first by index. Here rank 1 keeps
-// its stderr open in a child, so only rank 0's exit, just after it sees rank 1 dead, wakes the
-// launcher.
+// its stderr open in a child, so its death does not wake the launcher, and rank 0 says the
+// consequence and exits just after it sees rank 1 dead: most runs reap both in one pass (the
+// launcher can still wake between, on its 100 ms poll, and reap rank 1 alone).
 TEST_CASE("the launcher names a rank killed from outside, not the peer that failed because of it") {
   auto flag = std::filesystem::temp_directory_path() / ("loom_launch_test_" + std::to_string(getpid()));
   std::filesystem::remove(flag);
   std::string said = launch_shell_ranks(
       "f=" + flag.string() +
-      "; if [ \"$RANK\" = 1 ]; then sleep 3 & echo $$ > $f.tmp; mv $f.tmp $f; sleep 0.3; kill -9 $$; fi; "
+      "; if [ \"$RANK\" = 1 ]; then sleep 3 > /dev/null & echo $$ > $f.tmp; mv $f.tmp $f; sleep 0.3; kill -9 $$; fi; "
       "while [ ! -s $f ]; do sleep 0.01; done; pid=$(cat $f); "
       "while s=$(cut -d' ' -f3 /proc/$pid/stat 2>/dev/null) && [ \"$s\" != Z ]; do sleep 0.01; done; " +
       kConsequence);
