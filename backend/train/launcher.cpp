@@ -57,20 +57,22 @@ void forward(Worker& w, const std::string& text, std::ostream& err, bool prefix)
   }
 }
 
-bool drain(Worker& w, std::ostream& err, bool prefix) {
-  if (w.err_fd < 0) return false;
+// Relays what a worker has written so far; at the end of its output, closes its pipe.
+void drain(Worker& w, std::ostream& err, bool prefix) {
   char buf[4096];
-  ssize_t n = read(w.err_fd, buf, sizeof buf);
-  if (n > 0) {
-    forward(w, std::string(buf, n), err, prefix);
-    return true;
+  while (w.err_fd >= 0) {
+    ssize_t n = read(w.err_fd, buf, sizeof buf);
+    if (n > 0) {
+      forward(w, std::string(buf, n), err, prefix);
+      continue;
+    }
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      if (!w.partial.empty()) forward(w, "\n", err, prefix);
+      close(w.err_fd);
+      w.err_fd = -1;
+    }
+    return;
   }
-  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-    if (!w.partial.empty()) forward(w, "\n", err, prefix);
-    close(w.err_fd);
-    w.err_fd = -1;
-  }
-  return false;
 }
 
 std::string describe_exit(int status) {
@@ -99,34 +101,21 @@ pid_t spawn(const LaunchSpec& spec, const RankEnv& env, int err_write_fd) {
   _exit(127);
 }
 
-// Whether a TCP port is free on the IPv4 wildcard address, which the store's dual-stack [::]
-// listener also needs.
-bool port_is_free(int port) {
+// Binds a TCP socket to `address`:`port` (port 0: one the kernel picks from its ephemeral range)
+// and closes it: the port it bound, or -1 where it could not.
+int probe_bind(in_addr_t address, int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
+  if (fd < 0) return -1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_addr.s_addr = htonl(address);
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  bool free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  close(fd);
-  return free;
-}
-
-// A port the kernel has free, from its ephemeral range.
-int ephemeral_port() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
   socklen_t len = sizeof addr;
-  int port = 29500;
-  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
+  int bound = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    bound = ntohs(addr.sin_port);
+  close(fd);
+  return bound;
 }
 
 }  // namespace
@@ -138,9 +127,10 @@ int pick_free_port() {
   // only to a launcher that draws the same number.
   std::mt19937 draw(std::random_device{}());
   std::uniform_int_distribution<int> below_ephemeral(10000, 18999);  // tests draw torchrun's from 19000 on
-  for (int attempt = 0; attempt < 32; ++attempt)
-    if (int port = below_ephemeral(draw); port_is_free(port)) return port;
-  return ephemeral_port();
+  for (int attempt = 0; attempt < 32; ++attempt)  // free on the IPv4 wildcard, which the store's dual-stack [::] also needs
+    if (int port = below_ephemeral(draw); probe_bind(INADDR_ANY, port) == port) return port;
+  int ephemeral = probe_bind(INADDR_LOOPBACK, 0);
+  return ephemeral > 0 ? ephemeral : 29500;
 }
 
 namespace {
@@ -203,8 +193,7 @@ int supervise(const LaunchSpec& spec, std::vector<Worker>& workers, bool prefix,
     if (!fds.empty()) poll(fds.data(), fds.size(), 100);
     else usleep(100 * 1000);
     for (auto& w : workers)
-      while (drain(w, err, prefix)) {
-      }
+      drain(w, err, prefix);
     bool any_running = false;
     for (size_t i = 0; i < workers.size(); ++i) {
       Worker& w = workers[i];
@@ -214,8 +203,7 @@ int supervise(const LaunchSpec& spec, std::vector<Worker>& workers, bool prefix,
         w.running = false;
         w.status = status;
         w.ended_unstopped = !terminated;
-        while (drain(w, err, prefix)) {  // its last lines, for failed_for_another
-        }
+        drain(w, err, prefix);  // its last lines, for failed_for_another
         bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (!ok && failed < 0 && !stopping) failed = static_cast<int>(i);
       } else {
@@ -238,8 +226,7 @@ int supervise(const LaunchSpec& spec, std::vector<Worker>& workers, bool prefix,
     if (stopping && now > stop_deadline) stop_all(SIGKILL);
   }
   for (auto& w : workers) {
-    while (drain(w, err, prefix)) {
-    }
+    drain(w, err, prefix);
     if (w.err_fd >= 0) close(w.err_fd);  // a process the rank started may hold it open still
     w.err_fd = -1;
   }
