@@ -85,32 +85,41 @@ int64_t largest_peak_rss(comm::Group& world, torch::Device device) {
   return static_cast<int64_t>(rss.item<double>());
 }
 
-}  // namespace
-
-TrainResult run_training(const TrainOptions& o, const RankEnv& env) {
-  std::unique_ptr<RankRun> r = set_up_rank(o, env);
+// A set-up rank's steps, replans and outputs.
+TrainResult train_rank(RankRun& r, const TrainOptions& o) {
   Progress progress(o.steps);
   TrainResult result;
-  result.startup_rss_bytes = largest_peak_rss(*r->world, r->device);
-  result.replan_at = r->o.replan_at;  // --replan-at, or its default for this schedule
+  result.startup_rss_bytes = largest_peak_rss(*r.world, r.device);
+  result.replan_at = r.o.replan_at;  // --replan-at, or its default for this schedule
   auto run_start = std::chrono::steady_clock::now();
-  for (int64_t step = r->start; step < o.steps; ++step) {
-    StepMetrics measured = train_step(*r, step, result);
-    if (r->lead()) progress.update(measured.step, measured.loss, measured.tokens_per_s, measured.step_ms, measured.peak_bytes);
+  for (int64_t step = r.start; step < o.steps; ++step) {
+    StepMetrics measured = train_step(r, step, result);
+    if (r.lead()) progress.update(measured.step, measured.loss, measured.tokens_per_s, measured.step_ms, measured.peak_bytes);
     result.steps.push_back(measured);
-    if (replans_after(r->o, step + 1) && replan(*r, step + 1, result)) {
+    if (replans_after(r.o, step + 1) && replan(r, step + 1, result)) {
       result.replanned_at = step + 1;
       result.switched_after.push_back(step + 1);
     }
   }
-  finish_rank(*r);
+  finish_rank(r);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   return result;
 }
 
+}  // namespace
+
+TrainResult run_training(const TrainOptions& o, const RankEnv& env) {
+  std::unique_ptr<RankRun> r = set_up_rank(o, env);
+  return train_rank(*r, o);
+}
+
 int train(const TrainOptions& o, const RankEnv& env) {
+  // The rank outlives the handlers: its error is printed before its connections close, so a peer
+  // that fails because they closed says so after it, in a shared log and under any launcher.
+  std::unique_ptr<RankRun> r;
   try {
-    TrainResult result = run_training(o, env);
+    r = set_up_rank(o, env);
+    TrainResult result = train_rank(*r, o);
     if (env.rank == 0 && o.profile_out.empty() && o.record.empty())
       std::cout << describe_summary(o, result) << describe_replan_outcome(result) << std::flush;
     return 0;

@@ -63,7 +63,7 @@ if [ $? -eq 1 ] && grep -q "data file '$tmp/missing.bin': cannot open" "$tmp/err
 
 # 4. Ranks started by hand with torchrun's variables join one run; rank 0 alone shows what the
 # schedule prints.
-port=$((20000 + RANDOM % 6000))  # below the ephemeral ports (32768 on), and apart from launchers_test.sh
+port=$((20000 + RANDOM % 5990))  # 20000-25998 with the offsets below: under the ephemeral ports (32768 on), apart from launchers_test.sh (26000 on)
 printf 'print("hello from rank 0 only")\n' > "$tmp/print_once.sched"
 for r in 0 1; do
   RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
@@ -230,6 +230,22 @@ for try in 1 2 3 4 5; do
      grep -qF "each rank's events are in $tmp/full.json.rank<N>)" "$tmp/err" &&
      [ -s "$tmp/full.json.rank0" ] && [ -s "$tmp/full.json.rank1" ] && [ ! -e "$tmp/full.json" ]; then ok
   else bad "a trace past a file-size limit (try $try, rc=$rc): $(grep 'loom run: rank' "$tmp/err")"; fi
+done
+# The same failure under another launcher (torchrun's variables, both ranks appending to one log):
+# rank 0 says why before its connections close, so rank 1's broken barrier is said after it
+# (the loom before 2026-11-28 closed them first: rank 1's line came first, or inside rank 0's).
+for try in 1 2 3; do
+  rm -f "$tmp/full.json"* "$tmp/shared_log"
+  for r in 0 1; do
+    (ulimit -f 24; RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port + 6 + try)) \
+      "$loom" run $small_run --steps 2 --trace "$tmp/full.json" > /dev/null 2>> "$tmp/shared_log") &
+  done
+  wait %1; rc0=$?
+  wait %2; rc1=$?
+  if [ "$rc0" -eq 1 ] && [ "$rc1" -eq 1 ] &&
+     [ "$(grep -m1 '^error:' "$tmp/shared_log")" = "error: --trace: cannot write $tmp/full.json: File too large" ] &&
+     grep -q "^error: barrier on world failed" "$tmp/shared_log"; then ok
+  else bad "the cause's error comes first in a shared log (try $try, rc=$rc0 $rc1): $(grep '^error:' "$tmp/shared_log")"; fi
 done
 # loom verify's records (--record) past a file-size limit: an error, not LibTorch's abort, and no
 # short record left to be compared.
