@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "backend/sim/memory_walk.h"
+#include "backend/sim/range_max.h"
 
 namespace loom::passes {
 namespace {
@@ -33,44 +34,74 @@ struct Move {
   size_t gather = 0;
 };
 
+// The first position in the phase's `order` a gather at position k may land at for its own
+// parameters: just below the last all-gather or release of any of them above it.
+class GatherBounds {
+ public:
+  explicit GatherBounds(size_t params) : last_touch_(params, 0) {}
+  size_t of(const Instr& gather) const {
+    size_t bound = 0;
+    for (int q : gather.params) bound = std::max(bound, last_touch_[static_cast<size_t>(q)]);
+    return bound;
+  }
+  // Records the instruction at position k (after `of` has been asked of it).
+  void passed(const Instr& in, size_t k) {
+    if (in.kind == OpKind::AllGather || in.kind == OpKind::Release)
+      for (int q : in.params) last_touch_[static_cast<size_t>(q)] = k + 1;
+  }
+
+ private:
+  std::vector<size_t> last_touch_;  // one past each parameter's last all-gather or release
+};
+
+// One past the last position in [begin, end) whose value exceeds `room`; `begin` when none does.
+size_t below_last_above(memory::RangeMax& values, size_t begin, size_t end, int64_t room) {
+  size_t full = values.last_above(begin, end, room);
+  return full == end ? begin : full + 1;
+}
+
 // Plans the moves of one phase's gathers: `around` is the memory around each instruction
 // (memory_walk), raised by each move over the instructions its buffer now lives across.
 void plan_phase(const ir::Program& p, ir::Phase phase, const std::vector<bool>& selected, const MemoryPlanning& m,
                 std::vector<int64_t>& around, std::vector<Move>& moves) {
   std::vector<size_t> order;  // the phase's instructions, in program order
+  std::vector<int64_t> phase_around;
   for (size_t i = 0; i < p.instrs.size(); ++i)
-    if (p.instrs[i].phase == phase) order.push_back(i);
-  std::vector<int64_t> ahead(p.instrs.size(), 0);  // bytes gathered ahead of their use, around each instruction
+    if (p.instrs[i].phase == phase) {
+      order.push_back(i);
+      phase_around.push_back(around[i]);
+    }
+  memory::RangeMax memory(phase_around);
+  memory::RangeMax ahead(std::vector<int64_t>(order.size(), 0));  // bytes gathered ahead of their use, around each instruction
   int64_t group_limit = m.prefetch_group_bytes > 0 ? m.prefetch_group_bytes : std::numeric_limits<int64_t>::max();
+  GatherBounds bounds(p.params.size());
   // No gather goes above an earlier one (the collective stream is first in, first out): one
   // that stays bounds the next from below; one that moved lets the next land beside it, after it.
   size_t floor = 0;
   for (size_t k = 0; k < order.size(); ++k) {
     const Instr& g = p.instrs[order[k]];
+    size_t own_bound = bounds.of(g);
+    bounds.passed(g, k);
     if (g.kind != OpKind::AllGather) continue;
     if (!automatically_prefetched(g, selected)) {
       floor = k + 1;
       continue;
     }
+    // Up to just below the nearest instruction above where the buffer would not fit.
     int64_t buffer = memory::gather_launch_bytes(p, g);
-    size_t to = k;
-    while (to > floor) {
-      size_t above = order[to - 1];
-      if (ir::gather_may_not_pass(g, p.instrs[above])) break;
-      if (around[above] + buffer > m.limit || ahead[above] + buffer > group_limit) break;
-      --to;
-    }
+    size_t lowest = std::max(floor, own_bound);
+    size_t to = std::max(below_last_above(memory, lowest, k, m.limit - buffer), below_last_above(ahead, lowest, k, group_limit - buffer));
     if (to == k) {
       floor = k + 1;
       continue;
     }
     floor = to;
-    for (size_t j = to; j < k; ++j) {
-      around[order[j]] += buffer;
-      ahead[order[j]] += buffer;
-    }
+    memory.add(to, k, buffer);
+    ahead.add(to, k, buffer);
     moves.push_back({order[to], order[k]});
   }
+  std::vector<int64_t> raised = memory.values();
+  for (size_t j = 0; j < order.size(); ++j) around[order[j]] = raised[j];
 }
 
 // Whether fusing a gather of `bytes` into one of `fused` bytes pays (deepcompile.txt §4.2):

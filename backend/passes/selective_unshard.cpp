@@ -1,9 +1,11 @@
 #include "backend/passes/selective_unshard.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "backend/passes/unshard.h"
 #include "backend/sim/memory_walk.h"
+#include "backend/sim/range_max.h"
 
 namespace loom::passes {
 namespace {
@@ -12,6 +14,9 @@ using ir::Instr;
 using ir::OpKind;
 
 constexpr size_t kNone = static_cast<size_t>(-1);
+// What this pass reads as the memory around a step instruction: far below any limit, so no
+// span's maximum is one (the step's instructions are outside the body a kept buffer lives in).
+constexpr int64_t kNeverHeld = std::numeric_limits<int64_t>::min() / 4;
 
 // A parameter unshard(auto) may keep: where its first forward gather, forward release, backward
 // gather and last backward release are.
@@ -54,19 +59,22 @@ std::vector<Candidate> candidates(const ir::Program& p, const PassInputs& inputs
   return found;
 }
 
+// An index range [begin, end) of the program's instructions.
+struct Span {
+  size_t begin = 0, end = 0;
+};
+
 // Where keeping c gathered holds its buffer beyond what the program holds already: from its
 // forward release to its backward gather and, kept `across` micro-batches, also before its
 // forward gather and after its backward release, in the body's every run (so the first
 // micro-batch's start and the last's end are counted as if they held it, a bound from above).
-std::vector<size_t> held_longer(const ir::Program& p, const Candidate& c, bool across) {
-  std::vector<size_t> at;
-  for (size_t i = 0; i < p.instrs.size(); ++i) {
-    if (p.instrs[i].phase == ir::Phase::Step) continue;
-    bool between = i > c.forward_release && i < c.backward_gather;
-    bool outside = across && (i < c.forward_gather || i > c.backward_release);
-    if (between || outside) at.push_back(i);
+std::vector<Span> held_longer(size_t instructions, const Candidate& c, bool across) {
+  std::vector<Span> spans = {{c.forward_release + 1, c.backward_gather}};
+  if (across) {
+    spans.push_back({0, c.forward_gather});
+    spans.push_back({c.backward_release + 1, instructions});
   }
-  return at;
+  return spans;
 }
 
 // T_c(B)/B of each candidate: its own backward all-gather, priced alone.
@@ -91,19 +99,22 @@ bool selective_unshard(ir::Program& p, const PassInputs& inputs) {
   if (found.empty()) return false;
   rank_by_saving(p, m, found);
   std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost.get());
+  for (size_t i = 0; i < p.instrs.size(); ++i)
+    if (p.instrs[i].phase == ir::Phase::Step) around[i] = kNeverHeld;
+  memory::RangeMax memory(around);
   std::vector<bool> kept(p.params.size(), false), across(p.params.size(), false);
   bool any = false;
-  auto fits = [&](const std::vector<size_t>& longer, int64_t buffer) {
-    return std::none_of(longer.begin(), longer.end(), [&](size_t i) { return around[i] + buffer > m.limit; });
+  auto fits = [&](const std::vector<Span>& longer, int64_t buffer) {
+    return std::all_of(longer.begin(), longer.end(), [&](const Span& s) { return memory.max(s.begin, s.end) + buffer <= m.limit; });
   };
   for (const Candidate& c : found) {
     if (c.buffer <= 0) continue;
     // Across the micro-batches where that fits (it saves the later forward gathers too), else within each.
-    std::vector<size_t> longer = held_longer(p, c, p.micro_batches > 1);
+    std::vector<Span> longer = held_longer(p.instrs.size(), c, p.micro_batches > 1);
     bool whole_step = p.micro_batches > 1 && fits(longer, c.buffer);
-    if (!whole_step) longer = held_longer(p, c, false);
+    if (!whole_step) longer = held_longer(p.instrs.size(), c, false);
     if (!fits(longer, c.buffer)) continue;
-    for (size_t i : longer) around[i] += c.buffer;
+    for (const Span& s : longer) memory.add(s.begin, s.end, c.buffer);
     kept[static_cast<size_t>(c.param)] = any = true;
     across[static_cast<size_t>(c.param)] = whole_step;
   }
