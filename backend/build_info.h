@@ -14,4 +14,9 @@ std::string build_description();
 // (LOOM_BACKTRACE=1), since it is for Loom's developers, not for whoever ran the command.
 std::string exception_text(const std::exception& e, bool with_backtrace);
 
+// What a command prints for an exception that is a Loom bug, not the user's mistake: its text
+// (with the stack trace under LOOM_BACKTRACE=1) and how to report it. It exits kInternalError.
+std::string internal_error_report(const std::exception& e);
+constexpr int kInternalError = 70;  // sysexits' EX_SOFTWARE
+
 }  // namespace loom

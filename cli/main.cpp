@@ -206,12 +206,8 @@ int command_line(int argc, char** argv) {
     return run();
   } catch (const std::exception& e) {
     // User errors are handled by each command; anything reaching here is a Loom bug.
-    const char* backtrace = std::getenv("LOOM_BACKTRACE");
-    bool with_backtrace = backtrace && std::string(backtrace) == "1";
-    std::cerr << "loom: internal error: " << loom::exception_text(e, with_backtrace)
-              << "\nplease report this with the command that caused it"
-              << (with_backtrace ? "" : " (LOOM_BACKTRACE=1 adds the stack trace)") << "\n";
-    return 70;
+    std::cerr << loom::internal_error_report(e);
+    return loom::kInternalError;
   }
 }
 

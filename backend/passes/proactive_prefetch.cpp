@@ -71,7 +71,7 @@ void plan_phase(const ir::Program& p, ir::Phase phase, const std::vector<bool>& 
       order.push_back(i);
       phase_around.push_back(around[i]);
     }
-  memory::RangeMax memory(phase_around);
+  memory::RangeMax in_use(phase_around);
   memory::RangeMax ahead(std::vector<int64_t>(order.size(), 0));  // bytes gathered ahead of their use, around each instruction
   int64_t group_limit = m.prefetch_group_bytes > 0 ? m.prefetch_group_bytes : std::numeric_limits<int64_t>::max();
   GatherBounds bounds(p.params.size());
@@ -90,17 +90,17 @@ void plan_phase(const ir::Program& p, ir::Phase phase, const std::vector<bool>& 
     // Up to just below the nearest instruction above where the buffer would not fit.
     int64_t buffer = memory::gather_launch_bytes(p, g);
     size_t lowest = std::max(floor, own_bound);
-    size_t to = std::max(below_last_above(memory, lowest, k, m.limit - buffer), below_last_above(ahead, lowest, k, group_limit - buffer));
+    size_t to = std::max(below_last_above(in_use, lowest, k, m.limit - buffer), below_last_above(ahead, lowest, k, group_limit - buffer));
     if (to == k) {
       floor = k + 1;
       continue;
     }
     floor = to;
-    memory.add(to, k, buffer);
+    in_use.add(to, k, buffer);
     ahead.add(to, k, buffer);
     moves.push_back({order[to], order[k]});
   }
-  std::vector<int64_t> raised = memory.values();
+  std::vector<int64_t> raised = in_use.values();
   for (size_t j = 0; j < order.size(); ++j) around[order[j]] = raised[j];
 }
 

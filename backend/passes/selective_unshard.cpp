@@ -68,6 +68,7 @@ struct Span {
 // forward release to its backward gather and, kept `across` micro-batches, also before its
 // forward gather and after its backward release, in the body's every run (so the first
 // micro-batch's start and the last's end are counted as if they held it, a bound from above).
+// The spans do not overlap: a gather comes before its release in each phase.
 std::vector<Span> held_longer(size_t instructions, const Candidate& c, bool across) {
   std::vector<Span> spans = {{c.forward_release + 1, c.backward_gather}};
   if (across) {
@@ -101,11 +102,11 @@ bool selective_unshard(ir::Program& p, const PassInputs& inputs) {
   std::vector<int64_t> around = memory::memory_around_each(p, m.state_bytes, m.cost.get());
   for (size_t i = 0; i < p.instrs.size(); ++i)
     if (p.instrs[i].phase == ir::Phase::Step) around[i] = kNeverHeld;
-  memory::RangeMax memory(around);
+  memory::RangeMax in_use(around);
   std::vector<bool> kept(p.params.size(), false), across(p.params.size(), false);
   bool any = false;
   auto fits = [&](const std::vector<Span>& longer, int64_t buffer) {
-    return std::all_of(longer.begin(), longer.end(), [&](const Span& s) { return memory.max(s.begin, s.end) + buffer <= m.limit; });
+    return std::all_of(longer.begin(), longer.end(), [&](const Span& s) { return in_use.max(s.begin, s.end) + buffer <= m.limit; });
   };
   for (const Candidate& c : found) {
     if (c.buffer <= 0) continue;
@@ -114,7 +115,7 @@ bool selective_unshard(ir::Program& p, const PassInputs& inputs) {
     bool whole_step = p.micro_batches > 1 && fits(longer, c.buffer);
     if (!whole_step) longer = held_longer(p.instrs.size(), c, false);
     if (!fits(longer, c.buffer)) continue;
-    for (const Span& s : longer) memory.add(s.begin, s.end, c.buffer);
+    for (const Span& s : longer) in_use.add(s.begin, s.end, c.buffer);
     kept[static_cast<size_t>(c.param)] = any = true;
     across[static_cast<size_t>(c.param)] = whole_step;
   }

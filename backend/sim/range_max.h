@@ -1,7 +1,7 @@
-// RangeMax: byte counts along a program (the memory around each instruction, as
-// memory_around_each gives it) that the memory-aware passes raise over spans and ask the largest
-// of, each in O(log n): a pass that tried every candidate span one instruction at a time cost
-// O(n) a candidate, most of `loom plan --memory-passes auto` at a thousand ranks.
+// RangeMax: a segment tree of values along a program (the memory around each instruction) with
+// adding over a span, the largest in a span and the last index above a threshold, each O(log n).
+// The memory-aware passes ask it where walking the span one instruction at a time cost O(n) a
+// candidate, most of `loom plan --memory-passes auto`'s time at thousands of ranks.
 #pragma once
 
 #include <cstddef>
@@ -14,7 +14,6 @@ class RangeMax {
  public:
   explicit RangeMax(const std::vector<int64_t>& values);
 
-  size_t size() const { return n_; }
   // Adds `bytes` to every value in [begin, end).
   void add(size_t begin, size_t end, int64_t bytes);
   // The largest value in [begin, end); INT64_MIN when the range is empty.

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 #include <torch/serialize.h>
 
@@ -30,6 +31,18 @@ std::string latest_step_name(const fs::path& save_dir) {
   std::string name;
   std::ifstream(save_dir / "latest") >> name;
   return name;
+}
+
+// What `read` makes of one of a checkpoint's archives, LibTorch's errors in it (a missing or
+// truncated file, a tensor it lacks) turned into damaged_checkpoint, as the JSON files' are
+// (before, a damaged model.pt was reported as an internal error on every rank).
+template <class Read>
+auto read_checkpoint_archive(const fs::path& file, Read&& read) {
+  try {
+    return std::forward<Read>(read)();
+  } catch (const c10::Error& e) {
+    throw damaged_checkpoint(file, e.what_without_backtrace());
+  }
 }
 
 // Where a checkpoint is written before it is renamed into place.
@@ -112,7 +125,7 @@ std::map<std::string, torch::Tensor> load_rank_state(const fs::path& dir, int ra
   std::string base = (dir / "rank_state" / ("rank-" + std::to_string(rank))).string();
   if (!fs::exists(base + ".json")) return out;
   std::vector<torch::Tensor> tensors;
-  torch::load(tensors, base + ".pt");
+  read_checkpoint_archive(base + ".pt", [&] { torch::load(tensors, base + ".pt"); });
   nlohmann::json names = read_checkpoint_json(base + ".json");
   read_checkpoint_fields(base + ".json", [&] {
     for (size_t i = 0; i < names.size() && i < tensors.size(); ++i) out[names.at(i).get<std::string>()] = tensors[i];
@@ -156,9 +169,11 @@ std::pair<fs::path, int64_t> load_model_checkpoint(const TrainOptions& o, torch:
     throw UserError(SourceRange{}, "checkpoint '" + dir.string() + "' is of model " + model_name + ", not " + o.model,
                     "resume with --model " + model_name);
   {
-    torch::serialize::InputArchive archive;
-    archive.load_from((dir / "model.pt").string());
-    model.load(archive);
+    read_checkpoint_archive(dir / "model.pt", [&] {
+      torch::serialize::InputArchive archive;
+      archive.load_from((dir / "model.pt").string());
+      model.load(archive);
+    });
     // The loaded tensors' storage is not resizable, and the sharded executor frees and
     // refills parameter storage: give every parameter storage of its own.
     torch::NoGradGuard no_grad;
@@ -166,7 +181,7 @@ std::pair<fs::path, int64_t> load_model_checkpoint(const TrainOptions& o, torch:
   }
   {
     torch::Tensor state;
-    torch::load(state, (dir / "rng.pt").string());
+    read_checkpoint_archive(dir / "rng.pt", [&] { torch::load(state, (dir / "rng.pt").string()); });
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(state);

@@ -610,40 +610,38 @@ void attach_state_copier(RankRun& r) {
 }
 
 // Everything before the first step.
-std::unique_ptr<RankRun> set_up_rank(const TrainOptions& o, const RankEnv& env) {
-  auto r = std::make_unique<RankRun>(o, env);
-  r->threads = resolved_threads(o, env.local_world);
-  torch::set_num_threads(r->threads);
+void set_up_rank(RankRun& r, const TrainOptions& o, const RankEnv& env) {
+  r.threads = resolved_threads(o, env.local_world);
+  torch::set_num_threads(r.threads);
   memory::install_counting_allocator();
-  plan_rank(*r);
-  choose_device(*r);
+  plan_rank(r);
+  choose_device(r);
   comm::WorldOptions wo;
   wo.timeout = std::chrono::seconds(o.timeout_s);
-  wo.backend = r->nccl ? comm::Backend::Nccl : comm::Backend::Gloo;
-  r->world = comm::init_world(env, wo);
-  build_rank_model(*r);
+  wo.backend = r.nccl ? comm::Backend::Nccl : comm::Backend::Gloo;
+  r.world = comm::init_world(env, wo);
+  build_rank_model(r);
   torch::Dtype reduce_dtype = o.reduce_dtype == "fp16" ? torch::kHalf : o.reduce_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
   std::vector<std::string> unreduced;  // test_skip_reduction: gradients each rank keeps as they are
-  for (const InjectedFault& f : r->plan.faults)
+  for (const InjectedFault& f : r.plan.faults)
     if (f.kind == FaultKind::SkipReduction) unreduced.push_back(f.param);
-  lower_rank_program(*r);
-  install_executors(*r, unreduced, reduce_dtype);
-  create_optimizer(*r);
+  lower_rank_program(r);
+  install_executors(r, unreduced, reduce_dtype);
+  create_optimizer(r);
   // Replicated parameters are all-reduced in buckets; sharded ones by the executor.
-  comm::Group* replicas = r->layout.dp == 1 ? nullptr : r->mesh ? r->mesh->dp.get() : r->world.get();
-  if (replicas && !r->sharded)
-    r->reducer = std::make_unique<GradientReducer>(r->params, program_buckets(*r->step, r->param_names, unreduced),
-                                                   program_deliveries(*r->step, r->param_names),
-                                                   program_last_computed(*r->step, r->param_names), *replicas, reduce_dtype);
+  comm::Group* replicas = r.layout.dp == 1 ? nullptr : r.mesh ? r.mesh->dp.get() : r.world.get();
+  if (replicas && !r.sharded)
+    r.reducer = std::make_unique<GradientReducer>(r.params, program_buckets(*r.step, r.param_names, unreduced),
+                                                   program_deliveries(*r.step, r.param_names),
+                                                   program_last_computed(*r.step, r.param_names), *replicas, reduce_dtype);
   if (!o.trace.empty()) {
     timeline::enable(env.rank);
-    r->observer = std::make_unique<TimelineObserver>(*r->model.module);
-    nn::set_call_observer(r->observer.get());
+    r.observer = std::make_unique<TimelineObserver>(*r.model.module);
+    nn::set_call_observer(r.observer.get());
   }
-  if (r->lead() && !o.metrics.empty()) r->metrics.open(o.metrics, r->start > 0 ? std::ios::app : std::ios::trunc);
-  if (r->lead()) print_header(*r);
-  r->tokens.resize(static_cast<size_t>(r->o.micro_batch * (r->o.seq + 1)));  // the schedule's batch(), not the flag's
-  return r;
+  if (r.lead() && !o.metrics.empty()) r.metrics.open(o.metrics, r.start > 0 ? std::ios::app : std::ios::trunc);
+  if (r.lead()) print_header(r);
+  r.tokens.resize(static_cast<size_t>(r.o.micro_batch * (r.o.seq + 1)));  // the schedule's batch(), not the flag's
 }
 
 }  // namespace loom

@@ -10,6 +10,7 @@
 
 #include <torch/types.h>
 
+#include "backend/build_info.h"
 #include "backend/comm/communicator.h"
 #include "backend/train/replan.h"
 #include "backend/instrument/memory_counter.h"
@@ -109,16 +110,17 @@ TrainResult train_rank(RankRun& r, const TrainOptions& o) {
 }  // namespace
 
 TrainResult run_training(const TrainOptions& o, const RankEnv& env) {
-  std::unique_ptr<RankRun> r = set_up_rank(o, env);
+  auto r = std::make_unique<RankRun>(o, env);
+  set_up_rank(*r, o, env);
   return train_rank(*r, o);
 }
 
 int train(const TrainOptions& o, const RankEnv& env) {
   // The rank outlives the handlers: its error is printed before its connections close, so a peer
   // that fails because they closed says so after it, in a shared log and under any launcher.
-  std::unique_ptr<RankRun> r;
+  auto r = std::make_unique<RankRun>(o, env);
   try {
-    r = set_up_rank(o, env);
+    set_up_rank(*r, o, env);
     TrainResult result = train_rank(*r, o);
     if (env.rank == 0 && o.profile_out.empty() && o.record.empty())
       std::cout << describe_summary(o, result) << describe_replan_outcome(result) << std::flush;
@@ -131,6 +133,9 @@ int train(const TrainOptions& o, const RankEnv& env) {
     std::cerr << "error: " << e.what() << "\n  hint: " << kAnotherRankStopped << " (its own message says why); if the ranks "
               << "are only slow, raise --timeout (now " << o.timeout_s << " s)\n";
     return 1;
+  } catch (const std::exception& e) {
+    std::cerr << internal_error_report(e);  // a Loom bug, or LibTorch's (out of memory): said here for the same reason
+    return kInternalError;
   }
 }
 

@@ -115,7 +115,8 @@ struct TrainResult {
 // Throws UserError for the user's mistakes and comm::CommError when another rank fails.
 TrainResult run_training(const TrainOptions& options, const RankEnv& env);
 
-// run_training for the command line: prints errors; returns the process exit code.
+// Trains on this rank for the command line: prints errors, before the rank's connections close;
+// returns the process exit code.
 int train(const TrainOptions& options, const RankEnv& env);
 
 // The learning rate at `step`: linear warmup, then cosine decay to lr * min_lr_ratio.

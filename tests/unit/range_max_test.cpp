@@ -18,6 +18,8 @@ TEST_CASE("RangeMax adds over spans and finds the largest value and the last one
   CHECK(r.last_above(0, 5, 4) == 2);
   CHECK(r.last_above(0, 2, 4) == 0);
   CHECK(r.last_above(3, 5, 4) == 5);  // none above: the span's end
+  CHECK(r.last_above(0, 9, 4) == 2);  // a span past the end stops at it
+  CHECK(r.last_above(3, 9, 4) == 9);
   r.add(3, 5, 4);                     // {5, 1, 7, 7, 6}
   CHECK(r.max(3, 5) == 7);
   CHECK(r.last_above(0, 5, 5) == 4);
@@ -39,7 +41,7 @@ TEST_CASE("RangeMax agrees with walking every value, over random adds and querie
       size_t begin = std::min(a, b), end = std::max(a, b);
       int64_t threshold = static_cast<int64_t>(random() % 3000);
       if (round % 3 == 0) {
-        int64_t bytes = static_cast<int64_t>(random() % 200);
+        int64_t bytes = static_cast<int64_t>(random() % 200) - 100;
         r.add(begin, end, bytes);
         for (size_t i = begin; i < end; ++i) plain[i] += bytes;
         continue;
