@@ -13,9 +13,10 @@ namespace {
 
 // Whether `in` completes the reduction `launch`: its wait, or a collective (or select & drop)
 // of the same gradients that runs once it is complete, or the wait of one of those.
-bool completes(const Instr& in, const Instr& launch, const std::set<int>& chain_handles) {
+bool completes(const Instr& in, const Instr& launch, const std::vector<int>& chain_handles) {
   if (in.phase != ir::Phase::Backward) return false;
-  if (in.kind == OpKind::Wait) return in.handle == launch.handle || chain_handles.count(in.handle);
+  if (in.kind == OpKind::Wait)
+    return in.handle == launch.handle || std::find(chain_handles.begin(), chain_handles.end(), in.handle) != chain_handles.end();
   bool follows = in.kind == OpKind::AllReduce || in.kind == OpKind::SelectDrop || in.kind == OpKind::CompressBound;
   return follows && in.params == launch.params;
 }
@@ -62,10 +63,10 @@ bool window_reductions(ir::Program& p, const PassInputs& inputs) {
     order.push_back(i);
     if (!ir::launches_reduction(in)) continue;
     std::vector<size_t> completion;
-    std::set<int> chain_handles;
+    std::vector<int> chain_handles;  // a few: the collectives that follow the launch
     while (i + 1 < p.instrs.size() && completes(p.instrs[i + 1], in, chain_handles)) {
       const Instr& next = p.instrs[++i];
-      if (next.kind != OpKind::Wait && next.handle >= 0) chain_handles.insert(next.handle);
+      if (next.kind != OpKind::Wait && next.handle >= 0) chain_handles.push_back(next.handle);
       completion.push_back(i);
     }
     if (completion.empty()) continue;

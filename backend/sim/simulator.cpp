@@ -104,8 +104,16 @@ class Simulator {
     result_.exposed_comm_s = std::max(0.0, result_.step_s - result_.compute_s);
     result_.ranks_simulated = each_rank_ ? static_cast<int>(ranks_.size()) : 1;
     const Rank& ends = ranks_[critical];
-    for (size_t i = 0; i < ends.comm_busy_s.size(); ++i)
-      if (ends.comm_busy_s[i] > 0) result_.comm_busy_s[communication_kind(ends.program->instrs[i])] += ends.comm_busy_s[i];
+    // Summed by op and role, then named: one name per kind rather than per instruction.
+    std::map<std::pair<OpKind, int>, std::pair<double, size_t>> busy;  // -> seconds, an instruction of the kind
+    for (size_t i = 0; i < ends.comm_busy_s.size(); ++i) {
+      if (ends.comm_busy_s[i] <= 0) continue;
+      const Instr& in = ends.program->instrs[i];
+      int role = ir::issued_collective(in) ? static_cast<int>(in.group.role) : -1;  // named by its op alone
+      auto& [seconds, named_by] = busy.try_emplace({in.kind, role}, 0.0, i).first->second;
+      seconds += ends.comm_busy_s[i];
+    }
+    for (const auto& [kind, total] : busy) result_.comm_busy_s[communication_kind(ends.program->instrs[total.second])] += total.first;
     if (each_rank_) {
       result_.critical_rank = static_cast<int>(critical);
       result_.events = std::move(ranks_[critical].events);
