@@ -24,7 +24,7 @@ std::string exception_text(const std::exception& e, bool with_backtrace) {
 std::string internal_error_report(const std::exception& e) {
   const char* backtrace = std::getenv("LOOM_BACKTRACE");
   bool with_backtrace = backtrace && std::string(backtrace) == "1";
-  return "loom: internal error: " + exception_text(e, with_backtrace) + "\nplease report this with the command that caused it" +
+  return kInternalErrorPrefix + exception_text(e, with_backtrace) + "\nplease report this with the command that caused it" +
          (with_backtrace ? "" : " (LOOM_BACKTRACE=1 adds the stack trace)") + "\n";
 }
 

@@ -15,8 +15,10 @@ std::string build_description();
 std::string exception_text(const std::exception& e, bool with_backtrace);
 
 // What a command prints for an exception that is a Loom bug, not the user's mistake: its text
-// (with the stack trace under LOOM_BACKTRACE=1) and how to report it. It exits kInternalError.
+// (with the stack trace under LOOM_BACKTRACE=1) after kInternalErrorPrefix, and how to report
+// it. The command then exits kInternalError.
 std::string internal_error_report(const std::exception& e);
+constexpr const char* kInternalErrorPrefix = "loom: internal error: ";
 constexpr int kInternalError = 70;  // sysexits' EX_SOFTWARE
 
 }  // namespace loom

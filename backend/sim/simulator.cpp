@@ -107,7 +107,7 @@ class Simulator {
     // Summed by op and role, then named: one name per kind rather than per instruction.
     std::map<std::pair<OpKind, int>, std::pair<double, size_t>> busy;  // -> seconds, an instruction of the kind
     for (size_t i = 0; i < ends.comm_busy_s.size(); ++i) {
-      if (ends.comm_busy_s[i] <= 0) continue;
+      if (!(ends.comm_busy_s[i] > 0)) continue;
       const Instr& in = ends.program->instrs[i];
       int role = ir::issued_collective(in) ? static_cast<int>(in.group.role) : -1;  // named by its op alone
       auto& [seconds, named_by] = busy.try_emplace({in.kind, role}, 0.0, i).first->second;

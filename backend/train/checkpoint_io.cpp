@@ -180,11 +180,13 @@ std::pair<fs::path, int64_t> load_model_checkpoint(const TrainOptions& o, torch:
     for (auto p : params) p.set_(p.detach().clone());
   }
   {
-    torch::Tensor state;
-    read_checkpoint_archive(dir / "rng.pt", [&] { torch::load(state, (dir / "rng.pt").string()); });
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(state);
+    read_checkpoint_archive(dir / "rng.pt", [&] {
+      torch::Tensor state;
+      torch::load(state, (dir / "rng.pt").string());
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(state);  // a tensor that is no generator's state is damage too
+    });
   }
   return {dir, step};
 }

@@ -18,6 +18,7 @@
 #include <ostream>
 #include <random>
 
+#include "backend/build_info.h"
 #include "backend/train/rank_env.h"
 #include "backend/train/scoped_signal.h"
 
@@ -36,7 +37,7 @@ struct Worker {
   bool running = true;
   int status = 0;
   bool ended_unstopped = false;  // it ended before the launcher signalled any rank
-  bool said_error = false;       // a line of its output started "error: "
+  bool said_error = false;       // a line of its output started "error: " or said an internal error
   bool said_another = false;     // a line said kAnotherRankStopped: it failed because another rank did
 };
 
@@ -48,7 +49,7 @@ void forward(Worker& w, const std::string& text, std::ostream& err, bool prefix)
     w.partial.erase(0, nl + 1);
     err << (prefix ? "[rank " + std::to_string(w.rank) + "] " : "") << line << "\n";
     err.flush();
-    w.said_error = w.said_error || line.rfind("error: ", 0) == 0;
+    w.said_error = w.said_error || line.rfind("error: ", 0) == 0 || line.rfind(kInternalErrorPrefix, 0) == 0;
     w.said_another = w.said_another || line.find(kAnotherRankStopped) != std::string::npos;
     if (!line.empty()) {
       w.last.push_back(line);
@@ -164,13 +165,13 @@ bool spawn_workers(const LaunchSpec& spec, int port, std::vector<Worker>& worker
 // the consequence of a failure, not its cause.
 bool failed_for_another(const Worker& w) { return w.said_another; }
 
-// Whether a rank said an error of its own (a line that starts "error: "), not only that another
+// Whether a rank said an error of its own (a user's or an internal one), not only that another
 // rank stopped: it is exiting by itself.
 bool said_own_error(const Worker& w) { return w.said_error && !w.said_another; }
 
 // How long the others are left to exit on their own when the first rank to fail failed only
-// because another closed its connections: that rank is most likely exiting already (a rank's
-// connections close as its error unwinds, before it prints it), and stopping it would report our
+// because another closed its connections: that rank is most likely exiting already (it closes
+// them once it has printed its error, then tears down), and stopping it would report our
 // SIGTERM instead of its own exit. A cause that stalls instead costs this much more.
 constexpr std::chrono::seconds kPeerExitWait{5};
 

@@ -42,7 +42,7 @@ namespace loom {
 class TimelineObserver;  // rank_setup.cpp: module calls as timeline spans
 
 // One rank's run, set up: the schedule's plan, the devices and groups, the model with its
-// executors and interceptors, the optimizer. Built by set_up_rank, used by
+// executors and interceptors, the optimizer. Filled by set_up_rank, used by
 // train_step and finish_rank; never moved, since the interceptors point at one another.
 struct RankRun {
   TrainOptions o;  // the command line's, with the schedule's batch() applied (plan_rank)

@@ -96,9 +96,8 @@ const std::string kConsequence =
     " (its own message says why)' >&2; exit 1";
 }  // namespace
 
-// A rank that fails on its own closes its connections as its error unwinds, before it prints it,
-// and can take a while to exit (tearing down on busy cores); its peer says the consequence and
-// exits first. The report names the cause as it ended by itself, not killed by the SIGTERM the
+// A rank that fails on its own says why, closes its connections and can take a while to exit
+// (tearing down on busy cores); its peer says the consequence and exits first. The report names the cause as it ended by itself, not killed by the SIGTERM the
 // launcher stops ranks with: CI once saw "rank 0 failed (killed by signal 15 (Terminated))".
 TEST_CASE("the launcher reports the rank that failed on its own as it exited, not as it was stopped") {
   int rc = 0;
@@ -113,6 +112,11 @@ TEST_CASE("the launcher reports the rank that failed on its own as it exited, no
                             kConsequence, &rc);
   CHECK(rc == 1);
   CHECK_MESSAGE(said.find("loom run: rank 0 failed (exit code 1): error: cannot write the trace\n") != std::string::npos, said);
+  // The same with an internal error (a Loom bug, exit 70), which says so in a line of its own form.
+  said = launch_shell_ranks("if [ \"$RANK\" = 0 ]; then echo 'loom: internal error: boom' >&2; sleep 6; exit 70; fi; sleep 0.2; " +
+                            kConsequence, &rc);
+  CHECK(rc == 1);
+  CHECK_MESSAGE(said.find("loom run: rank 0 failed (exit code 70): loom: internal error: boom\n") != std::string::npos, said);
   // A rank that fails on its own stops the others at once: rank 1 sleeps past the grace period unless stopped.
   auto start = std::chrono::steady_clock::now();
   said = launch_shell_ranks("if [ \"$RANK\" = 0 ]; then echo 'error: bad data' >&2; exit 1; fi; exec sleep 30", &rc);
