@@ -98,9 +98,10 @@ struct RankRun {
 // --clip 0); where parts of the gradients live on different ranks that costs an all-reduce.
 inline bool measures_grad_norm(const TrainOptions& o) { return o.clip > 0 || !o.metrics.empty(); }
 
-// Everything before the first step (rank_setup.cpp), on a RankRun its caller holds: what it has
-// connected when it throws stays open until the caller has said why (trainer.cpp).
-void set_up_rank(RankRun& r, const TrainOptions& options, const RankEnv& env);
+// Everything before the first step (rank_setup.cpp), on a RankRun its caller made from the
+// options and environment and holds: what it has connected when it throws stays open until the
+// caller has said why (trainer.cpp).
+void set_up_rank(RankRun& r);
 // One optimizer step: its micro-batches, the reduced gradients clipped, the update, the loss
 // averaged over the ranks, metrics, a checkpoint when one is due (step_loop.cpp).
 StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result);

@@ -610,7 +610,9 @@ void attach_state_copier(RankRun& r) {
 }
 
 // Everything before the first step.
-void set_up_rank(RankRun& r, const TrainOptions& o, const RankEnv& env) {
+void set_up_rank(RankRun& r) {
+  const TrainOptions& o = r.o;  // plan_rank applies the schedule's batch() to it; nothing here reads that
+  const RankEnv& env = r.env;
   r.threads = resolved_threads(o, env.local_world);
   torch::set_num_threads(r.threads);
   memory::install_counting_allocator();

@@ -111,7 +111,7 @@ TrainResult train_rank(RankRun& r, const TrainOptions& o) {
 
 TrainResult run_training(const TrainOptions& o, const RankEnv& env) {
   auto r = std::make_unique<RankRun>(o, env);
-  set_up_rank(*r, o, env);
+  set_up_rank(*r);
   return train_rank(*r, o);
 }
 
@@ -120,7 +120,7 @@ int train(const TrainOptions& o, const RankEnv& env) {
   // that fails because they closed says so after it, in a shared log and under any launcher.
   auto r = std::make_unique<RankRun>(o, env);
   try {
-    set_up_rank(*r, o, env);
+    set_up_rank(*r);
     TrainResult result = train_rank(*r, o);
     if (env.rank == 0 && o.profile_out.empty() && o.record.empty())
       std::cout << describe_summary(o, result) << describe_replan_outcome(result) << std::flush;
