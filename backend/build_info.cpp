@@ -1,6 +1,7 @@
 #include "backend/build_info.h"
 
 #include <cstdlib>
+#include <new>
 
 #include <c10/util/Exception.h>
 #include <torch/version.h>
@@ -26,6 +27,35 @@ std::string internal_error_report(const std::exception& e) {
   bool with_backtrace = backtrace && std::string(backtrace) == "1";
   return kInternalErrorPrefix + exception_text(e, with_backtrace) + "\nplease report this with the command that caused it" +
          (with_backtrace ? "" : " (LOOM_BACKTRACE=1 adds the stack trace)") + "\n";
+}
+
+namespace {
+
+// Where LibTorch's CPU allocator says it failed in an error's message (1.13's alloc_cpu.cpp
+// raises a plain c10::Error, after "[enforce fail at alloc_cpu.cpp:75] err == 0. "), or npos.
+size_t cpu_allocator_failure(const std::string& message) {
+  for (const char* said : {"DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory"})
+    if (size_t at = message.find(said); at != std::string::npos) return at;
+  return std::string::npos;
+}
+
+}  // namespace
+
+bool is_out_of_memory(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) || dynamic_cast<const c10::OutOfMemoryError*>(&e)) return true;
+  auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  return c10_error && cpu_allocator_failure(c10_error->msg()) != std::string::npos;
+}
+
+EscapedError escaped_error_report(const std::exception& e) {
+  if (!is_out_of_memory(e)) return {internal_error_report(e), kInternalError};
+  std::string what = exception_text(e, false);
+  if (size_t at = cpu_allocator_failure(what); at != std::string::npos) what = what.substr(at);
+  return {"error: out of memory: " + what +
+              "\n  hint: the step needs more memory than this rank has: lower --micro-batch (raise --accum to keep the "
+              "batch), shard the model states (zero(stage=3), shard_states), checkpoint() blocks or offload(\"optimizer\"); "
+              "`loom simulate --memory-plot` predicts a schedule's peak, and `loom plan --memory-limit` picks one that fits\n",
+          1};
 }
 
 }  // namespace loom

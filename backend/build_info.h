@@ -21,4 +21,17 @@ std::string internal_error_report(const std::exception& e);
 constexpr const char* kInternalErrorPrefix = "loom: internal error: ";
 constexpr int kInternalError = 70;  // sysexits' EX_SOFTWARE
 
+// Whether `e` is an allocation that failed (LibTorch's CPU or CUDA allocator, or C++'s `new`):
+// the run asked for more memory than the machine gives it, which is not a Loom bug.
+bool is_out_of_memory(const std::exception& e);
+
+// What a command prints for an exception that escaped its own error handling, and its exit
+// code: running out of memory is the user's error (exit 1) with what to change; anything else
+// is internal_error_report's (kInternalError).
+struct EscapedError {
+  std::string text;
+  int exit_code = kInternalError;
+};
+EscapedError escaped_error_report(const std::exception& e);
+
 }  // namespace loom

@@ -205,9 +205,11 @@ int command_line(int argc, char** argv) {
   try {
     return run();
   } catch (const std::exception& e) {
-    // User errors are handled by each command; anything reaching here is a Loom bug.
-    std::cerr << loom::internal_error_report(e);
-    return loom::kInternalError;
+    // User errors are handled by each command; anything reaching here is a Loom bug, or the
+    // machine's memory running out.
+    loom::EscapedError report = loom::escaped_error_report(e);
+    std::cerr << report.text;
+    return report.exit_code;
   }
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/serialize.h>
 
+#include "backend/build_info.h"
 #include "backend/train/checkpoint_json.h"
 #include "backend/train/output_paths.h"
 #include "lang/diagnostics.h"
@@ -35,12 +36,14 @@ std::string latest_step_name(const fs::path& save_dir) {
 
 // What `read` makes of one of a checkpoint's archives, LibTorch's errors in it (a missing or
 // truncated file, a tensor it lacks) turned into damaged_checkpoint, as the JSON files' are
-// (before, a damaged model.pt was reported as an internal error on every rank).
+// (before, a damaged model.pt was reported as an internal error on every rank). Running out of
+// memory while reading is no damage and passes through.
 template <class Read>
 auto read_checkpoint_archive(const fs::path& file, Read&& read) {
   try {
     return std::forward<Read>(read)();
   } catch (const c10::Error& e) {
+    if (is_out_of_memory(e)) throw;  // not damage: said as running out of memory (escaped_error_report)
     throw damaged_checkpoint(file, e.what_without_backtrace());
   }
 }
@@ -170,8 +173,10 @@ std::pair<fs::path, int64_t> load_model_checkpoint(const TrainOptions& o, torch:
                     "resume with --model " + model_name);
   {
     read_checkpoint_archive(dir / "model.pt", [&] {
+      // Onto the parameters' device, whichever the saving run's was: a GPU run's checkpoint
+      // resumes on a CPU (a build without CUDA cannot even read CUDA tensors), and a CPU run's on a GPU.
       torch::serialize::InputArchive archive;
-      archive.load_from((dir / "model.pt").string());
+      archive.load_from((dir / "model.pt").string(), params.empty() ? torch::Device(torch::kCPU) : params[0].device());
       model.load(archive);
     });
     // The loaded tensors' storage is not resizable, and the sharded executor frees and

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/serialize.h>
 
+#include "backend/build_info.h"
 #include "backend/train/checkpoint_json.h"
 #include "backend/train/output_paths.h"
 #include "backend/torch_compat.h"
@@ -105,7 +106,7 @@ class StateReader {
       auto& a = archives_[s.file];
       if (!a) {
         a = std::make_unique<torch::serialize::InputArchive>();
-        a->load_from(s.file.string());
+        a->load_from(s.file.string(), torch::kCPU);  // whole_state assembles them on the host, whichever device saved them
       }
       torch::Tensor t;
       a->read(what + "." + std::to_string(s.index), t);
@@ -115,6 +116,7 @@ class StateReader {
       return t;
     } catch (const c10::Error& e) {  // a missing or truncated archive, a tensor it lacks
       archives_.erase(s.file);
+      if (is_out_of_memory(e)) throw;  // not damage: said as running out of memory (escaped_error_report)
       throw damaged_checkpoint(s.file, e.what_without_backtrace());
     }
   }

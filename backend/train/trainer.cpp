@@ -134,8 +134,10 @@ int train(const TrainOptions& o, const RankEnv& env) {
               << "are only slow, raise --timeout (now " << o.timeout_s << " s)\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << internal_error_report(e);  // a Loom bug, or LibTorch's (out of memory): said here for the same reason
-    return kInternalError;
+    // A Loom bug, or running out of memory: said here for the same reason.
+    EscapedError report = escaped_error_report(e);
+    std::cerr << report.text;
+    return report.exit_code;
   }
 }
 
