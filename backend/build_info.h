@@ -21,17 +21,18 @@ std::string internal_error_report(const std::exception& e);
 constexpr const char* kInternalErrorPrefix = "loom: internal error: ";
 constexpr int kInternalError = 70;  // sysexits' EX_SOFTWARE
 
-// Whether `e` is an allocation that failed (LibTorch's CPU or CUDA allocator, or C++'s `new`):
-// the run asked for more memory than the machine gives it, which is not a Loom bug.
+// Whether `e` is an allocation that was refused (LibTorch's CPU or CUDA caching allocator, or
+// C++'s `new`): the run asked for more memory than the machine gives it, which is not a Loom bug.
+// A request no machine could meet (2^60 bytes or more, or a negative array size) is a bug.
 bool is_out_of_memory(const std::exception& e);
 
 // What a command prints for an exception that escaped its own error handling, and its exit
-// code: running out of memory is the user's error (exit 1) with what to change; anything else
-// is internal_error_report's (kInternalError).
+// code: running out of memory is the user's error (exit 1), with `hint` saying what to change;
+// anything else is internal_error_report's (kInternalError).
 struct EscapedError {
   std::string text;
   int exit_code = kInternalError;
 };
-EscapedError escaped_error_report(const std::exception& e);
+EscapedError escaped_error_report(const std::exception& e, const std::string& hint);
 
 }  // namespace loom

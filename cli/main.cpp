@@ -207,7 +207,9 @@ int command_line(int argc, char** argv) {
   } catch (const std::exception& e) {
     // User errors are handled by each command; anything reaching here is a Loom bug, or the
     // machine's memory running out.
-    loom::EscapedError report = loom::escaped_error_report(e);
+    loom::EscapedError report = loom::escaped_error_report(
+        e, "the command needed more memory than this machine gave it: free memory, or ask for less (a smaller model, "
+           "world or batch)");
     std::cerr << report.text;
     return report.exit_code;
   }

@@ -120,6 +120,7 @@ void Work::wait() {
     // ends on this error (a peer died or the network broke), so nothing reads them.
     works_.clear();
     finish_ = nullptr;
+    if (is_out_of_memory(e)) throw;  // this rank's own failure (gloo's worker allocating), not a peer's
     throw CommError(what_ + " failed: " + exception_text(e, false));
   }
   if (listener) listener->after_wait();

@@ -16,6 +16,7 @@
 #include "backend/instrument/memory_counter.h"
 #include "backend/torch_compat.h"
 #include "backend/train/launcher.h"
+#include "backend/train/launcher_report.h"
 #include "backend/train/lr_schedule.h"
 #include "backend/train/rank_run.h"
 #include "lang/diagnostics.h"
@@ -119,6 +120,8 @@ int train(const TrainOptions& o, const RankEnv& env) {
   // The rank outlives the handlers: its error is printed before its connections close, so a peer
   // that fails because they closed says so after it, in a shared log and under any launcher.
   auto r = std::make_unique<RankRun>(o, env);
+  RankFailure failure;
+  int exit_code = 1;
   try {
     set_up_rank(*r);
     TrainResult result = train_rank(*r, o);
@@ -126,19 +129,26 @@ int train(const TrainOptions& o, const RankEnv& env) {
       std::cout << describe_summary(o, result) << describe_replan_outcome(result) << std::flush;
     return 0;
   } catch (const UserError& e) {
-    std::cerr << render(e.diagnostic(), nullptr);
-    return 1;
+    failure.said = render(e.diagnostic(), nullptr);
   } catch (const comm::CommError& e) {
     // Another process's failure as this rank sees it: not a Loom bug.
-    std::cerr << "error: " << e.what() << "\n  hint: " << kAnotherRankStopped << " (its own message says why); if the ranks "
-              << "are only slow, raise --timeout (now " << o.timeout_s << " s)\n";
-    return 1;
+    failure.said = "error: " + std::string(e.what()) + "\n  hint: " + kAnotherRankStopped + " (its own message says why); if the " +
+                   "ranks are only slow, raise --timeout (now " + std::to_string(o.timeout_s) + " s)\n";
+    failure.consequence = true;
   } catch (const std::exception& e) {
-    // A Loom bug, or running out of memory: said here for the same reason.
-    EscapedError report = escaped_error_report(e);
-    std::cerr << report.text;
-    return report.exit_code;
+    // A Loom bug, or running out of memory: printed before the rank's connections close too.
+    EscapedError report = escaped_error_report(
+        e, "the step needs more memory than this rank has: a smaller micro-batch (--micro-batch, or the schedule's "
+           "batch(); raise --accum to keep the batch), sharded model states (zero(stage=3), shard_states), checkpoint() "
+           "blocks or offload(\"optimizer\"); `loom simulate --memory-plot` predicts a schedule's peak, and `loom plan "
+           "--memory-limit` picks one that fits");
+    failure.said = report.text;
+    exit_code = report.exit_code;
   }
+  std::cerr << failure.said << std::flush;
+  r.reset();
+  report_to_launcher(failure);
+  return exit_code;
 }
 
 }  // namespace loom

@@ -60,6 +60,30 @@ else bad "mpirun (rc $rc)"; fi
 if cmp -s <(grep -o '"loss":[^,]*' "$tmp/static.jsonl") <(grep -o '"loss":[^,]*' "$tmp/mpi.jsonl"); then ok
 else bad "mpirun trains torchrun's losses"; fi
 
+# The rank whose own error stopped the run is the one these launchers name, where each names the
+# first rank to fail: rank 1's TAGC state is damaged, so it fails in its set-up and rank 0's
+# collective breaks. The consequence waits before it exits (and writes torchrun's error file), so
+# torchrun's summary gives rank 1 and its message as the root cause and mpirun names rank 1 as the
+# first to fail (until 2026-11-28 both named rank 0, which exits as soon as rank 1 does).
+printf 'sch.shard_states(params=2, grads=2, optim=2)\nsch["h.*.mlp.c_fc"].compress(ratio=10)\n' > "$tmp/tagc.sched"
+tagc_run="run $tmp/tagc.sched --model gpt:tiny --data synthetic --seq 32 --micro-batch 2 --threads 1"
+"$loom" $tagc_run --nproc 2 --steps 2 --save "$tmp/ckt" > /dev/null 2>&1
+head -c 100 "$tmp/ckt/step-000002/rank_state/rank-1.pt" > "$tmp/rank1.pt" && mv "$tmp/rank1.pt" "$tmp/ckt/step-000002/rank_state/rank-1.pt"
+damaged="error: checkpoint file $tmp/ckt/step-000002/rank_state/rank-1.pt is damaged"
+torchrun_ --nproc_per_node 2 --master_port $((port + 11)) --no_python "$loom" $tagc_run --steps 3 --resume "$tmp/ckt" \
+  > "$tmp/out" 2> "$tmp/err"
+rc=$?
+root_cause=$(sed -n '/^Root Cause/,/^====/p' "$tmp/err")
+if [ $rc -eq 1 ] && grep -q "rank      : 1 (local_rank: 1)" <<< "$root_cause" && grep -qF "traceback : $damaged" <<< "$root_cause"; then ok
+else bad "torchrun names the rank whose own error stopped the run (rc $rc): $(grep 'rank      :' <<< "$root_cause")"; fi
+mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 -x MASTER_PORT=$((port + 12)) \
+  "$loom" $tagc_run --steps 3 --resume "$tmp/ckt" > "$tmp/out" 2> "$tmp/err"
+rc=$?
+cat "$tmp/out" >> "$tmp/err"  # mpirun says which process failed first on stdout
+if [ $rc -eq 1 ] && grep -A3 "The first process to do so was" "$tmp/err" | grep -q "Process name: \[\[[0-9]*,1\],1\]" &&
+   grep -qF "$damaged" "$tmp/err"; then ok
+else bad "mpirun names the rank whose own error stopped the run (rc $rc)"; fi
+
 # 5. A port already in use: rank 0 cannot serve the store there.
 "$python" -c "
 import socket, sys, time

@@ -10,10 +10,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 
 #include "backend/train/launcher.h"
+#include "backend/train/launcher_report.h"
 #include "backend/train/lr_schedule.h"
 #include "backend/lower/mesh_layout.h"
 #include "backend/lower/pipeline_stages.h"
@@ -145,6 +147,27 @@ TEST_CASE("the launcher names a rank killed from outside, not the peer that fail
 
 // Ranks bind the port a launcher picks a second or two later: from below the ephemeral range,
 // which other processes' connections and listeners take ports from meanwhile.
+TEST_CASE("a failing rank writes torchrun's error file, except under Loom's own launcher") {
+  std::string file = (std::filesystem::temp_directory_path() / ("loom_error_" + std::to_string(getpid()) + ".json")).string();
+  std::filesystem::remove(file);
+  const char* loom_launcher = std::getenv(kLaunchedByLoom);
+  std::string saved_launcher = loom_launcher ? loom_launcher : "";
+  setenv("TORCHELASTIC_ERROR_FILE", file.c_str(), 1);
+  setenv(kLaunchedByLoom, "1", 1);
+  report_to_launcher({"error: checkpoint file x is damaged\n", false});
+  CHECK_FALSE(std::filesystem::exists(file));  // Loom's launcher tells cause from consequence itself
+  unsetenv(kLaunchedByLoom);
+  report_to_launcher({"error: checkpoint file x is damaged\n", false});
+  std::ifstream in(file);
+  std::string written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // torchrun's ProcessFailure reads a string message as is, and orders failures by the timestamp.
+  CHECK(written.rfind(R"({"message":"error: checkpoint file x is damaged\n","timestamp":)", 0) == 0);
+  CHECK(elastic_error_file_json("said", 1764340000) == "{\"message\":\"said\",\"timestamp\":1764340000}\n");
+  unsetenv("TORCHELASTIC_ERROR_FILE");
+  if (loom_launcher) setenv(kLaunchedByLoom, saved_launcher.c_str(), 1);
+  std::filesystem::remove(file);
+}
+
 TEST_CASE("the launcher picks a free port below the ephemeral range") {
   int port = pick_free_port();
   CHECK(port >= 10000);
