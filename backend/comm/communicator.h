@@ -41,7 +41,8 @@ class Group {
   std::unique_ptr<GroupImpl> impl_;
 };
 
-// A collective in flight; wait() blocks until it is done (or throws CommError).
+// A collective in flight; wait() blocks until it is done (or throws CommError; running out of
+// memory in it is rethrown as it is: this rank's own failure, not a peer's).
 class Work {
  public:
   Work() = default;

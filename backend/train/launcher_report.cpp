@@ -1,5 +1,6 @@
 #include "backend/train/launcher_report.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
@@ -10,19 +11,41 @@
 #include "backend/train/launcher.h"
 
 namespace loom {
+namespace {
+
+bool under_another_launcher() {
+  const char* loom_launcher = std::getenv(kLaunchedByLoom);
+  return !(loom_launcher && std::string(loom_launcher) == "1");
+}
+
+}  // namespace
 
 std::string elastic_error_file_json(const std::string& said, int64_t unix_seconds) {
   // The form whose message torchrun prints as is (a string, with the time beside it), rather
-  // than the Python traceback record its own ErrorHandler writes.
-  return nlohmann::json{{"message", said}, {"timestamp", unix_seconds}}.dump() + "\n";
+  // than the Python traceback record its own ErrorHandler writes. A path in the message may
+  // hold bytes that are not UTF-8: replaced, not refused.
+  return nlohmann::json{{"message", said}, {"timestamp", unix_seconds}}.dump(-1, ' ', false,
+                                                                             nlohmann::json::error_handler_t::replace) +
+         "\n";
 }
 
-void report_to_launcher(const RankFailure& failure) {
-  const char* loom_launcher = std::getenv(kLaunchedByLoom);
-  if (loom_launcher && std::string(loom_launcher) == "1") return;
-  if (const char* error_file = std::getenv("TORCHELASTIC_ERROR_FILE"); error_file && *error_file)
-    std::ofstream(error_file) << elastic_error_file_json(failure.said, static_cast<int64_t>(std::time(nullptr)));
-  if (failure.consequence) std::this_thread::sleep_for(kConsequenceExitDelay);
+void write_launcher_error_file(const RankFailure& failure) {
+  const char* file = std::getenv("TORCHELASTIC_ERROR_FILE");
+  if (!under_another_launcher() || !file || !*file) return;
+  int64_t exits_at = static_cast<int64_t>(std::time(nullptr)) + (failure.consequence ? kConsequenceExitDelay.count() : 0);
+  std::string staged = std::string(file) + ".tmp";
+  bool written = false;
+  {
+    std::ofstream out(staged, std::ios::trunc);
+    out << elastic_error_file_json(failure.said, exits_at);
+    out.close();
+    written = !out.fail();
+  }
+  if (!written || std::rename(staged.c_str(), file) != 0) std::remove(staged.c_str());
+}
+
+void delay_consequence_exit(const RankFailure& failure) {
+  if (failure.consequence && under_another_launcher()) std::this_thread::sleep_for(kConsequenceExitDelay);
 }
 
 }  // namespace loom

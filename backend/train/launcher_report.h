@@ -1,8 +1,9 @@
-// What a failing rank tells a launcher that is not Loom's own (torchrun, mpirun, srun) beyond
-// its exit code and its stderr. These launchers name the rank that failed first as the cause:
-// torchrun by its error file's time, or else by the poll that saw the exit; mpirun by the first
-// exit. Loom's own launcher tells cause from consequence by the ranks' messages instead
-// (launcher.h), so under it a rank only prints.
+// What a failing rank tells a launcher that is not Loom's own (torchrun, mpirun, srun, or ranks
+// started by hand with torchrun's variables) beyond its exit code and its stderr. torchrun names
+// the failure with the earliest time in its error files (else the poll that saw the exit) as the
+// root cause, and mpirun the first rank to exit; srun reports each task as it exits. Loom's own
+// launcher tells cause from consequence by the ranks' messages instead (launcher.h), so under it a
+// rank only prints.
 #pragma once
 
 #include <chrono>
@@ -27,9 +28,15 @@ constexpr std::chrono::seconds kConsequenceExitDelay{10};
 // message its failure summary shows, and the time it orders failures by.
 std::string elastic_error_file_json(const std::string& said, int64_t unix_seconds);
 
-// Under a launcher that is not Loom's: writes torchrun's error file where it asks for one, then,
-// for a consequence, waits kConsequenceExitDelay. Call after printing the error and closing the
+// Under another launcher, where torchrun asks for one, writes the error file, whole or not at
+// all (torchrun's agent fails on a damaged one), stamped with when the rank will exit: now, or
+// for a consequence after kConsequenceExitDelay, so that a poll seeing both exits still orders
+// the cause first. Best effort: a file that cannot be written is left out. Call before closing
+// the rank's connections, so the cause's time is not later than it need be.
+void write_launcher_error_file(const RankFailure& failure);
+
+// Under another launcher, a consequence waits kConsequenceExitDelay. Call after closing the
 // rank's connections (a peer still in a collective with this rank then fails at once).
-void report_to_launcher(const RankFailure& failure);
+void delay_consequence_exit(const RankFailure& failure);
 
 }  // namespace loom

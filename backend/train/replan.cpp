@@ -167,6 +167,12 @@ int64_t round_of(const TrainOptions& o, int64_t steps_done) {
 
 }  // namespace
 
+std::string nothing_to_replan(const RuntimePlan& plan) {
+  if (plan.model_parallel()) return "meshes are not re-planned yet";
+  if (plan.factors.optim <= 1) return "the memory-aware passes act on sharded runs only";
+  return "";
+}
+
 bool can_replan(const TrainOptions& o, const RuntimePlan& plan) {
   return plan.factors.optim > 1 && !plan.model_parallel() && o.resume.empty() && o.profile_out.empty() && o.record.empty();
 }
@@ -255,12 +261,7 @@ bool measures_step(const TrainOptions& o, int64_t step) {
 }
 
 bool replan(RankRun& r, int64_t steps_done, const TrainResult& result) {
-  if (!r.sharded || r.mesh) {
-    if (r.lead())
-      std::cout << "loom run: --replan-at: nothing to re-plan: " << (r.mesh ? "meshes are not re-planned yet" : "the memory-aware passes act on sharded runs only")
-                << "\n" << std::flush;
-    return false;
-  }
+  if (!r.sharded || r.mesh) throw InternalError("re-plan of a run with nothing to re-plan: " + nothing_to_replan(r.plan));
   Profile profile = measured_profile(r, steps_done);
   r.profiler->reset();  // the next round measures the program it runs
   StepOptions options = r.step_options;

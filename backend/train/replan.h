@@ -40,6 +40,10 @@ bool can_replan(const TrainOptions& o, const RuntimePlan& plan);
 // a limit (its fusion rule); Unshard where unshard(auto) is under a limit.
 std::vector<TimedGroup> timed_groups_of(const RuntimePlan& plan, int64_t memory_limit);
 
+// Why a run of `plan` has nothing for the loop to re-plan (it is not sharded, or has a mesh), or
+// "" where it has: what a --replan-at given says at set-up, before the run keeps its program.
+std::string nothing_to_replan(const RuntimePlan& plan);
+
 // Resolves the loop into `o` at set-up: o.replan_at (default_replan_at) and, without
 // --replan-every, on a run the loop can act on, the inner loop: a round per group of
 // timed_groups_of (at least one), kInnerRoundSteps apart (o.replan_every, o.replan_rounds), as

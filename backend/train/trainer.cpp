@@ -146,8 +146,9 @@ int train(const TrainOptions& o, const RankEnv& env) {
     exit_code = report.exit_code;
   }
   std::cerr << failure.said << std::flush;
+  write_launcher_error_file(failure);
   r.reset();
-  report_to_launcher(failure);
+  delay_consequence_exit(failure);
   return exit_code;
 }
 

@@ -141,6 +141,11 @@ expect "verify with a NaN tolerance" 1 "error: --atol must be a finite number of
   "hint: give --atol (in Python: atol=) such as 1e-5" -- "$loom" verify stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --atol nan
 expect "data parallelism has nothing to re-plan, and says so" 0 "loom run: --replan-at: nothing to re-plan: the memory-aware passes act on sharded runs only" \
   -- "$loom" run --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --steps 3 --threads 1 --replan-at 2
+expect "a mesh has nothing to re-plan yet, and says so" 0 "loom run: --replan-at: nothing to re-plan: meshes are not re-planned yet; the run keeps its program" \
+  -- "$loom" run tests/verify/tensor_parallel.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --steps 3 --threads 1 --replan-at 2
+cp "$tmp/out" "$tmp/mesh_replan.out"  # expect writes the next command's output over $tmp/out
+expect "... and its header promises no re-plan (it did until 2026-11-28)" 1 "" -- grep -q "re-plan: after step" "$tmp/mesh_replan.out"
+expect "... where it says what it runs" 0 "" -- grep -q "mesh tp 2" "$tmp/mesh_replan.out"
 expect "run takes the limit too" 2 "expects a size such as 600MiB" -- "$loom" run --model gpt:tiny --memory-limit 6XB
 expect "unknown knob lists the declared ones" 1 "--set names knob 'nosuch', which the schedule never declares" \
   'hint: declared knobs: ["micro_batch", "ckpt_ratio"]' -- "$loom" run tests/cli/knobs.sched --model gpt:tiny --set nosuch=1 --steps 1
@@ -500,6 +505,14 @@ expect "the limit no plan fits names one that does" 0 "plans simulated" -- bash 
 expect "plan where the world does not split over nodes" 2 "error: --world 12 does not split evenly over cluster dgx-a100's nodes of 8 devices" \
   "hint: every node runs the same number of ranks: give --local-world one of 1, 2, 3, 4, 6, or --world a multiple of 8" \
   -- "$loom" plan --model gpt:tiny --world 12 --cluster dgx-a100
+expect "plan where no number of ranks per node splits the world" 2 "error: --world 17 does not split evenly over cluster dgx-a100's nodes of 8 devices" \
+  "hint: no number of ranks per node splits 17 ranks over cluster dgx-a100's nodes: give a --world that does, or --world a multiple of 8" \
+  -- "$loom" plan --model gpt:tiny --world 17 --cluster dgx-a100
+expect "plan with more ranks per node than ranks" 2 "error: --local-world 4 is more than --world 2" "hint: give at most 2" \
+  -- "$loom" plan --model gpt:tiny --world 2 --local-world 4 --cluster dgx-a100
+expect "tune where no point fits writes no schedule and exits 1" 1 "18 infeasible" "no point was feasible: did not write $tmp/none.sched" \
+  -- "$loom" tune examples/gpt_tuned.sched --model gpt:tiny --nproc 2 --seq 64 --cluster dgx-a100 --memory-limit 1MiB --out "$tmp/none.sched"
+expect "... and leaves no file" 1 "" -- test -e "$tmp/none.sched"
 expect "simulate where --local-world does not divide the world" 2 "error: --local-world 4 does not divide --nproc 6" \
   "hint: every node runs the same number of ranks: give --local-world one of 1, 2, 3, 6" \
   -- "$loom" simulate --model gpt:tiny --nproc 6 --local-world 4 --cluster dgx-a100

@@ -15,6 +15,7 @@
 #include "backend/cost/instruction_cost.h"
 #include "backend/cost/machine_cluster.h"
 #include "lang/diagnostics.h"
+#include "helpers.h"
 
 using namespace loom;
 using ir::OpKind;
@@ -355,6 +356,19 @@ TEST_CASE("this machine as a cluster: the rates a profile measured, written in t
   profile.collectives.clear();
   CHECK_THROWS_WITH_AS(machine_cluster(profile, p, 2, 1LL << 30, "here"),
                        "here has no all-reduce measured over two or more ranks", UserError);
+  // A profile that timed no matrix product (or no element-wise op) measures no rate for it.
+  auto [q, timed] = profiled_machine();
+  auto refusal = [&q = q](const Profile& with) {
+    return testing::refusal_of([&] { machine_cluster(with, q, 2, 1LL << 30, "here"); },
+                               "profile a model with matrix products and element-wise ops (every reference model has both)");
+  };
+  CHECK(refusal(timed) == "accepted");
+  Profile untimed = timed;
+  untimed.ops[0].forward_ms = 0;  // `a`, the matrix product
+  CHECK(refusal(untimed) == "here times no forward op with FLOPs");
+  untimed = timed;
+  untimed.ops[1].forward_ms = 0;  // `b`, the element-wise op
+  CHECK(refusal(untimed) == "here times no forward op without FLOPs");
 }
 
 TEST_CASE("this machine as a cluster: the step's tail streams faster than the element-wise ops, and each prices at its rate") {

@@ -1,6 +1,8 @@
 // Shared helpers of the language-core tests: fixture module trees and one-call evaluation.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -59,6 +61,18 @@ inline std::string error_of(const std::string& text, const std::string& model = 
     return e.diagnostic().range.to_string() + ": " + e.diagnostic().message;
   }
   return "";
+}
+
+// The message of the UserError `call` raises, whose hint must be `hint`; "accepted" if none.
+template <class Call>
+std::string refusal_of(Call&& call, const std::string& hint) {
+  try {
+    call();
+  } catch (const UserError& e) {
+    CHECK(e.diagnostic().hint == hint);
+    return e.diagnostic().message;
+  }
+  return "accepted";
 }
 
 }  // namespace loom::testing

@@ -19,6 +19,7 @@
 #include "backend/cost/step_estimate.h"
 #include "backend/sim/profile_simulation.h"
 #include "lang/diagnostics.h"
+#include "helpers.h"
 
 using namespace loom;
 
@@ -386,6 +387,18 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
     CHECK(err.diagnostic().message == "p.json was measured for other compute ops: the step's op 0 is `a`, the profile's is `b`");
     CHECK(err.diagnostic().hint == "measure this model and schedule with `loom profile`");
   }
+  std::swap(p.ops[0], p.ops[1]);
+  // A profile of a longer or a shorter model: its ops past the step's, or the step's past its.
+  auto refused = [&](const Profile& other) {
+    return testing::refusal_of([&] { estimate_step(step, other, "p.json"); }, "measure this model and schedule with `loom profile`");
+  };
+  CHECK(refused(p) == "accepted");
+  Profile longer = p;
+  longer.ops.push_back(longer.ops.back());
+  CHECK(refused(longer) == "p.json has 3 compute ops, the step 2");
+  Profile shorter = p;
+  shorter.ops.pop_back();
+  CHECK(refused(shorter) == "p.json was measured for other compute ops: the step's op 1 is `b`, the profile's is `(none)`");
 }
 
 TEST_CASE("a pipeline measures two in-step scales: its groups inside a stage, and those across stages") {
@@ -573,4 +586,10 @@ TEST_CASE("a profile whose figures no measurement gives is refused, naming the f
         "p.json: `collectives[0] (all_gather on params).samples_bytes_ms ([8192,-0.2])` must be a number of 0 or more, not -0.2");
   CHECK(refusal([](nlohmann::json& j) { j["collectives"][0]["beside_compute"] = 1; }) ==
         "p.json: `collectives[0] (all_gather on params).beside_compute` must be true or false, not 1");
+  CHECK(refusal([](nlohmann::json& j) { j["ops"] = nlohmann::json::object(); }) == "p.json: `ops` must be a list, not {}");
+  CHECK(refusal([](nlohmann::json& j) { j["collectives"] = 3; }) == "p.json: `collectives` must be a list, not 3");
+  for (const char* sample : {"[4096]", "[-1,0.1]", "[1.5,0.1]", "3"})
+    CHECK(refusal([&](nlohmann::json& j) { j["collectives"][0]["samples_bytes_ms"][0] = nlohmann::json::parse(sample); }) ==
+          std::string("p.json: `collectives[0] (all_gather on params).samples_bytes_ms` holds ") + sample +
+              ": each sample is [bytes, ms], bytes a whole number of 0 or more");
 }

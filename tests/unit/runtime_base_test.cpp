@@ -8,11 +8,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <set>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/train/launcher.h"
 #include "backend/train/launcher_report.h"
@@ -145,8 +148,6 @@ TEST_CASE("the launcher names a rank killed from outside, not the peer that fail
   CHECK_MESSAGE(said.find("loom run: rank 1 failed (killed by signal 9 (Killed))") != std::string::npos, said);
 }
 
-// Ranks bind the port a launcher picks a second or two later: from below the ephemeral range,
-// which other processes' connections and listeners take ports from meanwhile.
 TEST_CASE("a failing rank writes torchrun's error file, except under Loom's own launcher") {
   std::string file = (std::filesystem::temp_directory_path() / ("loom_error_" + std::to_string(getpid()) + ".json")).string();
   std::filesystem::remove(file);
@@ -154,20 +155,33 @@ TEST_CASE("a failing rank writes torchrun's error file, except under Loom's own 
   std::string saved_launcher = loom_launcher ? loom_launcher : "";
   setenv("TORCHELASTIC_ERROR_FILE", file.c_str(), 1);
   setenv(kLaunchedByLoom, "1", 1);
-  report_to_launcher({"error: checkpoint file x is damaged\n", false});
+  write_launcher_error_file({"error: checkpoint file x is damaged\n", false});
   CHECK_FALSE(std::filesystem::exists(file));  // Loom's launcher tells cause from consequence itself
   unsetenv(kLaunchedByLoom);
-  report_to_launcher({"error: checkpoint file x is damaged\n", false});
-  std::ifstream in(file);
-  std::string written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // torchrun's ProcessFailure reads a string message as is, and orders failures by the timestamp.
-  CHECK(written.rfind(R"({"message":"error: checkpoint file x is damaged\n","timestamp":)", 0) == 0);
+  auto written = [&file] {
+    std::ifstream in(file);
+    return nlohmann::json::parse(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+  };
+  auto now = static_cast<int64_t>(std::time(nullptr));
+  write_launcher_error_file({"error: checkpoint file x is damaged\n", false});
+  // torchrun's ProcessFailure reads a string message as is, and orders failures by the timestamp:
+  // the cause's is when it fails, a consequence's when it will exit, past the cause's.
+  nlohmann::json cause = written();
+  CHECK(cause["message"] == "error: checkpoint file x is damaged\n");
+  CHECK(cause["timestamp"].get<int64_t>() - now <= 1);
+  write_launcher_error_file({"error: all_reduce on world failed\n", true});
+  CHECK(written()["timestamp"].get<int64_t>() - cause["timestamp"].get<int64_t>() >= kConsequenceExitDelay.count() - 1);
+  CHECK_FALSE(std::filesystem::exists(file + ".tmp"));
   CHECK(elastic_error_file_json("said", 1764340000) == "{\"message\":\"said\",\"timestamp\":1764340000}\n");
+  // A path that is not UTF-8 in the message: the file is still JSON.
+  CHECK(nlohmann::json::parse(elastic_error_file_json("cannot read /tmp/\xff.bin", 1))["message"] == "cannot read /tmp/\xef\xbf\xbd.bin");
   unsetenv("TORCHELASTIC_ERROR_FILE");
   if (loom_launcher) setenv(kLaunchedByLoom, saved_launcher.c_str(), 1);
   std::filesystem::remove(file);
 }
 
+// Ranks bind the port a launcher picks a second or two later: from below the ephemeral range,
+// which other processes' connections and listeners take ports from meanwhile.
 TEST_CASE("the launcher picks a free port below the ephemeral range") {
   int port = pick_free_port();
   CHECK(port >= 10000);
