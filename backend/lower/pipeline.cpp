@@ -8,6 +8,7 @@
 
 #include "backend/lower/directive_lowering.h"
 #include "backend/lower/pipeline_stages.h"
+#include "backend/lower/step_program.h"
 
 namespace loom::lowering {
 namespace {
@@ -157,8 +158,7 @@ void sum_shared_gradients(ir::Program& p, std::vector<Instr>& instrs, const Stag
           if (p.params[q].name == name) shared.insert(static_cast<int>(q));
   Instr sum = ir::scalar_collective(p, OpKind::AllReduce, Phase::Step, {ir::Role::Pipeline, pp});
   sum.params.assign(shared.begin(), shared.end());
-  sum.bytes = 0;
-  for (int q : shared) sum.bytes += ir::param_bytes(p, q) / p.sharding.optim;
+  sum.bytes = ir::shared_gradient_bytes(p, sum.params);
   auto tail = std::find_if(instrs.begin(), instrs.end(), [](const Instr& in) { return in.phase == Phase::Step; });
   instrs.insert(tail, {sum, ir::wait_for(sum.handle, Phase::Step)});
 }

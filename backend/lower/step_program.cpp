@@ -38,9 +38,7 @@ Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm, in
   // measures the norm alone (a group of one: no communication). Under a mesh the block's model
   // ranks (tensor-parallel slices, stages) hold their parts too. Clipping follows the norm.
   if (grad_norm) {
-    GroupRef over = mesh.model_parallel() > 1 ? GroupRef{ir::Role::Model, mesh.model_parallel() * sharding.optim}
-                                              : GroupRef{ir::Role::OptimBlock, sharding.optim};
-    Instr norm = scalar_collective(p, OpKind::GradNorm, Phase::Step, over);
+    Instr norm = scalar_collective(p, OpKind::GradNorm, Phase::Step, gradient_norm_group(mesh, sharding.optim));
     p.instrs.push_back(norm);
     p.instrs.push_back(wait_for(norm.handle, Phase::Step));
   }
@@ -56,6 +54,24 @@ Program lower(const OpTrace& trace, const Sharding& sharding, bool grad_norm, in
     p.instrs.push_back(wait_for(loss.handle, Phase::Step));
   }
   return p;
+}
+
+GroupRef gradient_norm_group(const MeshPosition& mesh, int optim_shards) {
+  return mesh.model_parallel() > 1 ? GroupRef{Role::Model, mesh.model_parallel() * optim_shards} : GroupRef{Role::OptimBlock, optim_shards};
+}
+
+int64_t shared_gradient_bytes(const Program& p, const std::vector<int>& params) {
+  int64_t bytes = 0;
+  for (int q : params) bytes += param_bytes(p, q) / p.sharding.optim;
+  return bytes;
+}
+
+void size_by_optimizer_shards(Program& p) {
+  for (Instr& in : p.instrs) {
+    if (in.kind == OpKind::GradNorm) in.group = gradient_norm_group(p.mesh, p.sharding.optim);
+    if (in.kind == OpKind::AllReduce && in.phase == Phase::Step && in.group.role == Role::Pipeline)
+      in.bytes = shared_gradient_bytes(p, in.params);
+  }
 }
 
 }  // namespace loom::ir

@@ -11,6 +11,7 @@
 
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
+#include "backend/lower/step_program.h"
 #include "backend/sim/simulator.h"
 #include "grammar/parse.h"
 #include "lang/interpreter.h"
@@ -195,9 +196,9 @@ class PlanEvaluator {
   }
 
   // One program per stage, as lower_stage_programs lowers them, from the initial programs of the
-  // point's structure: lowered once per mesh, recomputation and s_os (all the initial program
-  // reads of a plan), then given the point's sharding and its passes, the memory-aware ones
-  // within `limit` on `cost`'s times. Lowering without re-verifying after each pass: the end
+  // point's structure: lowered once per mesh and recomputation (all the initial program reads of
+  // a plan but s_os), then given the point's sharding, what follows its s_os sized again, and its
+  // passes, the memory-aware ones within `limit` on `cost`'s times. Lowering without re-verifying after each pass: the end
   // result is verified (the tests verify each pass).
   std::vector<ir::Program> lower_stages(const PlanPoint& p, const RuntimePlan& plan, const std::shared_ptr<const ClusterCost>& cost,
                                         int64_t limit) {
@@ -215,6 +216,7 @@ class PlanEvaluator {
     for (int s = 0; s < plan.pp; ++s) {
       ir::Program program = (*initial)[static_cast<size_t>(s)];
       program.sharding = plan.factors;
+      ir::size_by_optimizer_shards(program);
       options.rank = stage_rank(plan, o_.world, s);
       stages.push_back(finish_step_program(std::move(program), plan, options, nullptr, checked_at_the_end));
     }
@@ -222,7 +224,7 @@ class PlanEvaluator {
   }
 
   std::shared_ptr<const std::vector<ir::Program>> initial_programs(const PlanPoint& p, const RuntimePlan& plan, StepOptions options) {
-    return remembered(initial_mutex_, initial_, {p.tp, p.pp, p.checkpoint, p.optim}, [&]() -> std::shared_ptr<const std::vector<ir::Program>> {
+    return remembered(initial_mutex_, initial_, {p.tp, p.pp, p.checkpoint}, [&]() -> std::shared_ptr<const std::vector<ir::Program>> {
       auto programs = std::make_shared<std::vector<ir::Program>>();
       for (int s = 0; s < plan.pp; ++s) {
         options.rank = stage_rank(plan, o_.world, s);
@@ -244,7 +246,7 @@ class PlanEvaluator {
   std::mutex parser_;
   std::mutex initial_mutex_, structures_mutex_;
   std::map<std::pair<int, int>, std::shared_ptr<const EvaluatedStructure>> structures_;  // (tp, pp)
-  std::map<std::tuple<int, int, bool, int>, std::shared_ptr<const std::vector<ir::Program>>> initial_;  // (tp, pp, checkpoint, s_os)
+  std::map<std::tuple<int, int, bool>, std::shared_ptr<const std::vector<ir::Program>>> initial_;  // (tp, pp, checkpoint)
   size_t done_ = 0;
   std::exception_ptr failure_;
 };

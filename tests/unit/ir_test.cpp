@@ -863,12 +863,43 @@ TEST_CASE("an initial program depends on the sharding only through dp and s_os")
     from_shared.sharding = plan.factors;
     CHECK(finish_step_program(from_shared, plan, options, nullptr, {}) == lower_step(plan, t, nullptr, {}, options));
   }
-  // Another s_os is another initial program (the gradient norm's group): sharing it would be wrong.
+  // Another s_os differs in the gradient norm's group: shared as it is, the program is wrong;
+  // sized again for its s_os (size_by_optimizer_shards), it is the point's own.
   RuntimePlan four = plan_of(4, 4);
   four.factors.optim = 4;
   ir::Program from_shared = shared;
   from_shared.sharding = four.factors;
   CHECK_FALSE(finish_step_program(from_shared, four, options, nullptr, {}) == lower_step(four, t, nullptr, {}, options));
+  ir::size_by_optimizer_shards(from_shared);
+  CHECK(finish_step_program(from_shared, four, options, nullptr, {}) == lower_step(four, t, nullptr, {}, options));
+}
+
+TEST_CASE("a pipeline stage's initial program serves every s_os once sized again for it") {
+  // Its shared gradients' sum moves the slices one rank updates, and its norm is summed over the
+  // model's ranks times s_os: both follow s_os.
+  auto plan_of = [](int s_os) {
+    RuntimePlan plan;
+    plan.pp = 2;
+    plan.stages = PipelineStages{"l", {0, 1, 2}};
+    plan.factors = {4, s_os, s_os, s_os};
+    return plan;
+  };
+  StepOptions options;
+  for (int stage = 0; stage < 2; ++stage) {
+    options.rank = stage_rank(plan_of(1), 8, stage);
+    ir::Program shared = initial_step_program(plan_of(1), pipe_trace(), options);
+    for (int s_os : {2, 4}) {
+      CAPTURE(stage);
+      CAPTURE(s_os);
+      RuntimePlan plan = plan_of(s_os);
+      ir::Program sized = shared;
+      sized.sharding = plan.factors;
+      ir::Program own = initial_step_program(plan, pipe_trace(), options);
+      CHECK_FALSE(sized == own);
+      ir::size_by_optimizer_shards(sized);
+      CHECK(sized == own);
+    }
+  }
 }
 
 TEST_CASE("two lowerings' records name the first pass that planned otherwise") {
