@@ -28,6 +28,9 @@ ir::Program initial_step_program(const RuntimePlan& plan, const ir::OpTrace& tra
   // collectives of the forward it repeats.
   lowering::insert_recomputation(plan.checkpoint, initial);
   verified("insert_recomputation");
+  // Once tensor parallelism has sliced the parameters: what follows s_os, by the formula the
+  // planner sizes each plan's copy with.
+  ir::size_by_optimizer_shards(initial);
   return initial;
 }
 

@@ -30,8 +30,9 @@ ir::Program lower_step(const RuntimePlan& plan, const ir::OpTrace& trace, std::v
 
 // lower_step's two halves. The initial program: the compute ops, the step's tail, a mesh rank's
 // stage and slices, the recomputation. Of the sharding it reads only dp and s_os (the tail's
-// norm group, a pipeline's shared-gradient sum), so plans that differ in s_p and s_g alone share
-// it (loom plan's planner does) once its `sharding` is set to theirs.
+// norm group, a pipeline's shared-gradient sum, sized last by ir::size_by_optimizer_shards), so
+// plans of one dp share it (loom plan's planner does) once its `sharding` is set to theirs and
+// size_by_optimizer_shards has sized it again.
 ir::Program initial_step_program(const RuntimePlan& plan, const ir::OpTrace& trace, const StepOptions& options);
 // The pass pipeline on an initial program, and the final verification.
 ir::Program finish_step_program(ir::Program initial, const RuntimePlan& plan, const StepOptions& options,

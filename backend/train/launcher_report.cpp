@@ -6,6 +6,8 @@
 #include <fstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "backend/train/launcher.h"
@@ -33,7 +35,7 @@ void write_launcher_error_file(const RankFailure& failure) {
   const char* file = std::getenv("TORCHELASTIC_ERROR_FILE");
   if (!under_another_launcher() || !file || !*file) return;
   int64_t exits_at = static_cast<int64_t>(std::time(nullptr)) + (failure.consequence ? kConsequenceExitDelay.count() : 0);
-  std::string staged = std::string(file) + ".tmp";
+  std::string staged = std::string(file) + "." + std::to_string(getpid()) + ".tmp";  // ranks started by hand may share the file
   bool written = false;
   {
     std::ofstream out(staged, std::ios::trunc);

@@ -360,11 +360,9 @@ void lower_rank_program(RankRun& r) {
     std::cerr << "loom run: the auto passes plan within " << format_size(limit) << ", "
               << std::llround(100.0 * static_cast<double>(limit) / static_cast<double>(device)) << "% of cuda:" << r.gpu << "'s "
               << format_size(device) << " (--memory-limit BYTES sets another limit, 0 none)\n";
-  if (std::string why = nothing_to_replan(r.plan); r.o.replan_at > 0 && !why.empty()) {
-    if (r.lead()) std::cout << "loom run: --replan-at: nothing to re-plan: " << why << "; the run keeps its program\n" << std::flush;
-    r.o.replan_at = 0;  // and its header does not promise a re-plan
-  }
-  plan_replan_rounds(r.o, r.plan, step_options.memory.limit);
+  if (std::string why = nothing_to_replan(r.plan); r.o.replan_at > 0 && !why.empty() && r.lead())
+    std::cout << "loom run: --replan-at: nothing to re-plan: " << why << "; the run keeps its program\n" << std::flush;
+  plan_replan_rounds(r.o, r.plan, step_options.memory.limit);  // and its header then promises no re-plan
   r.step = lower_step(r.plan, r.trace, &r.step_passes, PipelineDebug::from_environment(std::cerr), step_options);
   warn_if_over_limit(*r.step, step_options.memory, r.env.rank);
 }

@@ -194,8 +194,11 @@ std::vector<TimedGroup> timed_groups_of(const RuntimePlan& plan, int64_t memory_
 
 void plan_replan_rounds(TrainOptions& o, const RuntimePlan& plan, int64_t memory_limit) {
   o.replan_at = default_replan_at(o, plan, memory_limit);
-  // No loop, one replan() refuses (a mesh, no sharding: it says so once), or --replan-every's rounds.
-  if (o.replan_at <= 0 || !can_replan(o, plan) || o.replan_every > 0) return;
+  // A run the loop cannot act on does not re-plan, whatever --replan-at says (set-up says why for
+  // a mesh or no sharding: nothing_to_replan): a recording or profiling run measures no rounds.
+  if (o.replan_at > 0 && !can_replan(o, plan)) o.replan_at = 0;
+  // No loop, or --replan-every's rounds.
+  if (o.replan_at <= 0 || o.replan_every > 0) return;
   // A round per group, each leaving its program a warm-up step and two to run on (as the first).
   int64_t groups = static_cast<int64_t>(timed_groups_of(plan, memory_limit).size());
   int64_t room = 1 + (o.steps - o.replan_at - kInnerRoundSteps) / kInnerRoundSteps;

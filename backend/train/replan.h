@@ -44,7 +44,8 @@ std::vector<TimedGroup> timed_groups_of(const RuntimePlan& plan, int64_t memory_
 // "" where it has: what a --replan-at given says at set-up, before the run keeps its program.
 std::string nothing_to_replan(const RuntimePlan& plan);
 
-// Resolves the loop into `o` at set-up: o.replan_at (default_replan_at) and, without
+// Resolves the loop into `o` at set-up: o.replan_at (default_replan_at; 0 on a run the loop
+// cannot act on, can_replan, whatever --replan-at says) and, without
 // --replan-every, on a run the loop can act on, the inner loop: a round per group of
 // timed_groups_of (at least one), kInnerRoundSteps apart (o.replan_every, o.replan_rounds), as
 // many as leave each new program a warm-up step and two to run on. With --replan-every the

@@ -125,13 +125,19 @@ TEST_CASE("the loop's rounds: one per group of passes the schedule plans from me
   nine.steps = 9;
   plan_replan_rounds(nine, zero3, limit);
   CHECK(replans(nine) == std::vector<int64_t>{3, 6});
-  // A run the loop cannot act on (a mesh) gets no inner rounds: --replan-at's one refusal.
+  // A run the loop cannot act on (a mesh; a recording run) does not re-plan, whatever
+  // --replan-at says (set-up says why for a mesh: nothing_to_replan).
   RuntimePlan mesh = zero3;
   mesh.tp = 2;
   TrainOptions asked = o;
   asked.replan_at = 3;
   plan_replan_rounds(asked, mesh, limit);
-  CHECK(replans(asked) == std::vector<int64_t>{3});
+  CHECK(replans(asked).empty());
+  CHECK(nothing_to_replan(mesh) == "meshes are not re-planned yet");
+  TrainOptions recording = o;
+  recording.replan_at = 3, recording.record = "records";
+  plan_replan_rounds(recording, zero3, limit);
+  CHECK(replans(recording).empty());  // no profiler measures its steps: a re-plan would have none
   // --replan-every 4: a group more each round, then every group, to the end of the run.
   TrainOptions outer = o;
   outer.replan_at = 3, outer.replan_every = 4;

@@ -841,8 +841,9 @@ TEST_CASE("gradient deliveries: one for the uses outside recomputed modules, one
     CHECK_MESSAGE(by_param[q] == (stage1.params[q].name == "emb.w" ? 0 : 1), stage1.params[q].name);
 }
 
-// loom plan's planner shares an initial program among plans that differ in s_p and s_g alone
-// (lower_step.h): given their sharding, it finishes to each one's program exactly.
+// loom plan's planner shares an initial program among plans of one mesh and recomputation
+// (lower_step.h): given their sharding, and sized again for their s_os, it finishes to each one's
+// program exactly.
 TEST_CASE("an initial program depends on the sharding only through dp and s_os") {
   ir::OpTrace t = two_blocks();
   auto plan_of = [](int s_p, int s_g) {

@@ -171,7 +171,7 @@ TEST_CASE("a failing rank writes torchrun's error file, except under Loom's own 
   CHECK(cause["timestamp"].get<int64_t>() - now <= 1);
   write_launcher_error_file({"error: all_reduce on world failed\n", true});
   CHECK(written()["timestamp"].get<int64_t>() - cause["timestamp"].get<int64_t>() >= kConsequenceExitDelay.count() - 1);
-  CHECK_FALSE(std::filesystem::exists(file + ".tmp"));
+  CHECK_FALSE(std::filesystem::exists(file + "." + std::to_string(getpid()) + ".tmp"));
   CHECK(elastic_error_file_json("said", 1764340000) == "{\"message\":\"said\",\"timestamp\":1764340000}\n");
   // A path that is not UTF-8 in the message: the file is still JSON.
   CHECK(nlohmann::json::parse(elastic_error_file_json("cannot read /tmp/\xff.bin", 1))["message"] == "cannot read /tmp/\xef\xbf\xbd.bin");
