@@ -174,7 +174,7 @@ std::string nothing_to_replan(const RuntimePlan& plan) {
 }
 
 bool can_replan(const TrainOptions& o, const RuntimePlan& plan) {
-  return plan.factors.optim > 1 && !plan.model_parallel() && o.resume.empty() && o.profile_out.empty() && o.record.empty();
+  return nothing_to_replan(plan).empty() && o.resume.empty() && o.profile_out.empty() && o.record.empty();
 }
 
 int64_t default_replan_at(const TrainOptions& o, const RuntimePlan& plan, int64_t memory_limit) {
