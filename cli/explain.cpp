@@ -49,13 +49,15 @@ ExplainedStep explain_step(const RuntimePlan& plan, const std::string& model, co
   options.rank = o.rank;
   // As `loom run` plans: by the limit, without instruction times (so nothing is fused); with a
   // profile, with its measured times and memory: the program a run's re-plan (--replan-at)
-  // settles on where each round is switched to and measures what the profile did.
-  options.memory.limit = o.memory_limit;
+  // settles on where each round is switched to and measures what the profile did. Not given,
+  // the limit is none, or with a profile the one its run planned within.
+  options.memory.limit = std::max<int64_t>(o.memory_limit, 0);
   int64_t micro_batch = plan.micro_batch_or(o.micro_batch);
   ir::OpTrace trace = trace_model(model, {micro_batch, o.seq}, plan.replacements);
   if (!o.profile.empty()) {
     step.profile = load_profile(o.profile);
     check_profile_fits(*step.profile, o.profile, {model, "", o.nproc, 0, micro_batch, o.seq, options.accum});
+    if (o.memory_limit < 0) options.memory.limit = step.profile->memory_limit_bytes;
     // The profile measured the programs the run starts with.
     plan_on_profile(options.memory, *step.profile, lower_stage_programs(plan, trace, o.nproc, options));
   }
@@ -147,8 +149,9 @@ void add_explain(CLI::App& app, std::function<int()>& run) {
                   "run's --replan-at settles on where each round is switched to and measures what the profile did) and each instruction is priced");
   c->add_option("--memory-limit", o->memory_limit,
                 "bytes per rank, e.g. 600MiB: prefetch(budget=auto) and unshard(auto) plan within it, as `loom run "
-                "--memory-limit` does")
-      ->transform(byte_size());
+                "--memory-limit` does; 0: none; not given: none, or with --profile the limit the profiled run planned within")
+      ->transform(byte_size())
+      ->default_str("");  // -1, not given: the text says what that means
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules");
   c->callback([&run, o] { run = [o] { return explain(*o); }; });
 }

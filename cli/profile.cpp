@@ -66,6 +66,7 @@ std::string key_of(const ProfileOptions& o) {
   k.device = resolved_device(o.train) + " backend=" + o.train.backend + " reduce=" + o.train.reduce_dtype;
   k.precision = resolved_device(o.train) == "cuda" ? o.train.precision : "fp32";
   k.threads = resolved_threads(o.train, o.nproc);
+  k.memory_limit = o.train.memory_limit;  // another limit plans another program
   k.build = this_build();
   return profile_key(k);
 }

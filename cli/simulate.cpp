@@ -83,18 +83,27 @@ SimResult simulate_profiled(const SimulateOptions& o, const Profile& profile, co
 
 // What the memory-aware passes plan with. On a cluster: the limit (by default its device's, as
 // `loom run` on a GPU takes) and its instruction times and memory. On a profile, as `loom run`
-// plans: the limit alone, so the simulated program is the one the run starts with (--replanned
-// then plans again on the profile: simulate_planned).
-MemoryPlanning memory_planning(const SimulateOptions& o, const std::shared_ptr<ClusterCost>& cluster_cost) {
+// plans: the limit alone, by default the one the profiled run planned within, so the simulated
+// program is the one that was measured (--replanned then plans again on the profile:
+// simulate_planned).
+MemoryPlanning memory_planning(const SimulateOptions& o, const std::shared_ptr<ClusterCost>& cluster_cost,
+                               const std::optional<Profile>& profile) {
   MemoryPlanning m;
-  m.limit = MemoryPlanning::limit_or_default(o.memory_limit, cluster_cost ? cluster_cost->cluster().device.memory_bytes : 0);
-  if (cluster_cost) m.plan_with(cluster_cost);
+  if (cluster_cost) {
+    m.limit = MemoryPlanning::limit_or_default(o.memory_limit, cluster_cost->cluster().device.memory_bytes);
+    m.plan_with(cluster_cost);
+  } else {
+    // The limit the profiled run planned within (on a GPU its default, 90% of the device), so
+    // that the program simulated is the one measured.
+    m.limit = o.memory_limit >= 0 ? o.memory_limit : profile ? profile->memory_limit_bytes : 0;
+  }
   return m;
 }
 
 // Where the limit the passes plan within comes from, for a message.
 std::string limit_origin(const SimulateOptions& o, const ClusterCost* cluster_cost, int64_t limit) {
-  if (o.memory_limit >= 0 || !cluster_cost) return "--memory-limit " + format_size(limit);
+  if (o.memory_limit >= 0) return "--memory-limit " + format_size(limit);
+  if (!cluster_cost) return format_size(limit) + ", the limit the profiled run planned within (--memory-limit sets another limit)";
   const Cluster& c = cluster_cost->cluster();
   return format_size(limit) + ", 90% of cluster " + c.name + "'s " + format_size(c.device.memory_bytes) +
          " devices (--memory-limit sets another limit)";
@@ -168,7 +177,7 @@ Simulation simulate_planned(const Schedule& sch, SimulateOptions& o, std::option
   StepOptions step_options;
   step_options.grad_norm = o.clip > 0;
   step_options.accum = o.accum;
-  step_options.memory = memory_planning(o, cluster_cost);
+  step_options.memory = memory_planning(o, cluster_cost, profile);
   s.memory_limit = step_options.memory.limit;
   s.memory_limit_from = limit_origin(o, cluster_cost.get(), s.memory_limit);
   ir::OpTrace trace = trace_model(o.model, {o.micro_batch, o.seq}, s.plan.replacements);
@@ -304,7 +313,7 @@ void add_simulate(CLI::App& app, std::function<int()>& run) {
   c->add_flag("--json", o->json, "print {\"step_s\", \"compute_s\", \"exposed_comm_s\", \"peak_bytes\", ...} as JSON");
   c->add_option("--memory-limit", o->memory_limit,
                 "bytes per rank, e.g. 600MiB: prefetch(budget=auto), unshard(auto) and bucket(size=auto) plan within it "
-                "(default on a cluster: 90% of its device's memory, as a GPU run; on a profile: none; 0: none, "
+                "(default on a cluster: 90% of its device's memory, as a GPU run; on a profile: the limit the profiled run planned within, 90% of a GPU by default, none on a CPU; 0: none, "
                 "so that auto prefetches one block ahead and unshards nothing)")
       ->transform(byte_size())
       ->default_str("");  // -1, not given: the text says what that means

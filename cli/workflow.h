@@ -39,7 +39,7 @@ struct ExplainOptions {
   std::vector<std::string> sets;
   bool json = false;
   std::string profile;  // a profile from `loom profile` prices every instruction
-  int64_t memory_limit = 0;
+  int64_t memory_limit = -1;  // -1: not given (none, or with a profile the limit its run planned within); 0: none
   std::string stdlib;
 };
 // What `loom explain` shows of one rank's step.

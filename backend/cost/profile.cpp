@@ -21,9 +21,10 @@ namespace {
 // collective regimes, the mesh's groups and a pipeline's transfers; 5: each rank's op times and
 // the gradient norm's own work, which a cached profile of format 4 would price at nothing; 6:
 // the waits' unpacking, which the ops' times of format 5 still hold; 7: with sharded states the
-// replica sums' copies too, which format 6's ops' times hold; 8: on a GPU each op's host time).
+// replica sums' copies too, which format 6's ops' times hold; 8: on a GPU each op's host time;
+// 9: the memory limit the measured program was planned within, which format 8 does not say).
 // With a bump, write tests/fuzz/seeds/profile.json again: the fuzzer's seed of this format.
-constexpr int kFormat = 8;
+constexpr int kFormat = 9;
 
 constexpr bool kUnmeasuredAllowed = true;
 
@@ -195,7 +196,8 @@ std::string Profile::to_json() const {
                    {"optimizer_elements", optimizer_elements},
                    {"grad_norm_ms", grad_norm_ms},
                    {"unpack_gb_per_s", unpack_gb_per_s},
-                   {"unpack_bytes_per_step", unpack_bytes_per_step}};
+                   {"unpack_bytes_per_step", unpack_bytes_per_step},
+                   {"memory_limit_bytes", memory_limit_bytes}};
   j["ops"] = nlohmann::json::array();
   for (auto& op : ops) {
     nlohmann::json o{{"module", op.module},
@@ -249,6 +251,7 @@ Profile Profile::from_json(const std::string& text, const std::string& origin) {
   p.grad_norm_ms = r.optional_amount(j, "", "grad_norm_ms");
   p.unpack_gb_per_s = r.optional_amount(j, "", "unpack_gb_per_s");
   p.unpack_bytes_per_step = j.contains("unpack_bytes_per_step") ? r.bytes(j, "", "unpack_bytes_per_step") : 0;
+  p.memory_limit_bytes = r.bytes(j, "", "memory_limit_bytes");
   const nlohmann::json& ops = r.list(j, "", "ops");
   for (size_t i = 0; i < ops.size(); ++i) p.ops.push_back(r.op(ops[i], "ops[" + std::to_string(i) + "]"));
   const nlohmann::json& collectives = r.list(j, "", "collectives");
@@ -262,7 +265,8 @@ std::string profile_key(const ProfileKeyInputs& k) {
   std::ostringstream s;
   s << "loom-profile-" << kFormat << " model=" << k.model << " world=" << k.world << " local_world=" << k.local_world
     << " micro_batch=" << k.micro_batch << " seq=" << k.seq << " accum=" << k.accum << " device=" << k.device
-    << " precision=" << k.precision << " threads=" << k.threads << " schedule=" << std::hex << fnv1a(k.schedule);
+    << " precision=" << k.precision << " threads=" << k.threads << " memory_limit=" << k.memory_limit
+    << " schedule=" << std::hex << fnv1a(k.schedule);
   if (!k.build.empty()) s << " build=" << k.build;
   return s.str();
 }

@@ -80,6 +80,10 @@ struct Profile {
   // -1: nothing was unpacked, or on a GPU (the host sees only the copies' queueing).
   double unpack_gb_per_s = -1;
   int64_t unpack_bytes_per_step = 0;
+  // The limit the measured run's memory-aware passes planned within (0: none; on a GPU by
+  // default 90% of its memory): `loom simulate` and `loom explain` on this profile plan within
+  // it unless told another, so that they lower the program that was measured.
+  int64_t memory_limit_bytes = 0;
   std::vector<OpProfile> ops;
   std::vector<CollectiveProfile> collectives;
 
@@ -111,6 +115,7 @@ struct ProfileKeyInputs {
   std::string device;
   std::string precision;
   int threads = 0;
+  int64_t memory_limit = -1;  // --memory-limit as given (-1: not given, the device's default)
   std::string build;  // the loom that measured (its executable's size and time), so a rebuild measures afresh
 };
 std::string profile_key(const ProfileKeyInputs& inputs);

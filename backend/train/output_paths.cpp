@@ -76,7 +76,7 @@ void write_whole_file(const std::string& path, const std::vector<std::string_vie
   writer.finish();
 }
 
-void write_whole_file(const std::string& path, const std::string& bytes) { write_whole_file(path, {std::string_view(bytes)}); }
+void write_whole_file(const std::string& path, const std::string& bytes) { write_whole_file(path, std::vector<std::string_view>{bytes}); }
 
 void write_output_file(const std::string& path, const std::vector<std::string_view>& pieces, const std::string& what,
                        const std::string& hint) {

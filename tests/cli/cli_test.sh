@@ -280,6 +280,23 @@ expect "profile" 0 "collectives (alpha-beta fit" "(from 1 measured step: one in 
 # Each rank updates half of gpt:tiny's 858,880 parameters: what "this machine" prices the optimizer's memory rate by.
 expect "profile records the elements the update changed" 0 '"optimizer_elements": 429440' -- cat "$tmp/profile.json"
 expect "profile cached" 0 "loom profile: reusing $tmp/cache/gpt-tiny-w2-" -- "$loom" $prof stdlib_schedules/zero3.sched
+# A profile keeps the limit its run's passes planned within (another limit is another profile, not
+# the cached one); simulate and explain on it plan within that limit, so they lower the program
+# measured (zero3's prefetch(budget=auto) gathers further ahead under 1 GiB than without a limit).
+expect "profile records its memory limit" 0 '"memory_limit_bytes": 1073741824' -- bash -c "\"$loom\" $prof stdlib_schedules/zero3.sched \
+  --memory-limit 1GiB --out \"$tmp/profile_1g.json\" > /dev/null && cat \"$tmp/profile_1g.json\""
+expect "simulate --profile plans within the profiled run's limit" 0 "the program measured" -- bash -c "
+  s() { \"$loom\" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile \"$tmp/profile_1g.json\" \
+    --json \"\$@\" | python3 -c 'import json, sys; d = json.load(sys.stdin); print(d[\"peak_bytes\"], d[\"peak_instruction\"], d[\"step_s\"])'; }
+  [ \"\$(s)\" = \"\$(s --memory-limit 1GiB)\" ] && [ \"\$(s)\" != \"\$(s --memory-limit 0)\" ] && echo the program measured"
+expect "explain --profile plans within the profiled run's limit" 0 "the program measured" -- bash -c "
+  e() { \"$loom\" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile \"$tmp/profile_1g.json\" \"\$@\" | md5sum; }
+  [ \"\$(e)\" = \"\$(e --memory-limit 1GiB)\" ] && [ \"\$(e)\" != \"\$(e --memory-limit 0)\" ] && echo the program measured"
+expect "simulate over the profiled run's limit says whose it is" 0 \
+  "is above 976.6 KiB, the limit the profiled run planned within (--memory-limit sets another limit)" -- bash -c "
+  python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); j[\"memory_limit_bytes\"] = 1000000; json.dump(j, open(sys.argv[2], \"w\"))' \
+    \"$tmp/profile_1g.json\" \"$tmp/profile_1m.json\"
+  \"$loom\" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile \"$tmp/profile_1m.json\" 2>&1"
 # The measured step's collectives set one in-step scale (a measurement: positive, never exactly the default 1).
 expect "profile measures its collectives in the step" 0 "one in-step scale" -- python3 -c "
 import json, sys

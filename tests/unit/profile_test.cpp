@@ -136,7 +136,7 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
     Profile::from_json(R"({"format": "something-else"})", "other.json");
     FAIL("a foreign file was accepted");
   } catch (const UserError& e) {
-    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 8");
+    CHECK(e.diagnostic().message == "other.json is not a Loom profile of format 9");
     CHECK(e.diagnostic().hint == "write it again with `loom profile`");
   }
   CHECK_THROWS_WITH_AS(Profile::from_json("{", "broken.json"), doctest::Contains("broken.json is not a readable Loom profile"),
@@ -376,6 +376,13 @@ TEST_CASE("a profile prices a step's instructions: ops by forward order, collect
   CHECK(read.optimizer_elements == 123'456);
   CHECK(read.unpack_gb_per_s == 2.0);
   CHECK(read.unpack_bytes_per_step == 4'000'000);
+  // The limit the measured program was planned within: kept, and a whole number of bytes.
+  p.memory_limit_bytes = 5'000'000;
+  CHECK(Profile::from_json(p.to_json(), "p.json").memory_limit_bytes == 5'000'000);
+  p.memory_limit_bytes = -1;
+  CHECK(testing::refusal_of([&] { Profile::from_json(p.to_json(), "p.json"); }, "write it again with `loom profile`") ==
+        "p.json: `memory_limit_bytes` must be a whole number of bytes (0 or more), not -1");
+  p.memory_limit_bytes = 0;
   step.instrs.pop_back();
   p.unpack_gb_per_s = -1;
 
