@@ -18,6 +18,10 @@
 # `here`: this machine as a cluster (`loom simulate --save-cluster`), derived once from the
 # first schedule's profile (data parallelism by default), as `loom plan --cluster` would price
 # every schedule for it: each schedule simulated on it, without a memory limit as the runs.
+# `prof/run`: what the profiled steps took (the profile's measured_step_ms, the profiler's own
+# work in them included) over the run's median; `sim/prof`: the simulated step over that, how
+# closely the simulator replays the step it was given, apart from what profiling costs the step
+# and from the profile's and the run's differences.
 # `--repeat N` runs the whole invocation (profile, simulate, run) N times, a table each, then
 # the spread: each invocation's mean error and each schedule's sim/run in every one, since on
 # this 2-core machine one invocation's profile and runs can sit 10-20% from the next one's.
@@ -104,8 +108,9 @@ on = "" if device == "cpu" else f" on {device} (ranks share it over gloo)"
 
 def report(d):
     """One invocation's table and ranking; returns its mean step and peak errors and each schedule's sim/run."""
-    print(f"{'schedule':<16}{'sim ms':>9}{'run ms':>9}{'sim/run':>9}{'rep/run':>9}{'here/run':>9}{'sim peak':>11}{'run peak':>11}{'sim/run':>9}")
-    errors, rep_errors, here_errors, memory_errors, sim, run, steps, ratio = [], [], [], [], {}, {}, {}, {}
+    print(f"{'schedule':<16}{'sim ms':>9}{'run ms':>9}{'sim/run':>9}{'rep/run':>9}{'here/run':>9}{'prof/run':>9}{'sim/prof':>9}"
+          f"{'sim peak':>11}{'run peak':>11}{'sim/run':>9}")
+    errors, rep_errors, here_errors, memory_errors, replay_errors, sim, run, steps, ratio = [], [], [], [], [], {}, {}, {}, {}
     for s in schedules:
         r = json.load(open(f"{d}/{s}.sim.json"))
         rep = json.load(open(f"{d}/{s}.rep.json"))["step_s"]
@@ -121,13 +126,21 @@ def report(d):
         here_errors.append(abs(here * 1e3 / ms - 1))
         memory_errors.append(abs(m - 1))
         sim[s], run[s], ratio[s] = r["step_s"], ms, t
-        print(f"{s:<16}{r['step_s'] * 1e3:>9.1f}{ms:>9.1f}{t:>9.2f}{rep * 1e3 / ms:>9.2f}{here * 1e3 / ms:>9.2f}{sim_peak / 2**20:>10.1f}M{peak / 2**20:>10.1f}M{m:>9.2f}")
+        # The profiled steps themselves (the profiler's work in them included): the step the simulator replays.
+        profiled = r.get("profiled_step_s", -1)
+        prof, replay = ("-", "-") if profiled <= 0 else (f"{profiled * 1e3 / ms:.2f}", f"{r['step_s'] / profiled:.2f}")
+        if profiled > 0: replay_errors.append(abs(r["step_s"] / profiled - 1))
+        print(f"{s:<16}{r['step_s'] * 1e3:>9.1f}{ms:>9.1f}{t:>9.2f}{rep * 1e3 / ms:>9.2f}{here * 1e3 / ms:>9.2f}{prof:>9}{replay:>9}"
+              f"{sim_peak / 2**20:>10.1f}M{peak / 2**20:>10.1f}M{m:>9.2f}")
     step_error, memory_error = sum(errors) / len(errors), sum(memory_errors) / len(memory_errors)
     print(f"mean |sim/run - 1|: step time {step_error:.2f}, peak memory {memory_error:.2f}")
     print(f"rep: the same profile simulated by one rank per stage at each op's slowest rank's time (--representative): "
           f"mean {sum(rep_errors) / len(rep_errors):.2f}")
     print(f"here: each schedule priced on this machine as a cluster, derived from {schedules[0]}'s profile (--save-cluster): "
           f"mean {sum(here_errors) / len(here_errors):.2f}")
+    if replay_errors:
+        print(f"prof: the profiled steps' median (the profiler's work in them included) over the run's; sim/prof: the simulated step "
+              f"over the profiled one it replays, mean |sim/prof - 1| {sum(replay_errors) / len(replay_errors):.2f}")
     print("fastest first, simulated:", " ".join(sorted(schedules, key=sim.get)))
     print("fastest first, measured: ", " ".join(sorted(schedules, key=run.get)))
     # A pair out of the measured order counts against the ranking where the measurement tells the two

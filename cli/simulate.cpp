@@ -155,6 +155,10 @@ void print_report(const SimulateOptions& o, const Simulation& s) {
   if (r.ranks_simulated > 1)
     std::printf("  each of the %d ranks simulated at its own measured op times (the step ends with rank %d)\n",
                 r.ranks_simulated, r.critical_rank);
+  if (s.profile && s.profile->measured_step_ms >= 0)
+    std::printf("  profiled step   %10.3f ms  (what the profiled run's measured steps took, its profiler's work included: the "
+                "slowest rank's median)\n",
+                s.profile->measured_step_ms);
   for (size_t stage = 0; stage < calibration.size(); ++stage) {
     const MemoryCalibration& c = calibration[stage];
     if (c.activation_scale == 1 && c.outside_bytes == 0) continue;
@@ -234,7 +238,9 @@ nlohmann::json report_json(const Simulation& s) {
           {"priced_by", s.priced_by},
           {"ranks_simulated", r.ranks_simulated},
           {"critical_rank", r.critical_rank},
-          {"memory_calibration", calibration_json(s.memory_calibration)}};
+          {"memory_calibration", calibration_json(s.memory_calibration)},
+          // What the profiled run's steps took; -1 on a cluster or an older profile.
+          {"profiled_step_s", s.profile && s.profile->measured_step_ms >= 0 ? s.profile->measured_step_ms / 1e3 : -1.0}};
 }
 
 int simulate_schedule(const SimulateOptions& given) {

@@ -197,7 +197,8 @@ std::string Profile::to_json() const {
                    {"grad_norm_ms", grad_norm_ms},
                    {"unpack_gb_per_s", unpack_gb_per_s},
                    {"unpack_bytes_per_step", unpack_bytes_per_step},
-                   {"memory_limit_bytes", memory_limit_bytes}};
+                   {"memory_limit_bytes", memory_limit_bytes},
+                   {"measured_step_ms", measured_step_ms}};
   j["ops"] = nlohmann::json::array();
   for (auto& op : ops) {
     nlohmann::json o{{"module", op.module},
@@ -252,6 +253,7 @@ Profile Profile::from_json(const std::string& text, const std::string& origin) {
   p.unpack_gb_per_s = r.optional_amount(j, "", "unpack_gb_per_s");
   p.unpack_bytes_per_step = j.contains("unpack_bytes_per_step") ? r.bytes(j, "", "unpack_bytes_per_step") : 0;
   p.memory_limit_bytes = r.bytes(j, "", "memory_limit_bytes");
+  p.measured_step_ms = r.optional_amount(j, "", "measured_step_ms");
   const nlohmann::json& ops = r.list(j, "", "ops");
   for (size_t i = 0; i < ops.size(); ++i) p.ops.push_back(r.op(ops[i], "ops[" + std::to_string(i) + "]"));
   const nlohmann::json& collectives = r.list(j, "", "collectives");

@@ -84,6 +84,10 @@ struct Profile {
   // default 90% of its memory): `loom simulate` and `loom explain` on this profile plan within
   // it unless told another, so that they lower the program that was measured.
   int64_t memory_limit_bytes = 0;
+  // The measured steps' own wall time, the profiler's work in them included: the slowest rank's
+  // median; -1: not recorded (a profile from before it was). Beside a run's step it says what
+  // profiling cost the step the simulator replays (benchmarks/sim_accuracy.sh, `prof/run`).
+  double measured_step_ms = -1;
   std::vector<OpProfile> ops;
   std::vector<CollectiveProfile> collectives;
 

@@ -81,7 +81,7 @@ struct OpProfiler::State {
   // Where the host's op-free work is measured from: the end of the profiler's own work after an
   // op, so that its bookkeeping (events, memory statistics, markers) is not counted as the host's.
   Clock host_gap_from;
-  std::vector<double> optimizer_step_ms, grad_norm_ms;
+  std::vector<double> optimizer_step_ms, grad_norm_ms, step_ms;
   int64_t optimizer_elements = 0;  // what this rank's update changes
   // The waits' unpacking in measured micro-batches and the step tails after them: from the
   // start of a measured micro-batch's forward to the next forward (or the profile's reading).
@@ -341,6 +341,10 @@ void OpProfiler::grad_norm_took(double ms) {
   if (s_->measured) s_->grad_norm_ms.push_back(ms);
 }
 
+void OpProfiler::step_took(double ms) {
+  if (s_->measured) s_->step_ms.push_back(ms);
+}
+
 void OpProfiler::end_backward() { s_->close_backward(); }
 
 void OpProfiler::reset() {
@@ -351,6 +355,7 @@ void OpProfiler::reset() {
   s_->optimizer_step_ms.clear();
   s_->optimizer_elements = 0;
   s_->grad_norm_ms.clear();
+  s_->step_ms.clear();
   s_->unpack_window_open = false;
   s_->unpacked = {};
 }
@@ -471,6 +476,7 @@ void OpProfiler::fill(Profile& profile, comm::Group& world) const {
   profile.optimizer_step_ms = optimizer_step_ms(world);
   profile.optimizer_elements = static_cast<int64_t>(max_over_ranks(static_cast<double>(s_->optimizer_elements), world));
   profile.grad_norm_ms = grad_norm_ms(world);
+  profile.measured_step_ms = slowest_median(s_->step_ms, world);
   UnpackRate unpacking = unpack_rate(world);
   profile.unpack_gb_per_s = unpacking.gb_per_s;
   profile.unpack_bytes_per_step = profile.measured_steps > 0 ? unpacking.bytes / profile.measured_steps : 0;

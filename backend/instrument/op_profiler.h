@@ -36,6 +36,8 @@ class OpProfiler : public nn::CallInterceptor {
   // The gradient norm's own work took `ms`: the norm and the clipping, less its waits for the
   // all-reduce (recorded in measured steps).
   void grad_norm_took(double ms);
+  // A measured step took `ms` of wall time, this profiler's own work in it included.
+  void step_took(double ms);
 
   torch::Tensor intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
                           const nn::Forward& forward) override;

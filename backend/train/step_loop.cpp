@@ -391,6 +391,7 @@ StepMetrics train_step(RankRun& r, int64_t step, TrainResult& result) {
   double loss = tail.loss, grad_norm = tail.grad_norm;
   if (r.cuda) compat::cuda_synchronize();
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (r.profiler) r.profiler->step_took(ms);  // kept for a measured step only
   int64_t tokens = r.layout.dp * o.micro_batch * o.seq * o.accum;
   double tokens_per_s = static_cast<double>(tokens) / (ms / 1000.0);
   int64_t peak = r.cuda ? compat::cuda_peak_bytes(r.gpu) : memory::peak_bytes();

@@ -361,6 +361,13 @@ expect "simulate --profile replays each rank at its own op times" 0 "each of the
   -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json"
 expect "simulate --json: ranks simulated each" 0 '"ranks_simulated": 2' \
   -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json" --json
+expect "simulate --profile says what the profiled steps took" 0 "  profiled step " "its profiler's work included" \
+  -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json"
+expect "simulate --json: the profiled step on a profile, -1 on a cluster" 0 "profiled 1 cluster 1" -- bash -c "
+  p=\$(\"$loom\" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile \"$tmp/profile.json\" --json)
+  c=\$(\"$loom\" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --cluster dgx-a100 --json)
+  echo profiled \$(echo \"\$p\" | python3 -c 'import json,sys; print(int(json.load(sys.stdin)[\"profiled_step_s\"] > 0))') \
+    cluster \$(echo \"\$c\" | python3 -c 'import json,sys; print(int(json.load(sys.stdin)[\"profiled_step_s\"] == -1))')"
 expect "simulate --representative: one rank at the slowest rank's times" 0 '"ranks_simulated": 1' \
   -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json" \
   --json --representative

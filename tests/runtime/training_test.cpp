@@ -677,6 +677,7 @@ TEST_CASE("loom profile measures every traced op and collective, identically on 
   // gpt:tiny's traced ops: wpe, wte, six per block, ln_f, the tied head.
   auto& ops = p.at("ops");
   REQUIRE(ops.size() == 2 + 4 * 6 + 2);
+  double rank0_ops_ms = 0;
   CHECK(ops.front().at("module") == "wpe");
   CHECK(ops.back().at("module") == "lm_head");
   for (auto& op : ops) {
@@ -692,7 +693,11 @@ TEST_CASE("loom profile measures every traced op and collective, identically on 
     CHECK(std::min(forward[0], forward[1]) > 0);
     CHECK(std::max(forward[0], forward[1]) == op.at("forward_ms").get<double>());
     CHECK(std::max(backward[0], backward[1]) == op.at("backward_ms").get<double>());
+    rank0_ops_ms += forward[0] + backward[0];
   }
+  // The measured steps' own time holds rank 0's ops (over 2 steps a median is the mean, of the
+  // steps and of each op alike), and the slowest rank's is at least rank 0's.
+  CHECK(p.at("measured_step_ms").get<double>() >= rank0_ops_ms);
   // c_fc's forward allocates its output: 4 x 128 tokens x 512 features in fp32, 1 MiB. Both
   // figures are maxima over the op's calls of a process-wide count, and a gather's output freed
   // at its wait (256 KiB for a block's MLP weight) can be freed on gloo's thread, when it drops

@@ -108,6 +108,9 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
   CHECK(q.key == "k");
   CHECK(q.measured_steps == 3);
   CHECK(q.optimizer_step_ms == 2.5);
+  CHECK(q.measured_step_ms == -1);  // not recorded
+  p.measured_step_ms = 41.5;
+  CHECK(Profile::from_json(p.to_json(), "p.json").measured_step_ms == 41.5);
   REQUIRE(q.ops.size() == 1);
   CHECK(q.ops[0].module == "h.0.mlp.c_fc");
   CHECK(q.ops[0].backward_ms == 1.25);
@@ -583,6 +586,9 @@ TEST_CASE("a profile whose figures no measurement gives is refused, naming the f
   CHECK(refusal([](nlohmann::json& j) { j["optimizer_elements"] = 1.5; }) ==
         "p.json: `optimizer_elements` must be a whole number of elements (0 or more), not 1.5");
   CHECK(refusal([](nlohmann::json& j) { j.erase("optimizer_elements"); }) == "accepted");  // written before it was recorded
+  CHECK(refusal([](nlohmann::json& j) { j["measured_step_ms"] = -3; }) ==
+        "p.json: `measured_step_ms` must be a number of 0 or more (or -1: not measured), not -3");
+  CHECK(refusal([](nlohmann::json& j) { j.erase("measured_step_ms"); }) == "accepted");  // written before it was recorded
   CHECK(refusal([](nlohmann::json& j) { j.erase("ops"); }) == "p.json: `ops` is missing");
   CHECK(refusal([](nlohmann::json& j) { j["ops"][0] = 3; }) == "p.json: `ops[0]` must be a JSON object, not number");
   CHECK(refusal([](nlohmann::json& j) { j["collectives"][0]["group_size"] = 0; }) ==
