@@ -17,7 +17,8 @@
 # schedules (default all nine). KEEP=DIR keeps the profiles, simulations and metrics there.
 # `here`: this machine as a cluster (`loom simulate --save-cluster`), derived once from the
 # first schedule's profile (data parallelism by default), as `loom plan --cluster` would price
-# every schedule for it: each schedule simulated on it, without a memory limit as the runs.
+# every schedule for it: each schedule simulated on it, within the limit its run planned within
+# (the profile's memory_limit_bytes: none on a CPU, 90% of a GPU).
 # `prof/run`: what the profiled steps took (the profile's measured_step_ms, the profiler's own
 # work in them included) over the run's median; `sim/prof`: the simulated step over that, how
 # closely the simulator replays the step it was given, apart from what profiling costs the step
@@ -44,6 +45,8 @@ on_device="--device $device" profile_steps=6
 # A GPU shared by two ranks over gloo varies more between steps: more of them measured.
 [ "$device" = cpu ] || on_device="$on_device --backend gloo" profile_steps=12
 
+python3=/usr/bin/python3
+[ -x $python3 ] || python3=python3
 out=$(mktemp -d)
 trap 'ip netns del loom_sim 2>/dev/null || true; [ -z "${KEEP:-}" ] || { mkdir -p "$KEEP"; cp -r "$out"/r* "$KEEP"/; }; rm -rf "$out"' EXIT
 LINK=$link NETNS=loom_sim source benchmarks/slow_link.sh
@@ -75,13 +78,14 @@ for rep in $(seq 1 "$repeat"); do
       > "$r/$sched.rep.json"
     # The first schedule's profile is this machine; each schedule is priced on it.
     [ -f "$r/here.json" ] || "$loom" simulate "$f" $shape --nproc "$world" --profile "$r/$sched.profile.json" --save-cluster "$r/here.json" > /dev/null
-    "$loom" simulate "$f" $shape --nproc "$world" --cluster "$r/here.json" --memory-limit 0 --json > "$r/$sched.here.json"
+    # Within the limit the run planned within (the profile's: none on a CPU, 90% of a GPU), so the
+    # program priced is the one run.
+    limit=$($python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["memory_limit_bytes"])' "$r/$sched.profile.json")
+    "$loom" simulate "$f" $shape --nproc "$world" --cluster "$r/here.json" --memory-limit "$limit" --json > "$r/$sched.here.json"
     "${in_net[@]}" "$loom" run "$f" $run --metrics "$r/$sched.jsonl" > /dev/null
     echo "invocation $rep of $repeat, $sched: profiled, simulated and run" >&2
   done
 done
-python3=/usr/bin/python3
-[ -x $python3 ] || python3=python3
 $python3 - "$out" "$repeat" "$world" "$link" "$device" "$shape" $schedules <<'PY'
 import itertools, json, math, sys
 

@@ -57,7 +57,7 @@ ExplainedStep explain_step(const RuntimePlan& plan, const std::string& model, co
   if (!o.profile.empty()) {
     step.profile = load_profile(o.profile);
     check_profile_fits(*step.profile, o.profile, {model, "", o.nproc, 0, micro_batch, o.seq, options.accum});
-    if (o.memory_limit < 0) options.memory.limit = step.profile->memory_limit_bytes;
+    options.memory.limit = planning_limit(o.memory_limit, *step.profile);
     // The profile measured the programs the run starts with.
     plan_on_profile(options.memory, *step.profile, lower_stage_programs(plan, trace, o.nproc, options));
   }

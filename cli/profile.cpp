@@ -66,7 +66,9 @@ std::string key_of(const ProfileOptions& o) {
   k.device = resolved_device(o.train) + " backend=" + o.train.backend + " reduce=" + o.train.reduce_dtype;
   k.precision = resolved_device(o.train) == "cuda" ? o.train.precision : "fp32";
   k.threads = resolved_threads(o.train, o.nproc);
-  k.memory_limit = o.train.memory_limit;  // another limit plans another program
+  // Another limit plans another program. On a CPU none given is none, as 0 is: one profile for
+  // both. On a GPU none given is 90% of the device, which the run finds.
+  k.memory_limit = resolved_device(o.train) == "cuda" ? o.train.memory_limit : std::max<int64_t>(o.train.memory_limit, 0);
   k.build = this_build();
   return profile_key(k);
 }
@@ -98,6 +100,9 @@ void print_profile(const Profile& p, std::ostream& out) {
   out << "step tail: optimizer step " << measured(p.optimizer_step_ms);
   if (p.optimizer_elements > 0) out << " (" << p.optimizer_elements << " elements on the rank updating most)";
   out << ", gradient norm's own work " << measured(p.grad_norm_ms) << " (without its all-reduce)\n";
+  out << "measured steps: " << measured(p.measured_step_ms) << " each (the slowest rank's median, this profiler's work included); "
+      << "the passes planned within " << (p.memory_limit_bytes > 0 ? format_size(p.memory_limit_bytes) : std::string("no memory limit"))
+      << "\n";
   out << "unpacking at waits (members copied out of a collective's buffer): ";
   if (p.device == "cuda") out << "not measured (on a GPU the host sees only the copies' queueing)\n";
   else if (p.unpack_gb_per_s > 0) out << format_size(p.unpack_bytes_per_step) << " a step at " << fixed(p.unpack_gb_per_s, 2) << " GB/s\n";
@@ -140,7 +145,7 @@ int profile(ProfileOptions o) {
 
   std::optional<Profile> cached = o.refresh ? std::nullopt : load_cached_profile(path, key);
   if (cached) {
-    std::cerr << "loom profile: reusing " << path << " (same model, schedule, world, shapes and loom binary; --refresh measures again)\n";
+    std::cerr << "loom profile: reusing " << path << " (same model, schedule, world, shapes, memory limit and loom binary; --refresh measures again)\n";
   } else {
     try {
       prepare_output_directory(cache_dir, "--cache-dir");

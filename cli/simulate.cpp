@@ -93,9 +93,7 @@ MemoryPlanning memory_planning(const SimulateOptions& o, const std::shared_ptr<C
     m.limit = MemoryPlanning::limit_or_default(o.memory_limit, cluster_cost->cluster().device.memory_bytes);
     m.plan_with(cluster_cost);
   } else {
-    // The limit the profiled run planned within (on a GPU its default, 90% of the device), so
-    // that the program simulated is the one measured.
-    m.limit = o.memory_limit >= 0 ? o.memory_limit : profile ? profile->memory_limit_bytes : 0;
+    m.limit = planning_limit(o.memory_limit, *profile);  // check_cost_model: a profile where no cluster
   }
   return m;
 }

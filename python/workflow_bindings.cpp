@@ -366,7 +366,7 @@ void bind_workflow(py::module_& m) {
         py::arg("precision") = "bf16", py::arg("memory_limit") = py::none(),
         "`loom simulate --json` on a cluster (by name or file) or a profile: a dict with 'step_s', 'compute_s', "
         "'exposed_comm_s', 'peak_bytes', ...; memory_limit in bytes or as '600MiB' (None: on a cluster 90% of its "
-        "device's memory, on a profile none; 0: none)");
+        "device's memory, on a profile the limit its run planned within; 0: none)");
   m.def("plan", &plan, py::arg("model"), py::arg("world"), py::arg("local_world") = 0, py::arg("seq") = d.seq,
         py::arg("micro_batch") = d.micro_batch, py::arg("accum") = d.accum, py::arg("memory_limit") = py::none(),
         py::arg("cluster") = "", py::arg("profile") = "", py::arg("checkpoint") = "none", py::arg("attention") = "memory_efficient",

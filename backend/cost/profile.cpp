@@ -263,6 +263,8 @@ Profile Profile::from_json(const std::string& text, const std::string& origin) {
   return p;
 }
 
+int64_t planning_limit(int64_t given, const Profile& profile) { return given >= 0 ? given : profile.memory_limit_bytes; }
+
 std::string profile_key(const ProfileKeyInputs& k) {
   std::ostringstream s;
   s << "loom-profile-" << kFormat << " model=" << k.model << " world=" << k.world << " local_world=" << k.local_world

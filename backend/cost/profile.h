@@ -107,6 +107,10 @@ struct Profile {
 // A stable 64-bit hash of text (FNV-1a), for cache and database keys.
 uint64_t fnv1a(const std::string& text);
 
+// The limit to plan a program on `profile` within: `given` where one is (>= 0), else the one the
+// profiled run planned within, so that the program planned is the one measured.
+int64_t planning_limit(int64_t given, const Profile& profile);
+
 // Everything the figures depend on, as one canonical line of text.
 struct ProfileKeyInputs {
   std::string model;
@@ -119,7 +123,7 @@ struct ProfileKeyInputs {
   std::string device;
   std::string precision;
   int threads = 0;
-  int64_t memory_limit = -1;  // --memory-limit as given (-1: not given, the device's default)
+  int64_t memory_limit = -1;  // --memory-limit (0: none; -1: not given, on a GPU the device's default)
   std::string build;  // the loom that measured (its executable's size and time), so a rebuild measures afresh
 };
 std::string profile_key(const ProfileKeyInputs& inputs);

@@ -145,7 +145,7 @@ void write_profile(RankRun& r) {
   profile.key = o.profile_key;
   profile.device = r.device.is_cuda() ? "cuda" : "cpu";
   profile.measured_steps = static_cast<int>(o.steps - o.profile_warmup);
-  profile.memory_limit_bytes = r.step_options.memory.limit;  // what the measured program was planned within
+  profile.memory_limit_bytes = r.step_options.memory.limit;
   r.profiler->fill(profile, *r.world);
   bool lead = r.env.rank == 0;
   if (lead) std::cout << "loom profile: timing collectives on every process group of the run\n" << std::flush;

@@ -276,15 +276,19 @@ prof="profile --model gpt:tiny --nproc 2 --steps 1 --seq 32 --micro-batch 2 --th
 expect "profile" 0 "collectives (alpha-beta fit" "(from 1 measured step: one in which a rank waited for a late peer would set it; --steps 3 or more take the median)" \
   "step tail: optimizer step " "(429440 elements on the rank updating most)" "gradient norm's own work " \
   "unpacking at waits (members copied out of a collective's buffer): none" \
+  "each (the slowest rank's median, this profiler's work included); the passes planned within no memory limit" \
   -- "$loom" $prof stdlib_schedules/zero3.sched --out "$tmp/profile.json"
 # Each rank updates half of gpt:tiny's 858,880 parameters: what "this machine" prices the optimizer's memory rate by.
 expect "profile records the elements the update changed" 0 '"optimizer_elements": 429440' -- cat "$tmp/profile.json"
 expect "profile cached" 0 "loom profile: reusing $tmp/cache/gpt-tiny-w2-" -- "$loom" $prof stdlib_schedules/zero3.sched
+# On a CPU no limit given is none, as 0 is: the same profile.
+expect "profile cached under --memory-limit 0" 0 "loom profile: reusing $tmp/cache/gpt-tiny-w2-" \
+  -- "$loom" $prof stdlib_schedules/zero3.sched --memory-limit 0
 # A profile keeps the limit its run's passes planned within (another limit is another profile, not
 # the cached one); simulate and explain on it plan within that limit, so they lower the program
 # measured (zero3's prefetch(budget=auto) gathers further ahead under 1 GiB than without a limit).
-expect "profile records its memory limit" 0 '"memory_limit_bytes": 1073741824' -- bash -c "\"$loom\" $prof stdlib_schedules/zero3.sched \
-  --memory-limit 1GiB --out \"$tmp/profile_1g.json\" > /dev/null && cat \"$tmp/profile_1g.json\""
+expect "profile records its memory limit" 0 '"memory_limit_bytes": 1073741824' "the passes planned within 1.00 GiB" \
+  -- bash -c "\"$loom\" $prof stdlib_schedules/zero3.sched --memory-limit 1GiB --out \"$tmp/profile_1g.json\" && cat \"$tmp/profile_1g.json\""
 expect "simulate --profile plans within the profiled run's limit" 0 "the program measured" -- bash -c "
   s() { \"$loom\" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile \"$tmp/profile_1g.json\" \
     --json \"\$@\" | python3 -c 'import json, sys; d = json.load(sys.stdin); print(d[\"peak_bytes\"], d[\"peak_instruction\"], d[\"step_s\"])'; }

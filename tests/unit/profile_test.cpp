@@ -229,7 +229,7 @@ TEST_CASE("the cache key changes with everything the figures depend on, and name
            [](ProfileKeyInputs& k) { k.world = 4; }, [](ProfileKeyInputs& k) { k.seq = 64; },
            [](ProfileKeyInputs& k) { k.micro_batch = 8; }, [](ProfileKeyInputs& k) { k.accum = 2; },
            [](ProfileKeyInputs& k) { k.device = "cuda"; }, [](ProfileKeyInputs& k) { k.threads = 2; },
-           [](ProfileKeyInputs& k) { k.build = "another loom"; }}) {
+           [](ProfileKeyInputs& k) { k.build = "another loom"; }, [](ProfileKeyInputs& k) { k.memory_limit = 1 << 30; }}) {
     ProfileKeyInputs k = base;
     change(k);
     CHECK(profile_key(k) != key);

@@ -87,16 +87,16 @@ expect "prefetch(budget=auto) under a 9.2 MiB limit at world 2" 0 "equivalent ("
   -- "$loom" verify "$tmp/prefetch_auto.sched" $small --nproc 2 --memory-limit 9.2MiB
 expect "unshard(auto) under a 9.2 MiB limit at world 2" 0 "equivalent (" \
   -- "$loom" verify "$tmp/unshard_auto.sched" $small --nproc 2 --memory-limit 9.2MiB
-# Each alone with accumulation, and at world 4, under limits where it changes the program (as
-# `loom explain` shows): 9.2 MiB at world 2, 6.5 MiB at world 4.
+# Each alone with accumulation, and at world 4 with and without, under limits where it changes
+# the program (as `loom explain` shows): 9.2 MiB at world 2, 6.5 MiB at world 4.
 for pass in prefetch_auto:proactive_prefetch unshard_auto:selective_unshard bucket_auto:auto_bucket; do
   sched=${pass%%:*} name=${pass#*:}
-  for at in "2 9.2MiB" "4 6.5MiB"; do
-    read -r world limit <<< "$at"
-    expect "$sched changes the program under $limit at world $world, accum 2" 0 "#   $name: changed" \
-      -- "$loom" explain "$tmp/$sched.sched" ${small% --threads 1} --nproc "$world" --accum 2 --memory-limit "$limit"
-    expect "$sched under $limit at world $world, accum 2" 0 "equivalent (" \
-      -- "$loom" verify "$tmp/$sched.sched" $small --nproc "$world" --accum 2 --memory-limit "$limit"
+  for at in "2 9.2MiB 2" "4 6.5MiB 2" "4 6.5MiB 1"; do
+    read -r world limit accum <<< "$at"
+    expect "$sched changes the program under $limit at world $world, accum $accum" 0 "#   $name: changed" \
+      -- "$loom" explain "$tmp/$sched.sched" ${small% --threads 1} --nproc "$world" --accum "$accum" --memory-limit "$limit"
+    expect "$sched under $limit at world $world, accum $accum" 0 "equivalent (" \
+      -- "$loom" verify "$tmp/$sched.sched" $small --nproc "$world" --accum "$accum" --memory-limit "$limit"
   done
 done
 # With room, unshard(auto) keeps parameters gathered across the micro-batches as well
