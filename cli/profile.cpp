@@ -11,6 +11,7 @@
 
 #include "backend/cost/in_step_collectives.h"
 #include "backend/cost/profile.h"
+#include "backend/passes/pass.h"
 #include "backend/train/output_paths.h"
 #include "backend/train/rank_env.h"
 #include "cli/commands.h"
@@ -63,12 +64,15 @@ std::string key_of(const ProfileOptions& o) {
   k.micro_batch = trained.micro_batch;
   k.seq = o.train.seq;
   k.accum = trained.accum;
-  k.device = resolved_device(o.train) + " backend=" + o.train.backend + " reduce=" + o.train.reduce_dtype;
-  k.precision = resolved_device(o.train) == "cuda" ? o.train.precision : "fp32";
+  std::string device = resolved_device(o.train);
+  bool cuda = device == "cuda";
+  k.device = device + " backend=" + o.train.backend + " reduce=" + o.train.reduce_dtype;
+  k.precision = cuda ? o.train.precision : "fp32";
   k.threads = resolved_threads(o.train, o.nproc);
-  // Another limit plans another program. On a CPU none given is none, as 0 is: one profile for
-  // both. On a GPU none given is 90% of the device, which the run finds.
-  k.memory_limit = resolved_device(o.train) == "cuda" ? o.train.memory_limit : std::max<int64_t>(o.train.memory_limit, 0);
+  // Another limit plans another program: the one the run plans within. On a CPU, which has no
+  // device to fill, none given is none, as 0 is (one profile for both); on a GPU none given is
+  // 90% of the device, which only the run finds, so the key keeps it as given.
+  k.memory_limit = cuda ? o.train.memory_limit : MemoryPlanning::limit_or_default(o.train.memory_limit, 0);
   k.build = this_build();
   return profile_key(k);
 }
