@@ -2,8 +2,9 @@
 # Benchmark (not a test): how far `loom simulate --profile` is from the measured step (issue
 # #15 §5). For each schedule, in one invocation: `loom profile` measures gpt:tiny's ops and
 # collectives at world N (default 2; `bash benchmarks/sim_accuracy.sh 4` for 4) on this machine,
-# `loom simulate` replays the step on that profile, and `loom run` trains 12 steps; the table
-# gives the simulated and the measured median step (steps 3-12) and peak tensor memory, their
+# `loom simulate` replays the step on that profile, and `loom run` trains 32 steps (12 on a GPU;
+# `--profile-steps N`, `--run-steps N` to choose); the table
+# gives the simulated and the measured median step (steps 3 on) and peak tensor memory, their
 # ratios (and `rep`: the same profile simulated with `--representative`, one rank per stage at
 # each op's slowest rank's time, where `sim` replays each rank at its own), and whether the
 # simulator ranks the schedules in the measured order (each pair out of it, and whether the runs'
@@ -26,24 +27,30 @@
 # `--repeat N` runs the whole invocation (profile, simulate, run) N times, a table each, then
 # the spread: each invocation's mean error and each schedule's sim/run in every one, since on
 # this 2-core machine one invocation's profile and runs can sit 10-20% from the next one's.
-#   bash benchmarks/sim_accuracy.sh [WORLD] [--link] [--device cuda] [--repeat N]
+#   bash benchmarks/sim_accuracy.sh [WORLD] [--link] [--device cuda] [--repeat N] [--profile-steps N] [--run-steps N]
 set -euo pipefail
 [ -z "${KEEP:-}" ] || KEEP=$(realpath -m "$KEEP")
 cd "$(dirname "$0")/.."
 loom=$PWD/${LOOM:-build/loom}
-world=2 link=loopback device=cpu repeat=1
+world=2 link=loopback device=cpu repeat=1 run_steps="" profile_steps=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --link) link=1gbit ;;
+    --run-steps) run_steps=${2:?--run-steps takes how many steps each run trains}; shift ;;
+    --profile-steps) profile_steps=${2:?--profile-steps takes how many steps each profile measures}; shift ;;
     --device) device=${2:?--device takes cpu or cuda}; shift ;;
     --repeat) repeat=${2:?--repeat takes how many invocations}; shift ;;
     *) world=$1 ;;
   esac
   shift
 done
-on_device="--device $device" profile_steps=6
-# A GPU shared by two ranks over gloo varies more between steps: more of them measured.
-[ "$device" = cpu ] || on_device="$on_device --backend gloo" profile_steps=12
+# On this 2-core machine one step of gpt:tiny varies by 20-30% within a run, so a median of 10
+# steps moves by about 8% from one process to the next: the CPU default measures 16 profiled
+# steps and runs 32 (medians of 16 and 30). A GPU shared by two ranks over gloo measures 12 and
+# runs 12, which its device time allows.
+on_device="--device $device" default_profile_steps=16 default_run_steps=32
+[ "$device" = cpu ] || on_device="$on_device --backend gloo" default_profile_steps=12 default_run_steps=12
+: "${profile_steps:=$default_profile_steps}" "${run_steps:=$default_run_steps}"
 
 python3=/usr/bin/python3
 [ -x $python3 ] || python3=python3
@@ -65,7 +72,7 @@ printf 'sch.mesh(pp=2)\nsch["h.1"].pipeline_split()\n' > "$out/pp.sched"
 schedules="${SCHEDULES:-ddp zero1 zero2 zero3 checkpoint_all zero3_prefetch zero3_bucket tp pp}"
 shape="${SHAPE:---model gpt:tiny --micro-batch 4 --seq 128}"
 # --replan-at 0: the run keeps the program that was profiled and simulated (no two-level loop).
-run="$shape $on_device --threads 1 --nproc $world --steps 12 --data synthetic --replan-at 0"
+run="$shape $on_device --threads 1 --nproc $world --steps $run_steps --data synthetic --replan-at 0"
 for rep in $(seq 1 "$repeat"); do
   r=$out/r$rep
   mkdir -p "$r"
@@ -152,7 +159,7 @@ def report(d):
     swapped = [(a, b) for a, b in itertools.combinations(schedules, 2) if (sim[a] - sim[b]) * (run[a] - run[b]) < 0]
     apart = [(a, b) for a, b in swapped if measured_apart(steps[a], steps[b])]
     print(f"ranking: {len(swapped)} of {len(schedules) * (len(schedules) - 1) // 2} pairs out of the measured order, "
-          f"{len(apart)} of them measured apart (Mann-Whitney U on steps 3-12, 5%)")
+          f"{len(apart)} of them measured apart (Mann-Whitney U on steps 3 on, 5%)")
     for a, b in swapped:
         gap = abs(run[a] - run[b]) / min(run[a], run[b])
         print(f"  {a} / {b}: measured {run[a]:.1f} / {run[b]:.1f} ms ({gap:.0%} apart), simulated {sim[a] * 1e3:.1f} / {sim[b] * 1e3:.1f}: "

@@ -43,13 +43,13 @@ std::string communication_text(const std::map<std::string, double>& busy_s) {
   return text.empty() ? "none" : text;
 }
 
-namespace {
-
 std::string instruction_line(const ir::Program& p, size_t index) {
   const ir::Instr& in = p.instrs[index];
   std::string what = p.subject(in);
   return std::to_string(index) + " (" + ir::phase_name(in.phase) + " " + ir::op_name(in.kind) + (what.empty() ? "" : " " + what) + ")";
 }
+
+namespace {
 
 // The cluster --cluster names (none for a profile), and the ranks per node the run has: the
 // schedule is planned and priced for the same nodes.

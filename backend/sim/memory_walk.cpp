@@ -387,4 +387,12 @@ std::vector<int64_t> memory_around_each(const ir::Program& p, const StateBytes& 
   return around;
 }
 
+WalkPeak walk_peak(const ir::Program& p, const StateBytes& state_bytes, const InstructionCost* cost) {
+  std::vector<int64_t> around = memory_around_each(p, state_bytes, cost);
+  WalkPeak peak;
+  for (size_t i = 0; i < around.size(); ++i)
+    if (around[i] > peak.bytes) peak = {around[i], i};
+  return peak;
+}
+
 }  // namespace loom::memory

@@ -196,4 +196,12 @@ class StepMemory {
 // a release or a backward's workspace is counted where it is high).
 std::vector<int64_t> memory_around_each(const ir::Program& p, const StateBytes& state_bytes, const InstructionCost* cost);
 
+// The walk's highest point: the most memory in use around any instruction (the step's predicted
+// peak) and the first instruction at which it is reached.
+struct WalkPeak {
+  int64_t bytes = 0;
+  size_t instr = 0;
+};
+WalkPeak walk_peak(const ir::Program& p, const StateBytes& state_bytes, const InstructionCost* cost);
+
 }  // namespace loom::memory

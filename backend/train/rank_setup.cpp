@@ -334,8 +334,7 @@ void build_rank_model(RankRun& r) {
 // so with the numbers; the run goes on (the model is a prediction).
 void warn_if_over_limit(const ir::Program& step, const MemoryPlanning& memory, int rank) {
   if (memory.limit <= 0 || rank != 0) return;
-  std::vector<int64_t> around = memory::memory_around_each(step, memory.state_bytes, nullptr);
-  int64_t peak = around.empty() ? 0 : *std::max_element(around.begin(), around.end());
+  int64_t peak = memory::walk_peak(step, memory.state_bytes, nullptr).bytes;
   if (peak > memory.limit)
     std::cerr << "loom run: warning: the step's predicted peak " << format_size(peak) << " is above the memory limit "
               << format_size(memory.limit) << ": its base placement (model states, activations, the gathers the schedule "

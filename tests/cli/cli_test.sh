@@ -269,6 +269,29 @@ expect "a memory limit past 64 bits" 2 "got '99999999TiB', which is too large" \
   -- "$loom" tune examples/gpt_tuned.sched --model gpt:tiny --nproc 2 --memory-limit 99999999TiB
 expect "a memory limit with an exponent" 2 "got '1e9'" -- "$loom" plan --model gpt:tiny --world 2 --cluster dgx-a100 --memory-limit 1e9
 expect "a memory limit of 0 is none, in check too" 0 "ok (" -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 0
+# Beyond the states, check walks the step's memory as `loom simulate` does (backend/sim/memory_walk.h):
+# ZeRO-3's states fit 20 MiB at world 2, its step at 4 x 128 tokens does not.
+expect "check: the step over the limit, by the simulator's walk" 1 \
+  "error: the step needs 26.1 MiB per rank at its peak, above --memory-limit 20.0 MiB: instruction 182 (fwd compute lm_head), at 1 micro-batch(es) of 4 x 128 tokens" \
+  "hint: shard more (sch.zero(stage=3), or shard_states), checkpoint() the blocks, offload(\"optimizer\", budget=auto), or a smaller --micro-batch or --seq" \
+  -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 20MiB
+expect "check: the step at a smaller micro-batch fits" 0 "ok (5 directives, 0 warnings) for gpt:tiny at world 2, the step's peak 9.9 MiB within --memory-limit 20.0 MiB" \
+  -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 20MiB --micro-batch 1 --seq 16
+printf 'sch.mesh(pp=2)\nsch["h.1"].pipeline_split()\n' > "$tmp/pp.sched"
+expect "check: a pipeline's stage over the limit is named" 1 "error: the step needs 18.1 MiB per rank at its peak, above --memory-limit 12.0 MiB: stage 1, instruction 17 (fwd compute lm_head)" \
+  -- "$loom" check "$tmp/pp.sched" --model gpt:tiny --world 2 --memory-limit 12MiB
+# With optimizer states offloaded the walk decides (the states rule leaves it): adaptive offloading
+# moves what does not fit to the host, and the walk counts it off the device.
+printf 'sch.zero(stage=3)\nsch.offload("optimizer", budget=auto)\n' > "$tmp/zero3_offload.sched"
+expect "check: states offloaded to the host are not counted on the device" 0 "ok (" "within --memory-limit 7.0 MiB" \
+  -- "$loom" check "$tmp/zero3_offload.sched" --model gpt:tiny --world 2 --memory-limit 7MiB --micro-batch 1 --seq 16
+expect "check: ... where the same step keeping them is over it" 1 "error: the step needs 8.1 MiB per rank at its peak, above --memory-limit 7.0 MiB" \
+  -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 7MiB --micro-batch 1 --seq 16
+# Every state on the host (budget=0): the states alone, 6.6 MiB, are over 6 MiB as the rule counts
+# them without offloading, and the step the walk counts them off the device in is within it.
+printf 'sch.zero(stage=3)\nsch.offload("optimizer", budget=0)\n' > "$tmp/zero3_offload_all.sched"
+expect "check: offloaded states leave the decision to the walk" 0 "the step's peak 4.8 MiB within --memory-limit 6.0 MiB" \
+  -- "$loom" check "$tmp/zero3_offload_all.sched" --model gpt:tiny --world 2 --memory-limit 6MiB --micro-batch 1 --seq 8
 
 
 # A measured profile prices the IR; one of another model is refused, naming both ops.

@@ -9,9 +9,14 @@ namespace loom::rules {
 // of the parameters a rank holds, with the bytes Loom's runtime keeps (4/s_p + 4/s_g + 8/s_os):
 // the memory model the simulator and the planner count model states with
 // (backend/cost/memory_model.h), so that a schedule `loom check` passes is one they do not find
-// over the limit for its states alone.
+// over the limit for its states alone. The step's memory walk, which `loom check` runs after the
+// rules (cli/check.cpp), counts these states too and adds what the step holds beside them; where
+// the schedule offloads optimizer states to the host the walk alone decides, since how many it
+// keeps there (offload("optimizer", budget=auto)) is known only from the walk.
 void memory_fits(const Schedule& s, const RuleOptions& o) {
   if (o.memory_limit <= 0) return;
+  for (const Directive& d : s.trace())
+    if (d.primitive == "offload") return;
   const ShardingFactors& f = s.sharding();
   double params = static_cast<double>(s.tree().parameter_count()) / (s.mesh_state().tp * s.mesh_state().pp);
   StateBytes kept = StateBytes::loom_adamw();
