@@ -51,6 +51,8 @@ done
 on_device="--device $device" default_profile_steps=16 default_run_steps=32
 [ "$device" = cpu ] || on_device="$on_device --backend gloo" default_profile_steps=12 default_run_steps=12
 : "${profile_steps:=$default_profile_steps}" "${run_steps:=$default_run_steps}"
+# The medians are of the run's steps 3 on: two warm-up steps, then at least one.
+[ "$run_steps" -ge 3 ] || { echo "sim_accuracy.sh: --run-steps must be 3 or more (steps 1-2 are warm-up)" >&2; exit 2; }
 
 python3=/usr/bin/python3
 [ -x $python3 ] || python3=python3
@@ -93,7 +95,7 @@ for rep in $(seq 1 "$repeat"); do
     echo "invocation $rep of $repeat, $sched: profiled, simulated and run" >&2
   done
 done
-$python3 - "$out" "$repeat" "$world" "$link" "$device" "$shape" $schedules <<'PY'
+$python3 - "$out" "$repeat" "$world" "$link" "$device" "$shape" "$profile_steps" "$run_steps" $schedules <<'PY'
 import itertools, json, math, sys
 
 def measured_apart(a, b):
@@ -112,7 +114,8 @@ def measured_apart(a, b):
     var = n * m / 12 * ((n + m + 1) - ties / ((n + m) * (n + m - 1)))
     return var > 0 and abs(u - n * m / 2) / math.sqrt(var) > 1.96
 
-out, repeat, world, link, device, shape, schedules = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7:]
+out, repeat, world, link, device, shape, profile_steps, run_steps = sys.argv[1:9]
+repeat, schedules = int(repeat), sys.argv[9:]
 over = "loopback" if link == "loopback" else "a loopback shaped to 1 Gbit/s"
 on = "" if device == "cpu" else f" on {device} (ranks share it over gloo)"
 
@@ -169,7 +172,8 @@ def report(d):
 
 results = []
 for k in range(1, repeat + 1):
-    print(f"{shape} at world {world} over {over}{on}, 1 thread per rank" + (f": invocation {k} of {repeat}" if repeat > 1 else ""))
+    print(f"{shape} at world {world} over {over}{on}, 1 thread per rank, {profile_steps} profiled steps, {run_steps} run "
+          f"(medians of steps 3-{run_steps})" + (f": invocation {k} of {repeat}" if repeat > 1 else ""))
     results.append(report(f"{out}/r{k}"))
 if repeat > 1:
     steps_err = [r[0] for r in results]

@@ -2,19 +2,18 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
-#include <tuple>
 
 #include "backend/data_dirs.h"
-#include "cli/commands.h"
 #include "backend/instrument/model_trace.h"
-#include "backend/train/output_paths.h"
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
-#include "backend/sim/memory_walk.h"
+#include "backend/sim/step_memory_check.h"
+#include "backend/train/output_paths.h"
+#include "cli/commands.h"
 #include "lang/interpreter.h"
 #include "lang/trace.h"
-#include "verifier/schedule_rules.h"
 #include "models/zoo.h"
+#include "verifier/schedule_rules.h"
 
 namespace loom::cli {
 namespace {
@@ -32,6 +31,7 @@ struct CheckOptions {
   int64_t micro_batch = TrainOptions{}.micro_batch;  // the step --memory-limit is checked at
   int64_t seq = TrainOptions{}.seq;
   int64_t accum = TrainOptions{}.accum;
+  bool step_shape_given = false;  // any of the three
   std::string stdlib = stdlib_dir();
 };
 
@@ -62,35 +62,25 @@ void emit_warnings(const std::vector<Diagnostic>& warnings, const SourceManager&
   }
 }
 
-// The schedule's step under --memory-limit, as `loom simulate` and `loom run` predict its memory:
-// the step's programs lowered at the given micro-batch on the meta device (no weights), the
-// memory-aware passes planning within the limit as a run's first program does (by sizes), and
-// each stage's memory walked instruction by instruction (backend/sim/memory_walk.h). Throws
-// UserError, naming the highest stage's peak, when it is over the limit; returns that peak.
-int64_t check_step_memory(const CheckOptions& o, const RuntimePlan& plan, int64_t limit) {
-  int64_t micro_batch = plan.micro_batch_or(o.micro_batch), accum = plan.accum_or(o.accum);
+// The schedule's step under --memory-limit (docs/verify.md): its programs lowered on the meta
+// device (no weights) at the command's micro-batch, or the schedule's batch(), the memory-aware
+// passes planning within the limit by sizes, as a run's first program does (no instruction
+// times), then each stage walked. Throws UserError when the highest stage is over the limit.
+std::string check_step_memory(const CheckOptions& o, const RuntimePlan& plan, int64_t limit) {
+  CheckedStep step;
+  step.limit = limit;
+  step.micro_batch = plan.micro_batch_or(o.micro_batch);
+  step.seq = o.seq;
+  step.accum = plan.accum_or(o.accum);
+  step.draw_command = "loom simulate " + o.file + " --model " + o.model + " --nproc " + std::to_string(o.world) +
+                      " --cluster NAME --memory-limit " + std::to_string(limit) + " --memory-plot memory.svg";
   StepOptions options;
-  options.accum = accum;
+  options.accum = step.accum;
   options.memory.limit = limit;
-  ir::OpTrace trace = trace_model(o.model, {micro_batch, o.seq}, plan.replacements);
-  std::vector<ir::Program> stages = lower_stage_programs(plan, trace, o.world, options);
-  memory::WalkPeak highest;
-  size_t stage = 0;
-  for (size_t s = 0; s < stages.size(); ++s)
-    if (memory::WalkPeak peak = memory::walk_peak(stages[s], options.memory.state_bytes, nullptr); peak.bytes > highest.bytes)
-      std::tie(highest, stage) = std::make_pair(peak, s);
-  if (highest.bytes <= limit) return highest.bytes;
-  const ir::Program& p = stages[stage];
-  throw UserError(SourceRange{},
-                  "the step needs " + format_size(highest.bytes) + " per rank at its peak, above --memory-limit " + format_size(limit) +
-                      ": " + (stages.size() > 1 ? "stage " + std::to_string(stage) + ", " : "") + "instruction " +
-                      instruction_line(p, highest.instr) + ", at " + std::to_string(accum) + " micro-batch(es) of " +
-                      std::to_string(micro_batch) + " x " + std::to_string(o.seq) + " tokens (" +
-                      format_size(memory::resident_bytes(p, options.memory.state_bytes)) +
-                      " of it held all step: the model states on the device and the gradient reducer's buffers; the rest gathered "
-                      "parameters, gradients and saved activations, as `loom simulate` walks the step)",
-                  "shard more (sch.zero(stage=3), or shard_states), checkpoint() the blocks, offload(\"optimizer\", budget=auto), "
-                  "or a smaller --micro-batch or --seq; `loom simulate --memory-plot FILE.svg` draws where the memory goes");
+  ir::OpTrace trace = trace_model(o.model, {step.micro_batch, step.seq}, plan.replacements);
+  StagePeak peak = check_step_memory(lower_stage_programs(plan, trace, o.world, options), plan, step, options.memory.state_bytes);
+  return ", the step's peak " + format_size(peak.bytes) + " within --memory-limit " + format_size(limit) + " at " +
+         std::to_string(step.accum) + " micro-batch(es) of " + std::to_string(step.micro_batch) + " x " + std::to_string(step.seq) + " tokens";
 }
 
 int run_check(const CheckOptions& o) {
@@ -121,7 +111,9 @@ int run_check(const CheckOptions& o) {
     check_schedule_rules(sch, rules);
     emit_warnings(sch.warnings(), sources, o.json);
     RuntimePlan plan = lower_schedule(sch);  // what `loom run` cannot honour yet is an error here too, with run's message
-    int64_t peak = rules.memory_limit > 0 ? check_step_memory(o, plan, rules.memory_limit) : 0;
+    std::string step_memory = rules.memory_limit > 0 ? check_step_memory(o, plan, rules.memory_limit) : "";
+    if (rules.memory_limit <= 0 && o.step_shape_given && !o.json)
+      std::cerr << "note: --micro-batch, --seq and --accum shape the step --memory-limit checks; without a limit they are not used\n";
     if (o.print) std::cout << trace_to_sched(sch);
     if (!o.trace_json.empty()) {
       check_output_file(o.trace_json, "--trace-json");
@@ -131,12 +123,9 @@ int run_check(const CheckOptions& o) {
         throw UserError(SourceRange{}, std::string("--trace-json: ") + e.what(), "free space, or choose another file");
       }
     }
-    if (!o.json) {
+    if (!o.json)
       std::cerr << o.file << ": ok (" << plural(sch.trace().size(), "directive") << ", " << plural(sch.warnings().size(), "warning") << ") for "
-                << o.model << " at world " << o.world;
-      if (peak > 0) std::cerr << ", the step's peak " << format_size(peak) << " within --memory-limit " << format_size(rules.memory_limit);
-      std::cerr << "\n";
-    }
+                << o.model << " at world " << o.world << step_memory << "\n";
     return kOk;
   } catch (const UserError& e) {
     emit(e.diagnostic(), sources, o.json);
@@ -162,11 +151,16 @@ void add_check(CLI::App& app, std::function<int()>& run) {
                 "lins.txt's formula with the runtime's bytes), or whose step peaks above it as `loom simulate` walks it (states, gathered "
                 "parameters, gradients, saved activations; at --micro-batch x --seq), are errors")
       ->transform(byte_size());
-  c->add_option("--micro-batch", o->micro_batch, "sequences per rank per micro-batch, for --memory-limit's step")->check(at_least(1));
-  c->add_option("--seq", o->seq, "tokens per sequence, for --memory-limit's step")->check(at_least(1));
-  c->add_option("--accum", o->accum, "micro-batches per step, for --memory-limit's step")->check(at_least(1));
+  std::vector<CLI::Option*> shape = {
+      c->add_option("--micro-batch", o->micro_batch, "sequences per rank per micro-batch of the step --memory-limit checks (default: loom run's)")
+          ->check(at_least(1)),
+      c->add_option("--seq", o->seq, "tokens per sequence of the step --memory-limit checks (default: loom run's)")->check(at_least(1)),
+      c->add_option("--accum", o->accum, "micro-batches per step of the step --memory-limit checks")->check(at_least(1))};
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules (import \"stdlib/...\")");
-  c->callback([&run, o] { run = [o] { return run_check(*o); }; });
+  c->callback([&run, o, shape] {
+    for (CLI::Option* given : shape) o->step_shape_given = o->step_shape_given || given->count() > 0;
+    run = [o] { return run_check(*o); };
+  });
 }
 
 }  // namespace loom::cli

@@ -19,9 +19,6 @@ namespace loom {
 class Schedule;
 class SourceManager;
 }  // namespace loom
-namespace loom::ir {
-struct Program;
-}  // namespace loom::ir
 
 namespace loom::cli {
 
@@ -94,8 +91,6 @@ void note_profile_beside_collectives(const Profile& profile, const std::string& 
 // A simulation's communication breakdown (SimResult::comm_busy_s) for people: "all_gather on
 // params 12.3, reduce_scatter on grads 8.1" (ms), the busiest first; "none".
 std::string communication_text(const std::map<std::string, double>& busy_s);
-// Instruction `index` of `p` for people: "312 (backward compute h.3.mlp)".
-std::string instruction_line(const ir::Program& p, size_t index);
 
 // --memory-limit's bytes ("80GiB"); 0 for none (empty, or "0"); throws UserError, with
 // byte_size()'s message, for text that is not a size (the Python module's sizes come this way).

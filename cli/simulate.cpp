@@ -43,12 +43,6 @@ std::string communication_text(const std::map<std::string, double>& busy_s) {
   return text.empty() ? "none" : text;
 }
 
-std::string instruction_line(const ir::Program& p, size_t index) {
-  const ir::Instr& in = p.instrs[index];
-  std::string what = p.subject(in);
-  return std::to_string(index) + " (" + ir::phase_name(in.phase) + " " + ir::op_name(in.kind) + (what.empty() ? "" : " " + what) + ")";
-}
-
 namespace {
 
 // The cluster --cluster names (none for a profile), and the ranks per node the run has: the
@@ -145,7 +139,7 @@ void print_report(const SimulateOptions& o, const Simulation& s) {
   std::printf("  exposed comm    %10.3f ms  (communication, copies and waits not hidden by compute%s)\n", r.exposed_comm_s * 1e3,
               s.host_timed ? "; on a GPU also the kernels waiting for the host" : "");
   std::printf("  peak memory     %10s     on stage %d, at instruction %s\n", format_size(r.peak_bytes).c_str(), r.peak_stage,
-              instruction_line(s.stages[static_cast<size_t>(r.peak_stage)], r.peak_instr).c_str());
+              s.stages[static_cast<size_t>(r.peak_stage)].instruction_line(r.peak_instr).c_str());
   std::printf("  tokens/s/rank   %10.0f\n", s.tokens_per_s_per_rank);
   std::string ends = r.ranks_simulated > 1 ? "rank " + std::to_string(r.critical_rank) : "stage " + std::to_string(r.critical_stage);
   std::printf("  communication   %s  (ms each kind kept its stream busy on %s, where the step ends; hidden by compute or not)\n",

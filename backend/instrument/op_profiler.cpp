@@ -282,6 +282,15 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// What the simulator sums for a part of the step, as the collective profiler takes its times:
+// the mean over the measured steps (header).
+double mean(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double sum = 0;
+  for (double x : v) sum += x;
+  return sum / static_cast<double>(v.size());
+}
+
 }  // namespace
 
 OpProfiler::OpProfiler(torch::nn::Module& model, const ir::OpTrace& trace, nn::CallInterceptor* inner, int cuda_device)
@@ -425,14 +434,14 @@ std::vector<OpProfile> OpProfiler::result(comm::Group& world) const {
   auto a = t.accessor<double, 2>();
   for (int64_t i = 0; i < n; ++i) {
     const State::Samples& x = s.samples[i];
-    a[i][0] = median(x.forward_ms);
-    a[i][1] = median(x.backward_ms);
+    a[i][0] = mean(x.forward_ms);
+    a[i][1] = mean(x.backward_ms);
     a[i][2] = static_cast<double>(x.memory_before);
     a[i][3] = static_cast<double>(x.forward_peak);
     a[i][4] = static_cast<double>(x.backward_before);
     a[i][5] = static_cast<double>(x.backward_peak);
-    a[i][6] = x.forward_host_ms.empty() ? -1 : median(x.forward_host_ms);
-    a[i][7] = x.backward_host_ms.empty() ? -1 : median(x.backward_host_ms);
+    a[i][6] = x.forward_host_ms.empty() ? -1 : mean(x.forward_host_ms);
+    a[i][7] = x.backward_host_ms.empty() ? -1 : mean(x.backward_host_ms);
   }
   t = s.over_ranks(t, world, comm::ReduceOp::Max);
   a = t.accessor<double, 2>();
@@ -447,7 +456,7 @@ std::vector<OpProfile> OpProfiler::result(comm::Group& world) const {
   return out;
 }
 
-// Each rank's own median times of every op (the figures above are the slowest rank's): a
+// Each rank's own mean times of every op (the figures above are the slowest rank's): a
 // simulation of each rank sees which rank is late where (backend/sim/simulator.h).
 void OpProfiler::add_rank_times(comm::Group& world, std::vector<OpProfile>& ops) const {
   const State& s = *s_;
@@ -455,8 +464,8 @@ void OpProfiler::add_rank_times(comm::Group& world, std::vector<OpProfile>& ops)
   torch::Tensor t = torch::zeros({ranks, n, 2}, torch::kDouble);
   auto a = t.accessor<double, 3>();
   for (int64_t i = 0; i < n; ++i) {
-    a[world.rank()][i][0] = median(s.samples[i].forward_ms);
-    a[world.rank()][i][1] = median(s.samples[i].backward_ms);
+    a[world.rank()][i][0] = mean(s.samples[i].forward_ms);
+    a[world.rank()][i][1] = mean(s.samples[i].backward_ms);
   }
   t = s.over_ranks(t, world, comm::ReduceOp::Sum);  // each rank's row, the others' zeros
   a = t.accessor<double, 3>();
@@ -467,9 +476,9 @@ void OpProfiler::add_rank_times(comm::Group& world, std::vector<OpProfile>& ops)
     }
 }
 
-double OpProfiler::optimizer_step_ms(comm::Group& world) const { return slowest_median(s_->optimizer_step_ms, world); }
+double OpProfiler::optimizer_step_ms(comm::Group& world) const { return slowest_mean(s_->optimizer_step_ms, world); }
 
-double OpProfiler::grad_norm_ms(comm::Group& world) const { return slowest_median(s_->grad_norm_ms, world); }
+double OpProfiler::grad_norm_ms(comm::Group& world) const { return slowest_mean(s_->grad_norm_ms, world); }
 
 void OpProfiler::fill(Profile& profile, comm::Group& world) const {
   profile.ops = result(world);
@@ -497,9 +506,13 @@ UnpackRate OpProfiler::unpack_rate(comm::Group& world) const {
   return rate;
 }
 
-// The median of `samples`, the maximum over the ranks of `world`; -1 when none was measured.
+// Both -1 when none was measured.
 double OpProfiler::slowest_median(const std::vector<double>& samples, comm::Group& world) const {
   return max_over_ranks(samples.empty() ? -1.0 : median(samples), world);
+}
+
+double OpProfiler::slowest_mean(const std::vector<double>& samples, comm::Group& world) const {
+  return max_over_ranks(samples.empty() ? -1.0 : mean(samples), world);
 }
 
 double OpProfiler::max_over_ranks(double value, comm::Group& world) const {

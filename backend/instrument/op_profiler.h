@@ -42,13 +42,15 @@ class OpProfiler : public nn::CallInterceptor {
   torch::Tensor intercept(torch::nn::Module& module, const std::vector<torch::Tensor>& inputs,
                           const nn::Forward& forward) override;
 
-  // Per traced op, in forward order: medians of the times, maxima of the memory figures,
+  // Per traced op, in forward order: means of the times (a step is their sum, and the mean of a
+  // sum is the sum of the means: on a shared CPU an op's times have a long upper tail that a
+  // median leaves out, and the simulated step with it), maxima of the memory figures,
   // then the maximum of each over the ranks of `world`, so every rank returns the same; with
   // more than one rank also each rank's own times (OpProfile::forward_ms_by_rank).
   std::vector<OpProfile> result(comm::Group& world) const;
-  // The median update time, the maximum over the ranks of `world`; -1 when none was measured.
+  // The mean update time, the maximum over the ranks of `world`; -1 when none was measured.
   double optimizer_step_ms(comm::Group& world) const;
-  // The gradient norm's median, likewise.
+  // The gradient norm's mean, likewise.
   double grad_norm_ms(comm::Group& world) const;
   // Everything above into `profile`, whose measured_steps is set: its ops, optimizer step (and
   // the most elements a rank's updated), gradient norm and unpacking (a step's bytes). Every
@@ -62,7 +64,10 @@ class OpProfiler : public nn::CallInterceptor {
 
  private:
   void add_rank_times(comm::Group& world, std::vector<OpProfile>& ops) const;
+  // The median (the measured step, which the run's median step is compared with) or the mean
+  // (a part of the step, which the simulator sums) of `samples`, the maximum over the ranks.
   double slowest_median(const std::vector<double>& samples, comm::Group& world) const;
+  double slowest_mean(const std::vector<double>& samples, comm::Group& world) const;
   // The largest of every rank's `value` over `world`.
   double max_over_ranks(double value, comm::Group& world) const;
   // The waits' unpacking over the measured micro-batches and step tails; every rank calls it.

@@ -196,6 +196,12 @@ std::string Program::to_text() const {
   return out;
 }
 
+std::string Program::instruction_line(size_t index) const {
+  const Instr& in = instrs[index];
+  std::string what = subject(in);
+  return std::to_string(index) + " (" + phase_name(in.phase) + " " + op_name(in.kind) + (what.empty() ? "" : " " + what) + ")";
+}
+
 std::string Program::subject(const Instr& in) const {
   std::string what = runs_module(in.kind) ? in.module : "";
   if (in.kind == OpKind::OptimizerStep) what = std::to_string(in.params.size()) + " parameters (local shards)";

@@ -270,27 +270,42 @@ expect "a memory limit past 64 bits" 2 "got '99999999TiB', which is too large" \
 expect "a memory limit with an exponent" 2 "got '1e9'" -- "$loom" plan --model gpt:tiny --world 2 --cluster dgx-a100 --memory-limit 1e9
 expect "a memory limit of 0 is none, in check too" 0 "ok (" -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 0
 # Beyond the states, check walks the step's memory as `loom simulate` does (backend/sim/memory_walk.h):
-# ZeRO-3's states fit 20 MiB at world 2, its step at 4 x 128 tokens does not.
+# ZeRO-3's states fit 20 MiB at world 2, its step at 4 x 128 tokens does not. The hint leaves out
+# what the schedule already does (it shards everything).
 expect "check: the step over the limit, by the simulator's walk" 1 \
   "error: the step needs 26.1 MiB per rank at its peak, above --memory-limit 20.0 MiB: instruction 182 (fwd compute lm_head), at 1 micro-batch(es) of 4 x 128 tokens" \
-  "hint: shard more (sch.zero(stage=3), or shard_states), checkpoint() the blocks, offload(\"optimizer\", budget=auto), or a smaller --micro-batch or --seq" \
+  "hint: checkpoint() the blocks, offload(\"optimizer\", budget=auto), or a smaller --micro-batch or --seq; \`loom simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --cluster NAME --memory-limit 20971520 --memory-plot memory.svg\` draws where the memory goes" \
   -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 20MiB
-expect "check: the step at a smaller micro-batch fits" 0 "ok (5 directives, 0 warnings) for gpt:tiny at world 2, the step's peak 9.9 MiB within --memory-limit 20.0 MiB" \
+expect "check: the step error as JSON" 1 '"message":"the step needs 26.1 MiB per rank at its peak' \
+  -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 20MiB --json
+expect "check: the step at a smaller micro-batch fits" 0 \
+  "ok (5 directives, 0 warnings) for gpt:tiny at world 2, the step's peak 9.9 MiB within --memory-limit 20.0 MiB at 1 micro-batch(es) of 1 x 16 tokens" \
   -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 20MiB --micro-batch 1 --seq 16
+expect "check: accumulation is in the step checked" 1 "at 2 micro-batch(es) of 4 x 128 tokens" \
+  -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 20MiB --accum 2
+expect "check: a step longer than the model's context" 1 "error: --seq 100000 is longer than model gpt:tiny's context of 256 tokens" \
+  -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 20MiB --seq 100000
+expect "check: the step's shape without a limit is noted" 0 "note: --micro-batch, --seq and --accum shape the step --memory-limit checks; without a limit they are not used" \
+  -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --seq 16
+# A schedule's batch() sets the micro-batch: the hint says so, and --micro-batch does not change it.
+printf 'sch.batch(micro=4)\n' > "$tmp/batch4.sched"
+expect "check: the micro-batch of the schedule's batch()" 1 "at 1 micro-batch(es) of 4 x 128 tokens" \
+  "hint: shard more (sch.zero(stage=3), or shard_states), checkpoint() the blocks, or a smaller micro-batch in the schedule's batch(), or a smaller --seq" \
+  -- "$loom" check "$tmp/batch4.sched" --model gpt:tiny --world 2 --memory-limit 20MiB --micro-batch 1
 printf 'sch.mesh(pp=2)\nsch["h.1"].pipeline_split()\n' > "$tmp/pp.sched"
-expect "check: a pipeline's stage over the limit is named" 1 "error: the step needs 18.1 MiB per rank at its peak, above --memory-limit 12.0 MiB: stage 1, instruction 17 (fwd compute lm_head)" \
+expect "check: a pipeline's highest stage is named" 1 "error: the step needs 18.1 MiB per rank at its peak, above --memory-limit 12.0 MiB: stage 1, instruction 17 (fwd compute lm_head)" \
   -- "$loom" check "$tmp/pp.sched" --model gpt:tiny --world 2 --memory-limit 12MiB
-# With optimizer states offloaded the walk decides (the states rule leaves it): adaptive offloading
-# moves what does not fit to the host, and the walk counts it off the device.
+# With optimizer states offloaded the walk counts them off the device: adaptive offloading moves
+# what does not fit to the host.
 printf 'sch.zero(stage=3)\nsch.offload("optimizer", budget=auto)\n' > "$tmp/zero3_offload.sched"
 expect "check: states offloaded to the host are not counted on the device" 0 "ok (" "within --memory-limit 7.0 MiB" \
   -- "$loom" check "$tmp/zero3_offload.sched" --model gpt:tiny --world 2 --memory-limit 7MiB --micro-batch 1 --seq 16
 expect "check: ... where the same step keeping them is over it" 1 "error: the step needs 8.1 MiB per rank at its peak, above --memory-limit 7.0 MiB" \
   -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 7MiB --micro-batch 1 --seq 16
-# Every state on the host (budget=0): the states alone, 6.6 MiB, are over 6 MiB as the rule counts
-# them without offloading, and the step the walk counts them off the device in is within it.
+# Every state on the host (budget=0): the states rule counts 3.3 MiB of them off the device (the
+# states 6.6 MiB, 3.3 MiB then), and the step is within 6 MiB.
 printf 'sch.zero(stage=3)\nsch.offload("optimizer", budget=0)\n' > "$tmp/zero3_offload_all.sched"
-expect "check: offloaded states leave the decision to the walk" 0 "the step's peak 4.8 MiB within --memory-limit 6.0 MiB" \
+expect "check: states on the host are not counted by the rule either" 0 "the step's peak 4.8 MiB within --memory-limit 6.0 MiB" \
   -- "$loom" check "$tmp/zero3_offload_all.sched" --model gpt:tiny --world 2 --memory-limit 6MiB --micro-batch 1 --seq 8
 
 

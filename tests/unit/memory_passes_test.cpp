@@ -18,6 +18,9 @@
 #include "backend/passes/pass_pipeline.h"
 #include "backend/sim/memory_walk.h"
 #include "backend/sim/simulator.h"
+#include "backend/sim/step_memory_check.h"
+#include "lang/diagnostics.h"
+#include "lang/value.h"
 
 using namespace loom;
 using ir::OpKind;
@@ -65,10 +68,7 @@ std::vector<std::string> words(const ir::Program& p, ir::Phase phase) {
 }
 
 // The most the memory walk holds at once over the step.
-int64_t walk_peak(const ir::Program& p) {
-  std::vector<int64_t> around = memory::memory_around_each(p, StateBytes::loom_adamw(), nullptr);
-  return *std::max_element(around.begin(), around.end());
-}
+int64_t walk_peak(const ir::Program& p) { return memory::walk_peak(p, StateBytes::loom_adamw(), nullptr).bytes; }
 
 passes::PassInputs auto_prefetch(int64_t limit) {
   passes::PassInputs in;
@@ -100,6 +100,28 @@ TEST_CASE("the memory walk: model states, gathered buffers from gather to releas
   ClusterCost cost(load_cluster("dgx-a100", cluster_dirs()), Precision::Bf16, 8);
   SimResult r = simulate({p}, cost);
   CHECK(r.peak_bytes == *std::max_element(around.begin(), around.end()));
+  // walk_peak: that highest point and the first instruction at it (loom check names it).
+  memory::WalkPeak peak = memory::walk_peak(p, StateBytes::loom_adamw(), nullptr);
+  CHECK(peak.bytes == r.peak_bytes);
+  CHECK(peak.instr == static_cast<size_t>(std::find(around.begin(), around.end(), peak.bytes) - around.begin()));
+  CHECK(memory::walk_peak(ir::Program{}, StateBytes::loom_adamw(), nullptr).bytes == 0);
+  // Over stages, the highest; check_step_memory refuses it over a limit with what would lower it.
+  StagePeak highest = highest_stage_peak({ir::Program{}, p}, StateBytes::loom_adamw());
+  CHECK((highest.bytes == peak.bytes && highest.stage == 1 && highest.instr == peak.instr));
+  RuntimePlan plan;
+  plan.factors = kZero3;
+  CheckedStep step{peak.bytes, 1, 8, 1, "loom simulate ..."};
+  CHECK(check_step_memory({p}, plan, step).bytes == peak.bytes);  // at the limit: fits
+  step.limit = peak.bytes - 1;
+  try {
+    check_step_memory({p}, plan, step);
+    FAIL("over the limit, not refused");
+  } catch (const UserError& e) {
+    CHECK(e.diagnostic().message.find("the step needs " + format_size(peak.bytes) + " per rank at its peak") == 0);
+    // Already ZeRO-3, nothing recomputed or offloaded: recompute, offload, a smaller batch.
+    CHECK(e.diagnostic().hint ==
+          "checkpoint() the blocks, offload(\"optimizer\", budget=auto), or a smaller --micro-batch or --seq; `loom simulate ...` draws where the memory goes");
+  }
 }
 
 TEST_CASE("the optimizer step's temporaries: twice the largest state slice it updates on the device") {

@@ -1,33 +1,52 @@
 #include "verifier/rules/rules.h"
 
+#include <algorithm>
+
 #include "backend/cost/memory_model.h"
 #include "lang/value.h"
 
 namespace loom::rules {
+namespace {
+
+// The bytes of optimizer states per rank that offload("optimizer") lets stay on the device, or
+// -1 without one: `budget` bytes with a byte budget; none with budget=auto, whose adaptive form
+// under a limit keeps what fits, which only the step's memory walk knows (`loom check` walks
+// it after the rules), so the rule counts the least it could be.
+int64_t optimizer_bytes_kept_on_device(const Schedule& s) {
+  for (const Directive& d : s.trace())
+    if (d.primitive == "offload") {
+      const Value& budget = *d.arg("budget");
+      return budget.is(ValueKind::Bytes) ? budget.as_int() : 0;
+    }
+  return -1;
+}
+
+}  // namespace
 
 // lins.txt §IV-D's D_modelstate, each state's bytes over its sharding factor, of the 1/(tp * pp)
 // of the parameters a rank holds, with the bytes Loom's runtime keeps (4/s_p + 4/s_g + 8/s_os):
 // the memory model the simulator and the planner count model states with
 // (backend/cost/memory_model.h), so that a schedule `loom check` passes is one they do not find
-// over the limit for its states alone. The step's memory walk, which `loom check` runs after the
-// rules (cli/check.cpp), counts these states too and adds what the step holds beside them; where
-// the schedule offloads optimizer states to the host the walk alone decides, since how many it
-// keeps there (offload("optimizer", budget=auto)) is known only from the walk.
+// over the limit for its states alone. Optimizer states offload() keeps on the host are not
+// counted. The step's memory walk, which `loom check` runs after the rules, counts the same
+// states and adds what the step holds beside them.
 void memory_fits(const Schedule& s, const RuleOptions& o) {
   if (o.memory_limit <= 0) return;
-  for (const Directive& d : s.trace())
-    if (d.primitive == "offload") return;
   const ShardingFactors& f = s.sharding();
   double params = static_cast<double>(s.tree().parameter_count()) / (s.mesh_state().tp * s.mesh_state().pp);
   StateBytes kept = StateBytes::loom_adamw();
-  double bytes = model_state_bytes(params, kept, f.params, f.grads, f.optim);
+  double optimizer = params * kept.optim / f.optim;
+  int64_t on_device = optimizer_bytes_kept_on_device(s);
+  double offloaded = on_device < 0 ? 0 : std::max(0.0, optimizer - static_cast<double>(on_device));
+  double bytes = model_state_bytes(params, kept, f.params, f.grads, f.optim) - offloaded;
   if (bytes <= static_cast<double>(o.memory_limit)) return;
   auto term = [](double b, int factor) { return std::to_string(static_cast<int>(b)) + "/" + std::to_string(factor); };
+  std::string host = offloaded > 0 ? ", less " + format_size(static_cast<int64_t>(offloaded)) + " of optimizer states offload() keeps on the host" : "";
   throw UserError(f.where,
                   "model states need " + format_size(static_cast<int64_t>(bytes)) + " per rank, above --memory-limit " +
                       format_size(o.memory_limit) + " (" + term(kept.param, f.params) + " + " + term(kept.grad, f.grads) + " + " +
                       term(kept.optim, f.optim) + " bytes for each of " + std::to_string(static_cast<int64_t>(params)) +
-                      " parameters: fp32 parameters and gradients, AdamW's two moments)",
+                      " parameters: fp32 parameters and gradients, AdamW's two moments" + host + ")",
                   "shard more: raise s_p, s_g or s_os in shard_states (each must divide dp = " + std::to_string(s.dp()) + ")");
 }
 

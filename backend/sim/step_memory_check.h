@@ -1,0 +1,37 @@
+// `loom check --memory-limit`'s step (docs/verify.md): each pipeline stage's program walked by
+// the memory walk the simulator's timeline, the runtime's over-limit warning and the
+// memory-aware passes follow (memory_walk.h), and a schedule whose highest stage is over the
+// limit refused with the peak, the instruction at it and what would lower it. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/cost/memory_model.h"
+#include "backend/ir/ir.h"
+#include "backend/lower/runtime_plan.h"
+
+namespace loom {
+
+// The highest walk peak over the stages, and where it is.
+struct StagePeak {
+  int64_t bytes = 0;
+  size_t stage = 0;
+  size_t instr = 0;
+};
+StagePeak highest_stage_peak(const std::vector<ir::Program>& stages, const StateBytes& state_bytes);
+
+// What was walked, for the message.
+struct CheckedStep {
+  int64_t limit = 0;
+  int64_t micro_batch = 0, seq = 0, accum = 1;
+  std::string draw_command;  // the `loom simulate ... --memory-plot` that draws this step
+};
+
+// The stages' highest peak; throws UserError when it is over `step.limit`, its hint built from
+// what `plan` does not do yet (shard the parameters, recompute, offload, a smaller batch).
+StagePeak check_step_memory(const std::vector<ir::Program>& stages, const RuntimePlan& plan, const CheckedStep& step,
+                            const StateBytes& state_bytes = StateBytes::loom_adamw());
+
+}  // namespace loom
