@@ -62,25 +62,36 @@ void emit_warnings(const std::vector<Diagnostic>& warnings, const SourceManager&
   }
 }
 
+// The `loom simulate` command line that draws the step check_step_memory walks: the same
+// schedule, knobs, ranks, step and limit, priced on a cluster the user names.
+std::string draw_command(const CheckOptions& o, const RuntimePlan& plan) {
+  std::string command = "loom simulate " + o.file + " --model " + o.model + " --nproc " + std::to_string(o.world);
+  if (o.local_world > 0) command += " --local-world " + std::to_string(o.local_world);
+  for (const std::string& set : o.sets) command += " --set " + set;
+  if (plan.micro_batch <= 0) command += " --micro-batch " + std::to_string(o.micro_batch);
+  command += " --seq " + std::to_string(o.seq);
+  if (plan.accum <= 0) command += " --accum " + std::to_string(o.accum);
+  return command + " --cluster NAME --memory-limit " + o.memory_limit + " --memory-plot memory.svg";
+}
+
 // The schedule's step under --memory-limit (docs/verify.md): its programs lowered on the meta
 // device (no weights) at the command's micro-batch, or the schedule's batch(), the memory-aware
 // passes planning within the limit by sizes, as a run's first program does (no instruction
-// times), then each stage walked. Throws UserError when the highest stage is over the limit.
-std::string check_step_memory(const CheckOptions& o, const RuntimePlan& plan, int64_t limit) {
+// times), then each stage walked (loom::check_step_memory), which throws UserError when the
+// highest stage is over the limit. Returns the ok line's words on the step.
+std::string checked_step_text(const CheckOptions& o, const RuntimePlan& plan, int64_t limit) {
   CheckedStep step;
   step.limit = limit;
   step.micro_batch = plan.micro_batch_or(o.micro_batch);
   step.seq = o.seq;
   step.accum = plan.accum_or(o.accum);
-  step.draw_command = "loom simulate " + o.file + " --model " + o.model + " --nproc " + std::to_string(o.world) +
-                      " --cluster NAME --memory-limit " + std::to_string(limit) + " --memory-plot memory.svg";
+  step.draw_command = draw_command(o, plan);
   StepOptions options;
   options.accum = step.accum;
   options.memory.limit = limit;
   ir::OpTrace trace = trace_model(o.model, {step.micro_batch, step.seq}, plan.replacements);
-  StagePeak peak = check_step_memory(lower_stage_programs(plan, trace, o.world, options), plan, step, options.memory.state_bytes);
-  return ", the step's peak " + format_size(peak.bytes) + " within --memory-limit " + format_size(limit) + " at " +
-         std::to_string(step.accum) + " micro-batch(es) of " + std::to_string(step.micro_batch) + " x " + std::to_string(step.seq) + " tokens";
+  StagePeak peak = loom::check_step_memory(lower_stage_programs(plan, trace, o.world, options), plan, step, options.memory.state_bytes);
+  return ", the step's peak " + format_size(peak.bytes) + " within --memory-limit " + format_size(limit) + " at " + step.describe();
 }
 
 int run_check(const CheckOptions& o) {
@@ -111,7 +122,7 @@ int run_check(const CheckOptions& o) {
     check_schedule_rules(sch, rules);
     emit_warnings(sch.warnings(), sources, o.json);
     RuntimePlan plan = lower_schedule(sch);  // what `loom run` cannot honour yet is an error here too, with run's message
-    std::string step_memory = rules.memory_limit > 0 ? check_step_memory(o, plan, rules.memory_limit) : "";
+    std::string step_memory = rules.memory_limit > 0 ? checked_step_text(o, plan, rules.memory_limit) : "";
     if (rules.memory_limit <= 0 && o.step_shape_given && !o.json)
       std::cerr << "note: --micro-batch, --seq and --accum shape the step --memory-limit checks; without a limit they are not used\n";
     if (o.print) std::cout << trace_to_sched(sch);

@@ -86,7 +86,7 @@ std::string fixed(double x, int digits) {
 }
 
 void print_profile(const Profile& p, std::ostream& out) {
-  out << "ops (" << p.ops.size() << ", median of " << p.measured_steps << " measured steps, max over ranks):\n";
+  out << "ops (" << p.ops.size() << ", mean over " << p.measured_steps << " measured steps, max over ranks):\n";
   char line[256];
   std::snprintf(line, sizeof line, "  %-28s %10s %10s %12s %12s %12s\n", "module", "fwd ms", "bwd ms", "mem before", "fwd peak",
                 "bwd peak");
@@ -188,7 +188,7 @@ void add_profile(CLI::App& app, std::function<int()>& run) {
       "profile", "Measure a step under a schedule: per-op time and memory, collective costs (cached; see docs/backend.md)");
   add_step_options(c, t);
   c->add_option("--nproc", o->nproc, "ranks to start on this node")->check(at_least(1));
-  c->add_option("--steps", o->measured_steps, "measured steps (each op's figure is the median over them)")->check(at_least(1));
+  c->add_option("--steps", o->measured_steps, "measured steps (each op's times are the mean over them, the measured step their median; on a shared CPU measure more)")->check(at_least(1));
   c->add_option("--warmup-steps", t.profile_warmup, "unmeasured steps first")->check(at_least(0));
   c->add_option("--out", o->out, "also write the profile (JSON) to this file");
   c->add_option("--cache-dir", o->cache_dir, "profile cache (default: $LOOM_CACHE_DIR, else ~/.cache/loom/profiles)");

@@ -22,13 +22,13 @@ namespace loom {
 // recomputing ops in between (on CPU; on a GPU the op's own kernels only, for now).
 struct OpProfile {
   std::string module;                // the traced op (module path), in forward order
-  double forward_ms = 0;             // median over the measured steps
+  double forward_ms = 0;             // mean over the measured steps (a step sums them)
   double backward_ms = 0;            // its backward, excluding a checkpoint() recomputation
   int64_t memory_before_bytes = 0;   // in use just before its forward
   int64_t forward_peak_bytes = 0;    // the peak during its forward
   int64_t backward_before_bytes = 0; // in use just before its backward
   int64_t backward_peak_bytes = 0;   // the peak during its backward
-  // Each rank's own median times, by rank (the figures above are the slowest rank's, op by op);
+  // Each rank's own mean times, by rank (the figures above are the slowest rank's, op by op);
   // empty for one rank and in profiles written before they were kept.
   std::vector<double> forward_ms_by_rank, backward_ms_by_rank;
   // On a GPU, the host's part of the op, the slowest rank's: the wall clock from its call to its
@@ -67,7 +67,7 @@ struct Profile {
   std::string key;       // what the figures depend on (profile_key)
   std::string device;    // "cpu" or "cuda"
   int measured_steps = 0;
-  double optimizer_step_ms = -1;  // the optimizer's update (median over the measured steps); -1: not measured
+  double optimizer_step_ms = -1;  // the optimizer's update (mean over the measured steps); -1: not measured
   // The elements that update changed, on the rank that changed the most (its parameters or
   // their slices); 0: not recorded (a profile from before it was). A profile priced for another
   // schedule's sharding (loom plan --profile) knows from it the rate the update streamed at.

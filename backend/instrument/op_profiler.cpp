@@ -506,7 +506,6 @@ UnpackRate OpProfiler::unpack_rate(comm::Group& world) const {
   return rate;
 }
 
-// Both -1 when none was measured.
 double OpProfiler::slowest_median(const std::vector<double>& samples, comm::Group& world) const {
   return max_over_ranks(samples.empty() ? -1.0 : median(samples), world);
 }

@@ -65,7 +65,8 @@ class OpProfiler : public nn::CallInterceptor {
  private:
   void add_rank_times(comm::Group& world, std::vector<OpProfile>& ops) const;
   // The median (the measured step, which the run's median step is compared with) or the mean
-  // (a part of the step, which the simulator sums) of `samples`, the maximum over the ranks.
+  // (a part of the step, which the simulator sums) of `samples`, the maximum over the ranks; -1
+  // when none was measured.
   double slowest_median(const std::vector<double>& samples, comm::Group& world) const;
   double slowest_mean(const std::vector<double>& samples, comm::Group& world) const;
   // The largest of every rank's `value` over `world`.

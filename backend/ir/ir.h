@@ -124,8 +124,8 @@ struct Program {
   std::string to_text() const;
   // What `in` acts on, as to_text names it: its module, its parameters, or the handle it waits for.
   std::string subject(const Instr& in) const;
-  // Instruction `index` for people, as `loom simulate` names the one at the peak:
-  // "182 (fwd compute lm_head)".
+  // Instruction `index` (< instrs.size()) for people, as `loom simulate` names the one at the
+  // peak: "182 (fwd compute lm_head)".
   std::string instruction_line(size_t index) const;
   std::string to_json() const;
   bool operator==(const Program& other) const;

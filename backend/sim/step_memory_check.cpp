@@ -22,6 +22,10 @@ std::string lower_memory_hint(const RuntimePlan& plan, const CheckedStep& step) 
 
 }  // namespace
 
+std::string CheckedStep::describe() const {
+  return std::to_string(accum) + " micro-batch(es) of " + std::to_string(micro_batch) + " x " + std::to_string(seq) + " tokens";
+}
+
 StagePeak highest_stage_peak(const std::vector<ir::Program>& stages, const StateBytes& state_bytes) {
   StagePeak highest;
   for (size_t s = 0; s < stages.size(); ++s) {
@@ -40,8 +44,7 @@ StagePeak check_step_memory(const std::vector<ir::Program>& stages, const Runtim
   std::string where = (stages.size() > 1 ? "stage " + std::to_string(peak.stage) + ", " : "") + "instruction " + p.instruction_line(peak.instr);
   throw UserError(SourceRange{},
                   "the step needs " + format_size(peak.bytes) + " per rank at its peak, above --memory-limit " + format_size(step.limit) +
-                      ": " + where + ", at " + std::to_string(step.accum) + " micro-batch(es) of " + std::to_string(step.micro_batch) +
-                      " x " + std::to_string(step.seq) + " tokens (" + format_size(memory::resident_bytes(p, state_bytes)) +
+                      ": " + where + ", at " + step.describe() + " (" + format_size(memory::resident_bytes(p, state_bytes)) +
                       " of it held all step: the model states on the device and the gradient reducer's buffers; the rest gathered "
                       "parameters, gradients and saved activations, as `loom simulate` walks the step)",
                   lower_memory_hint(plan, step));

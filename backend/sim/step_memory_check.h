@@ -1,7 +1,7 @@
-// `loom check --memory-limit`'s step (docs/verify.md): each pipeline stage's program walked by
-// the memory walk the simulator's timeline, the runtime's over-limit warning and the
-// memory-aware passes follow (memory_walk.h), and a schedule whose highest stage is over the
-// limit refused with the peak, the instruction at it and what would lower it. Torch-free.
+// The step-memory check of `loom check --memory-limit` (docs/verify.md). Each pipeline stage's
+// program is walked as the simulator's timeline, the runtime's over-limit warning and the
+// memory-aware passes walk it (memory_walk.h); a highest stage over the limit is refused with
+// its peak, the instruction at it and what would lower it. Torch-free.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,8 @@ struct CheckedStep {
   int64_t limit = 0;
   int64_t micro_batch = 0, seq = 0, accum = 1;
   std::string draw_command;  // the `loom simulate ... --memory-plot` that draws this step
+  // "1 micro-batch(es) of 4 x 128 tokens"
+  std::string describe() const;
 };
 
 // The stages' highest peak; throws UserError when it is over `step.limit`, its hint built from

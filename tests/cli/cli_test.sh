@@ -274,7 +274,7 @@ expect "a memory limit of 0 is none, in check too" 0 "ok (" -- "$loom" check std
 # what the schedule already does (it shards everything).
 expect "check: the step over the limit, by the simulator's walk" 1 \
   "error: the step needs 26.1 MiB per rank at its peak, above --memory-limit 20.0 MiB: instruction 182 (fwd compute lm_head), at 1 micro-batch(es) of 4 x 128 tokens" \
-  "hint: checkpoint() the blocks, offload(\"optimizer\", budget=auto), or a smaller --micro-batch or --seq; \`loom simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --cluster NAME --memory-limit 20971520 --memory-plot memory.svg\` draws where the memory goes" \
+  "hint: checkpoint() the blocks, offload(\"optimizer\", budget=auto), or a smaller --micro-batch or --seq; \`loom simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --micro-batch 4 --seq 128 --accum 1 --cluster NAME --memory-limit 20971520 --memory-plot memory.svg\` draws where the memory goes" \
   -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 20MiB
 expect "check: the step error as JSON" 1 '"message":"the step needs 26.1 MiB per rank at its peak' \
   -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 20MiB --json
@@ -300,7 +300,9 @@ expect "check: a pipeline's highest stage is named" 1 "error: the step needs 18.
 printf 'sch.zero(stage=3)\nsch.offload("optimizer", budget=auto)\n' > "$tmp/zero3_offload.sched"
 expect "check: states offloaded to the host are not counted on the device" 0 "ok (" "within --memory-limit 7.0 MiB" \
   -- "$loom" check "$tmp/zero3_offload.sched" --model gpt:tiny --world 2 --memory-limit 7MiB --micro-batch 1 --seq 16
-expect "check: ... where the same step keeping them is over it" 1 "error: the step needs 8.1 MiB per rank at its peak, above --memory-limit 7.0 MiB" \
+expect "check: ... where the same step keeping them is over it (the drawing command draws that step)" 1 \
+  "error: the step needs 8.1 MiB per rank at its peak, above --memory-limit 7.0 MiB" \
+  "--nproc 2 --micro-batch 1 --seq 16 --accum 1 --cluster NAME --memory-limit 7340032 --memory-plot memory.svg" \
   -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit 7MiB --micro-batch 1 --seq 16
 # Every state on the host (budget=0): the states rule counts 3.3 MiB of them off the device (the
 # states 6.6 MiB, 3.3 MiB then), and the step is within 6 MiB.

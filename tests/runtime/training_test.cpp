@@ -695,8 +695,8 @@ TEST_CASE("loom profile measures every traced op and collective, identically on 
     CHECK(std::max(backward[0], backward[1]) == op.at("backward_ms").get<double>());
     rank0_ops_ms += forward[0] + backward[0];
   }
-  // The measured steps' own time holds rank 0's ops (over 2 steps a median is the mean, of the
-  // steps and of each op alike), and the slowest rank's is at least rank 0's.
+  // The measured steps' own time holds rank 0's ops (the ops' figures are means, and over 2 steps
+  // the step's median is its mean too), and the slowest rank's is at least rank 0's.
   CHECK(p.at("measured_step_ms").get<double>() >= rank0_ops_ms);
   // c_fc's forward allocates its output: 4 x 128 tokens x 512 features in fp32, 1 MiB. Both
   // figures are maxima over the op's calls of a process-wide count, and a gather's output freed

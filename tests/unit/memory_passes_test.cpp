@@ -122,6 +122,15 @@ TEST_CASE("the memory walk: model states, gathered buffers from gather to releas
     CHECK(e.diagnostic().hint ==
           "checkpoint() the blocks, offload(\"optimizer\", budget=auto), or a smaller --micro-batch or --seq; `loom simulate ...` draws where the memory goes");
   }
+  // Recomputing and offloading already: only the batch is left to suggest.
+  plan.checkpoint = {"l0", "l1", "l2"};
+  plan.offload = true;
+  try {
+    check_step_memory({p}, plan, step);
+    FAIL("over the limit, not refused");
+  } catch (const UserError& e) {
+    CHECK(e.diagnostic().hint == "a smaller --micro-batch or --seq; `loom simulate ...` draws where the memory goes");
+  }
 }
 
 TEST_CASE("the optimizer step's temporaries: twice the largest state slice it updates on the device") {

@@ -9,16 +9,29 @@ namespace loom::rules {
 namespace {
 
 // The bytes of optimizer states per rank that offload("optimizer") lets stay on the device, or
-// -1 without one: `budget` bytes with a byte budget; none with budget=auto, whose adaptive form
-// under a limit keeps what fits, which only the step's memory walk knows (`loom check` walks
-// it after the rules), so the rule counts the least it could be.
+// -1 without one; the last offload() counts, as in lowering. With a byte budget at most
+// `budget` bytes (the pass keeps whole parameters' states, so perhaps less); with budget=auto
+// none, since its adaptive form under a limit keeps what fits, which only the step's memory walk
+// knows (`loom check` walks it after the rules): the rule counts the least it could be.
 int64_t optimizer_bytes_kept_on_device(const Schedule& s) {
+  int64_t kept = -1;
   for (const Directive& d : s.trace())
     if (d.primitive == "offload") {
       const Value& budget = *d.arg("budget");
-      return budget.is(ValueKind::Bytes) ? budget.as_int() : 0;
+      kept = budget.is(ValueKind::Bytes) ? budget.as_int() : 0;
     }
-  return -1;
+  return kept;
+}
+
+// What to do when the states are over the limit: shard them more where a factor is below dp,
+// else what is left once every state is sharded over every replica.
+std::string lower_states_hint(const Schedule& s) {
+  const ShardingFactors& f = s.sharding();
+  std::string dp = std::to_string(s.dp());
+  if (f.params < s.dp() || f.grads < s.dp() || f.optim < s.dp())
+    return "shard more: raise s_p, s_g or s_os in shard_states (each must divide dp = " + dp + ")";
+  return "every state is sharded over all dp = " + dp + " replicas already: use more ranks, split the model over a mesh (sch.mesh), "
+         "or offload(\"optimizer\")";
 }
 
 }  // namespace
@@ -47,7 +60,7 @@ void memory_fits(const Schedule& s, const RuleOptions& o) {
                       format_size(o.memory_limit) + " (" + term(kept.param, f.params) + " + " + term(kept.grad, f.grads) + " + " +
                       term(kept.optim, f.optim) + " bytes for each of " + std::to_string(static_cast<int64_t>(params)) +
                       " parameters: fp32 parameters and gradients, AdamW's two moments" + host + ")",
-                  "shard more: raise s_p, s_g or s_os in shard_states (each must divide dp = " + std::to_string(s.dp()) + ")");
+                  lower_states_hint(s));
 }
 
 }  // namespace loom::rules
