@@ -46,8 +46,8 @@ while [ $# -gt 0 ]; do
 done
 # On this 2-core machine one step of gpt:tiny varies by 20-30% within a run, so a median of 10
 # steps moves by about 8% from one process to the next: the CPU default measures 16 profiled
-# steps (each op's mean over them) and runs 32 (the median of 30). A GPU shared by two ranks over gloo measures 12 and
-# runs 12, which its device time allows.
+# steps (each op's mean over them) and runs 32 (the median of 30). A GPU shared by two ranks
+# over gloo measures 12 and runs 12, which its device time allows.
 on_device="--device $device" default_profile_steps=16 default_run_steps=32
 [ "$device" = cpu ] || on_device="$on_device --backend gloo" default_profile_steps=12 default_run_steps=12
 : "${profile_steps:=$default_profile_steps}" "${run_steps:=$default_run_steps}"
