@@ -109,11 +109,15 @@ bool ModuleTree::is_within(int module, int ancestor) const {
 }
 
 int64_t ModuleTree::parameter_count(int root) const {
+  // Down the children's lists: the subtree alone, without walking each node's ancestors.
   int64_t total = 0;
-  for (int i = root; i < size(); ++i) {
-    if (!is_within(i, root)) continue;
+  std::vector<int> pending{root};
+  while (!pending.empty()) {
+    int i = pending.back();
+    pending.pop_back();
     for (auto& p : nodes_[i].params)
       if (p.tied_to.empty()) total += p.numel();
+    pending.insert(pending.end(), nodes_[i].children.begin(), nodes_[i].children.end());
   }
   return total;
 }

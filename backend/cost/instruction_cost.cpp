@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iterator>
 #include <string>
 
@@ -16,6 +17,14 @@ ClusterCost::ClusterCost(Cluster cluster, Precision precision, int devices_per_n
   if (!cluster_.intra_node_beside_compute) return;
   beside_compute_ = cluster_;
   beside_compute_->intra_node = *cluster_.intra_node_beside_compute;
+}
+
+size_t ClusterCost::SpanKeyHash::operator()(const SpanKey& k) const {
+  size_t h = 0;
+  for (int64_t part : {int64_t{k.tp}, int64_t{k.pp}, int64_t{k.dp}, int64_t{k.spacing}, int64_t{k.stage},
+                       static_cast<int64_t>(k.role), int64_t{k.size}, int64_t{k.next}})
+    h = h * 1000003u ^ std::hash<int64_t>()(part);
+  return h;
 }
 
 GroupSpan ClusterCost::span(const ir::Program& p, const ir::Instr& in) const {

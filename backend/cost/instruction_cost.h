@@ -3,10 +3,9 @@
 // (analytic_cost.h) price the same program. Torch-free.
 #pragma once
 
-#include <map>
 #include <optional>
 #include <string>
-#include <tuple>
+#include <unordered_map>
 
 #include "backend/cost/analytic_cost.h"
 #include "backend/cost/memory_model.h"
@@ -77,8 +76,20 @@ class ClusterCost : public InstructionCost {
   StateBytes state_bytes_;
   // span() by what decides it: the mesh, the group (its role as a number) and, for
   // point-to-point, the direction.
-  using SpanKey = std::tuple<int, int, int, int, int, ir::Role, int, bool>;
-  mutable std::map<SpanKey, GroupSpan> spans_;
+  struct SpanKey {
+    int tp, pp, dp, spacing, stage;
+    ir::Role role;
+    int size;
+    bool next;
+    bool operator==(const SpanKey& o) const {
+      return tp == o.tp && pp == o.pp && dp == o.dp && spacing == o.spacing && stage == o.stage && role == o.role && size == o.size &&
+             next == o.next;
+    }
+  };
+  struct SpanKeyHash {
+    size_t operator()(const SpanKey& k) const;
+  };
+  mutable std::unordered_map<SpanKey, GroupSpan, SpanKeyHash> spans_;
   mutable std::optional<std::pair<SpanKey, GroupSpan>> last_span_;  // the last looked up
   GroupSpan work_out_span(const ir::Program& program, const ir::Instr& in) const;
   // The elements of the program's parameters this rank updates (and clips): 1/s_os of each.

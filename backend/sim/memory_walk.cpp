@@ -10,6 +10,7 @@ using ir::Phase;
 
 std::vector<Run> runs_of(const ir::Program& p) {
   std::vector<Run> runs;
+  runs.reserve(p.instrs.size() * static_cast<size_t>(std::max<int64_t>(p.micro_batches, 1)));
   for (int64_t mb = 0; mb < p.micro_batches; ++mb) {
     for (size_t i = 0; i < p.instrs.size(); ++i) {
       const Instr& in = p.instrs[i];

@@ -119,6 +119,20 @@ TEST_CASE("blocks() selects the entries of the largest ModuleList, whatever the 
   CHECK(error_of("sch.blocks(2)\n") == "test.sched:1:1: blocks() takes no arguments");
 }
 
+TEST_CASE("parameter_count counts a subtree's parameters, a tied one once, in any order of adding") {
+  ModuleTree tree;
+  int a = tree.add(0, "a", "Block");
+  int b = tree.add(0, "b", "Block");
+  int a_fc = tree.add(a, "fc", "Linear");  // added after b: the subtree is not contiguous
+  tree.add_param(a_fc, {"weight", {4, 3}, "float32", ""});
+  tree.add_param(b, {"weight", {5}, "float32", ""});
+  tree.add_param(b, {"tied", {4, 3}, "float32", "a.fc.weight"});
+  CHECK(tree.parameter_count() == 17);
+  CHECK(tree.parameter_count(a) == 12);
+  CHECK(tree.parameter_count(b) == 5);
+  CHECK(tree.parameter_count(a_fc) == 12);
+}
+
 TEST_CASE("a call on a multi-module selection applies to each match in order") {
   auto e = evaluate("sch[\"h.*.attn\"].checkpoint()\n");
   REQUIRE(e->schedule->trace().size() == 12);
