@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cost/sample_statistics.h"
 #include "lang/diagnostics.h"
 #include "lang/value.h"
 
@@ -161,8 +162,7 @@ Trial RunEvaluator::run_trial(const Point& point, const std::string& base) {
     return t;
   }
   std::vector<double> measured(step_ms.size() > 2 ? step_ms.begin() + 2 : step_ms.begin(), step_ms.end());
-  std::sort(measured.begin(), measured.end());
-  t.step_s = measured[measured.size() / 2] / 1000;
+  t.step_s = median(std::move(measured)) / 1000;
   if (s_.memory_limit > 0 && t.peak_bytes > s_.memory_limit) {
     t.status = TrialStatus::Infeasible;
     t.message = "measured peak " + format_size(t.peak_bytes) + " is above the memory limit " + format_size(s_.memory_limit);

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cost/sample_statistics.h"
 #include "backend/report/line_chart.h"
 #include "backend/report/run_metrics.h"
 #include "backend/report/share_bars.h"
@@ -48,11 +49,6 @@ report::LineChart over_steps(const std::vector<report::MetricsRow>& rows, const 
   return chart;
 }
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
 std::vector<std::string> metric_plots(const std::vector<report::MetricsRow>& rows, const fs::path& out) {
   report::LineChart loss = over_steps(rows, "Loss", "loss", [](const report::MetricsRow& r) { return r.loss; });
   loss.y_from_zero = false;
@@ -63,7 +59,7 @@ std::vector<std::string> metric_plots(const std::vector<report::MetricsRow>& row
   report::LineChart speed = over_steps(rows, "Throughput", "tokens/s", [](const report::MetricsRow& r) { return r.tokens_per_s; });
   std::vector<double> tokens;
   for (const report::MetricsRow& r : rows) tokens.push_back(r.tokens_per_s);
-  std::snprintf(note, sizeof note, "median %.4g tokens/s over %zu steps", median_of(tokens), rows.size());
+  std::snprintf(note, sizeof note, "median %.4g tokens/s over %zu steps", median(tokens), rows.size());
   speed.note = note;
   report::LineChart memory = over_steps(rows, "Peak memory per step (rank 0)", "bytes",
                                         [](const report::MetricsRow& r) { return static_cast<double>(r.peak_bytes); });

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/cost/sample_statistics.h"
 #include "backend/cost/step_estimate.h"
 #include "lang/diagnostics.h"
 
@@ -18,12 +19,6 @@ double serial_busy_ms(std::vector<CollectiveSpan> spans) {
 }
 
 namespace {
-
-double median(std::vector<double> xs) {
-  std::sort(xs.begin(), xs.end());
-  size_t n = xs.size();
-  return n % 2 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
-}
 
 // The role of a profile's group: the one it names, or whose sweep alias it is.
 ir::Role role_of_group(const std::string& group) {

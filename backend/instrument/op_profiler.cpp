@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "backend/cost/sample_statistics.h"
 #include "backend/instrument/gradient_hooks.h"
 #include "backend/instrument/memory_counter.h"
 #include "backend/instrument/stream_stalls.h"
@@ -273,22 +274,6 @@ torch::Tensor mark(const torch::Tensor& x, OpProfiler::State* state, int op, boo
   auto h = c10::make_intrusive<MarkerHolder>();
   h->state = state, h->op = op, h->on_output = on_output, h->inputs = inputs;
   return Marker::apply(x, h);
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-// What the simulator sums for a part of the step, as the collective profiler takes its times:
-// the mean over the measured steps (header).
-double mean(const std::vector<double>& v) {
-  if (v.empty()) return 0;
-  double sum = 0;
-  for (double x : v) sum += x;
-  return sum / static_cast<double>(v.size());
 }
 
 }  // namespace

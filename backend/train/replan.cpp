@@ -12,6 +12,7 @@
 
 #include "backend/cost/in_step_collectives.h"
 #include "backend/cost/instruction_cost.h"
+#include "backend/cost/sample_statistics.h"
 #include "backend/exec/sharded_executor.h"
 #include "backend/instrument/collective_profiler.h"
 #include "backend/instrument/op_profiler.h"
@@ -62,9 +63,7 @@ std::map<std::string, int> collectives_of(const ir::Program& p) {
 double median_step_ms(const TrainResult& result, size_t from, size_t to) {
   std::vector<double> ms;
   for (size_t i = from; i < std::min(to, result.steps.size()); ++i) ms.push_back(result.steps[i].step_ms);
-  if (ms.empty()) return 0;
-  std::nth_element(ms.begin(), ms.begin() + static_cast<long>(ms.size() / 2), ms.end());
-  return ms[ms.size() / 2];
+  return median(std::move(ms));
 }
 
 int64_t peak_of(const TrainResult& result, size_t from, size_t to) {
