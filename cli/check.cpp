@@ -10,6 +10,7 @@
 #include "backend/sim/step_memory_check.h"
 #include "backend/train/output_paths.h"
 #include "cli/commands.h"
+#include "cli/workflow.h"
 #include "lang/interpreter.h"
 #include "lang/trace.h"
 #include "models/zoo.h"
@@ -74,11 +75,8 @@ std::string draw_command(const CheckOptions& o, const RuntimePlan& plan) {
   return command + " --cluster NAME --memory-limit " + o.memory_limit + " --memory-plot memory.svg";
 }
 
-// The schedule's step under --memory-limit (docs/verify.md): its programs lowered on the meta
-// device (no weights) at the command's micro-batch, or the schedule's batch(), the memory-aware
-// passes planning within the limit by sizes, as a run's first program does (no instruction
-// times), then each stage walked (loom::check_step_memory), which throws UserError when the
-// highest stage is over the limit. Returns the ok line's words on the step.
+// The schedule's step under --memory-limit (check_step_memory_of), at the command's micro-batch
+// or the schedule's batch(). Returns the ok line's words on the step.
 std::string checked_step_text(const CheckOptions& o, const RuntimePlan& plan, int64_t limit) {
   CheckedStep step;
   step.limit = limit;
@@ -86,11 +84,7 @@ std::string checked_step_text(const CheckOptions& o, const RuntimePlan& plan, in
   step.seq = o.seq;
   step.accum = plan.accum_or(o.accum);
   step.draw_command = draw_command(o, plan);
-  StepOptions options;
-  options.accum = step.accum;
-  options.memory.limit = limit;
-  ir::OpTrace trace = trace_model(o.model, {step.micro_batch, step.seq}, plan.replacements);
-  StagePeak peak = loom::check_step_memory(lower_stage_programs(plan, trace, o.world, options), plan, step, options.memory.state_bytes);
+  StagePeak peak = check_step_memory_of(plan, o.model, o.world, step);
   return ", the step's peak " + format_size(peak.bytes) + " within --memory-limit " + format_size(limit) + " at " + step.describe();
 }
 
@@ -145,6 +139,14 @@ int run_check(const CheckOptions& o) {
 }
 
 }  // namespace
+
+StagePeak check_step_memory_of(const RuntimePlan& plan, const std::string& model, int world, const CheckedStep& step) {
+  StepOptions options;
+  options.accum = step.accum;
+  options.memory.limit = step.limit;
+  ir::OpTrace trace = trace_model(model, {step.micro_batch, step.seq}, plan.replacements);
+  return loom::check_step_memory(lower_stage_programs(plan, trace, world, options), plan, step, options.memory.state_bytes);
+}
 
 void add_check(CLI::App& app, std::function<int()>& run) {
   auto o = std::make_shared<CheckOptions>();

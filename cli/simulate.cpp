@@ -235,6 +235,12 @@ nlohmann::json report_json(const Simulation& s) {
           {"profiled_step_s", s.profile && s.profile->measured_step_ms >= 0 ? s.profile->measured_step_ms / 1e3 : -1.0}};
 }
 
+// Draws the simulated memory timeline to o.memory_plot.
+void write_memory_plot(const SimulateOptions& o, const Simulation& s) {
+  write_whole_file(o.memory_plot,
+                   memory_plot_svg(s.result, "loom simulate: " + o.model + " at " + std::to_string(o.nproc) + " ranks, " + s.priced_by));
+}
+
 int simulate_schedule(const SimulateOptions& given) {
   SimulateOptions o = given;  // with the schedule's batch(), once lowered
   SourceManager sources;
@@ -255,9 +261,7 @@ int simulate_schedule(const SimulateOptions& given) {
                    format_size(r.peak_bytes).c_str(), s.memory_limit_from.c_str());
     if (!o.save_cluster.empty()) save_machine_cluster(o, s.profile, s.stages[0]);
     if (!o.trace.empty()) write_whole_file(o.trace, sim_trace_json(r, s.stages));
-    if (!o.memory_plot.empty())
-      write_whole_file(o.memory_plot, memory_plot_svg(r, "loom simulate: " + o.model + " at " + std::to_string(o.nproc) +
-                                                              " ranks, " + s.priced_by));
+    if (!o.memory_plot.empty()) write_memory_plot(o, s);
     if (!o.json) {
       print_report(o, s);
       return kOk;
@@ -281,9 +285,18 @@ nlohmann::json simulate_json(const Schedule& schedule, const SimulateOptions& gi
   o.nproc = schedule.context().world;
   o.local_world = schedule.context().local_world;
   check_cost_model(o);
+  if (!o.memory_plot.empty()) check_output_file(o.memory_plot, "memory_plot");
   int local_world = 0;
   std::optional<Cluster> cluster = chosen_cluster(o, local_world);
-  return report_json(simulate_planned(schedule, o, std::move(cluster), local_world));
+  Simulation s = simulate_planned(schedule, o, std::move(cluster), local_world);
+  if (!o.memory_plot.empty()) {
+    try {
+      write_memory_plot(o, s);
+    } catch (const WriteError& e) {
+      throw UserError(SourceRange{}, std::string("memory_plot: ") + e.what(), "free space, or choose another file");
+    }
+  }
+  return report_json(s);
 }
 
 int64_t machine_memory_per_rank(int ranks) {

@@ -17,6 +17,7 @@
 #include "backend/ir/ir.h"
 #include "backend/lower/runtime_plan.h"
 #include "backend/passes/pass_pipeline.h"
+#include "backend/sim/step_memory_check.h"
 #include "cli/commands.h"
 
 namespace loom {
@@ -78,9 +79,18 @@ struct SimulateOptions {
   bool representative = false;  // with a profile: one rank per stage at the slowest rank's op times, not each rank
   std::string stdlib;
 };
-// `schedule` (its model, world and ranks per node) simulated as `loom simulate --json` reports it;
-// the file, the knob settings and the output files of `options` are not used.
+// `schedule` (its model, world and ranks per node) simulated as `loom simulate --json` reports it,
+// its memory timeline drawn to options.memory_plot where one is named; the file, the knob
+// settings and the other output files of `options` are not used.
 nlohmann::json simulate_json(const Schedule& schedule, const SimulateOptions& options);
+
+// The step `loom check --memory-limit` walks (docs/verify.md): `plan`'s programs, of a schedule
+// of `model` at `world` ranks, lowered on the meta device (no weights) at `step`'s micro-batch,
+// sequence and accumulation (the caller's, or the schedule's batch()), the memory-aware passes
+// planning within `step.limit` by sizes, as a run's first program does (no instruction times),
+// then each stage walked as the simulator walks it. Throws UserError when the highest stage is
+// over the limit, naming it, the instruction at it, what would lower it and `step.draw_command`.
+StagePeak check_step_memory_of(const RuntimePlan& plan, const std::string& model, int world, const CheckedStep& step);
 
 // loom plan's settings.
 struct PlanOptions {

@@ -140,7 +140,8 @@ py::object verify(PySelection& s, int nproc, int64_t micro_batch, int64_t seq, i
 }
 
 py::object simulate(PySelection& s, const std::string& cluster, const std::string& profile, int64_t micro_batch, int64_t seq,
-                    int64_t accum, double clip, const std::string& precision, const py::object& memory_limit) {
+                    int64_t accum, double clip, const std::string& precision, const py::object& memory_limit,
+                    const std::string& memory_plot) {
   cli::SimulateOptions o;
   o.model = s.owner->schedule->tree().model_name();
   o.cluster = cluster;
@@ -150,11 +151,50 @@ py::object simulate(PySelection& s, const std::string& cluster, const std::strin
   o.accum = accum;
   o.clip = clip;
   o.precision = precision;
+  o.memory_plot = memory_plot;
   MemoryLimitArg limit(memory_limit);
   return unlocked(s.owner->sources.get(), [&] {
     o.memory_limit = limit.bytes();
     return cli::simulate_json(*s.owner->schedule, o);
   });
+}
+
+// The loom.simulate call that draws the step check() walked, for its over-the-limit hint.
+std::string draw_call(const RuntimePlan& plan, const CheckedStep& step, const MemoryLimitArg& limit) {
+  std::string given = *limit.text;
+  bool bytes = !given.empty() && given.find_first_not_of("0123456789") == std::string::npos;
+  std::string call = "loom.simulate(sch, cluster=\"NAME\"";
+  if (plan.micro_batch <= 0) call += ", micro_batch=" + std::to_string(step.micro_batch);
+  call += ", seq=" + std::to_string(step.seq);
+  if (plan.accum <= 0) call += ", accum=" + std::to_string(step.accum);
+  return call + ", memory_limit=" + (bytes ? given : "\"" + given + "\"") + ", memory_plot=\"memory.svg\")";
+}
+
+// `loom check`: the whole-schedule rules, and with a memory limit the step walked at micro_batch
+// x seq (check_step_memory_of). Returns the warnings.
+py::list check(PySelection& s, const py::object& memory_limit, int64_t micro_batch, int64_t seq, int64_t accum) {
+  MemoryLimitArg limit(memory_limit);
+  guarded(s.owner->sources.get(), [&] {
+    RuleOptions rules;
+    rules.memory_limit = std::max<int64_t>(limit.bytes(), 0);
+    check_schedule_rules(*s.owner->schedule, rules);
+    if (rules.memory_limit == 0) return;
+    RuntimePlan plan = lower_schedule(*s.owner->schedule);
+    CheckedStep step;
+    step.limit = rules.memory_limit;
+    step.micro_batch = plan.micro_batch_or(micro_batch);
+    step.seq = seq;
+    step.accum = plan.accum_or(accum);
+    step.draw_command = draw_call(plan, step, limit);
+    step.limit_name = "memory_limit";
+    step.micro_batch_name = "micro_batch";
+    step.seq_name = "seq";
+    py::gil_scoped_release unlocked;  // tracing and the passes take a while on large models
+    cli::check_step_memory_of(plan, s.owner->schedule->tree().model_name(), s.owner->schedule->world(), step);
+  });
+  py::list warnings;
+  for (const Diagnostic& d : s.owner->schedule->warnings()) warnings.append(render(d, s.owner->sources.get()));
+  return warnings;
 }
 
 py::object plan(const std::string& model, int world, int local_world, int64_t seq, int64_t micro_batch, int64_t accum,
@@ -336,15 +376,12 @@ py::list train(PySelection& s, int64_t steps, const py::kwargs& options) {
 }  // namespace
 
 void bind_workflow(py::module_& m) {
-  m.def(
-      "check",
-      [](PySelection& s) {
-        guarded(s.owner->sources.get(), [&] { check_schedule_rules(*s.owner->schedule); });
-        std::vector<std::string> warnings;
-        for (const Diagnostic& d : s.owner->schedule->warnings()) warnings.push_back(render(d, s.owner->sources.get()));
-        return warnings;
-      },
-      "Runs the whole-schedule rules (`loom check`); returns the warnings, raises ScheduleError on an error.");
+  TrainOptions d;
+  m.def("check", &check, py::arg("schedule"), py::arg("memory_limit") = py::none(), py::arg("micro_batch") = d.micro_batch,
+        py::arg("seq") = d.seq, py::arg("accum") = d.accum,
+        "`loom check`: the whole-schedule rules, and with memory_limit (bytes or '600MiB'; None or 0: none) the step at "
+        "micro_batch x seq walked as `loom simulate` walks it; returns the warnings, raises ScheduleError on an error or a "
+        "step over the limit.");
   m.def(
       "explain",
       [](PySelection& s, int64_t micro_batch, int64_t seq, int64_t accum, const py::object& memory_limit) {
@@ -354,7 +391,6 @@ void bind_workflow(py::module_& m) {
       py::arg("memory_limit") = py::none(),
       "The step's instruction IR as JSON text (`loom explain --json`), the GIL released while it lowers; memory_limit in "
       "bytes or as '600MiB' (None or 0: none, as the command without --memory-limit)");
-  TrainOptions d;
   m.def("verify", &verify, py::arg("schedule"), py::arg("nproc") = 0, py::arg("micro_batch") = d.micro_batch, py::arg("seq") = d.seq,
         py::arg("accum") = d.accum, py::arg("seed") = d.seed, py::arg("data") = d.data, py::arg("atol") = py::none(),
         py::arg("rtol") = py::none(), py::arg("bisect") = true, py::arg("memory_limit") = py::none(),
@@ -363,10 +399,11 @@ void bind_workflow(py::module_& m) {
         "'600MiB' (None: the run's default, on a GPU 90% of its memory; 0: none)");
   m.def("simulate", &simulate, py::arg("schedule"), py::arg("cluster") = "", py::arg("profile") = "",
         py::arg("micro_batch") = d.micro_batch, py::arg("seq") = d.seq, py::arg("accum") = d.accum, py::arg("clip") = d.clip,
-        py::arg("precision") = "bf16", py::arg("memory_limit") = py::none(),
+        py::arg("precision") = "bf16", py::arg("memory_limit") = py::none(), py::arg("memory_plot") = "",
         "`loom simulate --json` on a cluster (by name or file) or a profile: a dict with 'step_s', 'compute_s', "
         "'exposed_comm_s', 'peak_bytes', ...; memory_limit in bytes or as '600MiB' (None: on a cluster 90% of its "
-        "device's memory, on a profile the limit its run planned within; 0: none)");
+        "device's memory, on a profile the limit its run planned within; 0: none); memory_plot: an SVG file to draw "
+        "the memory timeline in");
   m.def("plan", &plan, py::arg("model"), py::arg("world"), py::arg("local_world") = 0, py::arg("seq") = d.seq,
         py::arg("micro_batch") = d.micro_batch, py::arg("accum") = d.accum, py::arg("memory_limit") = py::none(),
         py::arg("cluster") = "", py::arg("profile") = "", py::arg("checkpoint") = "none", py::arg("attention") = "memory_efficient",

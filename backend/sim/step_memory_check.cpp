@@ -14,7 +14,8 @@ std::string lower_memory_hint(const RuntimePlan& plan, const CheckedStep& step) 
   if (f.params < f.dp || f.grads < f.dp || f.optim < f.dp) ways.push_back("shard more (sch.zero(stage=3), or shard_states)");
   if (plan.checkpoint.empty()) ways.push_back("checkpoint() the blocks");
   if (!plan.offload && f.optim > 1) ways.push_back("offload(\"optimizer\", budget=auto)");
-  ways.push_back(plan.micro_batch > 0 ? "a smaller micro-batch in the schedule's batch(), or a smaller --seq" : "a smaller --micro-batch or --seq");
+  ways.push_back(plan.micro_batch > 0 ? "a smaller micro-batch in the schedule's batch(), or a smaller " + step.seq_name
+                                      : "a smaller " + step.micro_batch_name + " or " + step.seq_name);
   std::string hint;
   for (size_t i = 0; i < ways.size(); ++i) hint += (i == 0 ? "" : i + 1 == ways.size() ? ", or " : ", ") + ways[i];
   return hint + "; `" + step.draw_command + "` draws where the memory goes";
@@ -43,7 +44,7 @@ StagePeak check_step_memory(const std::vector<ir::Program>& stages, const Runtim
   const ir::Program& p = stages[peak.stage];
   std::string where = (stages.size() > 1 ? "stage " + std::to_string(peak.stage) + ", " : "") + "instruction " + p.instruction_line(peak.instr);
   throw UserError(SourceRange{},
-                  "the step needs " + format_size(peak.bytes) + " per rank at its peak, above --memory-limit " + format_size(step.limit) +
+                  "the step needs " + format_size(peak.bytes) + " per rank at its peak, above " + step.limit_name + " " + format_size(step.limit) +
                       ": " + where + ", at " + step.describe() + " (" + format_size(memory::resident_bytes(p, state_bytes)) +
                       " of it held all step: the model states on the device and the gradient reducer's buffers; the rest gathered "
                       "parameters, gradients and saved activations, as `loom simulate` walks the step)",

@@ -101,6 +101,33 @@ except loom.ScheduleError as e:
     check("check() raises a rule's error", "this schedule keeps no optimizer shards" in str(e) and "sch.zero(stage=1)" in str(e),
           str(e))
 check("check() of a sound schedule returns its warnings", loom.check(tiny) == [])
+# With a memory limit check() walks the step as `loom check --memory-limit` does (the same
+# figures as tests/cli/cli_test.sh): ZeRO-3's states fit 20 MiB, its step at 4 x 128 tokens does not.
+zero3 = loom.Schedule("gpt:tiny", world=2)
+zero3.zero(stage=3)
+try:
+    loom.check(zero3, memory_limit="20MiB", micro_batch=4)
+    check("check() with a memory limit raises for a step over it", False)
+except loom.ScheduleError as e:
+    check("check() names the step's peak and the instruction at it",
+          "the step needs 26.1 MiB per rank at its peak, above memory_limit 20.0 MiB: instruction 182 (fwd compute lm_head), "
+          "at 1 micro-batch(es) of 4 x 128 tokens" in str(e), str(e))
+    check("check()'s hint names the arguments and draws the step with loom.simulate",
+          'or a smaller micro_batch or seq; `loom.simulate(sch, cluster="NAME", micro_batch=4, seq=128, accum=1, memory_limit="20MiB", '
+          'memory_plot="memory.svg")` draws where the memory goes' in str(e), str(e))
+check("check() of the step at a smaller shape returns its warnings",
+      loom.check(zero3, memory_limit=20 * 2**20, micro_batch=1, seq=16) == [])
+check("check() with memory_limit=0 checks no step", loom.check(zero3, memory_limit=0, micro_batch=64) == [])
+with tempfile.TemporaryDirectory() as tmp:
+    svg = os.path.join(tmp, "memory.svg")
+    walked = loom.simulate(zero3, cluster="dgx-a100", micro_batch=4, memory_limit="20MiB", memory_plot=svg)
+    check("the hint's loom.simulate reaches the same peak", abs(walked["peak_bytes"] / 2**20 - 26.1) < 0.05, walked["peak_bytes"])
+    check("loom.simulate draws the memory timeline", open(svg).read().startswith("<svg"), svg)
+    try:
+        loom.simulate(zero3, cluster="dgx-a100", memory_plot=tmp)
+        check("loom.simulate refuses a memory_plot it cannot write", False)
+    except loom.ScheduleError as e:
+        check("loom.simulate names the memory_plot it cannot write", "memory_plot" in str(e) and "it is a directory" in str(e), str(e))
 try:
     loom.Schedule("gpt:tiny", world=2)["h.9"]
     check("a path that matches nothing raises", False)
