@@ -12,11 +12,11 @@ common="--model gpt2 --device cuda --data synthetic --steps 30 --seq 1024 --micr
 "$loom" run $common --precision bf16 --metrics "$out/bf16.jsonl" > /dev/null
 "$loom" run stdlib_schedules/checkpoint_all.sched $common --precision bf16 --metrics "$out/bf16_ckpt.jsonl" > /dev/null
 python3 - "$out" <<'PY'
-import json, sys
+import json, statistics, sys
 d = sys.argv[1]
 def summary(name):
     rows = [json.loads(l) for l in open(f"{d}/{name}.jsonl")][5:]
-    ms = sorted(r["step_ms"] for r in rows)[len(rows) // 2]
+    ms = statistics.median(r["step_ms"] for r in rows)
     tokens = 8 * 1024
     return {"ms": ms, "tps": tokens / (ms / 1000), "peak": max(r["peak_mem_bytes"] for r in rows)}
 runs = {n: summary(n) for n in ("fp32", "bf16", "bf16_ckpt")}

@@ -59,7 +59,7 @@ for row in $schedules; do
     --memory-limit "$limit" --metrics "$out/$row.jsonl" > "$out/$row.log"
 done
 /usr/bin/python3 - "$out" "$world" "$link" "$limit" "$accum" $schedules <<'PY'
-import json, sys
+import json, statistics, sys
 d, world, link, limit, accum, schedules = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6:]
 over = "loopback" if link == "loopback" else "a loopback shaped to 1 Gbit/s"
 steps = f", {accum} micro-batches a step" if accum > 1 else ""
@@ -67,7 +67,7 @@ print(f"gpt:50m at world {world} over {over}, micro-batch 2 x 64 tokens{steps}, 
 step, peak, sim = {}, {}, {}
 for s in schedules:
     rows = [json.loads(l) for l in open(f"{d}/{s}.jsonl")][7 if s.endswith("_replan") else 2:]
-    step[s] = sorted(x["step_ms"] for x in rows)[len(rows) // 2]
+    step[s] = statistics.median(x["step_ms"] for x in rows)
     peak[s] = max(x["peak_mem_bytes"] for x in rows)
     sim[s] = json.load(open(f"{d}/{s}.sim.json"))
 replan = "zero3_all_auto_replan"

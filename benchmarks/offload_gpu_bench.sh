@@ -31,13 +31,12 @@ limit=$((peak - elements * 8 / 2))  # AdamW's two fp32 states per element
 LOOM_DEBUG=1 run adaptive --memory-limit "$limit"
 grep -E "pass adaptive_offload|offload" "$out/adaptive.log" | head -5 || true
 python3 - "$out" "$peak" "$limit" "$elements" <<'PY'
-import json, sys
+import json, statistics, sys
 d, peak, limit, elements = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 MiB = 2**20
 def rows(name): return [json.loads(l) for l in open(f"{d}/{name}.jsonl")]
 def median_ms(r):
-    ms = sorted(x["step_ms"] for x in r[2:])
-    return ms[len(ms) // 2]
+    return statistics.median(x["step_ms"] for x in r[2:])
 base = rows("zero3")
 print(f"ZeRO-3 peak P = {peak / MiB:.0f} MiB, optimizer states S = {elements * 8 / MiB:.0f} MiB per rank, limit M = P - S/2 = {limit / MiB:.0f} MiB")
 print(f"{'run':<34}{'step ms':>9}{'peak MiB':>10}{'max |loss - ZeRO-3|':>22}")

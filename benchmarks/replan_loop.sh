@@ -35,7 +35,7 @@ for way in none rounds every4; do
   "${in_net[@]}" "$loom" run "${common[@]}" ${flags[$way]} --metrics "$out/$way.jsonl" > "$out/$way.log"
 done
 /usr/bin/python3 - "$out" "$link" "$steps" <<'PY'
-import json, re, sys
+import json, re, statistics, sys
 d, link, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 over = "loopback" if link == "loopback" else "a loopback shaped to 1 Gbit/s"
 print(f"gpt:50m at world 2 over {over}, ZeRO-3 + prefetch/unshard/bucket auto, --memory-limit 600MiB, {steps} steps")
@@ -43,7 +43,7 @@ median = {}
 print(f"{'re-plan':<10}{'step ms':>9}{'x none':>8}{'peak':>9}  each re-plan: predicted step, current -> re-planned, and whether it switched")
 for way in ("none", "rounds", "every4"):
     rows = [json.loads(l) for l in open(f"{d}/{way}.jsonl")][-4:]
-    median[way] = sorted(r["step_ms"] for r in rows)[len(rows) // 2]
+    median[way] = statistics.median(r["step_ms"] for r in rows)
     peak = max(r["peak_mem_bytes"] for r in rows) / 2**20
     rounds = []
     for block in open(f"{d}/{way}.log").read().split("loom run: re-plan after step ")[1:]:

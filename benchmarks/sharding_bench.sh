@@ -67,11 +67,11 @@ else
 fi
 
 /usr/bin/python3 - "$out" "${nets[@]}" <<'PY'
-import json, sys
+import json, statistics, sys
 d, nets = sys.argv[1], sys.argv[2:]
 def stats(tag):
     rows = [json.loads(l) for l in open(f"{d}/{tag}.jsonl")][1:]  # step 1 allocates optimizer states
-    ms = sorted(r["step_ms"] for r in rows)[len(rows) // 2]
+    ms = statistics.median(r["step_ms"] for r in rows)
     return ms, max(r["peak_mem_bytes"] for r in rows)
 print("world 2, CPU, 1 thread per rank; step time: median after step 1; memory: peak tensor bytes of rank 0 per step")
 for net in nets:

@@ -235,7 +235,7 @@ nlohmann::json report_json(const Simulation& s) {
           {"profiled_step_s", s.profile && s.profile->measured_step_ms >= 0 ? s.profile->measured_step_ms / 1e3 : -1.0}};
 }
 
-// Draws the simulated memory timeline to o.memory_plot.
+// The command and simulate_json (loom.simulate's memory_plot) draw the timeline alike.
 void write_memory_plot(const SimulateOptions& o, const Simulation& s) {
   write_whole_file(o.memory_plot,
                    memory_plot_svg(s.result, "loom simulate: " + o.model + " at " + std::to_string(o.nproc) + " ranks, " + s.priced_by));

@@ -28,7 +28,8 @@ struct ModuleNode {
   std::vector<TensorInfo> buffers;
 };
 
-// The module hierarchy in registration (pre-)order. Node 0 is the root.
+// The module hierarchy in the order its modules were added, each after its parent (a model's
+// named_modules() gives pre-order). Node 0 is the root.
 class ModuleTree {
  public:
   explicit ModuleTree(std::string root_type = "Model");
@@ -49,7 +50,8 @@ class ModuleTree {
   std::vector<int> match(const std::string& pattern) const;
   // Whether `module` is `ancestor` or below it.
   bool is_within(int module, int ancestor) const;
-  // Unique parameter elements in the subtree (tied tensors counted once).
+  // Unique parameter elements in the subtree: a tied tensor counts where it is first owned, so a
+  // subtree holding only its alias counts none of it.
   int64_t parameter_count(int root = 0) const;
   // The model's repeated blocks: the ModuleList at or below `root` that holds the most
   // parameters (GPT's h, LLaMA's layers, BERT's bert.encoder.layer); -1 when there is none.

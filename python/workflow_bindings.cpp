@@ -170,16 +170,20 @@ std::string draw_call(const RuntimePlan& plan, const CheckedStep& step, const Me
   return call + ", memory_limit=" + (bytes ? given : "\"" + given + "\"") + ", memory_plot=\"memory.svg\")";
 }
 
-// `loom check`: the whole-schedule rules, and with a memory limit the step walked at micro_batch
-// x seq (check_step_memory_of). Returns the warnings.
+// `loom check`: the whole-schedule rules, the lowering `loom run` would do (what it cannot honour
+// is an error here too), and with a memory limit the step walked at micro_batch x seq
+// (check_step_memory_of). Returns the warnings.
 py::list check(PySelection& s, const py::object& memory_limit, int64_t micro_batch, int64_t seq, int64_t accum) {
   MemoryLimitArg limit(memory_limit);
   guarded(s.owner->sources.get(), [&] {
+    cli::check_at_least("--micro-batch", "micro_batch", micro_batch, 1);
+    cli::check_at_least("--seq", "seq", seq, 1);
+    cli::check_at_least("--accum", "accum", accum, 1);
     RuleOptions rules;
     rules.memory_limit = std::max<int64_t>(limit.bytes(), 0);
     check_schedule_rules(*s.owner->schedule, rules);
-    if (rules.memory_limit == 0) return;
     RuntimePlan plan = lower_schedule(*s.owner->schedule);
+    if (rules.memory_limit == 0) return;
     CheckedStep step;
     step.limit = rules.memory_limit;
     step.micro_batch = plan.micro_batch_or(micro_batch);
@@ -189,7 +193,7 @@ py::list check(PySelection& s, const py::object& memory_limit, int64_t micro_bat
     step.limit_name = "memory_limit";
     step.micro_batch_name = "micro_batch";
     step.seq_name = "seq";
-    py::gil_scoped_release unlocked;  // tracing and the passes take a while on large models
+    py::gil_scoped_release released;  // tracing and the passes take a while on large models
     cli::check_step_memory_of(plan, s.owner->schedule->tree().model_name(), s.owner->schedule->world(), step);
   });
   py::list warnings;

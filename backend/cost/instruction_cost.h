@@ -74,8 +74,8 @@ class ClusterCost : public InstructionCost {
   Precision precision_;
   int devices_per_node_;
   StateBytes state_bytes_;
-  // span() by what decides it: the mesh, the group (its role as a number) and, for
-  // point-to-point, the direction.
+  // span() by what decides it: the mesh, the group's role and size and, for point-to-point, the
+  // direction.
   struct SpanKey {
     int tp, pp, dp, spacing, stage;
     ir::Role role;

@@ -27,8 +27,8 @@ struct CheckedStep {
   int64_t limit = 0;
   int64_t micro_batch = 0, seq = 0, accum = 1;
   std::string draw_command;  // the `loom simulate ... --memory-plot` that draws this step
-  // How the caller's user sets the limit and the step's shape: the command's flags, or the
-  // Python function's arguments.
+  // What the user wrote to set the limit and the step's shape, for the error and its hint: the
+  // command's flags, or the Python function's arguments.
   std::string limit_name = "--memory-limit", micro_batch_name = "--micro-batch", seq_name = "--seq";
   // "1 micro-batch(es) of 4 x 128 tokens"
   std::string describe() const;

@@ -118,6 +118,19 @@ except loom.ScheduleError as e:
 check("check() of the step at a smaller shape returns its warnings",
       loom.check(zero3, memory_limit=20 * 2**20, micro_batch=1, seq=16) == [])
 check("check() with memory_limit=0 checks no step", loom.check(zero3, memory_limit=0, micro_batch=64) == [])
+unlowerable = loom.Schedule("gpt:tiny", world=2)
+unlowerable["h.0"].compress(ratio=10)
+try:
+    loom.check(unlowerable)
+    check("check() refuses what `loom run` cannot honour, without a limit too", False)
+except loom.ScheduleError as e:
+    check("check() refuses what `loom run` cannot honour, with run's message",
+          "compress is not yet supported at runtime" in str(e) and "zero(stage=3) or fsdp() first" in str(e), str(e))
+try:
+    loom.check(zero3, micro_batch=0)
+    check("check() refuses a micro_batch under 1", False)
+except loom.ScheduleError as e:
+    check("check() names the argument under 1", "(in Python: micro_batch=) a number of at least 1" in str(e), str(e))
 with tempfile.TemporaryDirectory() as tmp:
     svg = os.path.join(tmp, "memory.svg")
     walked = loom.simulate(zero3, cluster="dgx-a100", micro_batch=4, memory_limit="20MiB", memory_plot=svg)

@@ -119,7 +119,7 @@ TEST_CASE("blocks() selects the entries of the largest ModuleList, whatever the 
   CHECK(error_of("sch.blocks(2)\n") == "test.sched:1:1: blocks() takes no arguments");
 }
 
-TEST_CASE("parameter_count counts a subtree's parameters, a tied one once, in any order of adding") {
+TEST_CASE("parameter_count counts a subtree's parameters, a tied one at its first owner only, in any order of adding") {
   ModuleTree tree;
   int a = tree.add(0, "a", "Block");
   int b = tree.add(0, "b", "Block");
