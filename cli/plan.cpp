@@ -2,6 +2,7 @@
 // sharding factors, a tensor-parallel and pipeline mesh and recomputation, each lowered on the
 // model's shapes and simulated; the best plans within the memory limit, best first.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -198,10 +199,16 @@ int plan(const PlanOptions& o) {
   try {
     if (!o.out.empty()) check_output_file(o.out, "--out");
     size_t last_shown = 0;
+    auto start = std::chrono::steady_clock::now();
     PlanOutcome out = search_plans(o, [&](size_t done, size_t total) {
-      if (done != total && done < last_shown + std::max<size_t>(1, total / 10)) return;
+      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      // Every tenth of the search once it has taken a second (a short one shows its end alone).
+      if (done != total && (seconds < 1 || done < last_shown + std::max<size_t>(1, total / 10))) return;
       last_shown = done;
-      std::fprintf(stderr, "loom plan: %zu/%zu plans\n", done, total);
+      if (done == total) std::fprintf(stderr, "loom plan: %zu/%zu plans in %.1f s\n", done, total, seconds);
+      else  // at the rate so far
+        std::fprintf(stderr, "loom plan: %zu/%zu plans, %.1f s, about %.1f s left\n", done, total, seconds,
+                     seconds * static_cast<double>(total - done) / static_cast<double>(done));
     });
     const PlannedStep& best = out.report.feasible[0];
     if (!o.out.empty()) write_whole_file(o.out, plan_header(o, out.cluster, out.local_world, out.limit, best) + best.schedule);

@@ -429,7 +429,7 @@ print('efficiencies within (0, 1], one of them 1' if all(0 < x <= 1 for x in e) 
 expect "simulate --save-cluster on a full disk" 1 "loom simulate: cannot write /dev/full: No space left on device" \
   -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json" \
   --save-cluster /dev/full
-expect "plan on this machine" 0 "loom plan: gpt:tiny on 2 ranks of here" "plans simulated" \
+expect "plan on this machine, its progress timed" 0 "loom plan: gpt:tiny on 2 ranks of here" "plans simulated" " plans in " \
   -- "$loom" plan --model gpt:tiny --world 2 --seq 32 --micro-batch 2 --cluster "$tmp/here.json"
 expect "--save-cluster needs a profile" 2 "error: --save-cluster derives this machine from a profile; this run is priced on a cluster" \
   -- "$loom" simulate --model gpt:tiny --nproc 2 --cluster dgx-a100 --save-cluster "$tmp/there.json"
