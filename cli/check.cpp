@@ -78,11 +78,7 @@ std::string draw_command(const CheckOptions& o, const RuntimePlan& plan) {
 // The schedule's step under --memory-limit (check_step_memory_of), at the command's micro-batch
 // or the schedule's batch(). Returns the ok line's words on the step.
 std::string checked_step_text(const CheckOptions& o, const RuntimePlan& plan, int64_t limit) {
-  CheckedStep step;
-  step.limit = limit;
-  step.micro_batch = plan.micro_batch_or(o.micro_batch);
-  step.seq = o.seq;
-  step.accum = plan.accum_or(o.accum);
+  CheckedStep step = CheckedStep::of(plan, limit, o.micro_batch, o.seq, o.accum);
   step.draw_command = draw_command(o, plan);
   StagePeak peak = check_step_memory_of(plan, o.model, o.world, step);
   return ", the step's peak " + format_size(peak.bytes) + " within --memory-limit " + format_size(limit) + " at " + step.describe();

@@ -86,11 +86,11 @@ nlohmann::json simulate_json(const Schedule& schedule, const SimulateOptions& op
 
 // The step `loom check --memory-limit` walks (docs/verify.md): `plan`'s programs, of a schedule
 // of `model` at `world` ranks, lowered on the meta device (no weights) at `step`'s micro-batch,
-// sequence and accumulation (the caller resolves the schedule's batch() into them with
-// plan.micro_batch_or and accum_or), the memory-aware passes
-// planning within `step.limit` by sizes, as a run's first program does (no instruction times),
-// then each stage walked as the simulator walks it. Throws UserError when the highest stage is
-// over the limit, naming it, the instruction at it, what would lower it and `step.draw_command`.
+// sequence and accumulation (CheckedStep::of: the schedule's batch() where it sets them), the
+// memory-aware passes planning within `step.limit` by sizes, as a run's first program does (no
+// instruction times), then each stage walked as the simulator walks it. Throws UserError when
+// the highest stage is over the limit, naming it, the instruction at it, what would lower it and
+// `step.draw_command`.
 StagePeak check_step_memory_of(const RuntimePlan& plan, const std::string& model, int world, const CheckedStep& step);
 
 // loom plan's settings.

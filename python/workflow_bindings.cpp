@@ -184,11 +184,7 @@ py::list check(PySelection& s, const py::object& memory_limit, int64_t micro_bat
     check_schedule_rules(*s.owner->schedule, rules);
     RuntimePlan plan = lower_schedule(*s.owner->schedule);
     if (rules.memory_limit == 0) return;
-    CheckedStep step;
-    step.limit = rules.memory_limit;
-    step.micro_batch = plan.micro_batch_or(micro_batch);
-    step.seq = seq;
-    step.accum = plan.accum_or(accum);
+    CheckedStep step = CheckedStep::of(plan, rules.memory_limit, micro_batch, seq, accum);
     step.draw_command = draw_call(plan, step, limit);
     step.limit_name = "memory_limit";
     step.micro_batch_name = "micro_batch";

@@ -23,6 +23,15 @@ std::string lower_memory_hint(const RuntimePlan& plan, const CheckedStep& step) 
 
 }  // namespace
 
+CheckedStep CheckedStep::of(const RuntimePlan& plan, int64_t limit, int64_t micro_batch, int64_t seq, int64_t accum) {
+  CheckedStep step;
+  step.limit = limit;
+  step.micro_batch = plan.micro_batch_or(micro_batch);
+  step.seq = seq;
+  step.accum = plan.accum_or(accum);
+  return step;
+}
+
 std::string CheckedStep::describe() const {
   return std::to_string(accum) + " micro-batch(es) of " + std::to_string(micro_batch) + " x " + std::to_string(seq) + " tokens";
 }

@@ -30,6 +30,9 @@ struct CheckedStep {
   // What the user wrote to set the limit and the step's shape, for the error and its hint: the
   // command's flags, or the Python function's arguments.
   std::string limit_name = "--memory-limit", micro_batch_name = "--micro-batch", seq_name = "--seq";
+  // The step a check walks under `limit`: `micro_batch` and `accum` as the caller gives them,
+  // unless the schedule's batch() set them (`plan`).
+  static CheckedStep of(const RuntimePlan& plan, int64_t limit, int64_t micro_batch, int64_t seq, int64_t accum);
   // "1 micro-batch(es) of 4 x 128 tokens"
   std::string describe() const;
 };
