@@ -2,7 +2,7 @@
 """The peer of benchmarks/train_bench.sh: gpt:tiny trained by PyTorch (Debian python3-torch)
 with DistributedDataParallel over gloo. Same architecture, optimizer and batch as Loom's run.
 Usage: ddp_peer.py --nproc 2 --steps 20 --micro-batch 4 --seq 128 --out result.json"""
-import argparse, json, math, os, resource, subprocess, sys, time
+import argparse, json, math, os, resource, statistics, subprocess, sys, time
 
 import torch
 import torch.distributed as dist
@@ -77,8 +77,7 @@ def worker(args):
         times.append((time.perf_counter() - t0) * 1000)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if rank == 0:
-        steady = sorted(times[2:])
-        median = steady[len(steady) // 2]
+        median = statistics.median(times[2:])
         with open(args.out, "w") as f:
             json.dump({"step_ms": median, "tokens_per_s": world * args.micro_batch * args.seq / (median / 1000),
                        "max_rss_bytes": rss, "torch": torch.__version__}, f)

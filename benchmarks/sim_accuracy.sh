@@ -96,7 +96,7 @@ for rep in $(seq 1 "$repeat"); do
   done
 done
 $python3 - "$out" "$repeat" "$world" "$link" "$device" "$shape" "$profile_steps" "$run_steps" $schedules <<'PY'
-import itertools, json, math, sys
+import itertools, json, math, statistics, sys
 
 def measured_apart(a, b):
     """Whether two runs' step times differ beyond their own spread: a two-sided Mann-Whitney U
@@ -131,7 +131,7 @@ def report(d):
         here = json.load(open(f"{d}/{s}.here.json"))["step_s"]
         rows = [json.loads(l) for l in open(f"{d}/{s}.jsonl")][2:]
         steps[s] = [x["step_ms"] for x in rows]
-        ms = sorted(steps[s])[len(rows) // 2]
+        ms = statistics.median(steps[s])
         peak = max(x["peak_mem_bytes"] for x in rows)  # rank 0's, so the first stage's simulated peak
         sim_peak = r["stage_peak_bytes"][0]
         t, m = r["step_s"] * 1e3 / ms, sim_peak / peak

@@ -12,11 +12,11 @@ common="--model gpt:tiny --data synthetic --steps 20 --micro-batch 4 --seq 128 -
 "$loom" run $common --nproc 2 --metrics "$out/w2.jsonl" > /dev/null
 /usr/bin/python3 benchmarks/ddp_peer.py --nproc 2 --steps 20 --micro-batch 4 --seq 128 --threads 1 --out "$out/peer.json"
 /usr/bin/python3 - "$out" <<'PY'
-import json, sys
+import json, statistics, sys
 d = sys.argv[1]
 def loom(name):
     rows = [json.loads(l) for l in open(f"{d}/{name}.jsonl")][2:]
-    ms = sorted(r["step_ms"] for r in rows)[len(rows) // 2]
+    ms = statistics.median(r["step_ms"] for r in rows)
     return {"step_ms": ms, "tokens_per_s": rows[0]["tokens_per_s"] * rows[0]["step_ms"] / ms,
             "peak_mem_bytes": max(r["peak_mem_bytes"] for r in rows), "max_rss_bytes": max(r["max_rss_bytes"] for r in rows)}
 w1, w2, peer = loom("w1"), loom("w2"), json.load(open(f"{d}/peer.json"))
