@@ -14,6 +14,7 @@ int64_t TensorInfo::numel() const {
 ModuleTree::ModuleTree(std::string root_type) {
   ModuleNode root;
   root.type = std::move(root_type);
+  if (root.type == "ModuleList") lists_.push_back(0);
   nodes_.push_back(std::move(root));
   by_path_[""] = 0;
 }
@@ -26,6 +27,7 @@ int ModuleTree::add(int parent, const std::string& name, const std::string& type
   n.parent = parent;
   int index = static_cast<int>(nodes_.size());
   by_path_[n.path] = index;
+  if (type == "ModuleList") lists_.push_back(index);
   nodes_.push_back(std::move(n));
   nodes_[parent].children.push_back(index);
   return index;
@@ -125,8 +127,8 @@ int64_t ModuleTree::parameter_count(int root) const {
 int ModuleTree::largest_list(int root) const {
   int best = -1;
   int64_t best_count = -1;
-  for (int i = root; i < size(); ++i) {
-    if (nodes_[i].type != "ModuleList" || !is_within(i, root)) continue;
+  for (int i : lists_) {
+    if (i < root || !is_within(i, root)) continue;
     int64_t count = parameter_count(i);
     if (count > best_count) best = i, best_count = count;
   }

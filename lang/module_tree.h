@@ -61,6 +61,7 @@ class ModuleTree {
 
  private:
   std::vector<ModuleNode> nodes_;
+  std::vector<int> lists_;  // the ModuleList nodes, in order (largest_list's candidates)
   std::unordered_map<std::string, int> by_path_;
   std::string model_name_;
 };

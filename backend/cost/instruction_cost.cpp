@@ -27,6 +27,21 @@ size_t ClusterCost::SpanKeyHash::operator()(const SpanKey& k) const {
   return h;
 }
 
+size_t ClusterCost::PriceKeyHash::operator()(const PriceKey& k) const {
+  size_t h = std::hash<const void*>()(k.op);
+  for (int64_t part : {k.bytes, int64_t{k.span.nodes}, int64_t{k.span.per_node}, int64_t{k.beside_compute}})
+    h = h * 1000003u ^ std::hash<int64_t>()(part);
+  return h;
+}
+
+double ClusterCost::priced_collective(const char* op, int64_t bytes, GroupSpan span, bool beside_compute) const {
+  PriceKey key{op, bytes, span, beside_compute};
+  if (auto known = prices_.find(key); known != prices_.end()) return known->second;
+  double seconds = loom::collective_seconds(beside_compute ? *beside_compute_ : cluster_, op, bytes, span);
+  prices_.emplace(key, seconds);
+  return seconds;
+}
+
 GroupSpan ClusterCost::span(const ir::Program& p, const ir::Instr& in) const {
   // The key holds only what work_out_span() reads for the role, so plans that differ elsewhere
   // share it: the world's ranks are its size alone, s_p spaces only a shard's peers.
@@ -94,14 +109,14 @@ double ClusterCost::seconds(const ir::Program& p, const ir::Instr& in) const {
   }
   const char* op = ir::issued_collective(in);
   if (!op) return 0;
-  return loom::collective_seconds(cluster_, op, in.bytes, span(p, in));
+  return priced_collective(op, in.bytes, span(p, in), false);
 }
 
 double ClusterCost::collective_seconds(const ir::Program& p, const ir::Instr& in, bool beside_compute) const {
   // A pipeline's sends and receives go on the point-to-point model (no profile times them beside compute).
   const char* op = ir::issued_collective(in);
   if (!beside_compute || !beside_compute_ || !op || in.kind == ir::OpKind::Send || in.kind == ir::OpKind::Recv) return seconds(p, in);
-  return loom::collective_seconds(*beside_compute_, op, in.bytes, span(p, in));
+  return priced_collective(op, in.bytes, span(p, in), true);
 }
 
 double ClusterCost::own_seconds(const ir::Program& p, const ir::Instr& in) const {

@@ -51,7 +51,8 @@ class InstructionCost {
 // The analytic model on a cluster: compute from FLOPs and bytes on its device, each collective
 // on the links its group spans. Ranks are numbered node by node, `devices_per_node` to a node
 // (the run's --local-world, or the cluster's), in the mesh's layout (tp fastest, then dp, then
-// stages: backend/lower/mesh_layout.h). Remembers the spans it worked out: one object per thread.
+// stages: backend/lower/mesh_layout.h). Remembers the spans and collective prices it worked out:
+// one object per thread.
 class ClusterCost : public InstructionCost {
  public:
   ClusterCost(Cluster cluster, Precision precision, int devices_per_node, StateBytes state_bytes = StateBytes::loom_adamw());
@@ -92,6 +93,23 @@ class ClusterCost : public InstructionCost {
   mutable std::unordered_map<SpanKey, GroupSpan, SpanKeyHash> spans_;
   mutable std::optional<std::pair<SpanKey, GroupSpan>> last_span_;  // the last looked up
   GroupSpan work_out_span(const ir::Program& program, const ir::Instr& in) const;
+  // A collective's seconds by what decides them (a planner prices the same few thousands of
+  // times: every block's collectives alike); `beside_compute` on that cluster's links.
+  struct PriceKey {
+    const char* op;  // ir::collective_op's name
+    int64_t bytes;
+    GroupSpan span;
+    bool beside_compute;
+    bool operator==(const PriceKey& o) const {
+      return op == o.op && bytes == o.bytes && span.nodes == o.span.nodes && span.per_node == o.span.per_node &&
+             beside_compute == o.beside_compute;
+    }
+  };
+  struct PriceKeyHash {
+    size_t operator()(const PriceKey& k) const;
+  };
+  mutable std::unordered_map<PriceKey, double, PriceKeyHash> prices_;
+  double priced_collective(const char* op, int64_t bytes, GroupSpan span, bool beside_compute) const;
   // The elements of the program's parameters this rank updates (and clips): 1/s_os of each.
   double optimized_elements(const ir::Program& program) const;
 };

@@ -1,6 +1,7 @@
 #include "backend/lower/lower_schedule.h"
 
 #include <map>
+#include <vector>
 
 #include "backend/lower/directive_lowering.h"
 
@@ -52,16 +53,20 @@ void check_mesh_composition(const Directive& d, const RuntimePlan& plan) {
 RuntimePlan lower_schedule(const Schedule& schedule) {
   RuntimePlan plan;
   plan.factors.dp = schedule.dp();
-  for (const Directive& d : schedule.trace()) {
+  const std::vector<Directive>& trace = schedule.trace();
+  std::vector<const Entry*> entries;  // by directive, looked up once
+  entries.reserve(trace.size());
+  for (const Directive& d : trace) {
     auto it = lowerings().find(d.primitive);
     if (it == lowerings().end()) lowering::unsupported(d, "its runtime effect is not implemented yet");
     it->second.lower(d, schedule, plan);
+    entries.push_back(&it->second);
   }
   lowering::plan_stages(schedule, plan);
-  for (const Directive& d : schedule.trace()) {
-    const Entry& e = lowerings().at(d.primitive);
-    if (plan.model_parallel() && !e.with_mesh) check_mesh_composition(d, plan);
-    if (e.check) e.check(d, schedule, plan);
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const Entry& e = *entries[i];
+    if (plan.model_parallel() && !e.with_mesh) check_mesh_composition(trace[i], plan);
+    if (e.check) e.check(trace[i], schedule, plan);
   }
   return plan;
 }

@@ -21,7 +21,7 @@ void shard(const Directive& d, const Schedule& schedule, RuntimePlan& plan) {
   const Value& params = *d.arg("params");
   if (params.is(ValueKind::String)) s.params.push_back(params.as_string());
   else for (const Value& p : params.as_list()) s.params.push_back(p.as_string());
-  plan.shards.push_back(s);
+  plan.shards.push_back(std::move(s));
 }
 
 void sync(const Directive& d, const Schedule& schedule, RuntimePlan& plan) {
@@ -39,7 +39,7 @@ void sync(const Directive& d, const Schedule& schedule, RuntimePlan& plan) {
     unsupported(d, "sync(mode=\"" + s.mode + "\", op=\"" + s.op + "\") is not built; the runtime has fwd_post "
                    "all_reduce or all_gather, and bwd_post all_reduce (Megatron-LM's row- and column-parallel layers)",
                 "use one of those syncs");
-  plan.syncs.push_back(s);
+  plan.syncs.push_back(std::move(s));
 }
 
 namespace {

@@ -64,9 +64,9 @@ double model_flops_per_step(const ir::OpTrace& trace, const PlanPoint& p, const 
   return 3 * forward * static_cast<double>(o.accum) * p.dp(o.world);
 }
 
-// The bytes of a rank's model states: where they alone exceed the limit, simulating cannot help.
-int64_t state_bytes_of(const ModuleTree& tree, const PlanPoint& p) {
-  double elements = static_cast<double>(tree.parameter_count()) / (p.tp * p.pp);
+// The bytes of a rank's model states (of a model of `parameters` elements): where they alone exceed the limit, simulating cannot help.
+int64_t state_bytes_of(int64_t parameters, const PlanPoint& p) {
+  double elements = static_cast<double>(parameters) / (p.tp * p.pp);
   return static_cast<int64_t>(model_state_bytes(elements, StateBytes::loom_adamw(), p.params, p.grads, p.optim));
 }
 
@@ -90,7 +90,7 @@ class PlanEvaluator {
  public:
   PlanEvaluator(std::shared_ptr<const ModuleTree> tree, const ir::OpTrace& trace, const ClusterCost& cost, const PlannerOptions& o,
                 const std::vector<PlanPoint>& points, const std::function<void(size_t, size_t)>& progress)
-      : tree_(std::move(tree)), trace_(trace), cost_(cost), o_(o), points_(points), progress_(progress), outcomes_(points.size()) {}
+      : tree_(std::move(tree)), parameters_(tree_->parameter_count()), trace_(trace), cost_(cost), o_(o), points_(points), progress_(progress), outcomes_(points.size()) {}
 
   std::vector<PointOutcome> run(int threads) {
     threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(std::max(1, threads)), std::max<size_t>(1, points_.size())));
@@ -128,7 +128,7 @@ class PlanEvaluator {
     const ClusterCost& cost = *priced;
     int64_t limit = o_.memory_limit > 0 ? o_.memory_limit : cost.cluster().device.memory_bytes;
     PointOutcome out;
-    if (int64_t states = state_bytes_of(*tree_, p); states > limit) {
+    if (int64_t states = state_bytes_of(parameters_, p); states > limit) {
       out.what = PointOutcome::OverMemory;
       out.least_bytes = states;
       return out;
@@ -235,6 +235,7 @@ class PlanEvaluator {
   }
 
   std::shared_ptr<const ModuleTree> tree_;
+  int64_t parameters_;  // the model's
   const ir::OpTrace& trace_;
   const ClusterCost& cost_;
   const PlannerOptions& o_;

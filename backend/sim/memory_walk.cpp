@@ -193,7 +193,7 @@ GradientBuffers::GradientBuffers(const ir::Program& p) : p_(p), active_(sharded(
       for (int q : in.params) last_compute_[static_cast<size_t>(q)] = i;
     if (!reduces_gradients(in)) continue;
     Reduction& r = by_handle_[static_cast<size_t>(in.handle)];
-    r.params = in.params;
+    r.params = in.params.empty() ? nullptr : &in.params;
     r.at = i;
     if (in.kind == OpKind::AllReduce) r.launch = in.params.size() > 1 ? padded_total(p, in) / p.sharding.params : 0;
     else r.launch = reduction_launch_bytes(p, in);
@@ -216,7 +216,7 @@ int64_t GradientBuffers::drop_autograd() {
 const GradientBuffers::Reduction* GradientBuffers::reduction_of(const Instr& in) const {
   if (in.handle < 0 || static_cast<size_t>(in.handle) >= by_handle_.size()) return nullptr;
   const Reduction& r = by_handle_[static_cast<size_t>(in.handle)];
-  return r.params.empty() ? nullptr : &r;
+  return r.params ? &r : nullptr;
 }
 
 bool GradientBuffers::last(int micro_batch) const { return micro_batch == p_.micro_batches - 1; }
@@ -286,14 +286,14 @@ int64_t GradientBuffers::hand_gradients(const Instr& compute, int micro_batch) {
 int64_t GradientBuffers::launch(const Reduction& r, int micro_batch) {
   int64_t bytes = r.launch;
   if (last(micro_batch) && p_.instrs[r.at].kind == OpKind::AllReduce)  // the full gradient it sums has the earlier ones' added
-    for (int q : r.params)
+    for (int q : *r.params)
       if (held_[static_cast<size_t>(q)]) bytes += add_accumulated(q);
   return bytes;
 }
 
 int64_t GradientBuffers::finish(const Reduction& r, int micro_batch) {
   int64_t bytes = -r.launch;
-  for (int q : r.params) {
+  for (int q : *r.params) {
     size_t k = static_cast<size_t>(q);
     if (!reduced_again(q, r.at, micro_batch)) {
       bytes += land(q, last(micro_batch));

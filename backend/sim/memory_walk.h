@@ -89,7 +89,7 @@ class GradientBuffers {
 
  private:
   struct Reduction {
-    std::vector<int> params;
+    const std::vector<int>* params = nullptr;  // its instruction's; null: no reduction
     size_t at = 0;       // its instruction
     int64_t launch = 0;  // what it holds from its launch to its wait
   };

@@ -1,7 +1,6 @@
 #include "backend/sim/simulator.h"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <memory>
 
@@ -18,6 +17,12 @@ using ir::Instr;
 using ir::OpKind;
 using ir::Phase;
 using memory::Run;
+
+// The streams an event runs on, by name (SimEvent::stream); compared by address.
+constexpr const char* kCompute = "compute";
+constexpr const char* kCollective = "collective";
+constexpr const char* kCopy = "copy";
+constexpr const char* kTransfer = "transfer";
 
 // A collective over ranks of several stages (or over ranks simulated each), or a pipeline
 // transfer: it starts when every participant has issued it.
@@ -159,7 +164,7 @@ class Simulator {
       case OpKind::Reload: {
         double start = std::max(issue_point(r), r.copy_free);
         r.host = r.copy_free = start + r.cost->seconds(p, in);
-        record(r, run, "copy", start, r.host);
+        record(r, run, kCopy, start, r.host);
         break;
       }
       case OpKind::OffloadStates:
@@ -167,7 +172,7 @@ class Simulator {
         double start = std::max(issue_point(r), r.copy_free);
         r.copy_free = start + r.cost->seconds(p, in);
         r.handle_end[static_cast<size_t>(in.handle)] = r.copy_free;
-        record(r, run, "copy", start, r.copy_free);
+        record(r, run, kCopy, start, r.copy_free);
         break;
       }
       case OpKind::GradNorm:
@@ -184,7 +189,7 @@ class Simulator {
         double start = std::max(issue_point(r), r.collective_free);
         r.collective_free = start + r.cost->collective_seconds(p, in, beside_compute(r, run));
         r.handle_end[static_cast<size_t>(in.handle)] = r.collective_free;
-        record(r, run, "collective", start, r.collective_free);
+        record(r, run, kCollective, start, r.collective_free);
     }
     account_memory(r, run);
     ++r.cursor;
@@ -210,7 +215,7 @@ class Simulator {
       r.host = issued + host_seconds;
     }
     r.compute_s += seconds;
-    record(r, run, "compute", start, r.compute_free);
+    record(r, run, kCompute, start, r.compute_free);
   }
 
   // What the run allocates and frees (memory::StepMemory), as of the rank's clock after it.
@@ -269,7 +274,7 @@ class Simulator {
     }
     stream_free = m.end;
     r.handle_end[static_cast<size_t>(in.handle)] = m.end;
-    record(r, run, transfer ? "transfer" : "collective", m.start, m.end);
+    record(r, run, transfer ? kTransfer : kCollective, m.start, m.end);
     r.meeting.clear();
     account_memory(r, run);
     ++r.cursor;
@@ -279,7 +284,7 @@ class Simulator {
   // The timeline shows one rank per stage; with every rank simulated, each keeps its own until
   // run() keeps the critical rank's.
   void record(Rank& r, const Run& run, const char* stream, double start, double end) {
-    if (end > start && std::strcmp(stream, "compute") != 0) r.comm_busy_s[run.instr] += end - start;
+    if (end > start && stream != kCompute) r.comm_busy_s[run.instr] += end - start;
     if (end <= start || !timeline_) return;
     (each_rank_ ? r.events : result_.events).push_back({r.stage, run.instr, run.micro_batch, stream, start, end});
   }
