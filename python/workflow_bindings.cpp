@@ -170,10 +170,8 @@ std::string draw_call(const RuntimePlan& plan, const CheckedStep& step, const Me
   return call + ", memory_limit=" + (bytes ? given : "\"" + given + "\"") + ", memory_plot=\"memory.svg\")";
 }
 
-// `loom check`: the whole-schedule rules, the lowering `loom run` would do (what it cannot honour
-// is an error here too), and with a memory limit the step walked at micro_batch x seq
-// (check_step_memory_of). Returns the warnings.
-py::list check(PySelection& s, const py::object& memory_limit, int64_t micro_batch, int64_t seq, int64_t accum) {
+// check()'s work; raises ScheduleError.
+void check_schedule(PySelection& s, const py::object& memory_limit, int64_t micro_batch, int64_t seq, int64_t accum) {
   MemoryLimitArg limit(memory_limit);
   guarded(s.owner->sources.get(), [&] {
     cli::check_at_least("--micro-batch", "micro_batch", micro_batch, 1);
@@ -192,9 +190,27 @@ py::list check(PySelection& s, const py::object& memory_limit, int64_t micro_bat
     py::gil_scoped_release released;  // tracing and the passes take a while on large models
     cli::check_step_memory_of(plan, s.owner->schedule->tree().model_name(), s.owner->schedule->world(), step);
   });
+}
+
+// The schedule's warnings, rendered as `loom check` prints them.
+py::list rendered_warnings(const PySchedule& owner) {
   py::list warnings;
-  for (const Diagnostic& d : s.owner->schedule->warnings()) warnings.append(render(d, s.owner->sources.get()));
+  for (const Diagnostic& d : owner.schedule->warnings()) warnings.append(render(d, owner.sources.get()));
   return warnings;
+}
+
+// `loom check`: the whole-schedule rules, the lowering `loom run` would do (what it cannot honour
+// is an error here too), and with a memory limit the step walked at micro_batch x seq
+// (check_step_memory_of). Returns the warnings; a ScheduleError it raises carries them as its
+// `warnings` (the command prints them before its error), those the rules gave before it.
+py::list check(PySelection& s, const py::object& memory_limit, int64_t micro_batch, int64_t seq, int64_t accum) {
+  try {
+    check_schedule(s, memory_limit, micro_batch, seq, accum);
+  } catch (py::error_already_set& e) {
+    if (PyErr_GivenExceptionMatches(e.type().ptr(), schedule_error.ptr())) e.value().attr("warnings") = rendered_warnings(*s.owner);
+    throw;
+  }
+  return rendered_warnings(*s.owner);
 }
 
 py::object plan(const std::string& model, int world, int local_world, int64_t seq, int64_t micro_batch, int64_t accum,
