@@ -118,11 +118,7 @@ int run_check(const CheckOptions& o) {
     if (o.print) std::cout << trace_to_sched(sch);
     if (!o.trace_json.empty()) {
       check_output_file(o.trace_json, "--trace-json");
-      try {
-        write_whole_file(o.trace_json, trace_to_json(sch) + "\n");
-      } catch (const WriteError& e) {
-        throw UserError(SourceRange{}, std::string("--trace-json: ") + e.what(), "free space, or choose another file");
-      }
+      write_output_file(o.trace_json, {trace_to_json(sch), "\n"}, "--trace-json", "free space, or choose another file");
     }
     if (!o.json)
       std::cerr << o.file << ": ok (" << plural(sch.trace().size(), "directive") << ", " << plural(sch.warnings().size(), "warning") << ") for "

@@ -235,10 +235,9 @@ nlohmann::json report_json(const Simulation& s) {
           {"profiled_step_s", s.profile && s.profile->measured_step_ms >= 0 ? s.profile->measured_step_ms / 1e3 : -1.0}};
 }
 
-// The command and simulate_json (loom.simulate's memory_plot) draw the timeline alike.
-void write_memory_plot(const SimulateOptions& o, const Simulation& s) {
-  write_whole_file(o.memory_plot,
-                   memory_plot_svg(s.result, "loom simulate: " + o.model + " at " + std::to_string(o.nproc) + " ranks, " + s.priced_by));
+// The memory plot's SVG: the command and simulate_json (loom.simulate's memory_plot) draw it alike.
+std::string memory_plot_text(const SimulateOptions& o, const Simulation& s) {
+  return memory_plot_svg(s.result, "loom simulate: " + o.model + " at " + std::to_string(o.nproc) + " ranks, " + s.priced_by);
 }
 
 int simulate_schedule(const SimulateOptions& given) {
@@ -261,7 +260,7 @@ int simulate_schedule(const SimulateOptions& given) {
                    format_size(r.peak_bytes).c_str(), s.memory_limit_from.c_str());
     if (!o.save_cluster.empty()) save_machine_cluster(o, s.profile, s.stages[0]);
     if (!o.trace.empty()) write_whole_file(o.trace, sim_trace_json(r, s.stages));
-    if (!o.memory_plot.empty()) write_memory_plot(o, s);
+    if (!o.memory_plot.empty()) write_whole_file(o.memory_plot, memory_plot_text(o, s));
     if (!o.json) {
       print_report(o, s);
       return kOk;
@@ -290,11 +289,7 @@ nlohmann::json simulate_json(const Schedule& schedule, const SimulateOptions& gi
   std::optional<Cluster> cluster = chosen_cluster(o, local_world);
   Simulation s = simulate_planned(schedule, o, std::move(cluster), local_world);
   if (!o.memory_plot.empty()) {
-    try {
-      write_memory_plot(o, s);
-    } catch (const WriteError& e) {
-      throw UserError(SourceRange{}, std::string("memory_plot: ") + e.what(), "free space, or choose another file");
-    }
+    write_output_file(o.memory_plot, {memory_plot_text(o, s)}, "memory_plot", "free space, or choose another file");
   }
   return report_json(s);
 }
