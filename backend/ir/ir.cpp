@@ -38,24 +38,11 @@ const char* op_name(OpKind k) {
   return "?";
 }
 
-const char* collective_op(OpKind k) {
-  switch (k) {
-    case OpKind::AllGather:
-    case OpKind::TpAllGather:
-    case OpKind::Broadcast: return "all_gather";
-    case OpKind::Send: return "send";
-    case OpKind::Recv: return "recv";
-    case OpKind::ReduceScatter:
-    case OpKind::Compress: return "reduce_scatter";
-    case OpKind::AllReduce:
-    case OpKind::TpAllReduce:
-    case OpKind::CompressIndex:
-    case OpKind::CompressBound:
-    case OpKind::GradNorm:
-    case OpKind::LossReduce: return "all_reduce";
-    default: return nullptr;
-  }
-}
+const char kAllGatherName[] = "all_gather";
+const char kReduceScatterName[] = "reduce_scatter";
+const char kAllReduceName[] = "all_reduce";
+const char kSendName[] = "send";
+const char kRecvName[] = "recv";
 
 const char* micro_batches_name(MicroBatches m) {
   switch (m) {
@@ -76,8 +63,6 @@ bool runs_in_micro_batch(MicroBatches m, int64_t index, int64_t count) {
   }
   return false;
 }
-
-bool issues_handle(OpKind k) { return collective_op(k) != nullptr || k == OpKind::OffloadStates || k == OpKind::ReloadStates; }
 
 int64_t times_per_step(const Program& p, const Instr& in) {
   if (in.phase == Phase::Step) return 1;
@@ -145,7 +130,6 @@ bool within(const std::string& path, const std::string& module) {
          (path.size() == module.size() || path[module.size()] == '.');
 }
 
-const char* issued_collective(const Instr& in) { return in.group.size > 1 ? collective_op(in.kind) : nullptr; }
 
 bool sums_over_replicas(const Instr& in) {
   bool over = in.group.role == Role::Dp || in.group.role == Role::Replicas;

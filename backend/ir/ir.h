@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/ir/module_path.h"
 #include "backend/ir/op_trace.h"
 #include "backend/ir/role.h"
 
@@ -50,13 +51,33 @@ bool within(const std::string& path, const std::string& module);
 inline bool runs_module(OpKind k) { return k == OpKind::Compute || k == OpKind::Recompute; }
 
 const char* op_name(OpKind k);
+// The c10d names collective_op returns: one copy each, so a name's address stands for it.
+extern const char kAllGatherName[], kReduceScatterName[], kAllReduceName[], kSendName[], kRecvName[];
 // The collective a kind runs as, by its c10d name ("all_reduce", "all_gather", ...); null for
 // instructions that are not collectives. Lins' broadcast of updated slices runs as one
-// all_gather; TAGC's compress as a reduce_scatter of its sketch.
-const char* collective_op(OpKind k);
+// all_gather; TAGC's compress as a reduce_scatter of its sketch. Inline: the simulator and the
+// verifier ask it of every instruction.
+inline const char* collective_op(OpKind k) {
+  switch (k) {
+    case OpKind::AllGather:
+    case OpKind::TpAllGather:
+    case OpKind::Broadcast: return kAllGatherName;
+    case OpKind::Send: return kSendName;
+    case OpKind::Recv: return kRecvName;
+    case OpKind::ReduceScatter:
+    case OpKind::Compress: return kReduceScatterName;
+    case OpKind::AllReduce:
+    case OpKind::TpAllReduce:
+    case OpKind::CompressIndex:
+    case OpKind::CompressBound:
+    case OpKind::GradNorm:
+    case OpKind::LossReduce: return kAllReduceName;
+    default: return nullptr;
+  }
+}
 // Instructions that start work another instruction waits for (a Wait on their handle):
 // collectives, and the optimizer-state copies (OffloadStates, ReloadStates).
-bool issues_handle(OpKind k);
+inline bool issues_handle(OpKind k) { return collective_op(k) != nullptr || k == OpKind::OffloadStates || k == OpKind::ReloadStates; }
 const char* phase_name(Phase p);
 
 // The micro-batches of a step an instruction of the forward and backward body runs in: the
@@ -76,7 +97,7 @@ struct GroupRef {
 struct Instr {
   OpKind kind = OpKind::Compute;
   Phase phase = Phase::Forward;
-  std::string module;       // Compute: the module path; Recompute: the checkpointed module
+  ModulePath module;        // Compute: the module path; Recompute: the checkpointed module
   std::vector<int> params;  // indices into Program::params
   GroupRef group;           // collectives
   int64_t bytes = 0;        // bytes moved (collectives) or freed (Release)
@@ -148,7 +169,7 @@ Instr collective(Program& program, OpKind kind, Phase phase, int q, GroupRef gro
 Instr scalar_collective(Program& program, OpKind kind, Phase phase, GroupRef group);
 // The collective `in` issues: its kind's, or null on a group of one rank, where it
 // communicates nothing (a data-parallel gradient norm is measured locally).
-const char* issued_collective(const Instr& in);
+inline const char* issued_collective(const Instr& in) { return in.group.size > 1 ? collective_op(in.kind) : nullptr; }
 // A backward all-reduce of gradients over their replicas (every dp rank, or the dp / s_p
 // holders of one shard): data parallelism's bucket sums, the sharded executor's replica sums.
 bool sums_over_replicas(const Instr& in);

@@ -94,7 +94,7 @@ void insert_recomputation(const std::vector<std::string>& checkpointed, ir::Prog
   if (outermost.empty()) return;
   std::map<std::string, std::vector<size_t>> inside;  // by module, in name order (the handles' order)
   for (size_t i = 0; i < p.instrs.size(); ++i)
-    if (const std::string* m = enclosing(p.instrs[i].module, outermost)) inside[*m].push_back(i);
+    if (const std::string* m = enclosing(p.instrs[i].module.str(), outermost)) inside[*m].push_back(i);
   std::map<size_t, std::vector<ir::Instr>> before;  // recomputations by the instruction they precede
   for (const auto& [m, indices] : inside) {
     size_t first_backward = 0;

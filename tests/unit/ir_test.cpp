@@ -59,6 +59,23 @@ int count(const ir::Program& p, OpKind kind) {
 
 }  // namespace
 
+TEST_CASE("an instruction's module path is one interned copy per text, read as a string") {
+  ir::ModulePath a = std::string("h.0.") + "attn", b("h.0.attn"), other("h.1.attn"), none;
+  CHECK(a == b);
+  CHECK(&a.str() == &b.str());  // the same copy, compared as a pointer
+  CHECK(a != other);
+  CHECK(a == std::string("h.0.attn"));
+  CHECK(a != "h.0");
+  CHECK(none.empty());
+  CHECK(none == ir::ModulePath(""));
+  CHECK("layer " + a + "." == "layer h.0.attn.");
+  const std::string& text = a;
+  CHECK(ir::within("h.0.attn.c_attn", text));
+  std::ostringstream printed;
+  printed << other;
+  CHECK(printed.str() == "h.1.attn");
+}
+
 TEST_CASE("lowering: forward in order, backward reversed, then the optimizer step") {
   ir::Program p = ir::lower(small_trace(), {}, /*grad_norm=*/false);
   REQUIRE(p.instrs.size() == 11);
