@@ -201,13 +201,14 @@ py::list rendered_warnings(const PySchedule& owner) {
 
 // `loom check`: the whole-schedule rules, the lowering `loom run` would do (what it cannot honour
 // is an error here too), and with a memory limit the step walked at micro_batch x seq
-// (check_step_memory_of). Returns the warnings; a ScheduleError it raises carries them as its
-// `warnings` (the command prints them before its error), those the rules gave before it.
+// (check_step_memory_of). Returns the schedule's warnings (given by its primitives as they
+// were applied); a ScheduleError it raises carries them too, as its `warnings`, so that an error
+// does not hide them.
 py::list check(PySelection& s, const py::object& memory_limit, int64_t micro_batch, int64_t seq, int64_t accum) {
   try {
     check_schedule(s, memory_limit, micro_batch, seq, accum);
   } catch (py::error_already_set& e) {
-    if (PyErr_GivenExceptionMatches(e.type().ptr(), schedule_error.ptr())) e.value().attr("warnings") = rendered_warnings(*s.owner);
+    if (e.matches(schedule_error)) e.value().attr("warnings") = rendered_warnings(*s.owner);
     throw;
   }
   return rendered_warnings(*s.owner);

@@ -130,7 +130,6 @@ bool within(const std::string& path, const std::string& module) {
          (path.size() == module.size() || path[module.size()] == '.');
 }
 
-
 bool sums_over_replicas(const Instr& in) {
   bool over = in.group.role == Role::Dp || in.group.role == Role::Replicas;
   return in.kind == OpKind::AllReduce && in.phase == Phase::Backward && over;

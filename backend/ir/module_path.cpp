@@ -10,10 +10,10 @@ namespace {
 // The one copy of each path. A model has a few hundred modules; the table lives as long as the
 // process (instructions may outlive any one program). Threads of `loom plan` lower at once.
 const std::string* interned(const std::string& path) {
-  static std::mutex mutex;
-  static std::unordered_set<std::string> paths;
-  std::lock_guard<std::mutex> lock(mutex);
-  return &*paths.insert(path).first;
+  static auto* mutex = new std::mutex;  // never destroyed, as the paths: an instruction may outlive main's statics
+  static auto* paths = new std::unordered_set<std::string>;
+  std::lock_guard<std::mutex> lock(*mutex);
+  return &*paths->insert(path).first;
 }
 
 const std::string* empty_path() {

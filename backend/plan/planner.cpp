@@ -90,7 +90,14 @@ class PlanEvaluator {
  public:
   PlanEvaluator(std::shared_ptr<const ModuleTree> tree, const ir::OpTrace& trace, const ClusterCost& cost, const PlannerOptions& o,
                 const std::vector<PlanPoint>& points, const std::function<void(size_t, size_t)>& progress)
-      : tree_(std::move(tree)), parameters_(tree_->parameter_count()), trace_(trace), cost_(cost), o_(o), points_(points), progress_(progress), outcomes_(points.size()) {}
+      : tree_(std::move(tree)),
+        parameters_(tree_->parameter_count()),
+        trace_(trace),
+        cost_(cost),
+        o_(o),
+        points_(points),
+        progress_(progress),
+        outcomes_(points.size()) {}
 
   std::vector<PointOutcome> run(int threads) {
     threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(std::max(1, threads)), std::max<size_t>(1, points_.size())));
@@ -111,7 +118,7 @@ class PlanEvaluator {
   // thread and is rethrown by run().
   void work() {
     try {
-      auto cost = std::make_shared<const ClusterCost>(cost_);  // its span cache is its own
+      auto cost = std::make_shared<const ClusterCost>(cost_);  // its span and price caches are its own
       for (size_t i; (i = next_++) < points_.size();) {
         outcomes_[i] = evaluate(points_[i], cost);
         std::lock_guard<std::mutex> lock(language_);

@@ -115,7 +115,7 @@ except loom.ScheduleError as e:
     check("check()'s hint names the arguments and draws the step with loom.simulate",
           'or a smaller micro_batch or seq; `loom.simulate(sch, cluster="NAME", micro_batch=4, seq=128, accum=1, memory_limit="20MiB", '
           'memory_plot="memory.svg")` draws where the memory goes' in str(e), str(e))
-# The command prints its warnings before its error; check() hands them over on the error.
+# The schedule's warnings (its primitives give them) come with check()'s error too.
 warned = loom.Schedule("gpt:tiny", world=2)
 warned.zero(stage=3)
 warned.batch()
@@ -123,7 +123,7 @@ try:
     loom.check(warned, memory_limit="20MiB", micro_batch=4)
     check("check() over the limit raises with warnings given", False)
 except loom.ScheduleError as e:
-    check("a ScheduleError from check() carries the warnings given before it",
+    check("a ScheduleError from check() carries the schedule's warnings",
           len(e.warnings) == 1 and "batch() sets neither the micro-batch nor the accumulation" in e.warnings[0], str(e.warnings))
 try:
     loom.check(zero3, memory_limit="lots")
