@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <iterator>
 #include <string>
 
@@ -19,19 +21,23 @@ ClusterCost::ClusterCost(Cluster cluster, Precision precision, int devices_per_n
   beside_compute_->intra_node = *cluster_.intra_node_beside_compute;
 }
 
-size_t ClusterCost::SpanKeyHash::operator()(const SpanKey& k) const {
+namespace {
+// One hash of a cache key's parts.
+size_t hash_of_parts(std::initializer_list<int64_t> parts) {
   size_t h = 0;
-  for (int64_t part : {int64_t{k.tp}, int64_t{k.pp}, int64_t{k.dp}, int64_t{k.spacing}, int64_t{k.stage},
-                       static_cast<int64_t>(k.role), int64_t{k.size}, int64_t{k.next}})
-    h = h * 1000003u ^ std::hash<int64_t>()(part);
+  for (int64_t part : parts) h = h * 1000003u ^ std::hash<int64_t>()(part);
   return h;
+}
+}  // namespace
+
+size_t ClusterCost::SpanKeyHash::operator()(const SpanKey& k) const {
+  return hash_of_parts({int64_t{k.tp}, int64_t{k.pp}, int64_t{k.dp}, int64_t{k.spacing}, int64_t{k.stage}, static_cast<int64_t>(k.role),
+                        int64_t{k.size}, int64_t{k.next}});
 }
 
 size_t ClusterCost::PriceKeyHash::operator()(const PriceKey& k) const {
-  size_t h = std::hash<const void*>()(k.op);
-  for (int64_t part : {k.bytes, int64_t{k.span.nodes}, int64_t{k.span.per_node}, int64_t{k.beside_compute}})
-    h = h * 1000003u ^ std::hash<int64_t>()(part);
-  return h;
+  return hash_of_parts({static_cast<int64_t>(reinterpret_cast<intptr_t>(k.op)), k.bytes, int64_t{k.span.nodes}, int64_t{k.span.per_node},
+                        int64_t{k.beside_compute}});
 }
 
 double ClusterCost::priced_collective(const char* op, int64_t bytes, GroupSpan span, bool beside_compute) const {

@@ -18,8 +18,6 @@ class ModulePath {
   const std::string& str() const { return *path_; }
   operator const std::string&() const { return *path_; }  // NOLINT(google-explicit-constructor)
   bool empty() const { return path_->empty(); }
-  size_t size() const { return path_->size(); }
-  const char* c_str() const { return path_->c_str(); }
 
   // One copy per text: equal paths are the same copy.
   friend bool operator==(const ModulePath& a, const ModulePath& b) { return a.path_ == b.path_; }

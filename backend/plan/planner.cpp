@@ -64,7 +64,8 @@ double model_flops_per_step(const ir::OpTrace& trace, const PlanPoint& p, const 
   return 3 * forward * static_cast<double>(o.accum) * p.dp(o.world);
 }
 
-// The bytes of a rank's model states (of a model of `parameters` elements): where they alone exceed the limit, simulating cannot help.
+// The bytes of a rank's model states, of a model of `parameters` elements: where they alone
+// exceed the limit, simulating cannot help.
 int64_t state_bytes_of(int64_t parameters, const PlanPoint& p) {
   double elements = static_cast<double>(parameters) / (p.tp * p.pp);
   return static_cast<int64_t>(model_state_bytes(elements, StateBytes::loom_adamw(), p.params, p.grads, p.optim));
