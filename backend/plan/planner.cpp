@@ -8,6 +8,7 @@
 #include <system_error>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
 
 #include "backend/lower/lower_schedule.h"
 #include "backend/lower/lower_step.h"
@@ -21,21 +22,32 @@
 namespace loom {
 namespace {
 
-// Evaluates `text` on `sch`; throws UserError where the language refuses it. The parse holds
-// `parser` (ANTLR's shared caches are not known to be thread-safe); the evaluation, on a schedule
-// of its own, does not.
-void evaluate_text(Schedule& sch, const std::string& text, std::mutex& parser) {
-  SourceManager sources;
-  const SourceFile& file = sources.add("plan.sched", text);
-  std::shared_ptr<const ast::Program> program;
-  {
-    std::lock_guard<std::mutex> lock(parser);
-    program = parse_program(file);
+// Parses the planner's schedule texts, each once: the points of different meshes share their own
+// lines (their sharding, recomputation and prefetch), so most points reuse a program parsed
+// before. Parsing holds a lock (ANTLR's shared caches are not known to be thread-safe);
+// evaluating a parsed program, on a schedule of its own, does not.
+class PlanTextParser {
+ public:
+  // Evaluates `text` on `sch`; throws UserError where the language refuses it.
+  void evaluate(Schedule& sch, const std::string& text) {
+    SourceManager sources;
+    const SourceFile& file = sources.add("plan.sched", text);
+    InterpreterOptions io;
+    io.print_to = nullptr;
+    Interpreter(sch, sources, io).run_program(parsed(file));
   }
-  InterpreterOptions io;
-  io.print_to = nullptr;
-  Interpreter(sch, sources, io).run_program(program);
-}
+
+ private:
+  std::shared_ptr<const ast::Program> parsed(const SourceFile& file) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::shared_ptr<const ast::Program>& program = programs_[file.text];
+    if (!program) program = parse_program(file);
+    return program;
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const ast::Program>> programs_;  // by text
+};
 
 // The value `cache` holds for `key`, made by `make` (outside the lock, so threads making others
 // go on) when it holds none; when two threads make the same one, the first kept wins.
@@ -85,7 +97,7 @@ struct PointOutcome {
 };
 
 // Evaluates the points of `points` by index, several threads at once: each takes the next index,
-// writes its schedule, parses it (one thread at a time) and evaluates it, then lowers and
+// writes its schedule, parses it (one thread at a time, once per text) and evaluates it, then lowers and
 // simulates on its own copy of the cost model.
 class PlanEvaluator {
  public:
@@ -184,7 +196,7 @@ class PlanEvaluator {
     std::shared_ptr<const EvaluatedStructure> structure = structure_of(p, text.structure);
     if (!structure->schedule) throw UserError(SourceRange{}, structure->refusal, "");
     std::unique_ptr<Schedule> sch = structure->schedule->clone();
-    evaluate_text(*sch, text.own, parser_);
+    parser_.evaluate(*sch, text.own);
     check_schedule_rules(*sch);
     return lower_schedule(*sch);
   }
@@ -194,7 +206,7 @@ class PlanEvaluator {
       auto evaluated = std::make_shared<EvaluatedStructure>();
       evaluated->schedule = std::make_unique<Schedule>(tree_, ScheduleContext{o_.world, o_.local_world});
       try {
-        evaluate_text(*evaluated->schedule, text, parser_);
+        parser_.evaluate(*evaluated->schedule, text);
       } catch (const UserError& e) {
         evaluated->schedule.reset();
         evaluated->refusal = e.diagnostic().message;
@@ -252,7 +264,7 @@ class PlanEvaluator {
   std::vector<PointOutcome> outcomes_;
   std::atomic<size_t> next_{0};
   std::mutex language_;  // the progress callback and the first failure
-  std::mutex parser_;
+  PlanTextParser parser_;
   std::mutex initial_mutex_, structures_mutex_;
   std::map<std::pair<int, int>, std::shared_ptr<const EvaluatedStructure>> structures_;  // (tp, pp)
   std::map<std::tuple<int, int, bool>, std::shared_ptr<const std::vector<ir::Program>>> initial_;  // (tp, pp, checkpoint)
