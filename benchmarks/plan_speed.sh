@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How fast `loom plan` evaluates configurations (issue #15 asks 10,000 in under 10 s): llama-13b
-# on lins-a800 grown to 8,192 and 12,288 ranks (the cluster file with more nodes, written here),
+# on lins-a800 grown to 8,192 and 12,288 ranks (`--nodes`: more nodes of its kind),
 # every core, recomputation searched. Prints plans evaluated, seconds and milliseconds a plan.
 # `--memory-passes auto` times the plans whose sharded points plan DeepCompile's passes too.
 # Usage: bash benchmarks/plan_speed.sh [--threads N] [--memory-passes auto]
@@ -20,16 +20,9 @@ echo "machine: $(nproc) cores; loom plan ${options[*]} $([[ " ${options[*]} " ==
 printf '%-8s %-8s %10s %10s %10s\n' ranks nodes plans seconds "ms/plan"
 for nodes in 128 1024 1536; do
   ranks=$((nodes * 8))
-  /usr/bin/python3 - "$nodes" "$work/cluster.json" <<'PY'
-import json, sys
-cluster = json.load(open("clusters/lins-a800.json"))
-cluster["name"] = f"lins-a800-{sys.argv[1]}-nodes"
-cluster["nodes"] = int(sys.argv[1])
-json.dump(cluster, open(sys.argv[2], "w"))
-PY
   start=$(date +%s.%N)
   build/loom plan --model llama-13b --world "$ranks" --local-world 8 --seq 4096 --micro-batch 1 \
-    --cluster "$work/cluster.json" --checkpoint auto --memory-limit 80GiB --json "${options[@]}" >"$work/plans.json" 2>/dev/null
+    --cluster lins-a800 --nodes "$nodes" --checkpoint auto --memory-limit 80GiB --json "${options[@]}" >"$work/plans.json" 2>/dev/null
   end=$(date +%s.%N)
   /usr/bin/python3 - "$ranks" "$nodes" "$start" "$end" "$work/plans.json" <<'PY'
 import json, sys

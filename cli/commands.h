@@ -110,6 +110,12 @@ void check_at_least(const std::string& option, const std::string& keyword, int64
 // message at_least gives, naming the option and the keyword.
 void check_run_shape(const char* world_option, const char* world_keyword, int64_t world, int64_t local_world, int64_t seq,
                      int64_t micro_batch, int64_t accum);
+// --nodes (Python: nodes=), as loom simulate, plan and tune take it: a shipped cluster has a few
+// nodes, and a run planned on more of them needs no file of its own (with_nodes).
+extern const char* const kNodesHelp;
+// That `nodes` is at least 0 and, when not 0, resizes a cluster rather than a profile (`profile`
+// empty), which prices the machine it measured: UserError otherwise.
+void check_nodes_on_cluster(int64_t nodes, const std::string& profile);
 // The compute precisions a run is priced or trained in, as --precision takes them.
 extern const std::vector<std::string> kPrecisions;
 // That `given` is one of `allowed` (the options CLI11 checks with IsMember, for the library's

@@ -75,6 +75,16 @@ void check_at_least(const std::string& option, const std::string& keyword, int64
                   "give " + option + " (in Python: " + keyword + "=) a number of at least " + std::to_string(min));
 }
 
+const char* const kNodesHelp =
+    "price the run on this many nodes of the --cluster's kind, as if its file said so (default: the nodes it has)";
+
+void check_nodes_on_cluster(int64_t nodes, const std::string& profile) {
+  check_at_least("--nodes", "nodes", nodes, 0);
+  if (nodes > 0 && !profile.empty())
+    throw UserError(SourceRange{}, "--nodes " + std::to_string(nodes) + " resizes a --cluster; a profile prices the machine it measured",
+                    "give --cluster NAME with --nodes, or leave --nodes out (in Python: nodes=)");
+}
+
 void check_run_shape(const char* world_option, const char* world_keyword, int64_t world, int64_t local_world, int64_t seq,
                      int64_t micro_batch, int64_t accum) {
   check_at_least(world_option, world_keyword, world, 1);

@@ -156,7 +156,8 @@ PlanOutcome search_plans(const PlanOptions& o, const std::function<void(size_t, 
     throw UserError(SourceRange{}, "loom plan needs one cost model: --cluster NAME or --profile FILE",
                     "name one of clusters/ or a cluster file's path, or give a profile from `loom profile --out FILE`");
   std::optional<Cluster> named;  // loaded before tracing, so that a mistyped name is reported at once
-  if (o.profile.empty()) named = load_cluster(o.cluster, cluster_dirs());
+  check_nodes_on_cluster(o.nodes, o.profile);
+  if (o.profile.empty()) named = with_nodes(load_cluster(o.cluster, cluster_dirs()), o.nodes);
   std::shared_ptr<const ModuleTree> tree = module_tree_of(o.model);
   std::string attention;
   ir::OpTrace trace = planning_trace(o, *tree, attention);
@@ -267,6 +268,7 @@ void add_plan(CLI::App& app, std::function<int()>& run) {
                 "cluster device's memory, as a GPU run plans within; 0: all of it)")
       ->transform(byte_size());
   c->add_option("--cluster", o->cluster, "a cluster by name (clusters/, $LOOM_CLUSTER_PATH) or a cluster file's path");
+  c->add_option("--nodes", o->nodes, kNodesHelp)->check(at_least(0));
   c->add_option("--profile", o->profile,
                 "price plans on this machine, as the profile (`loom profile --out FILE`, at --world ranks) measured it");
   c->add_option("--checkpoint", o->checkpoint, "recompute every block: none, all, or auto (search both)")

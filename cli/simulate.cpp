@@ -50,7 +50,7 @@ namespace {
 std::optional<Cluster> chosen_cluster(const SimulateOptions& o, int& local_world) {
   local_world = o.local_world;
   if (o.cluster.empty()) return std::nullopt;
-  Cluster cluster = load_cluster(o.cluster, cluster_dirs());
+  Cluster cluster = with_nodes(load_cluster(o.cluster, cluster_dirs()), o.nodes);
   local_world = run_ranks_per_node(cluster, o.nproc, "--nproc", local_world);
   return cluster;
 }
@@ -201,6 +201,7 @@ void check_cost_model(const SimulateOptions& o) {
   if (o.cluster.empty() == o.profile.empty())
     throw UserError(SourceRange{}, "loom simulate needs one cost model: --cluster NAME or --profile FILE",
                     "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`");
+  check_nodes_on_cluster(o.nodes, o.profile);
   if (o.representative && o.profile.empty())
     throw UserError(SourceRange{}, "--representative chooses how a profile's ranks are simulated; this run is priced on a cluster",
                     "give --profile FILE, or leave --representative out (a cluster's ranks are always simulated by one per stage)");
@@ -314,6 +315,7 @@ void add_simulate(CLI::App& app, std::function<int()>& run) {
   c->add_option("--clip", o->clip, "the run's --clip: 0 plans no gradient-norm all-reduce");
   c->add_option("--set", o->sets, "fix a tune() knob: --set name=value (repeatable)");
   c->add_option("--cluster", o->cluster, "a cluster by name (clusters/, $LOOM_CLUSTER_PATH) or a cluster file's path");
+  c->add_option("--nodes", o->nodes, kNodesHelp)->check(at_least(0));
   c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE` (measured on this machine)");
   c->add_option("--precision", o->precision, "the compute precision priced on a cluster's device")->check(CLI::IsMember(kPrecisions));
   c->add_flag("--json", o->json, "print {\"step_s\", \"compute_s\", \"exposed_comm_s\", \"peak_bytes\", ...} as JSON");

@@ -122,7 +122,8 @@ std::unique_ptr<tune::Evaluator> sim_evaluator(const TuneCommand& o, int& local_
   tune::Tracer tracer = [model = o.model](const ir::TraceShape& shape, const std::vector<ModuleReplacement>& replacements) {
     return trace_model(model, shape, replacements);
   };
-  Cluster cluster = o.profile.empty() ? load_cluster(o.cluster, cluster_dirs())
+  check_nodes_on_cluster(o.nodes, o.profile);
+  Cluster cluster = o.profile.empty() ? with_nodes(load_cluster(o.cluster, cluster_dirs()), o.nodes)
                                       : profiled_machine(o.profile, tracer({o.micro_batch, o.seq}, {}),
                                                          {o.model, "", o.nproc, 0, o.micro_batch, o.seq, o.accum}, "loom tune");
   local_world = run_ranks_per_node(cluster, o.nproc, "--nproc", o.local_world);
@@ -349,6 +350,7 @@ void add_tune(CLI::App& app, std::function<int()>& run) {
                                                    "as loom run takes it)")
       ->transform(byte_size());
   c->add_option("--cluster", o->cluster, "price points on a cluster by name (clusters/) or a cluster file's path");
+  c->add_option("--nodes", o->nodes, kNodesHelp)->check(at_least(0));
   c->add_option("--profile", o->profile, "price points on this machine, as the profile (`loom profile --out FILE`) measured it");
   c->add_option("--precision", o->precision, "the compute precision priced")->check(CLI::IsMember(kPrecisions));
   c->add_option("--db", o->db, "the trial database (JSONL): every trial is appended; points it holds are not evaluated again");

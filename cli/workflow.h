@@ -68,6 +68,7 @@ struct SimulateOptions {
   double clip = TrainOptions{}.clip;
   std::vector<std::string> sets;
   std::string cluster;
+  int nodes = 0;  // --nodes: the cluster at this many nodes of its kind (0: as its file says)
   std::string profile;
   std::string precision = "bf16";
   bool json = false;
@@ -103,6 +104,7 @@ struct PlanOptions {
   int64_t accum = TrainOptions{}.accum;
   std::string memory_limit;
   std::string cluster;
+  int nodes = 0;  // --nodes: the cluster at this many nodes of its kind (0: as its file says)
   std::string profile;
   std::string checkpoint = "none";
   std::string attention = "memory_efficient";
@@ -138,6 +140,7 @@ struct TuneCommand {
   size_t max_trials = 0;
   std::string memory_limit;
   std::string cluster;
+  int nodes = 0;  // --nodes: the cluster at this many nodes of its kind (0: as its file says)
   std::string profile;
   std::string precision = "bf16";
   std::string db;

@@ -141,10 +141,11 @@ py::object verify(PySelection& s, int nproc, int64_t micro_batch, int64_t seq, i
 
 py::object simulate(PySelection& s, const std::string& cluster, const std::string& profile, int64_t micro_batch, int64_t seq,
                     int64_t accum, double clip, const std::string& precision, const py::object& memory_limit,
-                    const std::string& memory_plot) {
+                    const std::string& memory_plot, int nodes) {
   cli::SimulateOptions o;
   o.model = s.owner->schedule->tree().model_name();
   o.cluster = cluster;
+  o.nodes = nodes;
   o.profile = profile;
   o.micro_batch = micro_batch;
   o.seq = seq;
@@ -217,7 +218,7 @@ py::list check(PySelection& s, const py::object& memory_limit, int64_t micro_bat
 py::object plan(const std::string& model, int world, int local_world, int64_t seq, int64_t micro_batch, int64_t accum,
                 const py::object& memory_limit, const std::string& cluster, const std::string& profile,
                 const std::string& checkpoint, const std::string& attention, const std::string& precision, int top, int threads,
-                const std::string& memory_passes) {
+                const std::string& memory_passes, int nodes) {
   cli::PlanOptions o;
   o.model = model;
   o.world = world;
@@ -227,6 +228,7 @@ py::object plan(const std::string& model, int world, int local_world, int64_t se
   o.accum = accum;
   o.memory_limit = size_text(memory_limit);
   o.cluster = cluster;
+  o.nodes = nodes;
   o.profile = profile;
   o.checkpoint = checkpoint;
   o.attention = attention;
@@ -265,7 +267,7 @@ std::function<void(const std::shared_ptr<Schedule>&)> schedule_builder(std::shar
 py::object tune(const py::object& schedule, const std::string& model, int world, int local_world, const std::string& evaluator,
                 const std::string& cluster, const std::string& profile, const std::optional<std::string>& strategy,
                 size_t max_trials, uint64_t seed, const py::object& memory_limit, int64_t seq, int64_t micro_batch, int64_t accum,
-                const std::string& db, const std::string& out, int steps) {
+                const std::string& db, const std::string& out, int steps, int nodes) {
   if (model.empty()) throw py::value_error("loom.tune needs model=\"...\" (loom.models() lists them)");
   cli::TuneCommand o;
   if (py::isinstance<py::function>(schedule)) {
@@ -281,6 +283,7 @@ py::object tune(const py::object& schedule, const std::string& model, int world,
   o.local_world = local_world;
   o.evaluator = evaluator;
   o.cluster = cluster;
+  o.nodes = nodes;
   o.profile = profile;
   o.strategy_given = strategy.has_value();
   if (strategy) o.strategy = *strategy;
@@ -416,24 +419,24 @@ void bind_workflow(py::module_& m) {
         "'600MiB' (None: the run's default, on a GPU 90% of its memory; 0: none)");
   m.def("simulate", &simulate, py::arg("schedule"), py::arg("cluster") = "", py::arg("profile") = "",
         py::arg("micro_batch") = d.micro_batch, py::arg("seq") = d.seq, py::arg("accum") = d.accum, py::arg("clip") = d.clip,
-        py::arg("precision") = "bf16", py::arg("memory_limit") = py::none(), py::arg("memory_plot") = "",
-        "`loom simulate --json` on a cluster (by name or file) or a profile: a dict with 'step_s', 'compute_s', "
+        py::arg("precision") = "bf16", py::arg("memory_limit") = py::none(), py::arg("memory_plot") = "", py::arg("nodes") = 0,
+        "`loom simulate --json` on a cluster (by name or file; nodes: on that many nodes of its kind, 0: its own) or a profile: a dict with 'step_s', 'compute_s', "
         "'exposed_comm_s', 'peak_bytes', ...; memory_limit in bytes or as '600MiB' (None: on a cluster 90% of its "
         "device's memory, on a profile the limit its run planned within; 0: none); memory_plot: an SVG file to draw "
         "the memory timeline in");
   m.def("plan", &plan, py::arg("model"), py::arg("world"), py::arg("local_world") = 0, py::arg("seq") = d.seq,
         py::arg("micro_batch") = d.micro_batch, py::arg("accum") = d.accum, py::arg("memory_limit") = py::none(),
         py::arg("cluster") = "", py::arg("profile") = "", py::arg("checkpoint") = "none", py::arg("attention") = "memory_efficient",
-        py::arg("precision") = "bf16", py::arg("top") = 5, py::arg("threads") = 0, py::arg("memory_passes") = "off",
-        "`loom plan --json`: {'plans': [...]}, best first, each with params, grads, optim, tp, pp, step_s, mfu, peak_bytes "
+        py::arg("precision") = "bf16", py::arg("top") = 5, py::arg("threads") = 0, py::arg("memory_passes") = "off", py::arg("nodes") = 0,
+        "`loom plan --json` (nodes: the cluster on that many nodes of its kind, 0: its own): {'plans': [...]}, best first, each with params, grads, optim, tp, pp, step_s, mfu, peak_bytes "
         "and its schedule's text; memory_passes='auto' plans sharded plans' gathers by the memory-aware passes within "
         "memory_limit (None: 90% of the cluster device's memory).");
   m.def("tune", &tune, py::arg("schedule"), py::arg("model") = "", py::arg("world") = 1, py::arg("local_world") = 0,
         py::arg("evaluator") = "sim", py::arg("cluster") = "", py::arg("profile") = "", py::arg("strategy") = py::none(),
         py::arg("max_trials") = 0, py::arg("seed") = 0, py::arg("memory_limit") = py::none(), py::arg("seq") = d.seq,
         py::arg("micro_batch") = d.micro_batch, py::arg("accum") = d.accum, py::arg("db") = "", py::arg("out") = "",
-        py::arg("steps") = 6,
-        "`loom tune --json` of a .sched file's path, or of a function build(sch) that declares knobs with sch.tune(...) "
+        py::arg("steps") = 6, py::arg("nodes") = 0,
+        "`loom tune --json` (nodes: the cluster on that many nodes of its kind, 0: its own) of a .sched file's path, or of a function build(sch) that declares knobs with sch.tune(...) "
         "(evaluated by the simulator): a dict with 'space_size', 'best' and 'trials'.");
   m.def("train", &train, py::arg("schedule"), py::arg("steps") = d.steps,
         "`loom run` of the schedule, its keyword arguments the command's flags (micro_batch=2, lr=1e-3, data='t.bin', "

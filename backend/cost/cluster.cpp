@@ -16,6 +16,8 @@
 
 namespace loom {
 
+constexpr int64_t kMostSimulatedDevices = int64_t{1} << 24;
+
 double EfficiencyTable::at(double size) const {
   if (steps.empty()) return 1.0;
   double e = steps.front().second;
@@ -111,7 +113,7 @@ Cluster parse_cluster(const std::string& json_text, const std::string& origin) {
                  "host", "inter_node_scale"});
   c.nodes = r.count(j, "", "nodes", 1);
   c.devices_per_node = r.count(j, "", "devices_per_node", 1);
-  if (static_cast<int64_t>(c.nodes) * c.devices_per_node > (1 << 24))
+  if (static_cast<int64_t>(c.nodes) * c.devices_per_node > kMostSimulatedDevices)
     r.fail("nodes", "times `devices_per_node` is " + std::to_string(static_cast<int64_t>(c.nodes) * c.devices_per_node) +
                         " devices: at most 16777216 (2^24) are simulated");
   const json& d = r.at(j, "", "device");
@@ -210,12 +212,25 @@ std::string ranks_per_node_hint(const Cluster& cluster, int world, const std::st
 
 }  // namespace
 
+Cluster with_nodes(Cluster cluster, int nodes) {
+  if (nodes == 0 || nodes == cluster.nodes) return cluster;
+  if (static_cast<int64_t>(nodes) * cluster.devices_per_node > kMostSimulatedDevices)
+    throw UserError(SourceRange{},
+                    "--nodes " + std::to_string(nodes) + " of cluster " + cluster.name + " is " +
+                        std::to_string(static_cast<int64_t>(nodes) * cluster.devices_per_node) + " devices: at most 16777216 (2^24) are simulated",
+                    "give at most " + std::to_string(kMostSimulatedDevices / cluster.devices_per_node) + " nodes");
+  cluster.name += " (" + std::to_string(nodes) + (nodes == 1 ? " node)" : " nodes)");
+  cluster.nodes = nodes;
+  return cluster;
+}
+
 int run_ranks_per_node(const Cluster& cluster, int world, const std::string& world_flag, int local_world) {
   auto refuse = [&](const std::string& what, const std::string& hint) { throw UserError(SourceRange{}, what, hint); };
   std::string ranks = world_flag + " " + std::to_string(world);
   if (world > cluster.world())
     refuse(ranks + " is more than cluster " + cluster.name + " has (" + std::to_string(cluster.world()) + " devices)",
-           "use at most " + std::to_string(cluster.world()) + " ranks, or describe a larger cluster");
+           "use at most " + std::to_string(cluster.world()) + " ranks, or plan on more nodes of its kind: --nodes " +
+               std::to_string((world + cluster.devices_per_node - 1) / cluster.devices_per_node));
   if (local_world > cluster.devices_per_node)
     refuse("--local-world " + std::to_string(local_world) + " is more than a node of cluster " + cluster.name + " has (" +
                std::to_string(cluster.devices_per_node) + " devices)",
@@ -232,7 +247,7 @@ int run_ranks_per_node(const Cluster& cluster, int world, const std::string& wor
   if (world / per_node > cluster.nodes)
     refuse(ranks + " at " + std::to_string(per_node) + " per node needs " + std::to_string(world / per_node) + " nodes; cluster " +
                cluster.name + " has " + std::to_string(cluster.nodes),
-           hint);
+           hint + ", or plan on more nodes of its kind: --nodes " + std::to_string(world / per_node));
   return per_node;
 }
 

@@ -108,6 +108,14 @@ cli = cli_json("plan", "--model", "gpt:tiny", "--world", "4", "--cluster", "dgx-
                "--memory-passes", "auto")
 check("plan's memory_passes is --memory-passes", py == cli and py["memory_passes"] == "auto", f"{py['plans'][:1]} vs {cli['plans'][:1]}")
 check("plan with the memory-aware passes writes them", "prefetch(budget=auto)" in py["plans"][0]["schedule"], py["plans"][0]["schedule"])
+py = loom.plan("gpt:tiny", world=256, cluster="dgx-a100", nodes=32, seq=64, micro_batch=2, top=1)
+cli = cli_json("plan", "--model", "gpt:tiny", "--world", "256", "--cluster", "dgx-a100", "--nodes", "32", "--seq", "64",
+               "--micro-batch", "2", "--top", "1")
+check("plan's nodes is --nodes: the cluster on more nodes of its kind", py == cli and len(py["plans"]) == 1, f"{py['plans'][:1]}")
+one_node, sixteen = loom.simulate(sch, cluster="dgx-a100", nodes=1), loom.simulate(sch, cluster="dgx-a100")
+check("simulate's nodes is --nodes: the cluster named for them", one_node.pop("priced_by") == "cluster dgx-a100 (1 node)", one_node)
+sixteen.pop("priced_by")
+check("simulate's nodes change no price of ranks that fit either way", one_node == sixteen, f"{one_node} vs {sixteen}")
 for bad, message in [("memory_passes", "--memory-passes must be one of off, auto, not 'sometimes'"),
                      ("checkpoint", "--checkpoint must be one of none, all, auto, not 'sometimes'")]:
     try:
@@ -129,6 +137,7 @@ for call, message in [(lambda: loom.plan("gpt:tiny", world=0, cluster="dgx-a100"
                        "--seq must be at least 1, got 0"),
                       (lambda: loom.explain(sch, micro_batch=0), "--micro-batch must be at least 1, got 0"),
                       (lambda: loom.plan("gpt:tiny", world=4, cluster="dgx-a100", top=0), "--top must be at least 1, got 0"),
+                      (lambda: loom.plan("gpt:tiny", world=4, cluster="dgx-a100", nodes=-1), "--nodes must be at least 0, got -1"),
                       (lambda: loom.plan("gpt:tiny", world=4, cluster="dgx-a100", threads=-1), "--threads must be at least 0, got -1"),
                       (lambda: loom.plan("gpt:tiny", world=4, local_world=-1, cluster="dgx-a100"),
                        "--local-world must be at least 0, got -1"),
