@@ -166,7 +166,7 @@ PlanOutcome search_plans(const PlanOptions& o, const std::function<void(size_t, 
   PlanOutcome out{named ? *named
                         : profiled_machine(o.profile, attention.empty() ? trace : trace_model(o.model, {o.micro_batch, o.seq}),
                                            {o.model, "", o.world, 0, o.micro_batch, o.seq, o.accum}, "loom plan")};
-  out.local_world = run_ranks_per_node(out.cluster, o.world, "--world", o.local_world);
+  out.local_world = run_ranks_per_node(out.cluster, o.world, "--world", o.local_world, named ? "--nodes" : "");
   // Not given: 90% of the device, the limit a GPU run and `loom simulate --cluster` plan within;
   // 0: its whole memory (a plan is judged against some limit).
   int64_t device = out.cluster.device.memory_bytes, given = given_memory_limit(o.memory_limit);

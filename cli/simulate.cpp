@@ -51,7 +51,7 @@ std::optional<Cluster> chosen_cluster(const SimulateOptions& o, int& local_world
   local_world = o.local_world;
   if (o.cluster.empty()) return std::nullopt;
   Cluster cluster = with_nodes(load_cluster(o.cluster, cluster_dirs()), o.nodes);
-  local_world = run_ranks_per_node(cluster, o.nproc, "--nproc", local_world);
+  local_world = run_ranks_per_node(cluster, o.nproc, "--nproc", local_world, "--nodes");
   return cluster;
 }
 

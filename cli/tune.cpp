@@ -122,11 +122,10 @@ std::unique_ptr<tune::Evaluator> sim_evaluator(const TuneCommand& o, int& local_
   tune::Tracer tracer = [model = o.model](const ir::TraceShape& shape, const std::vector<ModuleReplacement>& replacements) {
     return trace_model(model, shape, replacements);
   };
-  check_nodes_on_cluster(o.nodes, o.profile);
   Cluster cluster = o.profile.empty() ? with_nodes(load_cluster(o.cluster, cluster_dirs()), o.nodes)
                                       : profiled_machine(o.profile, tracer({o.micro_batch, o.seq}, {}),
                                                          {o.model, "", o.nproc, 0, o.micro_batch, o.seq, o.accum}, "loom tune");
-  local_world = run_ranks_per_node(cluster, o.nproc, "--nproc", o.local_world);
+  local_world = run_ranks_per_node(cluster, o.nproc, "--nproc", o.local_world, o.profile.empty() ? "--nodes" : "");
   auto cost = std::make_unique<ClusterCost>(cluster, o.precision == "fp32" ? Precision::Fp32 : Precision::Bf16, local_world);
   std::string key = schedule_key(o);
   tune::SimShape shape{o.model, o.nproc, o.seq, o.micro_batch, o.accum, given_memory_limit(o.memory_limit)};
@@ -141,6 +140,7 @@ void check_sweep(const TuneCommand& o) {
   check_choice("--evaluator", "evaluator", o.evaluator, kEvaluators);
   check_choice("--strategy", "strategy", o.strategy, kStrategies);
   check_choice("--precision", "precision", o.precision, kPrecisions);
+  check_nodes_on_cluster(o.nodes, o.profile);
   check_at_least("--steps", "steps", o.steps, 3);  // a trial's step time is the median after its first two steps
   if (o.strategy == "successive-halving" && o.evaluator != "run")
     throw UserError(SourceRange{}, "--strategy successive-halving measures points with more and more steps, which only real runs take",

@@ -16,7 +16,10 @@
 
 namespace loom {
 
+namespace {
 constexpr int64_t kMostSimulatedDevices = int64_t{1} << 24;
+std::string simulated_devices_text() { return std::to_string(kMostSimulatedDevices) + " (2^24)"; }
+}  // namespace
 
 double EfficiencyTable::at(double size) const {
   if (steps.empty()) return 1.0;
@@ -115,7 +118,7 @@ Cluster parse_cluster(const std::string& json_text, const std::string& origin) {
   c.devices_per_node = r.count(j, "", "devices_per_node", 1);
   if (static_cast<int64_t>(c.nodes) * c.devices_per_node > kMostSimulatedDevices)
     r.fail("nodes", "times `devices_per_node` is " + std::to_string(static_cast<int64_t>(c.nodes) * c.devices_per_node) +
-                        " devices: at most 16777216 (2^24) are simulated");
+                        " devices: at most " + simulated_devices_text() + " are simulated");
   const json& d = r.at(j, "", "device");
   r.only(d, "device", {"name", "memory", "matrix_tflops", "matrix_efficiency_by_gflop", "memory_GBps", "memory_efficiency_by_mb"});
   c.device.name = r.text(d, "device", "name");
@@ -210,27 +213,38 @@ std::string ranks_per_node_hint(const Cluster& cluster, int world, const std::st
   return "every node runs the same number of ranks: give --local-world one of " + fitting;
 }
 
+// ", or more nodes of its kind: --nodes N" where `nodes_flag` (empty: none) can give the cluster
+// the nodes `world` ranks need at `per_node` a node; "" where it cannot or they do not split.
+std::string more_nodes_hint(const std::string& nodes_flag, int world, int per_node) {
+  if (nodes_flag.empty() || per_node < 1 || world % per_node != 0) return "";
+  return ", or more nodes of its kind: " + nodes_flag + " " + std::to_string(world / per_node);
+}
+
 }  // namespace
 
 Cluster with_nodes(Cluster cluster, int nodes) {
+  if (nodes < 0)
+    throw UserError(SourceRange{}, "--nodes " + std::to_string(nodes) + " is not a number of nodes",
+                    "give --nodes (in Python: nodes=) 1 or more, or 0 for the nodes the cluster's file has");
   if (nodes == 0 || nodes == cluster.nodes) return cluster;
   if (static_cast<int64_t>(nodes) * cluster.devices_per_node > kMostSimulatedDevices)
     throw UserError(SourceRange{},
                     "--nodes " + std::to_string(nodes) + " of cluster " + cluster.name + " is " +
-                        std::to_string(static_cast<int64_t>(nodes) * cluster.devices_per_node) + " devices: at most 16777216 (2^24) are simulated",
-                    "give at most " + std::to_string(kMostSimulatedDevices / cluster.devices_per_node) + " nodes");
-  cluster.name += " (" + std::to_string(nodes) + (nodes == 1 ? " node)" : " nodes)");
+                        std::to_string(static_cast<int64_t>(nodes) * cluster.devices_per_node) + " devices: at most " +
+                        simulated_devices_text() + " are simulated",
+                    "give at most " + std::to_string(kMostSimulatedDevices / cluster.devices_per_node) + " nodes (in Python: nodes=)");
+  cluster.name += " at " + std::to_string(nodes) + (nodes == 1 ? " node" : " nodes");
   cluster.nodes = nodes;
   return cluster;
 }
 
-int run_ranks_per_node(const Cluster& cluster, int world, const std::string& world_flag, int local_world) {
+int run_ranks_per_node(const Cluster& cluster, int world, const std::string& world_flag, int local_world, const std::string& nodes_flag) {
   auto refuse = [&](const std::string& what, const std::string& hint) { throw UserError(SourceRange{}, what, hint); };
   std::string ranks = world_flag + " " + std::to_string(world);
   if (world > cluster.world())
     refuse(ranks + " is more than cluster " + cluster.name + " has (" + std::to_string(cluster.world()) + " devices)",
-           "use at most " + std::to_string(cluster.world()) + " ranks, or plan on more nodes of its kind: --nodes " +
-               std::to_string((world + cluster.devices_per_node - 1) / cluster.devices_per_node));
+           "use at most " + std::to_string(cluster.world()) + " ranks" +
+               more_nodes_hint(nodes_flag, world, local_world > 0 ? std::min(local_world, cluster.devices_per_node) : cluster.devices_per_node));
   if (local_world > cluster.devices_per_node)
     refuse("--local-world " + std::to_string(local_world) + " is more than a node of cluster " + cluster.name + " has (" +
                std::to_string(cluster.devices_per_node) + " devices)",
@@ -247,7 +261,7 @@ int run_ranks_per_node(const Cluster& cluster, int world, const std::string& wor
   if (world / per_node > cluster.nodes)
     refuse(ranks + " at " + std::to_string(per_node) + " per node needs " + std::to_string(world / per_node) + " nodes; cluster " +
                cluster.name + " has " + std::to_string(cluster.nodes),
-           hint + ", or plan on more nodes of its kind: --nodes " + std::to_string(world / per_node));
+           hint + more_nodes_hint(nodes_flag, world, per_node));
   return per_node;
 }
 

@@ -89,15 +89,18 @@ std::string cluster_names_text(const std::vector<std::string>& dirs);
 // first folder that has NAME.json winning. Throws UserError listing the known names.
 Cluster load_cluster(const std::string& name_or_path, const std::vector<std::string>& dirs);
 
-// `cluster` with `nodes` nodes of its kind, named for it ("dgx-h100 (128 nodes)"): `--nodes`, a
-// cluster the size of the planned run without writing its file. 0 keeps `cluster` as it is.
-// Throws UserError when the nodes hold more devices than are simulated (2^24).
+// `cluster` with `nodes` nodes of its kind, named for them ("dgx-h100 at 128 nodes"): `--nodes`, a
+// cluster the size of the planned run without writing its file. 0, or the nodes it has, keeps
+// `cluster` as it is, name and all. Throws UserError for fewer than 0 nodes, or nodes holding
+// more devices than are simulated (2^24).
 Cluster with_nodes(Cluster cluster, int nodes);
 
 // The ranks per node of a run of `world` ranks (`world_flag` names the option that says so) on
 // `cluster`: `local_world`, or when it is 0 the cluster's devices per node (all ranks when there
 // are fewer). Throws UserError when the run does not fit the cluster, or its ranks do not split
-// evenly over nodes.
-int run_ranks_per_node(const Cluster& cluster, int world, const std::string& world_flag, int local_world);
+// evenly over nodes; where `nodes_flag` can resize the cluster (with_nodes; empty for a
+// profiled machine, which cannot be), the hint names the nodes that would fit.
+int run_ranks_per_node(const Cluster& cluster, int world, const std::string& world_flag, int local_world,
+                       const std::string& nodes_flag);
 
 }  // namespace loom

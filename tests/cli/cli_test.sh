@@ -591,20 +591,20 @@ expect "simulate on more nodes than the cluster has" 2 "error: --nproc 128 at 1 
   -- "$loom" simulate --model gpt:tiny --nproc 128 --local-world 1 --cluster dgx-a100
 # --nodes: the cluster on more (or fewer) nodes of its kind, without a file of its own.
 expect "plan beyond the cluster's devices names --nodes" 2 "error: --world 256 is more than cluster dgx-a100 has (128 devices)" \
-  "hint: use at most 128 ranks, or plan on more nodes of its kind: --nodes 32" -- "$loom" plan --model gpt:tiny --world 256 --cluster dgx-a100
-expect "simulate on more nodes than the cluster has names --nodes" 2 "or plan on more nodes of its kind: --nodes 128" \
+  "hint: use at most 128 ranks, or more nodes of its kind: --nodes 32" -- "$loom" plan --model gpt:tiny --world 256 --cluster dgx-a100
+expect "simulate on more nodes than the cluster has names --nodes" 2 ", or more nodes of its kind: --nodes 128" \
   -- "$loom" simulate --model gpt:tiny --nproc 128 --local-world 1 --cluster dgx-a100
-expect "plan on --nodes more of the cluster" 0 "on 256 ranks of dgx-a100 (32 nodes)" \
+expect "plan on --nodes more of the cluster" 0 "on 256 ranks of dgx-a100 at 32 nodes" \
   -- "$loom" plan --model gpt:tiny --world 256 --cluster dgx-a100 --nodes 32 --top 1
-expect "simulate on --nodes fewer of the cluster" 2 "error: --nproc 64 is more than cluster dgx-a100 (4 nodes) has (32 devices)" \
-  "hint: use at most 32 ranks, or plan on more nodes of its kind: --nodes 8" -- "$loom" simulate --model gpt:tiny --nproc 64 --cluster dgx-a100 --nodes 4
+expect "simulate on --nodes fewer of the cluster" 2 "error: --nproc 64 is more than cluster dgx-a100 at 4 nodes has (32 devices)" \
+  "hint: use at most 32 ranks, or more nodes of its kind: --nodes 8" -- "$loom" simulate --model gpt:tiny --nproc 64 --cluster dgx-a100 --nodes 4
 expect "tune on --nodes more of the cluster" 0 "on gpt:tiny at 256 ranks, coordinate-descent, sim" \
   -- "$loom" tune examples/gpt_tuned.sched --model gpt:tiny --nproc 256 --seq 64 --cluster dgx-a100 --nodes 32
 expect "simulate --nodes with a profile" 2 "error: --nodes 8 resizes a --cluster; a profile prices the machine it measured" \
   "hint: give --cluster NAME with --nodes, or leave --nodes out (in Python: nodes=)" \
   -- "$loom" simulate --model gpt:tiny --nproc 2 --profile "$tmp/no_profile.json" --nodes 8
 expect "plan --nodes beyond the simulated devices" 2 "error: --nodes 4000000 of cluster dgx-a100 is 32000000 devices: at most 16777216 (2^24) are simulated" \
-  "hint: give at most 2097152 nodes" -- "$loom" plan --model gpt:tiny --world 8 --cluster dgx-a100 --nodes 4000000
+  "hint: give at most 2097152 nodes (in Python: nodes=)" -- "$loom" plan --model gpt:tiny --world 8 --cluster dgx-a100 --nodes 4000000
 for command in "simulate --cluster dgx-a100 --nproc 2" "plan --cluster dgx-a100 --world 2" "explain --nproc 2"; do
   expect "${command%% *} beyond the model's context" 2 "error: --seq 512 is longer than model gpt:tiny's context of 256 tokens" \
     "hint: use --seq 256 or less" -- "$loom" $command --model gpt:tiny --seq 512

@@ -113,7 +113,7 @@ cli = cli_json("plan", "--model", "gpt:tiny", "--world", "256", "--cluster", "dg
                "--micro-batch", "2", "--top", "1")
 check("plan's nodes is --nodes: the cluster on more nodes of its kind", py == cli and len(py["plans"]) == 1, f"{py['plans'][:1]}")
 one_node, sixteen = loom.simulate(sch, cluster="dgx-a100", nodes=1), loom.simulate(sch, cluster="dgx-a100")
-check("simulate's nodes is --nodes: the cluster named for them", one_node.pop("priced_by") == "cluster dgx-a100 (1 node)", one_node)
+check("simulate's nodes is --nodes: the cluster named for them", one_node.pop("priced_by") == "cluster dgx-a100 at 1 node", one_node)
 sixteen.pop("priced_by")
 check("simulate's nodes change no price of ranks that fit either way", one_node == sixteen, f"{one_node} vs {sixteen}")
 for bad, message in [("memory_passes", "--memory-passes must be one of off, auto, not 'sometimes'"),

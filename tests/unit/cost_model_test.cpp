@@ -221,34 +221,48 @@ TEST_CASE("clusters users add: $LOOM_CLUSTER_PATH is searched first") {
   std::filesystem::remove_all(dir);
 }
 
+namespace {
+
+// What run_ranks_per_node refuses the run with (an empty diagnostic, failing, where it does not).
+Diagnostic ranks_per_node_refusal(const Cluster& cluster, int world, const std::string& world_flag, int local_world,
+                                  const std::string& nodes_flag) {
+  try {
+    run_ranks_per_node(cluster, world, world_flag, local_world, nodes_flag);
+  } catch (const UserError& e) {
+    return e.diagnostic();
+  }
+  FAIL("run_ranks_per_node refuses " << world_flag << " " << world << " on cluster " << cluster.name);
+  return {};
+}
+
+}  // namespace
+
 TEST_CASE("--nodes: a shipped cluster on more nodes of its kind, priced as its own nodes are") {
   Cluster h100 = shipped("dgx-h100");
   Cluster grown = with_nodes(h100, 128);
   CHECK(grown.nodes == 128);
   CHECK(grown.world() == 1024);
-  CHECK(grown.name == "dgx-h100 (128 nodes)");
+  CHECK(grown.name == "dgx-h100 at 128 nodes");
   // The node count only says what fits: a collective over the same ranks costs the same.
   CHECK(collective_seconds(grown, "all_reduce", 1000000000, {8, 16}) == collective_seconds(h100, "all_reduce", 1000000000, {8, 16}));
-  CHECK(run_ranks_per_node(grown, 1024, "--world", 0) == 8);
-  try {
-    run_ranks_per_node(h100, 1024, "--world", 0);
-    FAIL("a world beyond the cluster's devices is refused");
-  } catch (const UserError& e) {
-    CHECK(e.diagnostic().message == "--world 1024 is more than cluster dgx-h100 has (128 devices)");
-    CHECK(e.diagnostic().hint == "use at most 128 ranks, or plan on more nodes of its kind: --nodes 128");
-  }
-  try {
-    run_ranks_per_node(h100, 64, "--nproc", 2);
-    FAIL("a world over more nodes than the cluster has is refused");
-  } catch (const UserError& e) {
-    CHECK(e.diagnostic().message == "--nproc 64 at 2 per node needs 32 nodes; cluster dgx-h100 has 16");
-    CHECK(e.diagnostic().hint.find("or plan on more nodes of its kind: --nodes 32") != std::string::npos);
-  }
+  CHECK(run_ranks_per_node(grown, 1024, "--world", 0, "--nodes") == 8);
+  Diagnostic beyond = ranks_per_node_refusal(h100, 1024, "--world", 0, "--nodes");
+  CHECK(beyond.message == "--world 1024 is more than cluster dgx-h100 has (128 devices)");
+  CHECK(beyond.hint == "use at most 128 ranks, or more nodes of its kind: --nodes 128");
+  Diagnostic too_few_nodes = ranks_per_node_refusal(h100, 64, "--nproc", 2, "--nodes");
+  CHECK(too_few_nodes.message == "--nproc 64 at 2 per node needs 32 nodes; cluster dgx-h100 has 16");
+  CHECK(too_few_nodes.hint.find(", or more nodes of its kind: --nodes 32") != std::string::npos);
+  // At a node's share of ranks the hint names the nodes they need; where they do not split
+  // evenly, or the cluster cannot be resized (a profiled machine's), it names none.
+  CHECK(ranks_per_node_refusal(h100, 256, "--nproc", 4, "--nodes").hint == "use at most 128 ranks, or more nodes of its kind: --nodes 64");
+  CHECK(ranks_per_node_refusal(h100, 129, "--nproc", 0, "--nodes").hint == "use at most 128 ranks");
+  CHECK(ranks_per_node_refusal(h100, 64, "--world", 2, "").hint.find("--nodes") == std::string::npos);
   // 0, or the nodes it has, keeps the cluster as it is, its name too.
   CHECK(with_nodes(h100, 0).name == "dgx-h100");
   CHECK(with_nodes(h100, 16).name == "dgx-h100");
   CHECK(with_nodes(h100, 2).world() == 16);
-  CHECK(with_nodes(h100, 1).name == "dgx-h100 (1 node)");
+  CHECK(with_nodes(h100, 1).name == "dgx-h100 at 1 node");
+  CHECK_THROWS_WITH_AS(with_nodes(h100, -1), "--nodes -1 is not a number of nodes", UserError);
   CHECK_THROWS_WITH_AS(with_nodes(h100, 4000000),
                        "--nodes 4000000 of cluster dgx-h100 is 32000000 devices: at most 16777216 (2^24) are simulated", UserError);
 }
