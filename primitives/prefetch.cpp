@@ -1,6 +1,6 @@
 // prefetch(budget=auto|bytes): issue the all-gathers of the following modules'
 // parameters while this one computes, as many as fit in the budget
-// (deepcompile.txt §4.2; auto = one module ahead).
+// (deepcompile.txt §4.2; auto = as early as --memory-limit allows, one module ahead without one).
 #include "primitives/registry.h"
 
 namespace {
@@ -23,6 +23,6 @@ void check_budget(const PrimitiveCall& c) {
 LOOM_PRIMITIVE(prefetch) {
   return loom::PrimitiveSpec("prefetch", "Gather the next modules' sharded parameters while this one computes.")
       .on(loom::Scope::Module)
-      .param("budget", loom::ParamType::bytes_or_auto(), loom::Value::auto_(), "bytes of parameters gathered ahead; auto = one module")
+      .param("budget", loom::ParamType::bytes_or_auto(), loom::Value::auto_(), "bytes of parameters gathered ahead; auto = as early as --memory-limit allows (one module without a limit)")
       .check(check_budget);
 }
