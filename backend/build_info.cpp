@@ -16,6 +16,14 @@ std::string build_description() {
 #endif
 }
 
+bool built_with_cuda() {
+#ifdef LOOM_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
 std::string exception_text(const std::exception& e, bool with_backtrace) {
   if (auto* c10_error = dynamic_cast<const c10::Error*>(&e); c10_error && !with_backtrace)
     return c10_error->what_without_backtrace();

@@ -9,6 +9,8 @@ namespace loom {
 
 // "LibTorch 1.13.1, CPU" or "LibTorch 2.11.0, CUDA and NCCL".
 std::string build_description();
+// Whether this build has the CUDA path (-DLOOM_WITH_CUDA=ON).
+bool built_with_cuda();
 
 // An exception's message for the user: LibTorch's C++ stack trace only when `with_backtrace`
 // (LOOM_BACKTRACE=1), since it is for Loom's developers, not for whoever ran the command.

@@ -2,8 +2,9 @@
 // loom::cli::command_line(argc, argv) is the whole `loom` command line (check, run, verify,
 // explain, simulate, ...), and the models it registers with LOOM_REGISTER_MODEL
 // (models/zoo_torch.h) are known to every command: `./my_model run --model my-lm --nproc 2`.
-// The `loom` executable is exactly that (cli/loom_main.cpp). A run re-executes this same
-// program as its ranks.
+// The `loom` executable is exactly that (cli/loom_main.cpp). A run's ranks are this same
+// program: forks of it that call command_line again (launcher.h's run_rank), or, where the
+// process cannot be forked, the program exec'd again.
 #pragma once
 
 namespace loom::cli {

@@ -44,6 +44,14 @@ LaunchSpec relaunch_as_ranks(int nproc) {
   spec.argv = {loom_executable()};
   for (auto& a : arguments) spec.argv.push_back(a);
   spec.nproc = nproc;
+  const char* exec_ranks = std::getenv("LOOM_EXEC_RANKS");  // "1": as a run did before 2026-12-02
+  if (loom_executable_is_this_program() && !built_with_cuda() && !(exec_ranks && std::string(exec_ranks) == "1"))
+    spec.run_rank = [](const std::vector<std::string>& argv) {
+      std::vector<char*> args;
+      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      return command_line(static_cast<int>(argv.size()), args.data());
+    };
   return spec;
 }
 

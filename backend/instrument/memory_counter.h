@@ -21,8 +21,9 @@ void reset_peak();
 int64_t begin_window();
 int64_t end_window(int64_t token);
 
-// This program's peak resident size since it was exec'd (Linux's VmHWM; getrusage's maxrss,
-// which survives exec and so counts a launcher's memory, where /proc is missing).
+// This process's peak resident size (Linux's VmHWM; getrusage's maxrss where /proc is missing,
+// which survives exec and so counts a launcher's memory). A rank `loom run` forked counts the
+// launcher's pages it shares only where it touches them.
 int64_t peak_resident_bytes();
 
 }  // namespace loom::memory

@@ -12,8 +12,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
+#include <iterator>
 #include <map>
 #include <ostream>
 #include <random>
@@ -85,15 +89,38 @@ std::string describe_exit(int status) {
   return "status " + std::to_string(status);
 }
 
-pid_t spawn(const LaunchSpec& spec, const RankEnv& env, int err_write_fd) {
+// Whether this process runs one thread: a forked child keeps only the thread that forked, so a
+// process with more (LibTorch's pools, the CUDA driver's) exec's its workers instead.
+bool single_threaded() {
+  std::error_code error;
+  std::filesystem::directory_iterator task("/proc/self/task", error), end;
+  return !error && std::distance(task, end) == 1;
+}
+
+// In a forked worker: the signal dispositions a new program starts with (exec resets the
+// handlers the launcher installed, such as its Ctrl-C handler; ignored signals stay ignored),
+// then run_rank as the worker's main(), its output flushed before it exits.
+[[noreturn]] void run_forked(const LaunchSpec& spec) {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction current {};
+    if (sigaction(sig, nullptr, &current) == 0 && current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN)
+      signal(sig, SIG_DFL);
+  }
+  int rc = spec.run_rank(spec.argv);
+  std::fflush(nullptr);
+  std::exit(rc);
+}
+
+pid_t spawn(const LaunchSpec& spec, const RankEnv& env, int err_write_fd, bool in_process) {
   pid_t pid = fork();
   if (pid != 0) return pid;
-  // Child: die with the launcher, report errors through the pipe, exec the worker.
+  // Child: die with the launcher, report errors through the pipe, run or exec the worker.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   dup2(err_write_fd, STDERR_FILENO);
   close(err_write_fd);
   for (auto& [k, v] : torchrun_variables(env)) setenv(k.c_str(), v.c_str(), 1);
   setenv(kLaunchedByLoom, "1", 1);
+  if (in_process) run_forked(spec);
   std::vector<char*> args;
   for (auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -139,6 +166,8 @@ namespace {
 // Starts this node's ranks, each writing its stderr into a pipe of its own; false (having said
 // why) when a pipe cannot be made.
 bool spawn_workers(const LaunchSpec& spec, int port, std::vector<Worker>& workers, std::ostream& err) {
+  bool in_process = spec.run_rank && single_threaded();
+  std::fflush(nullptr);  // what this process has written, before a forked worker could write it again
   for (int i = 0; i < spec.nproc; ++i) {
     RankEnv env;
     env.rank = spec.node_rank * spec.nproc + i;
@@ -153,7 +182,7 @@ bool spawn_workers(const LaunchSpec& spec, int port, std::vector<Worker>& worker
       return false;
     }
     workers[i].rank = env.rank;
-    workers[i].pid = spawn(spec, env, fds[1]);
+    workers[i].pid = spawn(spec, env, fds[1], in_process);
     close(fds[1]);
     fcntl(fds[0], F_SETFL, O_NONBLOCK);
     workers[i].err_fd = fds[0];

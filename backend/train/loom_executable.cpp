@@ -14,4 +14,6 @@ std::string loom_executable() { return named_executable().empty() ? "/proc/self/
 
 void set_loom_executable(const std::string& path) { named_executable() = path; }
 
+bool loom_executable_is_this_program() { return named_executable().empty(); }
+
 }  // namespace loom

@@ -11,5 +11,7 @@ namespace loom {
 // process is python. std::filesystem::canonical() of it is a path another program can run.
 std::string loom_executable();
 void set_loom_executable(const std::string& path);
+// Whether loom_executable() is this process's own program (no other was named).
+bool loom_executable_is_this_program();
 
 }  // namespace loom

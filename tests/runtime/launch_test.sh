@@ -54,6 +54,22 @@ else
   bad "Ctrl-C: training did not start"; kill "$launcher"
 fi
 
+# 2b. The ranks are forks of the launcher, so their command line is the launcher's; with
+# LOOM_EXEC_RANKS=1 they are the program exec'd again (/proc/self/exe). Both train the same losses
+# bit for bit.
+for mode in 0 1; do
+  LOOM_EXEC_RANKS=$mode "$loom" $long_run --nproc 2 --metrics "$tmp/mode$mode.jsonl" > /dev/null 2> "$tmp/err" &
+  launcher=$!
+  wait_for_steps "$tmp/mode$mode.jsonl" 3
+  for c in $(pgrep -P "$launcher"); do tr '\0' ' ' < "/proc/$c/cmdline"; echo; done > "$tmp/ranks$mode"
+  kill -INT "$launcher"
+  wait "$launcher"
+  head -3 "$tmp/mode$mode.jsonl" | grep -o '"loss":[^,]*' > "$tmp/losses$mode"
+done
+if [ "$(grep -c "^$loom run" "$tmp/ranks0")" -eq 2 ] && [ "$(grep -c '^/proc/self/exe run' "$tmp/ranks1")" -eq 2 ] &&
+   [ "$(wc -l < "$tmp/losses0")" -eq 3 ] && cmp -s "$tmp/losses0" "$tmp/losses1"; then ok
+else cat "$tmp/ranks0" "$tmp/ranks1" "$tmp/losses0" "$tmp/losses1" > "$tmp/err"; bad "forked and exec'd ranks: the same losses"; fi
+
 # 3. A rank that throws (here: a worker whose data file vanished) stops the run with its error.
 printf 'tiny text for a short-lived token file\n%.0s' $(seq 40) > "$tmp/text.txt"
 "$loom" data prepare "$tmp/text.txt" --out "$tmp/vanish.bin" > /dev/null
