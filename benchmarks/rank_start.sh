@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How long short runs take with the ranks forked from the launcher (the default) against the
-# ranks exec'd as new processes (LOOM_EXEC_RANKS=1, as before 2026-12-02), in one invocation:
+# ranks exec'd as new processes (LOOM_NO_FORK=1, as before 2026-12-02), in one invocation:
 # `loom run` of gpt:tiny for one step at world 2 and 4, and `loom verify` at world 2. Prints the
 # median wall seconds of each over REPEAT runs (default 3) and exec / fork.
 # Usage: bash benchmarks/rank_start.sh [REPEAT]
@@ -14,7 +14,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 printf 'sch.zero(stage=3)\nsch.blocks().prefetch()\n' > "$work/zero3.sched"
 
-# The median wall seconds of `repeat` runs of the command, under LOOM_EXEC_RANKS=$1.
+# The median wall seconds of `repeat` runs of the command, under LOOM_NO_FORK=$1.
 median_seconds() {
   local exec_ranks=$1
   shift
@@ -22,7 +22,7 @@ median_seconds() {
   for _ in $(seq "$repeat"); do
     local start end
     start=$(date +%s.%N)
-    LOOM_EXEC_RANKS=$exec_ranks "$@" > "$work/out" 2>&1 || { echo "rank_start.sh: failed: $*" >&2; tail -5 "$work/out" >&2; exit 1; }
+    LOOM_NO_FORK=$exec_ranks "$@" > "$work/out" 2>&1 || { echo "rank_start.sh: failed: $*" >&2; tail -5 "$work/out" >&2; exit 1; }
     end=$(date +%s.%N)
     times+=("$(awk -v a="$start" -v b="$end" 'BEGIN {print b - a}')")
   done

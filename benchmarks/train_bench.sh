@@ -3,10 +3,13 @@
 # 1 thread per rank: Loom at world 1 and 2, and the peer (PyTorch DDP over gloo,
 # Debian python3-torch) at world 2, in one invocation. Step time is the median of steps
 # 3-20; memory is each rank's peak RSS (and Loom's tensor peak from its counting allocator).
+# Loom's ranks are exec'd (LOOM_NO_FORK=1), as the peer's are, so that their RSS counts the same
+# library pages (a forked rank counts the launcher's only where it touches them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 loom=${LOOM:-build/loom}  # LOOM: another binary (benchmarks/against_commit.sh)
 out=$(mktemp -d)
+export LOOM_NO_FORK=1
 common="--model gpt:tiny --data synthetic --steps 20 --micro-batch 4 --seq 128 --threads 1"
 "$loom" run $common --nproc 1 --metrics "$out/w1.jsonl" > /dev/null
 "$loom" run $common --nproc 2 --metrics "$out/w2.jsonl" > /dev/null

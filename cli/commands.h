@@ -63,10 +63,8 @@ const std::vector<std::string>& original_arguments();
 // `requested_world`, when not 0, is the world the command line asked for (--nproc x --nnodes):
 // a launcher that started another number of ranks is a user error.
 std::optional<int> train_if_rank(const TrainOptions& options, int requested_world = 0);
-// A launch of `nproc` local ranks, each running this same command line: in a fork of this
-// process where it is the loom program itself (not the Python module's, which names the built
-// `loom`) and has no CUDA to hand on (a CUDA context does not survive a fork), unless
-// LOOM_EXEC_RANKS=1; else exec'd again.
+// A launch of `nproc` local ranks, each running this same command line (forks of this process
+// where they can be: loom_executable.h).
 LaunchSpec relaunch_as_ranks(int nproc);
 
 // The schedule `file` makes (none: an empty one) for `model` at `nproc` ranks, its knobs set by

@@ -44,14 +44,7 @@ LaunchSpec relaunch_as_ranks(int nproc) {
   spec.argv = {loom_executable()};
   for (auto& a : arguments) spec.argv.push_back(a);
   spec.nproc = nproc;
-  const char* exec_ranks = std::getenv("LOOM_EXEC_RANKS");  // "1": as a run did before 2026-12-02
-  if (loom_executable_is_this_program() && !built_with_cuda() && !(exec_ranks && std::string(exec_ranks) == "1"))
-    spec.run_rank = [](const std::vector<std::string>& argv) {
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      return command_line(static_cast<int>(argv.size()), args.data());
-    };
+  spec.fork_program = true;
   return spec;
 }
 
@@ -183,6 +176,7 @@ int command_line(int argc, char** argv) {
   // disk, instead of the signal killing the process mid-checkpoint.
   std::signal(SIGXFSZ, SIG_IGN);
   loom::cli::arguments.assign(argv + 1, argv + argc);  // this call's (loom.train calls it again in one process)
+  if (!loom::built_with_cuda()) loom::set_program_main(command_line);  // its runs' processes may be forks of this one
   CLI::App app{
       "Loom: a schedule language for distributed training of LibTorch models.\n"
       "A model is written once; how it is trained (sharded, tensor-parallel, pipelined,\n"

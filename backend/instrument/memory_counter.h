@@ -23,7 +23,7 @@ int64_t end_window(int64_t token);
 
 // This process's peak resident size (Linux's VmHWM; getrusage's maxrss where /proc is missing,
 // which survives exec and so counts a launcher's memory). A rank `loom run` forked counts the
-// launcher's pages it shares only where it touches them.
+// launcher's library (file-backed) pages only once it touches them.
 int64_t peak_resident_bytes();
 
 }  // namespace loom::memory

@@ -13,16 +13,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <filesystem>
-#include <iterator>
 #include <map>
 #include <ostream>
 #include <random>
 
 #include "backend/build_info.h"
+#include "backend/train/loom_executable.h"
 #include "backend/train/rank_env.h"
 #include "backend/train/scoped_signal.h"
 
@@ -89,29 +87,19 @@ std::string describe_exit(int status) {
   return "status " + std::to_string(status);
 }
 
-// Whether this process runs one thread: a forked child keeps only the thread that forked, so a
-// process with more (LibTorch's pools, the CUDA driver's) exec's its workers instead.
-bool single_threaded() {
-  std::error_code error;
-  std::filesystem::directory_iterator task("/proc/self/task", error), end;
-  return !error && std::distance(task, end) == 1;
-}
-
-// In a forked worker: the signal dispositions a new program starts with (exec resets the
-// handlers the launcher installed, such as its Ctrl-C handler; ignored signals stay ignored),
-// then run_rank as the worker's main(), its output flushed before it exits.
-[[noreturn]] void run_forked(const LaunchSpec& spec) {
-  for (int sig = 1; sig < NSIG; ++sig) {
-    struct sigaction current {};
-    if (sigaction(sig, nullptr, &current) == 0 && current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN)
-      signal(sig, SIG_DFL);
+// The launcher's Ctrl-C and SIGTERM handlers, for as long as it runs workers.
+struct LauncherSignals {
+  ScopedSignalHandler ctrl_c{SIGINT, on_interrupt}, term{SIGTERM, on_interrupt};
+  // In a forked worker: the handlers before the launcher's, as an exec'd worker would have them.
+  void restore() const {
+    ctrl_c.restore();
+    term.restore();
   }
-  int rc = spec.run_rank(spec.argv);
-  std::fflush(nullptr);
-  std::exit(rc);
-}
+};
 
-pid_t spawn(const LaunchSpec& spec, const RankEnv& env, int err_write_fd, bool in_process) {
+// A worker, given the pipe for its stderr: a fork of this process running the program where
+// `forked` (the handlers to put back in it) is given, else the program exec'd.
+pid_t spawn(const LaunchSpec& spec, const RankEnv& env, int err_write_fd, const LauncherSignals* forked) {
   pid_t pid = fork();
   if (pid != 0) return pid;
   // Child: die with the launcher, report errors through the pipe, run or exec the worker.
@@ -120,7 +108,10 @@ pid_t spawn(const LaunchSpec& spec, const RankEnv& env, int err_write_fd, bool i
   close(err_write_fd);
   for (auto& [k, v] : torchrun_variables(env)) setenv(k.c_str(), v.c_str(), 1);
   setenv(kLaunchedByLoom, "1", 1);
-  if (in_process) run_forked(spec);
+  if (forked) {
+    forked->restore();
+    run_program_in_fork(spec.argv);
+  }
   std::vector<char*> args;
   for (auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -165,8 +156,8 @@ namespace {
 
 // Starts this node's ranks, each writing its stderr into a pipe of its own; false (having said
 // why) when a pipe cannot be made.
-bool spawn_workers(const LaunchSpec& spec, int port, std::vector<Worker>& workers, std::ostream& err) {
-  bool in_process = spec.run_rank && single_threaded();
+bool spawn_workers(const LaunchSpec& spec, const LauncherSignals& signals, int port, std::vector<Worker>& workers, std::ostream& err) {
+  const LauncherSignals* forked = spec.fork_program && can_fork_program() ? &signals : nullptr;
   std::fflush(nullptr);  // what this process has written, before a forked worker could write it again
   for (int i = 0; i < spec.nproc; ++i) {
     RankEnv env;
@@ -182,7 +173,7 @@ bool spawn_workers(const LaunchSpec& spec, int port, std::vector<Worker>& worker
       return false;
     }
     workers[i].rank = env.rank;
-    workers[i].pid = spawn(spec, env, fds[1], in_process);
+    workers[i].pid = spawn(spec, env, fds[1], forked);
     close(fds[1]);
     fcntl(fds[0], F_SETFL, O_NONBLOCK);
     workers[i].err_fd = fds[0];
@@ -297,9 +288,9 @@ int launch(const LaunchSpec& spec, std::ostream& err) {
   int port = spec.master_port > 0 ? spec.master_port : (spec.nnodes == 1 ? pick_free_port() : 29500);
   // Ctrl-C and SIGTERM stop the workers while they run; the caller's handlers are back afterwards.
   interrupted = 0;
-  ScopedSignalHandler ctrl_c(SIGINT, on_interrupt), term(SIGTERM, on_interrupt);
+  LauncherSignals signals;
   std::vector<Worker> workers(spec.nproc);
-  if (!spawn_workers(spec, port, workers, err)) return 1;
+  if (!spawn_workers(spec, signals, port, workers, err)) return 1;
   int failed = supervise(spec, workers, /*prefix=*/spec.nproc * spec.nnodes > 1, err);
   if (failed >= 0) {
     report_failure(workers[failure_cause(workers, static_cast<size_t>(failed))], err);

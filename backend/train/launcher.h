@@ -1,10 +1,9 @@
-// The local launcher behind `loom run --nproc N`: starts N worker processes (forks of this one,
-// or a program exec'd) with the variables torchrun sets, forwards their stderr prefixed by rank, and stops them all
-// when one fails or on Ctrl-C. Torch-free.
+// The local launcher behind `loom run --nproc N`: starts N worker processes (forks of this
+// one, or a program exec'd) with the variables torchrun sets, forwards their stderr prefixed by
+// rank, and stops them all when one fails or on Ctrl-C. Torch-free.
 #pragma once
 
 #include <chrono>
-#include <functional>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -19,11 +18,9 @@ struct LaunchSpec {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;            // 0: pick a free port (single node only)
   std::chrono::seconds grace{5};  // how long stopped workers get before SIGKILL
-  // When set, a worker is this process forked, running run_rank(argv) as its main() and exiting
-  // with what it returns, instead of exec'ing argv[0]: the program is not started again (LibTorch
-  // alone takes a second to load). Only while this process has one thread, since a fork keeps
-  // only the caller's; with more, argv[0] is exec'd.
-  std::function<int(const std::vector<std::string>& argv)> run_rank;
+  // argv is this program's command line (loom_executable()): a worker is then a fork of this
+  // process that runs it, where can_fork_program() says one can be (loom_executable.h).
+  bool fork_program = false;
 };
 
 // Set in each worker's environment: Loom's launcher has already validated the run and shown

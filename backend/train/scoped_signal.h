@@ -14,7 +14,10 @@ class ScopedSignalHandler {
     sa.sa_handler = handler;
     sigaction(signal_, &sa, &previous_);
   }
-  ~ScopedSignalHandler() { sigaction(signal_, &previous_, nullptr); }
+  ~ScopedSignalHandler() { restore(); }
+  // The handler before this one, back (also in a child forked meanwhile, which the object's end
+  // in the parent does not reach).
+  void restore() const { sigaction(signal_, &previous_, nullptr); }
   ScopedSignalHandler(const ScopedSignalHandler&) = delete;
   ScopedSignalHandler& operator=(const ScopedSignalHandler&) = delete;
 

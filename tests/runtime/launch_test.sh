@@ -55,10 +55,10 @@ else
 fi
 
 # 2b. The ranks are forks of the launcher, so their command line is the launcher's; with
-# LOOM_EXEC_RANKS=1 they are the program exec'd again (/proc/self/exe). Both train the same losses
+# LOOM_NO_FORK=1 they are the program exec'd again (/proc/self/exe). Both train the same losses
 # bit for bit.
 for mode in 0 1; do
-  LOOM_EXEC_RANKS=$mode "$loom" $long_run --nproc 2 --metrics "$tmp/mode$mode.jsonl" > /dev/null 2> "$tmp/err" &
+  LOOM_NO_FORK=$mode "$loom" $long_run --nproc 2 --metrics "$tmp/mode$mode.jsonl" > /dev/null 2> "$tmp/err" &
   launcher=$!
   wait_for_steps "$tmp/mode$mode.jsonl" 3
   for c in $(pgrep -P "$launcher"); do tr '\0' ' ' < "/proc/$c/cmdline"; echo; done > "$tmp/ranks$mode"

@@ -1,13 +1,19 @@
 #include "verifier/differential/recorded_runs.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "backend/train/loom_executable.h"
+#include "backend/train/scoped_signal.h"
 #include "verifier/differential/mesh_record_merge.h"
 
 namespace loom {
@@ -16,8 +22,32 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Runs this program with `args` in a child forked from this process (loom_executable.h), its
+// output to `log`; returns its exit code. Like std::system, this process ignores Ctrl-C while it
+// waits: the child's launcher stops its ranks and exits 130.
+int run_forked_quietly(std::vector<std::string> args, const fs::path& log) {
+  args.insert(args.begin(), loom_executable());
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) _exit(127);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+    run_program_in_fork(args);
+  }
+  if (pid < 0) return 127;
+  ScopedSignalHandler ignore_interrupt(SIGINT, SIG_IGN), ignore_quit(SIGQUIT, SIG_IGN);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
 // Runs this binary with `args` quietly (its output goes to `log`); returns its exit code.
 int run_quietly(const std::vector<std::string>& args, const fs::path& log) {
+  if (can_fork_program()) return run_forked_quietly(args, log);
   std::string cmd = "'" + fs::canonical(loom_executable()).string() + "'";  // run by a shell
   for (auto& a : args) cmd += " '" + a + "'";
   cmd += " > '" + log.string() + "' 2>&1";
