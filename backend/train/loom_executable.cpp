@@ -1,12 +1,12 @@
 #include "backend/train/loom_executable.h"
 
-#include "backend/build_info.h"
-
 #include <cstdio>
-#include <exception>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <iterator>
+
+#include "backend/build_info.h"
 
 namespace loom {
 namespace {
