@@ -5,7 +5,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
-#include <fcntl.h>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sys/wait.h>
@@ -15,30 +15,26 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cost/sample_statistics.h"
+#include "backend/train/loom_executable.h"
 #include "lang/diagnostics.h"
 #include "lang/value.h"
 
 namespace loom::tune {
 namespace {
 
-enum class Exit { Ok, Failed, TimedOut };
+enum class Exit { Ok, Failed, TimedOut, NotStarted };
 
-// Runs `args` (argv[0] first) in a new process group, output to `log`, until it exits, passes
-// `timeout_s` or `stop` is set; the group is killed in the last two cases.
+// Runs the program on `args` (argv[0] first; a fork of this process where it can be,
+// loom_executable.h) in a new process group, output to `log`, until it exits, passes `timeout_s`
+// or `stop` is set; the group is killed in the last two cases. NotStarted (`why` saying why) where
+// the log cannot be written or no process made.
 Exit run_trial_process(const std::vector<std::string>& args, const std::string& log, double timeout_s, const std::atomic<bool>* stop,
-                       int& code) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
+                       int& code, std::string& why) {
+  pid_t pid = start_program_logged(args, log, /*own_process_group=*/true);
+  if (pid < 0) {
+    why = std::strerror(errno);
+    return Exit::NotStarted;
   }
-  setpgid(pid, pid);
   auto started = std::chrono::steady_clock::now();
   for (;;) {
     int status = 0;
@@ -115,7 +111,7 @@ Trial RunEvaluator::evaluate(const Point& point) {
   }
   std::filesystem::remove(base + ".jsonl", ignored);  // read, or partial
   if (t.status == TrialStatus::Ok || t.status == TrialStatus::Infeasible) std::filesystem::remove(base + ".log", ignored);
-  else t.message += "; its log: " + base + ".log";
+  else if (std::filesystem::exists(base + ".log", ignored)) t.message += "; its log: " + base + ".log";
   return t;
 }
 
@@ -131,8 +127,14 @@ Trial RunEvaluator::run_trial(const Point& point, const std::string& base) {
   // The auto passes plan within the limit the point is judged by.
   if (s_.memory_limit > 0) args.insert(args.end(), {"--memory-limit", std::to_string(s_.memory_limit)});
   int code = 0;
-  Exit exit = run_trial_process(args, base + ".log", s_.timeout_s, stop_, code);
+  std::string why;
+  Exit exit = run_trial_process(args, base + ".log", s_.timeout_s, stop_, code, why);
   t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (exit == Exit::NotStarted) {
+    t.status = TrialStatus::Failed;
+    t.message = "cannot start loom run, its log " + base + ".log: " + why;
+    return t;
+  }
   if (exit == Exit::TimedOut) {
     t.status = TrialStatus::TimedOut;
     t.message = "killed after " + std::to_string(static_cast<int>(s_.timeout_s)) + " s (--trial-timeout)";

@@ -87,19 +87,15 @@ std::string describe_exit(int status) {
   return "status " + std::to_string(status);
 }
 
-// The launcher's Ctrl-C and SIGTERM handlers, for as long as it runs workers.
+// The launcher's Ctrl-C and SIGTERM handlers, for as long as it runs workers (a forked worker
+// starts with those from before them: become_program).
 struct LauncherSignals {
   ScopedSignalHandler ctrl_c{SIGINT, on_interrupt}, term{SIGTERM, on_interrupt};
-  // In a forked worker: the handlers before the launcher's, as an exec'd worker would have them.
-  void restore() const {
-    ctrl_c.restore();
-    term.restore();
-  }
 };
 
 // A worker, given the pipe for its stderr: a fork of this process running the program where
-// `forked` (the handlers to put back in it) is given, else the program exec'd.
-pid_t spawn(const LaunchSpec& spec, const RankEnv& env, int err_write_fd, const LauncherSignals* forked) {
+// `forked`, else the program exec'd.
+pid_t spawn(const LaunchSpec& spec, const RankEnv& env, int err_write_fd, bool forked) {
   pid_t pid = fork();
   if (pid != 0) return pid;
   // Child: die with the launcher, report errors through the pipe, run or exec the worker.
@@ -108,16 +104,7 @@ pid_t spawn(const LaunchSpec& spec, const RankEnv& env, int err_write_fd, const 
   close(err_write_fd);
   for (auto& [k, v] : torchrun_variables(env)) setenv(k.c_str(), v.c_str(), 1);
   setenv(kLaunchedByLoom, "1", 1);
-  if (forked) {
-    forked->restore();
-    run_program_in_fork(spec.argv);
-  }
-  std::vector<char*> args;
-  for (auto& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  execv(args[0], args.data());
-  std::fprintf(stderr, "cannot start worker %s: %s\n", args[0], std::strerror(errno));
-  _exit(127);
+  become_program(spec.argv, forked);
 }
 
 // Binds a TCP socket to `address`:`port` (port 0: one the kernel picks from its ephemeral range)
@@ -156,8 +143,8 @@ namespace {
 
 // Starts this node's ranks, each writing its stderr into a pipe of its own; false (having said
 // why) when a pipe cannot be made.
-bool spawn_workers(const LaunchSpec& spec, const LauncherSignals& signals, int port, std::vector<Worker>& workers, std::ostream& err) {
-  const LauncherSignals* forked = spec.fork_program && can_fork_program() ? &signals : nullptr;
+bool spawn_workers(const LaunchSpec& spec, int port, std::vector<Worker>& workers, std::ostream& err) {
+  bool forked = spec.fork_program && can_fork_program();
   std::fflush(nullptr);  // what this process has written, before a forked worker could write it again
   for (int i = 0; i < spec.nproc; ++i) {
     RankEnv env;
@@ -290,7 +277,7 @@ int launch(const LaunchSpec& spec, std::ostream& err) {
   interrupted = 0;
   LauncherSignals signals;
   std::vector<Worker> workers(spec.nproc);
-  if (!spawn_workers(spec, signals, port, workers, err)) return 1;
+  if (!spawn_workers(spec, port, workers, err)) return 1;
   int failed = supervise(spec, workers, /*prefix=*/spec.nproc * spec.nnodes > 1, err);
   if (failed >= 0) {
     report_failure(workers[failure_cause(workers, static_cast<size_t>(failed))], err);

@@ -3,6 +3,8 @@
 // where that can be done, else exec'd anew. Torch-free.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -21,10 +23,19 @@ void set_program_main(int (*main)(int argc, char** argv));
 // Whether a child forked now can be the program: a main() was registered, no other executable was
 // named, LOOM_NO_FORK is not 1, and this process has one thread (a fork keeps only the caller's).
 bool can_fork_program();
-// In a child forked when can_fork_program() said so: the registered main() on `argv` (argv[0] the
-// program's path, as exec would pass it), its output flushed; exits with what it returns (an
-// exception that escapes it is an internal error). The signal handlers are this process's: one
-// that installed its own for the fork's time puts the earlier ones back in the child first.
-[[noreturn]] void run_program_in_fork(const std::vector<std::string>& argv);
+// In a child just forked: the program on `argv` (argv[0] its path, as exec passes it), run by the
+// registered main() where `forked` (what can_fork_program() said before the fork), its output
+// flushed and its exit code the child's (an exception that escapes it is an internal error);
+// else exec'd (where exec fails: exits 127 after saying why on stderr). Either way it starts
+// with the signal handlers from before every ScopedSignalHandler alive at the fork, as an
+// exec'd program would.
+[[noreturn]] void become_program(const std::vector<std::string>& argv, bool forked);
+
+// Starts the program on `argv` (argv[0] its path) in a child whose standard output and error go
+// to `log` (created, or emptied): forked or exec'd as become_program() says. Where
+// `own_process_group`, the child leads a process group of its own, so that one kill reaches it
+// and whatever it starts. Returns the child's pid, or -1 (errno saying why) where the log cannot
+// be written or no process can be made.
+pid_t start_program_logged(const std::vector<std::string>& argv, const std::string& log, bool own_process_group);
 
 }  // namespace loom

@@ -387,7 +387,8 @@ sys.exit(not (s['plain']['status'] == 'ok' and s['plain']['objective'] > 0 and s
               and glob.glob('$TMPDIR/loom-tune-*/*') == [log] and 'compress' in open(log).read()))"
 then ok; else bad "a failing trial is recorded, its log kept (the measured trial's files removed), and the sweep goes on"; fi
 rm -rf "$TMPDIR"/loom-tune-*
-"$loom" $tune_run "$tmp/tune_fail.sched" --steps 3 --trial-timeout 1 --json > "$tmp/tune.json" 2> "$tmp/err"
+# 5,000 steps: a trial that outlasts the 1 s limit (a forked trial of 3 steps ends within it).
+"$loom" $tune_run "$tmp/tune_fail.sched" --steps 5000 --trial-timeout 1 --json > "$tmp/tune.json" 2> "$tmp/err"
 if [ $? -eq 1 ] && python3 -c "
 import glob, json, sys
 d = json.load(open('$tmp/tune.json'))
@@ -399,13 +400,17 @@ then ok; else bad "a trial past --trial-timeout is killed and recorded as timed 
 rm -rf "$TMPDIR"/loom-tune-*
 "$loom" $tune_run examples/gpt_tuned.sched --steps 1000 --db "$tmp/tune.jsonl" > /dev/null 2> "$tmp/err" &
 tuner=$!
-sleep 4  # inside the first trial (its ranks start in about 2 s)
+sleep 4  # inside the first trial (its ranks start within a second or two)
+# The trial is a fork of the tuner (loom_executable.h), so its command line is the tuner's.
+trial=$(pgrep -P "$tuner" | head -1)
+[ -n "$trial" ] && cmp -s "/proc/$tuner/cmdline" "/proc/$trial/cmdline" && ok || bad "a tune trial is a fork of the tuner"
 kill -INT "$tuner"
 wait "$tuner"
 rc=$?
 sleep 1
+# A forked trial or rank has the tuner's command line, an exec'd one `run examples/gpt_tuned.sched ... --steps 1000`.
 if [ "$rc" -eq 130 ] && grep -q "loom tune: interrupted; the running trial's ranks were stopped" "$tmp/err" &&
-   ! pgrep -f "run examples/gpt_tuned.sched --model gpt:tiny --nproc 2 --seq 32" > /dev/null; then ok
+   ! pgrep -f "gpt_tuned.sched .*--steps 1000( |$)" > /dev/null; then ok
 else bad "Ctrl-C stops the running trial's ranks (rc=$rc)"; fi
 "$loom" $tune_run examples/gpt_tuned.sched --steps 3 --max-trials 2 --db "$tmp/tune.jsonl" > /dev/null 2> "$tmp/err"
 "$loom" $tune_run examples/gpt_tuned.sched --steps 3 --max-trials 1 --db "$tmp/tune.jsonl" --resume > /dev/null 2> "$tmp/err"

@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,10 +21,12 @@
 
 #include "backend/train/launcher.h"
 #include "backend/train/launcher_report.h"
+#include "backend/train/loom_executable.h"
 #include "backend/train/lr_schedule.h"
 #include "backend/lower/mesh_layout.h"
 #include "backend/lower/pipeline_stages.h"
 #include "backend/train/rank_env.h"
+#include "backend/train/scoped_signal.h"
 #include "backend/lower/lower_schedule.h"
 #include "backend/train/token_data.h"
 #include "helpers.h"
@@ -186,6 +190,65 @@ TEST_CASE("the launcher picks a free port below the ephemeral range") {
   int port = pick_free_port();
   CHECK(port >= 10000);
   CHECK(port < 19000);
+}
+
+namespace {
+
+void on_test_signal(int) {}
+
+// The program a forked child runs in the test below: prints how SIGUSR1 and SIGUSR2 are handled.
+int print_signal_handling(int, char**) {
+  for (int signal : {SIGUSR1, SIGUSR2}) {
+    struct sigaction now {};
+    sigaction(signal, nullptr, &now);
+    std::printf("%s ", now.sa_handler == SIG_DFL ? "default" : now.sa_handler == SIG_IGN ? "ignored" : "handled");
+  }
+  return 0;
+}
+
+// Starts `argv` with start_program_logged and waits for it: its exit code and its log's text.
+std::pair<int, std::string> run_logged(const std::vector<std::string>& argv, bool own_process_group) {
+  std::string log = (std::filesystem::temp_directory_path() / ("loom_started_" + std::to_string(getpid()) + ".log")).string();
+  pid_t pid = start_program_logged(argv, log, own_process_group);
+  REQUIRE(pid > 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(log);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
+}
+
+}  // namespace
+
+// A rank, verify's run or a tune trial starts as an exec'd program would, whether forked or not:
+// without the handlers its starter installed for the while (loom_executable.h).
+TEST_CASE("a started program has the signal handlers from before its starter's scoped ones, forked or exec'd") {
+  ScopedSignalHandler handled(SIGUSR1, on_test_signal), ignored(SIGUSR1, SIG_IGN), other(SIGUSR2, on_test_signal);
+  SUBCASE("forked: the registered main() runs in the child") {
+    set_program_main(print_signal_handling);
+    REQUIRE(can_fork_program());
+    auto [code, output] = run_logged({"/proc/self/exe"}, false);
+    set_program_main(nullptr);
+    CHECK(code == 0);
+    CHECK(output == "default default ");
+  }
+  SUBCASE("exec'd: an ignored signal would stay ignored through exec") {
+    auto [code, output] = run_logged({"/bin/cat", "/proc/self/status"}, true);
+    CHECK(code == 0);
+    size_t at = output.find("SigIgn:");
+    REQUIRE(at != std::string::npos);
+    unsigned long long ignored_mask = std::stoull(output.substr(at + 7), nullptr, 16);
+    CHECK((ignored_mask >> (SIGUSR1 - 1) & 1) == 0);
+  }
+  SUBCASE("a program that cannot be exec'd exits 127, saying why") {
+    auto [code, output] = run_logged({"/no/such/loom"}, false);
+    CHECK(code == 127);
+    CHECK(output == "cannot start /no/such/loom: No such file or directory\n");
+  }
+  struct sigaction now {};
+  sigaction(SIGUSR1, nullptr, &now);
+  CHECK((now.sa_handler == SIG_IGN));  // the starter's own stay
 }
 
 TEST_CASE("each rank reads its own slice; together the ranks read the single-rank batch") {

@@ -1,13 +1,9 @@
 #include "verifier/differential/recorded_runs.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
-#include <cstdlib>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -22,37 +18,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Runs this program with `args` in a child forked from this process (loom_executable.h), its
-// output to `log`; returns its exit code. Like std::system, this process ignores Ctrl-C while it
-// waits: the child's launcher stops its ranks and exits 130.
-int run_forked_quietly(std::vector<std::string> args, const fs::path& log) {
+// Runs this program with `args` quietly, its output to `log` (a fork of this process where it can
+// be, loom_executable.h); returns its exit code. Like std::system, this process ignores Ctrl-C
+// while it waits: the child's launcher stops its ranks and exits 130.
+int run_quietly(std::vector<std::string> args, const fs::path& log) {
   args.insert(args.begin(), loom_executable());
-  std::fflush(nullptr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) _exit(127);
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    close(fd);
-    run_program_in_fork(args);
-  }
+  pid_t pid = start_program_logged(args, log.string(), /*own_process_group=*/false);
   if (pid < 0) return 127;
   ScopedSignalHandler ignore_interrupt(SIGINT, SIG_IGN), ignore_quit(SIGQUIT, SIG_IGN);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
-
-// Runs this binary with `args` quietly (its output goes to `log`); returns its exit code.
-int run_quietly(const std::vector<std::string>& args, const fs::path& log) {
-  if (can_fork_program()) return run_forked_quietly(args, log);
-  std::string cmd = "'" + fs::canonical(loom_executable()).string() + "'";  // run by a shell
-  for (auto& a : args) cmd += " '" + a + "'";
-  cmd += " > '" + log.string() + "' 2>&1";
-  int rc = std::system(cmd.c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
 std::string tail_of(const fs::path& log) {
