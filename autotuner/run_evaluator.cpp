@@ -10,7 +10,6 @@
 #include <fstream>
 #include <sys/wait.h>
 #include <thread>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
