@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -245,6 +246,10 @@ TEST_CASE("a started program has the signal handlers from before its starter's s
     auto [code, output] = run_logged({"/no/such/loom"}, false);
     CHECK(code == 127);
     CHECK(output == "cannot start /no/such/loom: No such file or directory\n");
+  }
+  SUBCASE("a log that cannot be written starts nothing, errno saying why") {
+    CHECK(start_program_logged({"/bin/true"}, "/no/such/dir/trial.log", true) == -1);
+    CHECK(errno == ENOENT);
   }
   struct sigaction now {};
   sigaction(SIGUSR1, nullptr, &now);
