@@ -117,6 +117,10 @@ extern const char* const kNodesHelp;
 // That `nodes` is at least 0 and, when not 0, resizes a cluster rather than a profile (`profile`
 // empty), which prices the machine it measured: UserError otherwise.
 void check_nodes_on_cluster(int64_t nodes, const std::string& profile);
+// That exactly one of `cluster` and `profile` is given (each "" when not), as `who` ("loom
+// simulate", "--evaluator sim") prices a step on one: UserError "loom simulate needs one cost
+// model: --cluster NAME or --profile FILE" for neither, "... takes one cost model, not both" for both.
+void check_one_cost_model(const std::string& who, const std::string& cluster, const std::string& profile);
 // The compute precisions a run is priced or trained in, as --precision takes them.
 extern const std::vector<std::string> kPrecisions;
 // That `given` is one of `allowed` (the options CLI11 checks with IsMember, for the library's

@@ -7,8 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/data_dirs.h"
 #include "backend/build_info.h"
+#include "backend/cost/cluster.h"
+#include "backend/data_dirs.h"
 #include "backend/train/loom_executable.h"
 #include "backend/train/rank_env.h"
 #include "cli/commands.h"
@@ -86,6 +87,15 @@ void check_nodes_on_cluster(int64_t nodes, const std::string& profile) {
                     "give --cluster NAME with --nodes, or leave --nodes out (in Python: nodes=)");
 }
 
+void check_one_cost_model(const std::string& who, const std::string& cluster, const std::string& profile) {
+  std::string hint = "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`";
+  if (cluster.empty() && profile.empty())
+    throw UserError(SourceRange{}, who + " needs one cost model: --cluster NAME or --profile FILE", hint);
+  if (!cluster.empty() && !profile.empty())
+    throw UserError(SourceRange{}, who + " takes one cost model, not both: --cluster " + cluster + " or --profile " + profile,
+                    "leave one out: a cluster prices the run from its data sheet, a profile from what this machine measured");
+}
+
 void check_run_shape(const char* world_option, const char* world_keyword, int64_t world, int64_t local_world, int64_t seq,
                      int64_t micro_batch, int64_t accum) {
   check_at_least(world_option, world_keyword, world, 1);
@@ -103,7 +113,8 @@ std::string size_problem(const std::string& text) {
   SizeReading size = read_size(text);
   if (size.problem == Problem::None) return "";
   return "expects a size such as 600MiB, 2GiB or a number of bytes (0: none), got '" + text + "'" +
-         (size.problem == Problem::NotASize ? "" : ", which " + size_problem_text(size.problem));
+         (size.problem == Problem::NotASize ? " (a size is a number, then B, KB, MB, GB, TB, KiB, MiB, GiB or TiB or nothing)"
+                                            : ", which " + size_problem_text(size.problem));
 }
 
 CLI::Validator byte_size() {
@@ -134,7 +145,7 @@ void add_step_options(CLI::App* c, TrainOptions& t) {
   c->add_option("--micro-batch", t.micro_batch, "sequences per rank per micro-batch");
   c->add_option("--seq", t.seq, "tokens per sequence");
   c->add_option("--accum", t.accum, "micro-batches per optimizer step (gradient accumulation)");
-  c->add_option("--threads", t.threads, "intra-op threads per rank (default: cores / ranks)");
+  c->add_option("--threads", t.threads, "intra-op threads per rank (default: cores / ranks)")->check(at_least(0));
   c->add_option("--device", t.device, "cpu, cuda (bf16 autocast, fp32 master weights, NCCL; one GPU per rank) or auto")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   c->add_option("--backend", t.backend, "collectives: auto (nccl on cuda, gloo on cpu), nccl, or gloo (on cuda: ranks may share a GPU)")
@@ -151,7 +162,7 @@ void add_step_options(CLI::App* c, TrainOptions& t) {
                 "90% of its memory, on a CPU none")
       ->transform(byte_size())
       ->default_str("");  // -1, not given: the text says what that means
-  c->add_option("--timeout", t.timeout_s, "seconds a rank waits for the rendezvous or a collective before failing");
+  c->add_option("--timeout", t.timeout_s, "seconds a rank waits for the rendezvous or a collective before failing")->check(at_least(1));
 }
 namespace {
 

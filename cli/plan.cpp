@@ -152,9 +152,7 @@ PlanOutcome search_plans(const PlanOptions& o, const std::function<void(size_t, 
   check_run_shape("--world", "world", o.world, o.local_world, o.seq, o.micro_batch, o.accum);
   check_at_least("--top", "top", o.top, 1);
   check_at_least("--threads", "threads", o.threads, 0);
-  if (o.cluster.empty() == o.profile.empty())
-    throw UserError(SourceRange{}, "loom plan needs one cost model: --cluster NAME or --profile FILE",
-                    "name one of clusters/ or a cluster file's path, or give a profile from `loom profile --out FILE`");
+  check_one_cost_model("loom plan", o.cluster, o.profile);
   std::optional<Cluster> named;  // loaded before tracing, so that a mistyped name is reported at once
   check_nodes_on_cluster(o.nodes, o.profile);
   if (o.profile.empty()) named = with_nodes(load_cluster(o.cluster, cluster_dirs()), o.nodes);

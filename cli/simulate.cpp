@@ -198,9 +198,7 @@ Simulation simulate_planned(const Schedule& sch, SimulateOptions& o, std::option
 void check_cost_model(const SimulateOptions& o) {
   check_run_shape("--nproc", "nproc", o.nproc, o.local_world, o.seq, o.micro_batch, o.accum);
   check_choice("--precision", "precision", o.precision, kPrecisions);
-  if (o.cluster.empty() == o.profile.empty())
-    throw UserError(SourceRange{}, "loom simulate needs one cost model: --cluster NAME or --profile FILE",
-                    "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`");
+  check_one_cost_model("loom simulate", o.cluster, o.profile);
   check_nodes_on_cluster(o.nodes, o.profile);
   if (o.representative && o.profile.empty())
     throw UserError(SourceRange{}, "--representative chooses how a profile's ranks are simulated; this run is priced on a cluster",

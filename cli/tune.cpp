@@ -116,9 +116,7 @@ std::unique_ptr<tune::Evaluator> run_evaluator(const TuneCommand& o, int& local_
 
 // The simulator as the evaluator, on a cluster or on this machine as a profile measured it.
 std::unique_ptr<tune::Evaluator> sim_evaluator(const TuneCommand& o, int& local_world) {
-  if (o.cluster.empty() == o.profile.empty())
-    throw UserError(SourceRange{}, "--evaluator " + o.evaluator + " needs one cost model: --cluster NAME or --profile FILE",
-                    "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`");
+  check_one_cost_model("--evaluator " + o.evaluator, o.cluster, o.profile);
   tune::Tracer tracer = [model = o.model](const ir::TraceShape& shape, const std::vector<ModuleReplacement>& replacements) {
     return trace_model(model, shape, replacements);
   };

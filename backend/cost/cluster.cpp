@@ -41,7 +41,7 @@ class Reader : public JsonFields {
 
   double positive(const json& object, const std::string& path, const std::string& key) const {
     const json& v = at(object, path, key);
-    if (!v.is_number() || v.get<double>() <= 0) fail(join(path, key), "must be a positive number, not " + v.dump());
+    if (!v.is_number() || v.get<double>() <= 0) fail(join(path, key), "must be a positive number, not " + shown_json(v));
     return v.get<double>();
   }
   double fraction(const json& object, const std::string& path, const std::string& key) const {
@@ -58,7 +58,7 @@ class Reader : public JsonFields {
     for (const json& step : v) {
       if (!step.is_array() || step.size() != 2 || !step[0].is_number() || !step[1].is_number() || step[0].get<double>() < 0 ||
           step[1].get<double>() <= 0 || (fractions && step[1].get<double>() > 1))
-        fail(field, "holds " + step.dump() + ": each entry is [size >= 0, efficiency in (0, 1]]");
+        fail(field, "holds " + shown_json(step) + ": each entry is [size >= 0, efficiency in (0, 1]]");
       t.steps.emplace_back(step[0].get<double>(), step[1].get<double>());
     }
     std::sort(t.steps.begin(), t.steps.end());
@@ -86,7 +86,7 @@ class Reader : public JsonFields {
     if (l.contains("collective_efficiency")) {
       std::string path = join(key, "collective_efficiency");
       const json& each = at(l, key, "collective_efficiency");
-      if (!each.is_object()) fail(path, "must be a JSON object of collective names to fractions, not " + each.dump());
+      if (!each.is_object()) fail(path, "must be a JSON object of collective names to fractions, not " + shown_json(each));
       only(each, path, ring_collectives());
       for (const auto& [name, value] : each.items()) s.collective_efficiency[name] = fraction(each, path, name);
     }
@@ -102,7 +102,7 @@ Cluster parse_cluster(const std::string& json_text, const std::string& origin) {
   try {
     j = json::parse(json_text);
   } catch (const json::exception& e) {
-    throw UserError(SourceRange{}, origin + " is not JSON: " + e.what(), "see docs/simulate.md for the cluster format");
+    throw UserError(SourceRange{}, origin + " is not JSON: " + json_error_text(e), "see docs/simulate.md for the cluster format");
   }
   Reader r(origin);
   if (!j.is_object())
@@ -155,7 +155,8 @@ std::vector<std::string> cluster_names(const std::vector<std::string>& dirs) {
   for (const std::string& dir : dirs) {
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
-      if (entry.path().extension() == ".json") names.insert(entry.path().stem().string());
+      if (std::error_code file_ec; entry.path().extension() == ".json" && entry.is_regular_file(file_ec))
+        names.insert(entry.path().stem().string());
   }
   return {names.begin(), names.end()};
 }
@@ -173,8 +174,10 @@ Cluster load_cluster(const std::string& name_or_path, const std::vector<std::str
   if (is_path) {
     path = name_or_path;
   } else {
+    // A folder or name the system cannot look up (too long, a loop of links) holds no cluster.
+    std::error_code ec;
     for (const std::string& dir : dirs)
-      if (std::filesystem::exists(std::filesystem::path(dir) / (name_or_path + ".json"))) {
+      if (std::filesystem::exists(std::filesystem::path(dir) / (name_or_path + ".json"), ec)) {
         path = (std::filesystem::path(dir) / (name_or_path + ".json")).string();
         break;
       }
@@ -182,17 +185,20 @@ Cluster load_cluster(const std::string& name_or_path, const std::vector<std::str
       throw UserError(SourceRange{}, "no cluster named '" + name_or_path + "' (known: " + cluster_names_text(dirs) + ")",
                       "name one of those, give a cluster file's path, or add NAME.json to a folder in $LOOM_CLUSTER_PATH");
   }
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
+  if (std::error_code ec; std::filesystem::is_directory(path, ec))
     throw UserError(SourceRange{}, "the cluster file '" + path + "' is a directory", "give a cluster file's path, or a cluster's name");
   std::ifstream in(path);
   if (!in) {
     // "dgx-a100.json" where the shipped cluster was meant: its name is "dgx-a100".
     std::string stem = std::filesystem::path(path).stem().string();
     std::vector<std::string> known = cluster_names(dirs);
-    bool named = std::find(known.begin(), known.end(), stem) != known.end();
+    bool named = std::filesystem::path(path).extension() == ".json" && std::find(known.begin(), known.end(), stem) != known.end();
+    std::error_code ec;
+    bool json_beside = !named && std::filesystem::is_regular_file(path + ".json", ec);  // "clusters/dgx-a100" for its file
     throw UserError(SourceRange{}, "cannot read the cluster file '" + path + "'",
-                    named ? "check the path, or name the cluster without .json: --cluster " + stem : "check the path");
+                    named         ? "check the path, or name the cluster without .json: --cluster " + stem
+                    : json_beside ? "check the path: its file is " + path + ".json"
+                                  : "check the path");
   }
   std::stringstream text;
   text << in.rdbuf();

@@ -13,6 +13,16 @@
 
 namespace loom {
 
+// `v` as an error message shows it: a number, true, false or null as JSON, a string as JSON cut
+// to 60 characters, a list or object of a few such values whole as dump() writes it ("[4096,0.1]"),
+// any other by its kind and size
+// ("a list of 100000 entries"). A nested value is never printed whole: dump() recurses as deep as
+// the file nests, and a hostile file nests deeper than the stack.
+std::string shown_json(const nlohmann::json& v);
+// A parse error as nlohmann words it, without its tag: "parse error at line 1, column 2: ...",
+// not "[json.exception.parse_error.101] parse error at ...".
+std::string json_error_text(const nlohmann::json::exception& e);
+
 class JsonFields {
  public:
   // `origin`: the file; `hint`: what to do about any error in it.
@@ -29,16 +39,20 @@ class JsonFields {
   }
   std::string text(const nlohmann::json& object, const std::string& path, const std::string& key) const {
     const nlohmann::json& v = at(object, path, key);
-    if (!v.is_string()) fail(join(path, key), "must be a string, not " + v.dump());
+    if (!v.is_string()) fail(join(path, key), "must be a string, not " + shown_json(v));
     return v.get<std::string>();
   }
   // A whole number from `least` to 2^24.
   int count(const nlohmann::json& object, const std::string& path, const std::string& key, int least) const {
     const nlohmann::json& v = at(object, path, key);
-    if (!v.is_number_integer() || v.get<int64_t>() < least || v.get<int64_t>() > (1 << 24))
-      fail(join(path, key), "must be a whole number of at least " + std::to_string(least) + ", not " + v.dump());
+    bool integer = v.is_number_integer();
+    if (integer && (v.is_number_unsigned() ? v.get<uint64_t>() > kMostCount : v.get<int64_t>() > kMostCount))
+      fail(join(path, key), "must be at most " + std::to_string(kMostCount) + " (2^24), not " + shown_json(v));
+    if (!integer || v.get<int64_t>() < least)
+      fail(join(path, key), "must be a whole number of at least " + std::to_string(least) + ", not " + shown_json(v));
     return v.get<int>();
   }
+  static constexpr int64_t kMostCount = int64_t{1} << 24;
   static std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
 
  private:

@@ -69,7 +69,7 @@ class ProfileReader : public JsonFields {
 
   const nlohmann::json& list(const nlohmann::json& object, const std::string& path, const std::string& key) const {
     const nlohmann::json& v = at(object, path, key);
-    if (!v.is_array()) fail(join(path, key), "must be a list, not " + v.dump());
+    if (!v.is_array()) fail(join(path, key), "must be a list, not " + shown_json(v));
     return v;
   }
   int64_t bytes(const nlohmann::json& object, const std::string& path, const std::string& key) const {
@@ -81,14 +81,14 @@ class ProfileReader : public JsonFields {
   // A whole number of `what` ("bytes"): 0 or more.
   int64_t whole_number(const nlohmann::json& object, const std::string& path, const std::string& key, const std::string& what) const {
     const nlohmann::json& v = at(object, path, key);
-    if (!v.is_number_integer() || v.get<int64_t>() < 0) fail(join(path, key), "must be a whole number of " + what + " (0 or more), not " + v.dump());
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) fail(join(path, key), "must be a whole number of " + what + " (0 or more), not " + shown_json(v));
     return v.get<int64_t>();
   }
   // A time or a rate: 0 or more, or with kUnmeasuredAllowed -1 for "not measured".
   double value_amount(const nlohmann::json& v, const std::string& field, bool unmeasured_allowed = false) const {
     if (v.is_number() && (v.get<double>() >= 0 || (unmeasured_allowed && v.get<double>() == -1)) && std::isfinite(v.get<double>()))
       return v.get<double>();
-    fail(field, std::string("must be a number of 0 or more") + (unmeasured_allowed ? " (or -1: not measured)" : "") + ", not " + v.dump());
+    fail(field, std::string("must be a number of 0 or more") + (unmeasured_allowed ? " (or -1: not measured)" : "") + ", not " + shown_json(v));
   }
   double amount(const nlohmann::json& object, const std::string& path, const std::string& key, bool unmeasured_allowed = false) const {
     return value_amount(at(object, path, key), join(path, key), unmeasured_allowed);
@@ -129,16 +129,16 @@ class ProfileReader : public JsonFields {
     std::string path = at_index + " (" + cp.collective + " on " + cp.group + ")";
     cp.group_size = count(c, path, "group_size", 1);
     const nlohmann::json& beside = at(c, path, "beside_compute");
-    if (!beside.is_boolean()) fail(join(path, "beside_compute"), "must be true or false, not " + beside.dump());
+    if (!beside.is_boolean()) fail(join(path, "beside_compute"), "must be true or false, not " + shown_json(beside));
     cp.beside_compute = beside.get<bool>();
     cp.fit = {amount(c, path, "alpha_ms"), amount(c, path, "beta_ms_per_byte")};
     std::string field = join(path, "samples_bytes_ms");
     for (const nlohmann::json& s : list(c, path, "samples_bytes_ms")) {
       if (!s.is_array() || s.size() != 2 || !s[0].is_number_integer() || s[0].get<int64_t>() < 0)
-        fail(field, "holds " + s.dump() + ": each sample is [bytes, ms], bytes a whole number of 0 or more");
-      cp.samples.push_back({s[0].get<int64_t>(), value_amount(s[1], field + " (" + s.dump() + ")")});
+        fail(field, "holds " + shown_json(s) + ": each sample is [bytes, ms], bytes a whole number of 0 or more");
+      cp.samples.push_back({s[0].get<int64_t>(), value_amount(s[1], field + " (" + shown_json(s) + ")")});
       if (cp.samples.size() > 1 && cp.samples[cp.samples.size() - 2].bytes > cp.samples.back().bytes)
-        fail(field, "is not sorted by bytes (" + s.dump() + " comes after a larger sample)");
+        fail(field, "is not sorted by bytes (" + shown_json(s) + " comes after a larger sample)");
     }
     cp.in_step_scale = amount(c, path, "in_step_scale");
     if (!(cp.in_step_scale > 0)) fail(join(path, "in_step_scale"), "must be positive, not " + std::to_string(cp.in_step_scale));
@@ -237,7 +237,7 @@ Profile Profile::from_json(const std::string& text, const std::string& origin) {
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw UserError(SourceRange{}, origin + " is not a readable Loom profile: " + e.what(), "write it again with `loom profile`");
+    throw UserError(SourceRange{}, origin + " is not a readable Loom profile: " + json_error_text(e), "write it again with `loom profile`");
   }
   if (!j.is_object() || j.value("format", nlohmann::json()) != "loom-profile-" + std::to_string(kFormat))
     throw UserError(SourceRange{}, origin + " is not a Loom profile of format " + std::to_string(kFormat),
@@ -311,6 +311,9 @@ std::string default_profile_cache_dir() {
 }
 
 Profile load_profile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw UserError(SourceRange{}, "the profile '" + path + "' is a directory", "give the file `loom profile ... --out FILE` wrote");
   std::ifstream in(path);
   if (!in) throw UserError(SourceRange{}, "cannot read the profile '" + path + "'", "write one with `loom profile ... --out FILE`");
   std::stringstream text;

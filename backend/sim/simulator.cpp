@@ -1,6 +1,7 @@
 #include "backend/sim/simulator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 
@@ -307,12 +308,21 @@ class Simulator {
   SimResult result_;
 };
 
+// `r`, whose step must be a time: a cluster of rates near zero (1e-300 GB/s) or a profile of times
+// near a double's largest prices an instruction at infinity, and a step of "inf ms" ranks nothing.
+SimResult finite(SimResult r) {
+  if (!std::isfinite(r.step_s))
+    throw UserError(SourceRange{}, "the simulated step takes more seconds than a number can hold: the cost model prices some of it at infinity",
+                    "check the cluster's rates (GBps, TFLOP/s: too near 0?) or the profile's times (too large?)");
+  return r;
+}
+
 }  // namespace
 
 SimResult simulate(const std::vector<ir::Program>& stages, const InstructionCost& cost, const StateBytes& state_bytes,
                    bool timeline) {
   if (stages.empty()) throw InternalError("simulator: no program to simulate");
-  return Simulator(stages, cost, state_bytes, timeline).run();
+  return finite(Simulator(stages, cost, state_bytes, timeline).run());
 }
 
 SimResult simulate_each_rank(const ir::Program& program, const std::vector<const InstructionCost*>& rank_costs,
@@ -322,7 +332,7 @@ SimResult simulate_each_rank(const ir::Program& program, const std::vector<const
     if (ir::issued_collective(in) && in.group.size != static_cast<int>(rank_costs.size()))
       throw InternalError("simulator: a collective over " + std::to_string(in.group.size) + " of the " +
                           std::to_string(rank_costs.size()) + " ranks simulated each");
-  return Simulator(program, rank_costs, state_bytes, timeline).run();
+  return finite(Simulator(program, rank_costs, state_bytes, timeline).run());
 }
 
 std::string communication_kind(const Instr& in) {

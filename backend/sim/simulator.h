@@ -64,7 +64,8 @@ struct SimResult {
 // `stages`: one program per pipeline stage, in stage order (one program without a pipeline).
 // `timeline`: record the events and memory samples (for --trace and --memory-plot); without it
 // only the totals and the peak. Throws InternalError when the programs cannot complete (a send
-// without its recv).
+// without its recv), UserError when the cost model prices the step at infinity (so does
+// simulate_each_rank).
 SimResult simulate(const std::vector<ir::Program>& stages, const InstructionCost& cost,
                    const StateBytes& state_bytes = StateBytes::loom_adamw(), bool timeline = true);
 

@@ -467,6 +467,10 @@ expect "report into a directory it cannot make" 2 "error: cannot create the --ou
   -- "$loom" report "$tmp/run.jsonl" --out "$tmp/run.jsonl/plots"
 expect "simulate without a cost model" 2 "error: loom simulate needs one cost model: --cluster NAME or --profile FILE" \
   -- "$loom" simulate --model gpt:tiny --nproc 2
+expect "simulate on a cluster and a profile at once" 2 "error: loom simulate takes one cost model, not both: --cluster dgx-a100 or --profile README.md" \
+  -- "$loom" simulate --model gpt:tiny --nproc 2 --cluster dgx-a100 --profile README.md
+expect "simulate on a profile that is a directory" 2 "error: the profile 'docs' is a directory" \
+  -- "$loom" simulate --model gpt:tiny --nproc 2 --profile docs
 expect "simulate on an unknown cluster" 2 "error: no cluster named 'dgx-z' (known: dgx-a100, dgx-h100, lins-a800)" \
   -- "$loom" simulate --model gpt:tiny --nproc 2 --cluster dgx-z
 expect "simulate more ranks than the cluster has" 2 "error: --nproc 4096 is more than cluster dgx-a100 has (128 devices)" \

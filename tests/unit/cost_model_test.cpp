@@ -207,6 +207,52 @@ TEST_CASE("a bad cluster file is a user error naming the file, the field and the
                        UserError);
 }
 
+TEST_CASE("a hostile cluster file or name (nested deeper than the stack, megabytes long, unlookupable) is a user error, never a crash") {
+  std::string good = dgx_a100_text();
+  auto refusal = [](const std::string& text) {
+    try {
+      parse_cluster(text, "c.json");
+    } catch (const UserError& e) {
+      return e.diagnostic().message;
+    }
+    return std::string("accepted");
+  };
+  // Printed whole, a value nested 200,000 deep overflowed the stack (dump() recurses).
+  std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  CHECK(refusal(replaced(good, "\"nodes\": 16", "\"nodes\": " + deep)) ==
+        "c.json: `nodes` must be a whole number of at least 1, not a list of 1 entry");
+  CHECK(refusal(replaced(good, "\"description\": \"", "\"description\": " + deep + ", \"x\": \"")) ==
+        "c.json: `description` must be a string, not a list of 1 entry");
+  std::string many = "[1";
+  for (int i = 0; i < 100000; ++i) many += ",1";
+  CHECK(refusal(replaced(good, "\"nodes\": 16", "\"nodes\": " + many + "]")) ==
+        "c.json: `nodes` must be a whole number of at least 1, not a list of 100001 entries");
+  CHECK(refusal(replaced(good, "\"nodes\": 16", "\"nodes\": \"" + std::string(100000, 'n') + "\"")) ==
+        "c.json: `nodes` must be a whole number of at least 1, not \"" + std::string(60, 'n') + "\"...");
+  CHECK(refusal(replaced(good, "\"nodes\": 16", "\"nodes\": {\"a\": 1}")) ==
+        "c.json: `nodes` must be a whole number of at least 1, not {\"a\":1}");
+  // Over 2^24 says so, rather than "at least 1".
+  CHECK(refusal(replaced(good, "\"nodes\": 16", "\"nodes\": 16777217")) == "c.json: `nodes` must be at most 16777216 (2^24), not 16777217");
+  CHECK(refusal(replaced(good, "\"nodes\": 16", "\"nodes\": 18446744073709551615")) ==
+        "c.json: `nodes` must be at most 16777216 (2^24), not 18446744073709551615");
+  // The parser's words, without nlohmann's tag.
+  std::string broken = refusal("{ not json");
+  CHECK(broken.rfind("c.json is not JSON: parse error at line 1, column 4: syntax error while parsing object key", 0) == 0);
+  CHECK(broken.find("[json.exception") == std::string::npos);
+  CHECK(refusal("").rfind("c.json is not JSON: parse error at line 1, column 1: syntax error while parsing value - unexpected end of input", 0) == 0);
+  // A name the file system cannot look up (longer than a file name may be) is no cluster's.
+  CHECK_THROWS_WITH_AS(load_cluster(std::string(300, 'a'), cluster_dirs()), doctest::Contains("no cluster named 'aaaa"), UserError);
+  // A shipped cluster's path without .json: its file is named.
+  std::string shipped = std::string(LOOM_SOURCE_DIR) + "/clusters/dgx-a100";
+  try {
+    load_cluster(shipped, cluster_dirs());
+    FAIL("a path that is not a file was read");
+  } catch (const UserError& e) {
+    CHECK(e.diagnostic().message == "cannot read the cluster file '" + shipped + "'");
+    CHECK(e.diagnostic().hint == "check the path: its file is " + shipped + ".json");
+  }
+}
+
 TEST_CASE("clusters users add: $LOOM_CLUSTER_PATH is searched first") {
   std::filesystem::path dir = std::filesystem::temp_directory_path() / ("loom_cluster_path_test_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);

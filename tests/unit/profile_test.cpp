@@ -146,6 +146,43 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
                        UserError);
 }
 
+TEST_CASE("a hostile profile (nested deeper than the stack, megabytes long, a directory) is refused, never a crash") {
+  std::string good = one_op_profile("h.0.attn").to_json();
+  auto refusal = [](const std::string& text) {
+    try {
+      Profile::from_json(text, "p.json");
+    } catch (const UserError& e) {
+      return e.diagnostic().message;
+    }
+    return std::string("accepted");
+  };
+  auto with = [&good](const std::string& from, const std::string& to) {
+    size_t at = good.find(from);
+    REQUIRE(at != std::string::npos);
+    return good.substr(0, at) + to + good.substr(at + from.size());
+  };
+  REQUIRE(refusal(good) == "accepted");
+  // Printed whole, a module nested 200,000 deep overflowed the stack (dump() recurses).
+  std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  CHECK(refusal(with("\"h.0.attn\"", deep)).find("must be a string, not a list of 1 entry") != std::string::npos);
+  std::string many = "[0";
+  for (int i = 0; i < 100000; ++i) many += ",0";
+  std::string elements = "\"optimizer_elements\": ";
+  size_t at = good.find(elements);
+  REQUIRE(at != std::string::npos);
+  size_t end = good.find_first_of(",\n}", at + elements.size());
+  CHECK(refusal(good.substr(0, at) + elements + many + "]" + good.substr(end)) ==
+        "p.json: `optimizer_elements` must be a whole number of elements (0 or more), not a list of 100001 entries");
+  CHECK(refusal(good.substr(0, at) + elements + "\"" + std::string(100000, 'x') + "\"" + good.substr(end)) ==
+        "p.json: `optimizer_elements` must be a whole number of elements (0 or more), not \"" + std::string(60, 'x') + "\"...");
+  // The parser's words, without nlohmann's tag.
+  std::string broken = refusal("{");
+  CHECK(broken.rfind("p.json is not a readable Loom profile: parse error at line 1, column 2: syntax error", 0) == 0);
+  CHECK(broken.find("[json.exception") == std::string::npos);
+  std::string dir = std::filesystem::temp_directory_path().string();
+  CHECK_THROWS_WITH_AS(load_profile(dir), ("the profile '" + dir + "' is a directory").c_str(), UserError);
+}
+
 TEST_CASE("a profile keeps each rank's own op times beside the slowest rank's, and times a copy on one rank") {
   Profile p;
   p.key = "k";

@@ -2,6 +2,7 @@
 // timelines are worked out by hand in each case.
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -74,6 +75,21 @@ TEST_CASE("a gather issued before a compute overlaps it; its wait exposes only w
   REQUIRE(exposed.events.size() == 3);
   CHECK(exposed.events[0].stream == "collective");
   CHECK(exposed.events[2].start_s == doctest::Approx(5));
+}
+
+TEST_CASE("a step priced at infinity (a cluster's rates near 0) is a user error, not a step of inf ms") {
+  FixedCost cost;
+  cost.by_kind = {{OpKind::Compute, std::numeric_limits<double>::infinity()}};
+  ir::Program p = one_param({instr(OpKind::Compute, Phase::Forward, "a")});
+  CHECK_THROWS_WITH_AS(simulate({p}, cost),
+                       "the simulated step takes more seconds than a number can hold: the cost model prices some of it at infinity",
+                       UserError);
+  cost.by_kind[OpKind::Compute] = 1e308;  // two of them overflow
+  p.instrs.push_back(instr(OpKind::Compute, Phase::Forward, "b"));
+  CHECK_THROWS_AS(simulate({p}, cost), UserError);
+  CHECK_THROWS_AS(simulate_each_rank(p, {&cost, &cost}), UserError);
+  cost.by_kind[OpKind::Compute] = 1e300;
+  CHECK(simulate({p}, cost).step_s == doctest::Approx(2e300));
 }
 
 TEST_CASE("on a GPU the host dispatches kernels and goes on: a step of short kernels waits for the host") {
