@@ -126,7 +126,11 @@ UserError no_plan_fits(const PlanOptions& o, const PlanOutcome& out) {
     least = "; every plan's model states alone are over it (the least: " + format_size(r.least_state_bytes) + ")";
     raise += " above " + format_size(r.least_state_bytes);
   }
-  std::string hint = raise + ", use more ranks, ";
+  // A limit past the devices' memory fits a plan no device can run: say so rather than raise it.
+  int64_t device = out.cluster.device.memory_bytes, needed = r.least_simulated_peak > 0 ? r.least_simulated_peak : r.least_state_bytes;
+  bool beyond_device = device > 0 && needed > device;
+  if (beyond_device) least += ", more than the devices' " + format_size(device);
+  std::string hint = (beyond_device ? std::string() : raise + ", ") + "use more ranks, ";
   if (o.checkpoint != "auto" && o.checkpoint != "all") hint += "--checkpoint auto, ";
   return UserError(SourceRange{}, "no plan fits " + format_size(out.limit) + " per rank (" + std::to_string(r.over_memory) +
                                       " over the limit, " + std::to_string(r.refused) + " refused" +

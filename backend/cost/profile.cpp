@@ -12,6 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cost/json_fields.h"
+#include "backend/cost/step_estimate.h"
+#include "backend/ir/ir.h"
+#include "backend/ir/role.h"
 #include "lang/diagnostics.h"
 
 namespace loom {
@@ -60,6 +63,17 @@ void check_rank_times(const Profile& p, const std::string& origin) {
   }
 }
 
+// The groups a profile's collectives are measured on: every role by its name, and the sweep's own
+// names of the grads and optim roles ("grad_peers", "optim_peers").
+std::vector<std::string> profiled_group_names() {
+  std::vector<std::string> names;
+  for (int r = static_cast<int>(ir::Role::Params); r <= static_cast<int>(ir::Role::StagePair); ++r) {  // every role, in order
+    names.push_back(ir::role_name(static_cast<ir::Role>(r)));
+    if (const char* alias = sweep_group_alias(static_cast<ir::Role>(r))) names.push_back(alias);
+  }
+  return names;
+}
+
 // Reads the fields of one profile, naming the file and the field in every error: a profile
 // written by hand or by another tool is priced as if measured, so a negative time or unsorted
 // samples would price a step silently wrong.
@@ -105,6 +119,16 @@ class ProfileReader : public JsonFields {
     return values;
   }
 
+  // A string field that must be one of `allowed`.
+  std::string one_of(const nlohmann::json& object, const std::string& path, const std::string& key,
+                     const std::vector<std::string>& allowed) const {
+    std::string value = text(object, path, key);
+    if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return value;
+    std::string names;
+    for (const std::string& a : allowed) names += (names.empty() ? "" : ", ") + a;
+    fail(join(path, key), "must be one of " + names + ", not " + shown_json(value));
+  }
+
   OpProfile op(const nlohmann::json& o, const std::string& at_index) const {
     OpProfile op;
     op.module = text(o, at_index, "module");
@@ -124,8 +148,9 @@ class ProfileReader : public JsonFields {
 
   CollectiveProfile collective(const nlohmann::json& c, const std::string& at_index) const {
     CollectiveProfile cp;
-    cp.collective = text(c, at_index, "collective");
-    cp.group = text(c, at_index, "group");
+    cp.collective = one_of(c, at_index, "collective",
+                           {ir::kAllGatherName, ir::kReduceScatterName, ir::kAllReduceName, ir::kSendName, ir::kRecvName});
+    cp.group = one_of(c, at_index, "group", profiled_group_names());
     std::string path = at_index + " (" + cp.collective + " on " + cp.group + ")";
     cp.group_size = count(c, path, "group_size", 1);
     const nlohmann::json& beside = at(c, path, "beside_compute");

@@ -571,6 +571,10 @@ expect "plan that nothing fits" 2 "error: no plan fits 1.0 MiB per rank (20 over
 expect "plan that nothing fits, with the least simulated peak" 2 "error: no plan fits 5.0 MiB per rank (40 over the limit, 0 refused); a limit of " \
   " fits at least one (the least simulated peak)" "hint: raise --memory-limit to " ", use more ranks, or a smaller --micro-batch or --seq" \
   -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit 5MiB --checkpoint auto
+expect "plan that no device of the cluster could run: the hint does not raise the limit" 2 \
+  "error: no plan fits 72.00 GiB per rank (50 over the limit, 0 refused); every plan's model states alone are over it (the least: 131.42 GiB), more than the devices' 80.00 GiB" \
+  "hint: use more ranks, --checkpoint auto, or a smaller --micro-batch or --seq" \
+  -- "$loom" plan --model llama3-70b --world 8 --seq 4096 --micro-batch 1 --cluster lins-a800
 expect "the limit no plan fits names one that does" 0 "plans simulated" -- bash -c "
   limit=\$(\"$loom\" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit 5MiB --checkpoint auto 2>&1 | sed -n 's/.*a limit of \\([^ ]*\\) fits.*/\\1/p')
   \"$loom\" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit \"\$limit\" --checkpoint auto 2>/dev/null"

@@ -628,6 +628,11 @@ TEST_CASE("a profile whose figures no measurement gives is refused, naming the f
   CHECK(refusal([](nlohmann::json& j) { j.erase("measured_step_ms"); }) == "accepted");  // written before it was recorded
   CHECK(refusal([](nlohmann::json& j) { j.erase("ops"); }) == "p.json: `ops` is missing");
   CHECK(refusal([](nlohmann::json& j) { j["ops"][0] = 3; }) == "p.json: `ops[0]` must be a JSON object, not number");
+  CHECK(refusal([](nlohmann::json& j) { j["collectives"][0]["collective"] = "broadcastx"; }) ==
+        "p.json: `collectives[0].collective` must be one of all_gather, reduce_scatter, all_reduce, send, recv, not \"broadcastx\"");
+  CHECK(refusal([](nlohmann::json& j) { j["collectives"][0]["group"] = "paramz"; }) ==
+        "p.json: `collectives[0].group` must be one of params, grads, grad_peers, replicas, optim, optim_peers, optim_block, dp, world, "
+        "tp, model, pipeline, stage_pair, not \"paramz\"");
   CHECK(refusal([](nlohmann::json& j) { j["collectives"][0]["group_size"] = 0; }) ==
         "p.json: `collectives[0] (all_gather on params).group_size` must be a whole number of at least 1, not 0");
   CHECK(refusal([](nlohmann::json& j) { j["collectives"][0]["samples_bytes_ms"] = {{8192, 0.2}, {4096, 0.1}}; }) ==
