@@ -88,9 +88,9 @@ void check_nodes_on_cluster(int64_t nodes, const std::string& profile) {
 }
 
 void check_one_cost_model(const std::string& who, const std::string& cluster, const std::string& profile) {
-  std::string hint = "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`";
   if (cluster.empty() && profile.empty())
-    throw UserError(SourceRange{}, who + " needs one cost model: --cluster NAME or --profile FILE", hint);
+    throw UserError(SourceRange{}, who + " needs one cost model: --cluster NAME or --profile FILE",
+                    "name a cluster (" + cluster_names_text(cluster_dirs()) + ") or give a profile from `loom profile --out FILE`");
   if (!cluster.empty() && !profile.empty())
     throw UserError(SourceRange{}, who + " takes one cost model, not both: --cluster " + cluster + " or --profile " + profile,
                     "leave one out: a cluster prices the run from its data sheet, a profile from what this machine measured");

@@ -127,7 +127,9 @@ UserError no_plan_fits(const PlanOptions& o, const PlanOutcome& out) {
     raise += " above " + format_size(r.least_state_bytes);
   }
   // A limit past the devices' memory fits a plan no device can run: say so rather than raise it.
+  // The least of the two that are known: a plan over by its states alone was never simulated.
   int64_t device = out.cluster.device.memory_bytes, needed = r.least_simulated_peak > 0 ? r.least_simulated_peak : r.least_state_bytes;
+  if (r.least_simulated_peak > 0 && r.least_state_bytes > 0) needed = std::min(r.least_simulated_peak, r.least_state_bytes);
   bool beyond_device = device > 0 && needed > device;
   if (beyond_device) least += ", more than the devices' " + format_size(device);
   std::string hint = (beyond_device ? std::string() : raise + ", ") + "use more ranks, ";

@@ -71,7 +71,7 @@ class Reader : public JsonFields {
       if (std::find(fields.begin(), fields.end(), key) != fields.end()) continue;
       std::string known;
       for (const std::string& f : fields) known += (known.empty() ? "" : ", ") + f;
-      fail(join(path, key), "is not a field of " + (path.empty() ? std::string("a cluster") : "`" + path + "`") + " (its fields: " + known + ")");
+      fail(join(path, shown_name(key)), "is not a field of " + (path.empty() ? std::string("a cluster") : "`" + path + "`") + " (its fields: " + known + ")");
     }
   }
   // `collectives`: whether collectives run on it (the host link carries copies only).

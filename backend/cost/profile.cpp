@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -67,9 +68,9 @@ void check_rank_times(const Profile& p, const std::string& origin) {
 // names of the grads and optim roles ("grad_peers", "optim_peers").
 std::vector<std::string> profiled_group_names() {
   std::vector<std::string> names;
-  for (int r = static_cast<int>(ir::Role::Params); r <= static_cast<int>(ir::Role::StagePair); ++r) {  // every role, in order
-    names.push_back(ir::role_name(static_cast<ir::Role>(r)));
-    if (const char* alias = sweep_group_alias(static_cast<ir::Role>(r))) names.push_back(alias);
+  for (ir::Role role : ir::kGroupRoles) {
+    names.push_back(ir::role_name(role));
+    if (const char* alias = sweep_group_alias(role)) names.push_back(alias);
   }
   return names;
 }
@@ -95,6 +96,8 @@ class ProfileReader : public JsonFields {
   // A whole number of `what` ("bytes"): 0 or more.
   int64_t whole_number(const nlohmann::json& object, const std::string& path, const std::string& key, const std::string& what) const {
     const nlohmann::json& v = at(object, path, key);
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail(join(path, key), "must be at most " + std::to_string(std::numeric_limits<int64_t>::max()) + ", not " + shown_json(v));
     if (!v.is_number_integer() || v.get<int64_t>() < 0) fail(join(path, key), "must be a whole number of " + what + " (0 or more), not " + shown_json(v));
     return v.get<int64_t>();
   }
@@ -132,7 +135,7 @@ class ProfileReader : public JsonFields {
   OpProfile op(const nlohmann::json& o, const std::string& at_index) const {
     OpProfile op;
     op.module = text(o, at_index, "module");
-    std::string path = at_index + " (" + op.module + ")";
+    std::string path = at_index + " (" + shown_name(op.module) + ")";
     op.forward_ms = amount(o, path, "forward_ms");
     op.backward_ms = amount(o, path, "backward_ms");
     op.memory_before_bytes = bytes(o, path, "memory_before_bytes");

@@ -24,6 +24,10 @@ enum class Role : uint8_t {
   StagePair,   // two neighbouring stages (send and receive)
 };
 
+// Every role a group plays (all but None), in order: what a list of the roles walks.
+inline constexpr Role kGroupRoles[] = {Role::Params, Role::Grads, Role::Replicas, Role::Optim, Role::OptimBlock, Role::Dp,
+                                      Role::World,  Role::Tp,    Role::Model,    Role::Pipeline, Role::StagePair};
+
 // Its name as `loom explain`, the IR's JSON and a profile write it ("params", "optim_block", ...).
 const char* role_name(Role r);
 // The role `name` names (role_name's inverse); None for a name of no role.

@@ -309,10 +309,11 @@ class Simulator {
 };
 
 // `r`, whose step must be a time: a cluster of rates near zero (1e-300 GB/s) or a profile of times
-// near a double's largest prices an instruction at infinity, and a step of "inf ms" ranks nothing.
+// near a double's largest prices an instruction at infinity (and infinity less infinity is NaN),
+// and a step of "inf ms" ranks nothing.
 SimResult finite(SimResult r) {
   if (!std::isfinite(r.step_s))
-    throw UserError(SourceRange{}, "the simulated step takes more seconds than a number can hold: the cost model prices some of it at infinity",
+    throw UserError(SourceRange{}, "the simulated step takes more seconds than a number can hold: the cost model prices some of it at infinity or at no number",
                     "check the cluster's rates (GBps, TFLOP/s: too near 0?) or the profile's times (too large?)");
   return r;
 }

@@ -229,6 +229,17 @@ TEST_CASE("a hostile cluster file or name (nested deeper than the stack, megabyt
         "c.json: `nodes` must be a whole number of at least 1, not a list of 100001 entries");
   CHECK(refusal(replaced(good, "\"nodes\": 16", "\"nodes\": \"" + std::string(100000, 'n') + "\"")) ==
         "c.json: `nodes` must be a whole number of at least 1, not \"" + std::string(60, 'n') + "\"...");
+  // Cut at a character's start: a cut inside "é" would make dump() throw (an internal error).
+  std::string accents;
+  for (int i = 0; i < 31; ++i) accents += "\u00e9";  // 2 bytes each in UTF-8
+  CHECK(refusal(replaced(good, "\"nodes\": 16", "\"nodes\": \"a" + accents + "\"")) ==
+        "c.json: `nodes` must be a whole number of at least 1, not \"a" + accents.substr(0, 58) + "\"...");
+  CHECK(refusal(replaced(good, "\"nodes\": 16,", "\"nodes\": 16, \"" + std::string(1000, 'k') + "\": 1,"))
+            .rfind("c.json: `" + std::string(60, 'k') + "...` is not a field of a cluster (its fields: ", 0) == 0);
+  // An unterminated string of a megabyte: the parser's words quote it, cut.
+  std::string unterminated = refusal("{\"name\": \"" + std::string(1 << 20, 'x'));
+  CHECK(unterminated.size() < 400);
+  CHECK(unterminated.find("... (cut)") == unterminated.size() - 9);
   CHECK(refusal(replaced(good, "\"nodes\": 16", "\"nodes\": {\"a\": 1}")) ==
         "c.json: `nodes` must be a whole number of at least 1, not {\"a\":1}");
   // Over 2^24 says so, rather than "at least 1".

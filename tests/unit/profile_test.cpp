@@ -175,6 +175,8 @@ TEST_CASE("a hostile profile (nested deeper than the stack, megabytes long, a di
         "p.json: `optimizer_elements` must be a whole number of elements (0 or more), not a list of 100001 entries");
   CHECK(refusal(good.substr(0, at) + elements + "\"" + std::string(100000, 'x') + "\"" + good.substr(end)) ==
         "p.json: `optimizer_elements` must be a whole number of elements (0 or more), not \"" + std::string(60, 'x') + "\"...");
+  CHECK(refusal(with("\"memory_limit_bytes\": 0", "\"memory_limit_bytes\": 18446744073709551615")) ==
+        "p.json: `memory_limit_bytes` must be at most 9223372036854775807, not 18446744073709551615");
   // The parser's words, without nlohmann's tag.
   std::string broken = refusal("{");
   CHECK(broken.rfind("p.json is not a readable Loom profile: parse error at line 1, column 2: syntax error", 0) == 0);
