@@ -65,13 +65,16 @@ void check_rank_times(const Profile& p, const std::string& origin) {
 }
 
 // The groups a profile's collectives are measured on: every role by its name, and the sweep's own
-// names of the grads and optim roles ("grad_peers", "optim_peers").
-std::vector<std::string> profiled_group_names() {
-  std::vector<std::string> names;
-  for (ir::Role role : ir::kGroupRoles) {
-    names.push_back(ir::role_name(role));
-    if (const char* alias = sweep_group_alias(role)) names.push_back(alias);
-  }
+// names of the grads and optim roles ("grad_peers", "optim_peers"). Listed once for every file read.
+const std::vector<std::string>& profiled_group_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> all;
+    for (ir::Role role : ir::kGroupRoles) {
+      all.push_back(ir::role_name(role));
+      if (const char* alias = sweep_group_alias(role)) all.push_back(alias);
+    }
+    return all;
+  }();
   return names;
 }
 

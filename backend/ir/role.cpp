@@ -21,8 +21,7 @@ const char* role_name(Role r) {
 }
 
 Role role_named(const std::string& name) {
-  for (Role r : {Role::Params, Role::Grads, Role::Replicas, Role::Optim, Role::OptimBlock, Role::Dp, Role::World, Role::Tp,
-                 Role::Model, Role::Pipeline, Role::StagePair})
+  for (Role r : kGroupRoles)
     if (name == role_name(r)) return r;
   return Role::None;
 }
