@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # How fast `loom plan` evaluates configurations (issue #15 asks 10,000 in under 10 s): llama-13b
 # on lins-a800 grown to 8,192 and 12,288 ranks (`--nodes`: more nodes of its kind),
-# every core, recomputation searched. Prints plans evaluated, seconds and milliseconds a plan.
+# every core, recomputation searched. Prints plans evaluated (simulated), seconds and
+# milliseconds a plan; then how long `loom simulate` takes a llama3-70b step at 1,024 ranks (the
+# issue asks under 1 s) beside `loom --version` alone (starting the process, loading LibTorch).
 # `--memory-passes auto` times the plans whose sharded points plan DeepCompile's passes too.
 # Usage: bash benchmarks/plan_speed.sh [--threads N] [--memory-passes auto]
 set -euo pipefail
@@ -31,4 +33,15 @@ plans = json.load(open(path))["evaluated"]
 seconds = end - start
 print(f"{ranks:<8} {nodes:<8} {plans:>10} {seconds:>10.2f} {1000 * seconds / plans:>10.3f}")
 PY
+done
+timed() {
+  local start end
+  start=$(date +%s.%N)
+  "$@" >/dev/null 2>&1
+  end=$(date +%s.%N)
+  /usr/bin/python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$start" "$end"
+}
+for _ in 1 2 3; do
+  echo "llama3-70b ZeRO-3 at 1,024 ranks simulated in $(timed build/loom simulate stdlib_schedules/zero3.sched --model llama3-70b \
+    --nproc 1024 --local-world 8 --seq 1024 --cluster lins-a800) s; loom --version alone $(timed build/loom --version) s"
 done

@@ -155,7 +155,7 @@ void add_check(CLI::App& app, std::function<int()>& run) {
                 "bytes allowed per rank (e.g. 80GiB): schedules whose model states need more (4/s_p + 4/s_g + 8/s_os bytes per parameter, "
                 "lins.txt's formula with the runtime's bytes), or whose step peaks above it as `loom simulate` walks it (states, gathered "
                 "parameters, gradients, saved activations; at --micro-batch x --seq), are errors")
-      ->transform(byte_size());
+      ->transform(byte_size())->type_name("SIZE");
   std::vector<CLI::Option*> shape = {
       c->add_option("--micro-batch", o->micro_batch, "sequences per rank per micro-batch of the step --memory-limit checks (default: loom run's)")
           ->check(at_least(1)),

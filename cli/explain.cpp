@@ -150,7 +150,7 @@ void add_explain(CLI::App& app, std::function<int()>& run) {
   c->add_option("--memory-limit", o->memory_limit,
                 "bytes per rank, e.g. 600MiB: prefetch(budget=auto) and unshard(auto) plan within it, as `loom run "
                 "--memory-limit` does; 0: none; not given: none, or with --profile the limit the profiled run planned within")
-      ->transform(byte_size())
+      ->transform(byte_size())->type_name("SIZE")
       ->default_str("");  // -1, not given: the text says what that means
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules");
   c->callback([&run, o] { run = [o] { return explain(*o); }; });

@@ -124,7 +124,7 @@ CLI::Validator byte_size() {
         if (problem.empty() && text != "0") text = std::to_string(parse_size(text));
         return problem;
       },
-      "SIZE");
+      "");  // the option's type name says SIZE, whatever it is held in
 }
 
 int64_t memory_limit_bytes(const std::string& text) {
@@ -160,7 +160,7 @@ void add_step_options(CLI::App* c, TrainOptions& t) {
                 "bytes per rank, e.g. 600MiB: prefetch(budget=auto), unshard(auto) and bucket(size=auto) plan within it "
                 "(docs/passes.md); 0: none (auto then prefetches one block ahead and unshards nothing); not given: on a GPU "
                 "90% of its memory, on a CPU none")
-      ->transform(byte_size())
+      ->transform(byte_size())->type_name("SIZE")
       ->default_str("");  // -1, not given: the text says what that means
   c->add_option("--timeout", t.timeout_s, "seconds a rank waits for the rendezvous or a collective before failing")->check(at_least(1));
 }

@@ -68,8 +68,9 @@ void print_table(const PlanOptions& o, const Cluster& cluster, const PlanReport&
               o.world, cluster.name.c_str(), static_cast<long long>(o.seq), static_cast<long long>(o.micro_batch),
               static_cast<long long>(o.accum), format_size(limit).c_str(), limit_from.c_str(),
               o.memory_passes == "auto" ? ", sharded plans gathering by the memory-aware passes within it" : "");
-  std::printf("  %zu plans simulated; %zu over the memory limit, %zu refused by the schedule's rules\n", report.evaluated,
-              report.over_memory, report.refused);
+  std::printf("  %zu configurations: %zu plans simulated; %zu over the memory limit (%zu by their model states alone, unsimulated), "
+              "%zu refused by the schedule's rules\n",
+              report.configurations, report.evaluated, report.over_memory, report.over_memory_by_states, report.refused);
   std::printf("  %-4s %3s %3s %4s %4s %5s %5s %11s %7s %12s %11s %11s %11s\n", "rank", "tp", "pp", "s_p", "s_g", "s_os", "ckpt",
               "step ms", "MFU", "tok/s/rank", "peak", "compute ms", "exposed ms");
   for (size_t i = 0; i < report.feasible.size() && static_cast<int>(i) < o.top; ++i) {
@@ -196,8 +197,14 @@ PlanOutcome search_plans(const PlanOptions& o, const std::function<void(size_t, 
 nlohmann::json report_json(const PlanOptions& o, const PlanOutcome& out) {
   nlohmann::json plans = nlohmann::json::array();
   for (size_t i = 0; i < out.report.feasible.size() && static_cast<int>(i) < o.top; ++i) plans.push_back(plan_json(out.report.feasible[i]));
-  return {{"plans", plans},       {"evaluated", out.report.evaluated}, {"over_memory", out.report.over_memory},
-          {"refused", out.report.refused}, {"memory_limit", out.limit},      {"memory_passes", o.memory_passes}};
+  return {{"plans", plans},
+          {"configurations", out.report.configurations},
+          {"evaluated", out.report.evaluated},
+          {"over_memory", out.report.over_memory},
+          {"over_memory_by_states", out.report.over_memory_by_states},
+          {"refused", out.report.refused},
+          {"memory_limit", out.limit},
+          {"memory_passes", o.memory_passes}};
 }
 
 int plan(const PlanOptions& o) {
@@ -210,9 +217,9 @@ int plan(const PlanOptions& o) {
       // Every tenth of the search once it has taken a second (a short one shows its end alone).
       if (done != total && (seconds < 1 || done < last_shown + std::max<size_t>(1, total / 10))) return;
       last_shown = done;
-      if (done == total) std::fprintf(stderr, "loom plan: %zu/%zu plans in %.1f s\n", done, total, seconds);
+      if (done == total) std::fprintf(stderr, "loom plan: %zu/%zu configurations in %.1f s\n", done, total, seconds);
       else  // at the rate so far
-        std::fprintf(stderr, "loom plan: %zu/%zu plans, %.1f s, about %.1f s left\n", done, total, seconds,
+        std::fprintf(stderr, "loom plan: %zu/%zu configurations, %.1f s, about %.1f s left\n", done, total, seconds,
                      seconds * static_cast<double>(total - done) / static_cast<double>(done));
     });
     const PlannedStep& best = out.report.feasible[0];
@@ -270,7 +277,7 @@ void add_plan(CLI::App& app, std::function<int()>& run) {
   c->add_option("--memory-limit", o->memory_limit,
                 "bytes per rank, e.g. 80GiB, that plans must fit and --memory-passes auto plans within (default: 90% of the "
                 "cluster device's memory, as a GPU run plans within; 0: all of it)")
-      ->transform(byte_size());
+      ->transform(byte_size())->type_name("SIZE");
   c->add_option("--cluster", o->cluster, "a cluster by name (clusters/, $LOOM_CLUSTER_PATH) or a cluster file's path");
   c->add_option("--nodes", o->nodes, kNodesHelp)->check(at_least(0));
   c->add_option("--profile", o->profile,

@@ -321,7 +321,7 @@ void add_simulate(CLI::App& app, std::function<int()>& run) {
                 "bytes per rank, e.g. 600MiB: prefetch(budget=auto), unshard(auto) and bucket(size=auto) plan within it "
                 "(default on a cluster: 90% of its device's memory, as a GPU run; on a profile: the limit the profiled run planned within, 90% of a GPU by default, none on a CPU; 0: none, "
                 "so that auto prefetches one block ahead and unshards nothing)")
-      ->transform(byte_size())
+      ->transform(byte_size())->type_name("SIZE")
       ->default_str("");  // -1, not given: the text says what that means
   c->add_flag("--replanned", o->replanned,
               "with --profile: the passes plan with the profile's measured times and memory, the program a run's "

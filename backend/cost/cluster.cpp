@@ -46,7 +46,7 @@ class Reader : public JsonFields {
   }
   double fraction(const json& object, const std::string& path, const std::string& key) const {
     double f = positive(object, path, key);
-    if (f > 1) fail(join(path, key), "is a fraction of the peak: at most 1, not " + std::to_string(f));
+    if (f > 1) fail(join(path, key), "is a fraction of the peak: at most 1, not " + shown_json(at(object, path, key)));
     return f;
   }
   // [[threshold, efficiency], ...] in any order; efficiencies in (0, 1].

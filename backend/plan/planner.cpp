@@ -280,11 +280,13 @@ PlanReport plan_parallelism(std::shared_ptr<const ModuleTree> tree, const ir::Op
   int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<PointOutcome> outcomes = PlanEvaluator(tree, trace, cost, o, points, progress).run(threads);
   PlanReport report;
+  report.configurations = outcomes.size();
   for (PointOutcome& out : outcomes) {  // in the space's order, whatever the threads did first
     if (out.what == PointOutcome::Refused && report.refused++ == 0) report.first_refusal = out.refusal;
     if (out.simulated) ++report.evaluated;
     if (out.what == PointOutcome::OverMemory) {
       ++report.over_memory;
+      if (!out.simulated) ++report.over_memory_by_states;
       int64_t& least = out.simulated ? report.least_simulated_peak : report.least_state_bytes;
       if (least == 0 || out.least_bytes < least) least = out.least_bytes;
     }

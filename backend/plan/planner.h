@@ -47,8 +47,10 @@ struct PlannedStep {
 
 struct PlanReport {
   std::vector<PlannedStep> feasible;  // best first
+  size_t configurations = 0;          // points of the space: evaluated, refused, or dropped for their states alone
   size_t evaluated = 0;               // points lowered and simulated
-  size_t over_memory = 0;             // of those, dropped for their peak
+  size_t over_memory = 0;             // points dropped for their simulated peak, or for their model states alone
+  size_t over_memory_by_states = 0;   // of those, the ones dropped for their states, unsimulated
   // What the over_memory points were found to need, for a message: the least simulated peak
   // among them, and the least model states among those dropped for their states alone, unsimulated
   // (their peaks would be higher); 0 where there is none of the kind.

@@ -351,22 +351,28 @@ expect "explain --profile" 0 "# estimate from $tmp/profile.json (serial sums" "m
 expect "explain --profile of another run" 2 "error: $tmp/profile.json was measured for another run: micro_batch 2 (this run: 4), seq 32 (this run: 128)" \
   "hint: measure this run with \`loom profile\`" -- "$loom" explain stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --profile "$tmp/profile.json"
 # ... and the passes plan with its times: bucket(size=auto) sizes buckets for overlap (the program
-# a run's --replan-at settles on) where without times it buckets each block whole. The measured
-# compute is scaled down 1000x and the collectives up 1000x, so that no gather hides behind
-# compute and each is a bucket of its own, whatever load this machine measured under (with the
-# measured times alone, or only the compute scaled, a loaded machine has landed on as many
-# buckets as blocks).
+# a run's --replan-at settles on) where without times it buckets each block whole. The profile's
+# times are set, not measured: every op (each rank's too) a nanosecond, every collective 10 ms
+# and 1 ms a KB, so that no gather hides behind compute and each is a bucket of its own whatever
+# load this machine measured under (scaling the measured times instead landed, once in many
+# runs, on as many buckets as blocks).
 printf 'import "stdlib/zero3.sched"\nsch.blocks().bucket(size=auto)\n' > "$tmp/bucket_auto.sched"
 /usr/bin/python3 -c "import json, sys; p = json.load(open(sys.argv[1]))
-for op in p['ops']: op['forward_ms'] /= 1000; op['backward_ms'] /= 1000
+for op in p['ops']:
+    for key in ('forward_ms', 'backward_ms', 'forward_host_ms', 'backward_host_ms'):
+        if key in op: op[key] = 1e-6
+    for key in ('forward_ms_by_rank', 'backward_ms_by_rank'):
+        if key in op: op[key] = [1e-6] * len(op[key])
 for c in p['collectives']:
-    c['alpha_ms'] *= 1000; c['beta_ms_per_byte'] *= 1000
-    c['samples_bytes_ms'] = [[b, ms * 1000] for b, ms in c['samples_bytes_ms']]
+    c['alpha_ms'], c['beta_ms_per_byte'], c['in_step_scale'] = 10.0, 1e-3, 1.0
+    c['samples_bytes_ms'] = [[b, 10.0 + 1e-3 * b] for b, ms in c['samples_bytes_ms']]
 json.dump(p, open(sys.argv[2], 'w'))" "$tmp/profile.json" "$tmp/fast_compute.json"
 expect "explain --profile plans with the measured times" 0 "the buckets differ" -- bash -c "
-  a=\$(\"$loom\" explain \"$tmp/bucket_auto.sched\" --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --memory-limit 1GiB | grep -c all_gather)
-  b=\$(\"$loom\" explain \"$tmp/bucket_auto.sched\" --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --memory-limit 1GiB --profile \"$tmp/fast_compute.json\" | grep -c all_gather)
-  echo \"all_gathers without times \$a, with \$b\"; [ \"\$a\" != \"\$b\" ] && echo 'the buckets differ'"
+  \"$loom\" explain \"$tmp/bucket_auto.sched\" --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --memory-limit 1GiB > \"$tmp/untimed.txt\" || exit 1
+  \"$loom\" explain \"$tmp/bucket_auto.sched\" --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --memory-limit 1GiB \\
+    --profile \"$tmp/fast_compute.json\" > \"$tmp/timed.txt\" || exit 1
+  a=\$(grep -c all_gather \"$tmp/untimed.txt\"); b=\$(grep -c all_gather \"$tmp/timed.txt\")
+  echo \"all_gathers without times \$a, with \$b\"; [ \"\$a\" -lt \"\$b\" ] && echo 'the buckets differ'"
 # loom simulate --replanned prices that program: the step differs from the one a run starts with.
 expect "simulate --replanned plans with the profile's times" 0 "the steps differ" -- python3 -c "
 import json, subprocess
@@ -429,7 +435,7 @@ print('efficiencies within (0, 1], one of them 1' if all(0 < x <= 1 for x in e) 
 expect "simulate --save-cluster on a full disk" 1 "loom simulate: cannot write /dev/full: No space left on device" \
   -- "$loom" simulate stdlib_schedules/zero3.sched --model gpt:tiny --nproc 2 --seq 32 --micro-batch 2 --profile "$tmp/profile.json" \
   --save-cluster /dev/full
-expect "plan on this machine, its progress timed" 0 "loom plan: gpt:tiny on 2 ranks of here" "plans simulated" " plans in " \
+expect "plan on this machine, its progress timed" 0 "loom plan: gpt:tiny on 2 ranks of here" "plans simulated" " configurations in " \
   -- "$loom" plan --model gpt:tiny --world 2 --seq 32 --micro-batch 2 --cluster "$tmp/here.json"
 expect "--save-cluster needs a profile" 2 "error: --save-cluster derives this machine from a profile; this run is priced on a cluster" \
   -- "$loom" simulate --model gpt:tiny --nproc 2 --cluster dgx-a100 --save-cluster "$tmp/there.json"
@@ -508,9 +514,40 @@ expect "plan --memory-limit 0 judges plans by all of the device's memory" 0 "the
   "\"$loom\" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit 0 2>/dev/null | head -1 | grep -q 'memory limit 80.00 GiB per rank$' && echo the whole device"
 expect "plan --json" 0 '"plans"' '"params"' '"grads"' '"optim"' '"tp"' '"pp"' '"step_s"' '"mfu"' '"peak_bytes"' \
   -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --json
+# Best first: by tokens per second per rank, and among plans of the same replicas (the same
+# tokens per step) by step time; every configuration is accounted for once; each MFU is the
+# replicas' model FLOPs over the step at the devices' peak, so MFU x step / replicas is one figure.
+expect "plan --json ranks best first and counts every configuration" 0 "ranked, counted" -- python3 -c "
+import json, subprocess
+r = json.loads(subprocess.run(['$loom', 'plan', '--model', 'gpt:tiny', '--world', '4', '--cluster', 'dgx-a100', '--top', '1000',
+                               '--checkpoint', 'auto', '--json'], capture_output=True, text=True, check=True).stdout)
+plans = r['plans']
+assert len(plans) == r['evaluated'] - (r['over_memory'] - r['over_memory_by_states']) and len(plans) > 10, r
+assert r['configurations'] == r['evaluated'] + r['over_memory_by_states'] + r['refused'], r
+tps = [p['tokens_per_s_per_rank'] for p in plans]
+assert tps == sorted(tps, reverse=True), tps
+replicas = lambda p: 4 // (p['tp'] * p['pp'])
+for a, b in zip(plans, plans[1:]):
+    if replicas(a) == replicas(b): assert a['step_s'] <= b['step_s'], (a, b)
+same = [p['mfu'] * p['step_s'] / replicas(p) for p in plans]
+assert max(same) - min(same) <= 1e-9 * max(same), same
+print('ranked, counted')"
 expect "plan --out" 0 "wrote the best plan to $tmp/best.sched" -- "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --out "$tmp/best.sched"
 expect "the written plan says what it is" 0 "# Generated by \`loom plan\` for gpt:tiny on 4 ranks of cluster dgx-a100 (4 per node)" \
   -- cat "$tmp/best.sched"
+# ... and what it is predicted to cost: the best plan's own figures, as --json gives them.
+expect "the written plan says what it costs" 0 "the header's cost is the best plan's" -- python3 -c "
+import json, re, subprocess
+best = json.loads(subprocess.run(['$loom', 'plan', '--model', 'gpt:tiny', '--world', '4', '--cluster', 'dgx-a100', '--json'],
+                                 capture_output=True, text=True, check=True).stdout)['plans'][0]
+header = open('$tmp/best.sched').read()
+m = re.search(r'# Predicted by the simulator \(docs/simulate.md\): step ([0-9.]+) ms, MFU ([0-9.]+)%, peak memory ([0-9.]+) (KiB|MiB|GiB) per rank', header)
+assert m, header
+unit = {'KiB': 2**10, 'MiB': 2**20, 'GiB': 2**30}[m.group(4)]
+assert abs(float(m.group(1)) - best['step_s'] * 1e3) <= 0.05, (m.group(1), best)
+assert abs(float(m.group(2)) - best['mfu'] * 100) <= 0.05, (m.group(2), best)
+assert abs(float(m.group(3)) * unit - best['peak_bytes']) <= 0.05 * unit, (m.group(3), best)
+print(\"the header's cost is the best plan's\")"
 expect "the written plan checks" 0 "ok (" -- "$loom" check "$tmp/best.sched" --model gpt:tiny --world 4
 expect "the written plan runs the memory-efficient attention" 0 'sch["h.*.attn"].replace("memory_efficient_attention")' -- cat "$tmp/best.sched"
 "$loom" plan --model gpt:tiny --world 4 --cluster dgx-a100 --attention eager --out "$tmp/eager.sched" > /dev/null 2>&1

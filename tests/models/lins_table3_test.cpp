@@ -97,6 +97,19 @@ TEST_CASE("Lins Table III, LLaMA-7B: the paper's (1, 1, 8) fits, with and withou
                  << " GiB");
     CHECK(lins->step_s == doctest::Approx(1.13 * run.report.feasible[0].step_s).epsilon(0.05));
   }
+  // MFU as Megatron-LM counts it, worked by hand from LLaMA-7B's shape: each token's forward and
+  // backward matrix products, 6 FLOPs a weight (the 32 blocks' attention and SwiGLU weights and
+  // the output head; the embedding is a lookup), plus attention's two s x s products, 12 s^2 h a
+  // block (no causal halving), recomputation not counted; over the step at A800's bf16 peak. Each
+  // replica (tp = pp = 1 here) runs one 4,096-token sequence a step.
+  const double h = 4096, layers = 32, ffn = 11008, vocab = 32000, s = 4096;
+  const double weights = layers * (4 * h * h + 3 * h * ffn) + h * vocab;
+  const double flops_per_replica = 6 * weights * s + 12 * s * s * h * layers;
+  const double peak = load_cluster("lins-a800", cluster_dirs()).device.matrix_flops_bf16;
+  for (const PlannedStep& plan : run.report.feasible) {
+    if (plan.point.tp * plan.point.pp != 1) continue;
+    CHECK(plan.mfu == doctest::Approx(flops_per_replica / (plan.step_s * peak)).epsilon(0.005));
+  }
 }
 
 TEST_CASE("LLaMA-7B planned with the memory-aware passes: the best plan shards further and keeps gathered what fits in 80 GiB") {

@@ -137,7 +137,10 @@ TEST_CASE("a bad cluster file is a user error naming the file, the field and the
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"GBps\": 300", "\"GBps\": -3"), "c.json"),
                        "c.json: `intra_node.GBps` must be a positive number, not -3", UserError);
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"efficiency\": 0.6", "\"efficiency\": 60"), "c.json"),
-                       doctest::Contains("`intra_node.efficiency` is a fraction of the peak: at most 1"), UserError);
+                       doctest::Contains("`intra_node.efficiency` is a fraction of the peak: at most 1, not 60"), UserError);
+  // The value as written, in its own notation: a huge one is not spelled out in 309 digits.
+  CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"efficiency\": 0.6", "\"efficiency\": 1e308"), "c.json"),
+                       doctest::Contains("at most 1, not 1e+308"), UserError);
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "\"80GiB\"", "\"lots\""), "c.json"),
                        "c.json: `device.memory` must be a size such as \"80GiB\"", UserError);
   CHECK_THROWS_WITH_AS(parse_cluster(replaced(good, "[[0, 0.1], [1, 0.6]", "[[0, 2], [1, 0.6]"), "c.json"),

@@ -279,6 +279,7 @@ TEST_CASE("the limit the passes plan within: a given one, else 90% of a device's
   const int64_t gpu = 80LL << 30;
   CHECK(MemoryPlanning::limit_or_default(-1, gpu) == gpu / 10 * 9);  // not given, on a GPU or a cluster's device
   CHECK(MemoryPlanning::limit_or_default(-1, 0) == 0);               // not given, on a CPU: none
+  CHECK(MemoryPlanning::limit_or_default(-1, 5) == 1);               // a device of a few bytes: a limit of one, never none
   CHECK(MemoryPlanning::limit_or_default(0, gpu) == 0);              // --memory-limit 0: none, on a GPU too
   CHECK(MemoryPlanning::limit_or_default(600LL << 20, gpu) == 600LL << 20);
   CHECK(MemoryPlanning::limit_or_default(600LL << 20, 0) == 600LL << 20);

@@ -131,7 +131,7 @@ TEST_CASE("a profile round-trips through JSON, and a foreign file is refused wit
     Profile::from_json(p.to_json(), "zero.json");
     FAIL("a scale of 0 was accepted");
   } catch (const UserError& e) {
-    CHECK(e.diagnostic().message == "zero.json: `collectives[0] (all_gather on params).in_step_scale` must be positive, not 0.000000");
+    CHECK(e.diagnostic().message == "zero.json: `collectives[0] (all_gather on params).in_step_scale` must be positive, not 0.0");
     CHECK(e.diagnostic().hint == "write it again with `loom profile`");
   }
 
