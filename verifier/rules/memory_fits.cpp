@@ -30,8 +30,10 @@ std::string lower_states_hint(const Schedule& s) {
   std::string dp = std::to_string(s.dp());
   if (f.params < s.dp() || f.grads < s.dp() || f.optim < s.dp())
     return "shard more: raise s_p, s_g or s_os in shard_states (each must divide dp = " + dp + ")";
-  return "every state is sharded over all dp = " + dp + " replicas already: use more ranks, split the model over a mesh (sch.mesh), "
-         "or offload(\"optimizer\")";
+  bool mesh = s.mesh_state().tp * s.mesh_state().pp > 1;
+  return "every state is sharded over all dp = " + dp + " replicas already: use more ranks, " +
+         std::string(mesh ? "split the model over a larger mesh (sch.mesh)" : "split the model over a mesh (sch.mesh)") +
+         ", or offload(\"optimizer\")";
 }
 
 }  // namespace
@@ -39,10 +41,11 @@ std::string lower_states_hint(const Schedule& s) {
 // lins.txt §IV-D's D_modelstate, each state's bytes over its sharding factor, of the 1/(tp * pp)
 // of the parameters a rank holds, with the bytes Loom's runtime keeps (4/s_p + 4/s_g + 8/s_os):
 // the memory model the simulator and the planner count model states with
-// (backend/cost/memory_model.h), so that a schedule `loom check` passes is one they do not find
-// over the limit for its states alone. Optimizer states offload() keeps on the host are not
-// counted. The step's memory walk, which `loom check` runs after the rules, counts the same
-// states and adds what the step holds beside them.
+// (backend/cost/memory_model.h). Optimizer states offload() keeps on the host are not counted.
+// Under a mesh the 1/(tp * pp) share is a rank's average, a bound below what some rank holds:
+// parameters no shard() splits (embeddings, norms) are whole on every tensor-parallel rank, and
+// stages differ; the message says "at least" there. The step's memory walk, which `loom check`
+// runs after the rules, counts each rank's own parameters and what the step holds beside them.
 void memory_fits(const Schedule& s, const RuleOptions& o) {
   if (o.memory_limit <= 0) return;
   const ShardingFactors& f = s.sharding();
@@ -55,11 +58,19 @@ void memory_fits(const Schedule& s, const RuleOptions& o) {
   if (bytes <= static_cast<double>(o.memory_limit)) return;
   auto term = [](double b, int factor) { return std::to_string(static_cast<int>(b)) + "/" + std::to_string(factor); };
   std::string host = offloaded > 0 ? ", less " + format_size(static_cast<int64_t>(offloaded)) + " of optimizer states offload() keeps on the host" : "";
+  const int tp = s.mesh_state().tp, pp = s.mesh_state().pp;
+  bool mesh = tp * pp > 1;
+  std::string share = " parameters";
+  if (mesh)
+    share += ", a rank's average 1/" + std::to_string(tp * pp) + " share of the model (some rank holds more: " +
+             (tp > 1 ? "the parameters no shard() splits are whole on every tensor-parallel rank" : "") + (tp > 1 && pp > 1 ? "; " : "") +
+             (pp > 1 ? "stages differ in size" : "") + ")";
   throw UserError(f.where,
-                  "model states need " + format_size(static_cast<int64_t>(bytes)) + " per rank, above --memory-limit " +
+                  "model states need " + std::string(mesh ? "at least " : "") + format_size(static_cast<int64_t>(bytes)) +
+                      " per rank, above --memory-limit " +
                       format_size(o.memory_limit) + " (" + term(kept.param, f.params) + " + " + term(kept.grad, f.grads) + " + " +
                       term(kept.optim, f.optim) + " bytes for each of " + std::to_string(static_cast<int64_t>(params)) +
-                      " parameters: fp32 parameters and gradients, AdamW's two moments" + host + ")",
+                      share + ": fp32 parameters and gradients, AdamW's two moments" + host + ")",
                   lower_states_hint(s));
 }
 
