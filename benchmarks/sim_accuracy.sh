@@ -61,15 +61,7 @@ trap 'ip netns del loom_sim 2>/dev/null || true; [ -z "${KEEP:-}" ] || { mkdir -
 LINK=$link NETNS=loom_sim source benchmarks/slow_link.sh
 printf 'sch.zero(stage=3)\nsch["h.*"].prefetch(budget=auto)\n' > "$out/zero3_prefetch.sched"
 printf 'sch.zero(stage=3)\nsch["h.*"].bucket()\n' > "$out/zero3_bucket.sched"
-cat > "$out/tp.sched" <<'SCHED'
-sch.mesh(tp=2)
-for b in sch["h.*"] {
-    b["attn.c_attn"].shard(["weight", "bias"], axis=0).sync(mode="bwd_post", op="all_reduce")
-    b["attn.c_proj"].shard("weight", axis=1).sync(mode="fwd_post", op="all_reduce")
-    b["mlp.c_fc"].shard(["weight", "bias"], axis=0).sync(mode="bwd_post", op="all_reduce")
-    b["mlp.c_proj"].shard("weight", axis=1).sync(mode="fwd_post", op="all_reduce")
-}
-SCHED
+cp examples/gpt_tp2.sched "$out/tp.sched"
 printf 'sch.mesh(pp=2)\nsch["h.1"].pipeline_split()\n' > "$out/pp.sched"
 schedules="${SCHEDULES:-ddp zero1 zero2 zero3 checkpoint_all zero3_prefetch zero3_bucket tp pp}"
 shape="${SHAPE:---model gpt:tiny --micro-batch 4 --seq 128}"

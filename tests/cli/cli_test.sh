@@ -262,19 +262,10 @@ expect "memory limit fits" 0 "ok (" -- "$loom" check stdlib_schedules/zero3.sche
 # Under a mesh the rule's figure is a rank's average share, a bound: tensor parallelism leaves the
 # embeddings and norms whole on each rank. The walk that follows counts each rank's own: at a limit
 # between the two (the rule's 6.6 MiB, the walk's 7.1 MiB of states) the walk refuses.
-cat > "$tmp/tp2.sched" <<'SCHED'
-sch.mesh(tp=2)
-for b in sch["h.*"] {
-    b["attn.c_attn"].shard(["weight", "bias"], axis=0).sync(mode="bwd_post", op="all_reduce")
-    b["attn.c_proj"].shard("weight", axis=1).sync(mode="fwd_post", op="all_reduce")
-    b["mlp.c_fc"].shard(["weight", "bias"], axis=0).sync(mode="bwd_post", op="all_reduce")
-    b["mlp.c_proj"].shard("weight", axis=1).sync(mode="fwd_post", op="all_reduce")
-}
-SCHED
 expect "memory limit under a mesh: the rule's bound" 1 "error: model states need at least 6.6 MiB per rank" \
-  "a rank's average 1/2 share of the model" -- "$loom" check "$tmp/tp2.sched" --model gpt:tiny --world 2 --memory-limit 6MiB
+  "a rank's average 1/2 share of the model" -- "$loom" check examples/gpt_tp2.sched --model gpt:tiny --world 2 --memory-limit 6MiB
 expect "memory limit under a mesh: the walk counts each rank's own" 1 "error: the step needs " "above --memory-limit 6.8 MiB" \
-  "(7.1 MiB of it held all step" -- "$loom" check "$tmp/tp2.sched" --model gpt:tiny --world 2 --memory-limit 6.8MiB
+  "(7.1 MiB of it held all step" -- "$loom" check examples/gpt_tp2.sched --model gpt:tiny --world 2 --memory-limit 6.8MiB
 expect "memory limit not a size" 2 "--memory-limit: expects a size such as 600MiB, 2GiB or a number of bytes (0: none), got 'lots'" \
   -- "$loom" check stdlib_schedules/zero3.sched --model gpt:tiny --world 2 --memory-limit lots
 # Every command reads a size alike: decimal digits, a unit, at least a byte, within 64 bits.
