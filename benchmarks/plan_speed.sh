@@ -37,11 +37,13 @@ done
 timed() {
   local start end
   start=$(date +%s.%N)
-  "$@" >/dev/null 2>&1
+  "$@" >/dev/null 2>&1 || { echo "plan_speed.sh: failed: $*" >&2; exit 1; }
   end=$(date +%s.%N)
   /usr/bin/python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$start" "$end"
 }
 for _ in 1 2 3; do
-  echo "llama3-70b ZeRO-3 at 1,024 ranks simulated in $(timed build/loom simulate stdlib_schedules/zero3.sched --model llama3-70b \
-    --nproc 1024 --local-world 8 --seq 1024 --cluster lins-a800) s; loom --version alone $(timed build/loom --version) s"
+  simulated=$(timed build/loom simulate stdlib_schedules/zero3.sched --model llama3-70b --nproc 1024 --local-world 8 --seq 1024 \
+    --cluster lins-a800)
+  started=$(timed build/loom --version)
+  echo "llama3-70b ZeRO-3 at 1,024 ranks simulated in $simulated s; loom --version alone $started s"
 done

@@ -68,9 +68,10 @@ void print_table(const PlanOptions& o, const Cluster& cluster, const PlanReport&
               o.world, cluster.name.c_str(), static_cast<long long>(o.seq), static_cast<long long>(o.micro_batch),
               static_cast<long long>(o.accum), format_size(limit).c_str(), limit_from.c_str(),
               o.memory_passes == "auto" ? ", sharded plans gathering by the memory-aware passes within it" : "");
-  std::printf("  %zu configurations: %zu plans simulated; %zu over the memory limit (%zu by their model states alone, unsimulated), "
-              "%zu refused by the schedule's rules\n",
-              report.configurations, report.evaluated, report.over_memory, report.over_memory_by_states, report.refused);
+  std::printf("  %zu configurations: %zu plans simulated (%zu of them over the memory limit), %zu over it by their model states "
+              "alone, unsimulated, %zu refused by the schedule's rules\n",
+              report.configurations, report.evaluated, report.over_memory - report.over_memory_by_states, report.over_memory_by_states,
+              report.refused);
   std::printf("  %-4s %3s %3s %4s %4s %5s %5s %11s %7s %12s %11s %11s %11s\n", "rank", "tp", "pp", "s_p", "s_g", "s_os", "ckpt",
               "step ms", "MFU", "tok/s/rank", "peak", "compute ms", "exposed ms");
   for (size_t i = 0; i < report.feasible.size() && static_cast<int>(i) < o.top; ++i) {

@@ -132,6 +132,14 @@ Cluster machine_cluster(const Profile& profile, const ir::Program& program, int 
   c.host.bandwidth = c.device.memory_bandwidth * c.device.memory_efficiency.steps.back().second / 2;
   c.host.efficiency = 1;
   c.host.latency_s = 1e-6;
+  // Times at or near zero give rates no number holds (infinite, or 0/0): the cluster file
+  // --save-cluster would write could not be read back, nor priced. Refused as the file would be.
+  try {
+    (void)parse_cluster(cluster_json(c), name);
+  } catch (const UserError& e) {
+    throw UserError(SourceRange{}, name + ": the rates derived from the profile's times are no cluster: " + e.diagnostic().message,
+                    "measure the profile again with `loom profile` (its ops or collectives were timed at or near zero)");
+  }
   return c;
 }
 

@@ -172,7 +172,7 @@ class ProfileReader : public JsonFields {
         fail(field, "is not sorted by bytes (" + shown_json(s) + " comes after a larger sample)");
     }
     cp.in_step_scale = amount(c, path, "in_step_scale");
-    if (!(cp.in_step_scale > 0)) fail(join(path, "in_step_scale"), "must be positive, not " + shown_json(c.at("in_step_scale")));
+    if (!(cp.in_step_scale > 0)) fail(join(path, "in_step_scale"), "must be positive, not " + shown_json(at(c, path, "in_step_scale")));
     return cp;
   }
 

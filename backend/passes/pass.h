@@ -2,6 +2,7 @@
 // lowering (backend/lower) fills them; the passes do not see the lowering.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -101,7 +102,7 @@ struct MemoryPlanning {
   // The limit on a device of `device_bytes` when none is given: its memory less DeepSpeed
   // DeepCompile's 10% margin (allocator fragmentation, library workspaces); at least a byte, since
   // 0 would be no limit at all.
-  static int64_t device_default(int64_t device_bytes) { return device_bytes < 10 ? 1 : device_bytes / 10 * 9; }
+  static int64_t device_default(int64_t device_bytes) { return std::max<int64_t>(1, device_bytes / 10 * 9); }
   // The limit a command plans within: `given` as --memory-limit gave it (-1: not given; 0:
   // none), else the default of a device of `device_bytes` (a GPU's, a cluster's), or none
   // where there is no device to fill (0 bytes: a CPU).

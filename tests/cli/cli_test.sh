@@ -24,7 +24,12 @@ expect "no subcommand" 2 "A subcommand is required" -- "$loom"
 expect "unknown subcommand" 2 "error: unknown command 'chekc'" "hint: did you mean 'check'? \`loom --help\` lists the commands" -- "$loom" chekc x.sched
 expect "unknown subcommand, nothing close" 2 "error: unknown command 'xyzzy'" "hint: \`loom --help\` lists the commands" -- "$loom" xyzzy
 expect "version" 0 "loom 0.1.0 (LibTorch 1." -- "$loom" --version
-expect "run help shows defaults" 0 "--micro-batch INT=4" "--seq INT=128" "--steps INT=50" "--lr FLOAT=0.003" -- "$loom" run --help
+expect "run help shows defaults" 0 "--micro-batch INT=4" "--seq INT=128" "--steps INT=50" "--lr FLOAT=0.003" "--memory-limit SIZE" \
+  -- "$loom" run --help
+# Every command types a size alike, whatever it holds it in.
+expect "sizes typed SIZE" 0 "SIZE in each" -- bash -c "
+  for c in check explain simulate plan tune; do \"$loom\" \$c --help | grep -q -- '--memory-limit SIZE ' || { echo \"\$c differs\"; exit 1; }; done
+  echo SIZE in each"
 expect "nproc 0" 2 "--nproc: must be at least 1, got 0" -- "$loom" run --model gpt:tiny --nproc 0
 expect "world 0" 2 "--world: must be at least 1, got 0" -- "$loom" check examples/gpt_tp.sched --model gpt2 --world 0
 expect "help" 0 "check" -- "$loom" --help
@@ -263,7 +268,7 @@ expect "memory limit fits" 0 "ok (" -- "$loom" check stdlib_schedules/zero3.sche
 # embeddings and norms whole on each rank. The walk that follows counts each rank's own: at a limit
 # between the two (the rule's 6.6 MiB, the walk's 7.1 MiB of states) the walk refuses.
 expect "memory limit under a mesh: the rule's bound" 1 "error: model states need at least 6.6 MiB per rank" \
-  "a rank's average 1/2 share of the model" -- "$loom" check examples/gpt_tp2.sched --model gpt:tiny --world 2 --memory-limit 6MiB
+  "429440 is a rank's average 1/2 share of the model, which a rank may exceed" -- "$loom" check examples/gpt_tp2.sched --model gpt:tiny --world 2 --memory-limit 6MiB
 expect "memory limit under a mesh: the walk counts each rank's own" 1 "error: the step needs " "above --memory-limit 6.8 MiB" \
   "(7.1 MiB of it held all step" -- "$loom" check examples/gpt_tp2.sched --model gpt:tiny --world 2 --memory-limit 6.8MiB
 expect "memory limit not a size" 2 "--memory-limit: expects a size such as 600MiB, 2GiB or a number of bytes (0: none), got 'lots'" \
@@ -517,6 +522,14 @@ for p in plans:
     assert (p['tp'] > 1) == ('tp_all_reduce on tp' in busy), p
     assert (p['pp'] > 1) == ('send on stage_pair' in busy), p
 print('breakdowns hold the exposed time')"
+# Plans are lowered on the model's traced shapes (meta device): planning llama3-70b, 280 GB of
+# fp32 weights, stays under 2 GiB of memory in all.
+expect "plan allocates no weights" 0 "planned llama3-70b in" -- /usr/bin/python3 -c "
+import resource, subprocess
+subprocess.run(['$loom', 'plan', '--model', 'llama3-70b', '--world', '64', '--local-world', '8', '--seq', '1024',
+                '--micro-batch', '1', '--checkpoint', 'auto', '--cluster', 'lins-a800', '--top', '1'], capture_output=True, check=True)
+rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB
+print('planned llama3-70b in %.0f MiB' % (rss / 1024) if rss < 2 * 1024 * 1024 else 'peak RSS %d KiB' % rss)"
 expect "plan --memory-limit 0 judges plans by all of the device's memory" 0 "the whole device" -- bash -c \
   "\"$loom\" plan --model gpt:tiny --world 4 --cluster dgx-a100 --memory-limit 0 2>/dev/null | head -1 | grep -q 'memory limit 80.00 GiB per rank$' && echo the whole device"
 expect "plan --json" 0 '"plans"' '"params"' '"grads"' '"optim"' '"tp"' '"pp"' '"step_s"' '"mfu"' '"peak_bytes"' \

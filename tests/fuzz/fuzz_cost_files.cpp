@@ -8,6 +8,7 @@
 // program of the profile's own ops, then priced as a cluster is. Built with -DLOOM_FUZZ=ON
 // (clang); run by scripts/fuzz.sh, seeded with clusters/*.json and tests/fuzz/seeds/*.json.
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cost/analytic_cost.h"
@@ -35,8 +36,8 @@ void price(const loom::Cluster& c) {
   }
 }
 
-// A program of `p`'s ops, forward and backward, every other one with FLOPs (machine_cluster
-// derives the compute rate from those and the memory rate from the rest), as its run traced them.
+// A program of `p`'s ops, forward and backward, with FLOPs set on every other one (machine_cluster
+// derives the compute rate from those and the memory rate from the rest) and a saved MiB each.
 loom::ir::Program program_of(const loom::Profile& p) {
   loom::ir::Program program;
   for (size_t i = 0; i < p.ops.size(); ++i)
@@ -67,7 +68,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     loom::Profile p = loom::Profile::from_json(text, "fuzz.json");
     for (const loom::CollectiveProfile& c : p.collectives)
       for (int64_t bytes : {int64_t{0}, int64_t{1} << 10, int64_t{1} << 20, int64_t{1} << 40}) (void)c.predict_ms(bytes);
-    price(loom::machine_cluster(p, program_of(p), /*devices=*/2, int64_t{1} << 30, "fuzz machine"));  // the seed's world
+    loom::Cluster machine = loom::machine_cluster(p, program_of(p), /*devices=*/2, int64_t{1} << 30, "fuzz machine");  // the seed's world
+    price(machine);
+    try {  // what --save-cluster writes reads back
+      (void)loom::parse_cluster(loom::cluster_json(machine), "saved.json");
+    } catch (const loom::UserError&) {
+      std::abort();
+    }
   } catch (const loom::UserError&) {
   }
   return 0;

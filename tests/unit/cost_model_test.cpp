@@ -475,6 +475,13 @@ TEST_CASE("this machine as a cluster: the rates a profile measured, written in t
   untimed = timed;
   untimed.ops[1].forward_ms = 0;  // `b`, the element-wise op
   CHECK(refusal(untimed) == "here times no forward op without FLOPs");
+  // Times so near zero that the rates overflow: refused as the cluster file would be, not
+  // written as one that cannot be read back (found by the fuzzer's round trip).
+  Profile instant = timed;
+  instant.ops[0].forward_ms = 1e-320;
+  CHECK_THROWS_WITH_AS(machine_cluster(instant, q, 2, 1LL << 30, "here"),
+                       doctest::Contains("here: the rates derived from the profile's times are no cluster: here: `device.matrix_tflops"),
+                       UserError);
 }
 
 TEST_CASE("this machine as a cluster: the step's tail streams faster than the element-wise ops, and each prices at its rate") {

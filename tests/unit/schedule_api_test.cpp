@@ -87,6 +87,7 @@ struct Case {
 const Case kCases[] = {
     {"examples/gpt_tuned.sched", "gpt2", {8, 0}},
     {"examples/gpt_tp.sched", "gpt2", {4, 0}},
+    {"examples/gpt_tp2.sched", "gpt:tiny", {2, 0}},
     {"examples/llama_lins.sched", "llama-13b", {1024, 8}},
     {"stdlib_schedules/zero3.sched", "gpt:tiny", {2, 0}},
     {"stdlib_schedules/zero1.sched", "gpt2", {8, 0}},
