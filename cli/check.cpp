@@ -151,11 +151,10 @@ void add_check(CLI::App& app, std::function<int()>& run) {
   c->add_flag("--print", o->print, "print the directive trace as canonical .sched text");
   c->add_flag("--json", o->json, "emit diagnostics as JSON objects, one per line, on stdout");
   c->add_option("--trace-json", o->trace_json, "write the directive trace as JSON to this file");
-  c->add_option("--memory-limit", o->memory_limit,
-                "bytes allowed per rank (e.g. 80GiB): schedules whose model states need more (4/s_p + 4/s_g + 8/s_os bytes per parameter, "
-                "lins.txt's formula with the runtime's bytes), or whose step peaks above it as `loom simulate` walks it (states, gathered "
-                "parameters, gradients, saved activations; at --micro-batch x --seq), are errors")
-      ->transform(byte_size())->type_name("SIZE");
+  as_size(c->add_option("--memory-limit", o->memory_limit,
+                        "bytes allowed per rank (e.g. 80GiB): schedules whose model states need more (4/s_p + 4/s_g + 8/s_os bytes per parameter, "
+                        "lins.txt's formula with the runtime's bytes), or whose step peaks above it as `loom simulate` walks it (states, gathered "
+                        "parameters, gradients, saved activations; at --micro-batch x --seq), are errors"));
   std::vector<CLI::Option*> shape = {
       c->add_option("--micro-batch", o->micro_batch, "sequences per rank per micro-batch of the step --memory-limit checks (default: loom run's)")
           ->check(at_least(1)),

@@ -94,7 +94,7 @@ void note_profile_beside_collectives(const Profile& profile, const std::string& 
 std::string communication_text(const std::map<std::string, double>& busy_s);
 
 // --memory-limit's bytes ("80GiB"); 0 for none (empty, or "0"); throws UserError, with
-// byte_size()'s message, for text that is not a size (the Python module's sizes come this way).
+// as_size's message, for text that is not a size (the Python module's sizes come this way).
 int64_t memory_limit_bytes(const std::string& text);
 // --memory-limit as given: -1 when it was not (empty text), else memory_limit_bytes.
 int64_t given_memory_limit(const std::string& text);
@@ -127,9 +127,10 @@ extern const std::vector<std::string> kPrecisions;
 // Python callers): UserError "--precision must be one of bf16, fp32, not 'FP32'", naming the
 // Python keyword in its hint.
 void check_choice(const char* option, const char* keyword, const std::string& given, const std::vector<std::string>& allowed);
-// A size as the language writes it (600MiB, 2GiB, or bytes; read_size), turned into bytes, or 0
-// for none; an error names the forms and what is wrong ("not a whole number of bytes").
-CLI::Validator byte_size();
+// `option`, which takes a size as the language writes it (600MiB, 2GiB, or bytes; read_size),
+// turned into bytes, or 0 for none; an error names the forms and what is wrong ("not a whole
+// number of bytes"). Its --help type reads SIZE, whatever it is held in.
+CLI::Option* as_size(CLI::Option* option);
 
 // The options `loom run` and `loom profile` share: the model, the data and its shapes, the
 // device and precision, threads, knobs, the stdlib and the timeout.

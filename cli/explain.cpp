@@ -147,10 +147,9 @@ void add_explain(CLI::App& app, std::function<int()>& run) {
   c->add_flag("--json", o->json, "print the IR as JSON (with \"rank\")");
   c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE`: the passes plan with its measured times and memory (the program a "
                   "run's --replan-at settles on where each round is switched to and measures what the profile did) and each instruction is priced");
-  c->add_option("--memory-limit", o->memory_limit,
-                "bytes per rank, e.g. 600MiB: prefetch(budget=auto) and unshard(auto) plan within it, as `loom run "
-                "--memory-limit` does; 0: none; not given: none, or with --profile the limit the profiled run planned within")
-      ->transform(byte_size())->type_name("SIZE")
+  as_size(c->add_option("--memory-limit", o->memory_limit,
+                        "bytes per rank, e.g. 600MiB: prefetch(budget=auto) and unshard(auto) plan within it, as `loom run "
+                        "--memory-limit` does; 0: none; not given: none, or with --profile the limit the profiled run planned within"))
       ->default_str("");  // -1, not given: the text says what that means
   c->add_option("--stdlib", o->stdlib, "directory of the standard schedules");
   c->callback([&run, o] { run = [o] { return explain(*o); }; });

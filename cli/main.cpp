@@ -117,14 +117,15 @@ std::string size_problem(const std::string& text) {
                                             : ", which " + size_problem_text(size.problem));
 }
 
-CLI::Validator byte_size() {
-  return CLI::Validator(
+CLI::Option* as_size(CLI::Option* option) {
+  CLI::Validator bytes(
       [](std::string& text) -> std::string {
         std::string problem = size_problem(text);
         if (problem.empty() && text != "0") text = std::to_string(parse_size(text));
         return problem;
       },
-      "");  // the option's type name says SIZE, whatever it is held in
+      "");  // the type name says SIZE
+  return option->transform(bytes)->type_name("SIZE");
 }
 
 int64_t memory_limit_bytes(const std::string& text) {
@@ -156,11 +157,10 @@ void add_step_options(CLI::App* c, TrainOptions& t) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   c->add_option("--set", t.sets, "fix a tune() knob: --set micro_batch=4 (repeatable)");
   c->add_option("--stdlib", t.stdlib, "directory of the standard schedules");
-  c->add_option("--memory-limit", t.memory_limit,
-                "bytes per rank, e.g. 600MiB: prefetch(budget=auto), unshard(auto) and bucket(size=auto) plan within it "
-                "(docs/passes.md); 0: none (auto then prefetches one block ahead and unshards nothing); not given: on a GPU "
-                "90% of its memory, on a CPU none")
-      ->transform(byte_size())->type_name("SIZE")
+  as_size(c->add_option("--memory-limit", t.memory_limit,
+                        "bytes per rank, e.g. 600MiB: prefetch(budget=auto), unshard(auto) and bucket(size=auto) plan within it "
+                        "(docs/passes.md); 0: none (auto then prefetches one block ahead and unshards nothing); not given: on a GPU "
+                        "90% of its memory, on a CPU none"))
       ->default_str("");  // -1, not given: the text says what that means
   c->add_option("--timeout", t.timeout_s, "seconds a rank waits for the rendezvous or a collective before failing")->check(at_least(1));
 }

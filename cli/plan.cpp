@@ -275,10 +275,9 @@ void add_plan(CLI::App& app, std::function<int()>& run) {
   c->add_option("--seq", o->seq, "tokens per sequence")->check(at_least(1));
   c->add_option("--micro-batch", o->micro_batch, "sequences per rank per micro-batch")->check(at_least(1));
   c->add_option("--accum", o->accum, "micro-batches per step")->check(at_least(1));
-  c->add_option("--memory-limit", o->memory_limit,
-                "bytes per rank, e.g. 80GiB, that plans must fit and --memory-passes auto plans within (default: 90% of the "
-                "cluster device's memory, as a GPU run plans within; 0: all of it)")
-      ->transform(byte_size())->type_name("SIZE");
+  as_size(c->add_option("--memory-limit", o->memory_limit,
+                        "bytes per rank, e.g. 80GiB, that plans must fit and --memory-passes auto plans within (default: 90% of the "
+                        "cluster device's memory, as a GPU run plans within; 0: all of it)"));
   c->add_option("--cluster", o->cluster, "a cluster by name (clusters/, $LOOM_CLUSTER_PATH) or a cluster file's path");
   c->add_option("--nodes", o->nodes, kNodesHelp)->check(at_least(0));
   c->add_option("--profile", o->profile,

@@ -317,11 +317,10 @@ void add_simulate(CLI::App& app, std::function<int()>& run) {
   c->add_option("--profile", o->profile, "a profile from `loom profile --out FILE` (measured on this machine)");
   c->add_option("--precision", o->precision, "the compute precision priced on a cluster's device")->check(CLI::IsMember(kPrecisions));
   c->add_flag("--json", o->json, "print {\"step_s\", \"compute_s\", \"exposed_comm_s\", \"peak_bytes\", ...} as JSON");
-  c->add_option("--memory-limit", o->memory_limit,
-                "bytes per rank, e.g. 600MiB: prefetch(budget=auto), unshard(auto) and bucket(size=auto) plan within it "
-                "(default on a cluster: 90% of its device's memory, as a GPU run; on a profile: the limit the profiled run planned within, 90% of a GPU by default, none on a CPU; 0: none, "
-                "so that auto prefetches one block ahead and unshards nothing)")
-      ->transform(byte_size())->type_name("SIZE")
+  as_size(c->add_option("--memory-limit", o->memory_limit,
+                        "bytes per rank, e.g. 600MiB: prefetch(budget=auto), unshard(auto) and bucket(size=auto) plan within it "
+                        "(default on a cluster: 90% of its device's memory, as a GPU run; on a profile: the limit the profiled run planned within, 90% of a GPU by default, none on a CPU; 0: none, "
+                        "so that auto prefetches one block ahead and unshards nothing)"))
       ->default_str("");  // -1, not given: the text says what that means
   c->add_flag("--replanned", o->replanned,
               "with --profile: the passes plan with the profile's measured times and memory, the program a run's "

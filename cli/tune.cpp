@@ -342,11 +342,10 @@ void add_tune(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::IsMember(kStrategies));
   c->add_option("--seed", o->seed, "the random strategies' seed");
   c->add_option("--max-trials", o->max_trials, "evaluate at most this many new points (points in the database are free)");
-  c->add_option("--memory-limit", o->memory_limit, "bytes per rank, e.g. 16GiB: a point above it is infeasible and the "
-                                                   "memory-aware passes plan within it (default, with a cluster or a profile: 90% of "
-                                                   "the device's memory, as a GPU run plans within; 0: all of it; with --evaluator run: "
-                                                   "as loom run takes it)")
-      ->transform(byte_size())->type_name("SIZE");
+  as_size(c->add_option("--memory-limit", o->memory_limit, "bytes per rank, e.g. 16GiB: a point above it is infeasible and the "
+                                                           "memory-aware passes plan within it (default, with a cluster or a profile: 90% of "
+                                                           "the device's memory, as a GPU run plans within; 0: all of it; with --evaluator run: "
+                                                           "as loom run takes it)"));
   c->add_option("--cluster", o->cluster, "price points on a cluster by name (clusters/) or a cluster file's path");
   c->add_option("--nodes", o->nodes, kNodesHelp)->check(at_least(0));
   c->add_option("--profile", o->profile, "price points on this machine, as the profile (`loom profile --out FILE`) measured it");
